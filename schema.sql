@@ -1,0 +1,124 @@
+-- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
+-- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
+-- Schema version 1.
+-- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
+
+-- A schedule: what to run, when (cron + zone), and the policies that govern it.
+CREATE TABLE job_definitions (
+    id                   INTEGER PRIMARY KEY,
+    name                 TEXT    NOT NULL UNIQUE CHECK (length(name) BETWEEN 1 AND 200),
+    cron                 TEXT    NOT NULL,
+    timezone             TEXT    NOT NULL DEFAULT 'UTC',
+    command              TEXT    NOT NULL CHECK (length(command) > 0),
+    workdir              TEXT,
+    max_attempts         INTEGER NOT NULL DEFAULT 3    CHECK (max_attempts >= 1),
+    timeout_secs         INTEGER NOT NULL DEFAULT 3600 CHECK (timeout_secs >= 1),
+    backoff_base_secs    INTEGER NOT NULL DEFAULT 30   CHECK (backoff_base_secs >= 0),
+    backoff_max_secs     INTEGER NOT NULL DEFAULT 3600 CHECK (backoff_max_secs >= backoff_base_secs),
+    overlap              TEXT    NOT NULL DEFAULT 'forbid' CHECK (overlap IN ('forbid', 'allow')),
+    catch_up             TEXT    NOT NULL DEFAULT 'latest' CHECK (catch_up IN ('latest', 'all', 'none')),
+    grace_secs           INTEGER NOT NULL DEFAULT 300  CHECK (grace_secs >= 0),
+    paused               INTEGER NOT NULL DEFAULT 0    CHECK (paused IN (0, 1)),
+    -- The materialisation cursor: every fire instant <= materialized_through has been handled
+    -- (run or skipped). It, not the job_runs rows, remembers what was done, so pruning history
+    -- can never make a tick materialise an instant twice.
+    materialized_through INTEGER NOT NULL,
+    -- The first fire instant after the cursor (NULL: never fires again). An idle tick reads
+    -- only definitions with next_fire_at <= now, through the index below.
+    next_fire_at         INTEGER,
+    created_at           INTEGER NOT NULL,
+    updated_at           INTEGER NOT NULL
+);
+CREATE INDEX job_definitions_due ON job_definitions (next_fire_at) WHERE paused = 0;
+
+-- One row per scheduled instant (or manual request). A run is retried in place: its attempts
+-- live in job_attempts, its history in job_events.
+CREATE TABLE job_runs (
+    id                INTEGER PRIMARY KEY,
+    definition_id     INTEGER NOT NULL REFERENCES job_definitions (id) ON DELETE CASCADE,
+    trigger           TEXT    NOT NULL CHECK (trigger IN ('schedule', 'manual')),
+    scheduled_for     INTEGER NOT NULL,
+    status            TEXT    NOT NULL
+                      CHECK (status IN ('pending', 'running', 'succeeded', 'dead', 'cancelled', 'skipped')),
+    run_at            INTEGER NOT NULL,           -- due time; a scheduled retry moves it forward
+    attempt           INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),  -- attempts started so far
+    -- Snapshot of the definition at materialisation: an edit takes effect from the next fire time.
+    command           TEXT    NOT NULL,
+    workdir           TEXT,
+    max_attempts      INTEGER NOT NULL CHECK (max_attempts >= 1),
+    timeout_secs      INTEGER NOT NULL CHECK (timeout_secs >= 1),
+    backoff_base_secs INTEGER NOT NULL,
+    backoff_max_secs  INTEGER NOT NULL,
+    idempotency_key   TEXT    NOT NULL UNIQUE,    -- stable across attempts; given to the job
+    -- The lease: who holds the run, the fencing token every write must present, and until when.
+    owner             TEXT,
+    lease_token       TEXT,
+    lease_expires_at  INTEGER,
+    heartbeat_at      INTEGER,
+    error_code        TEXT,                       -- last attempt's CATEGORY:SUB
+    error_detail      TEXT CHECK (length(error_detail) <= 1024),
+    skip_reason       TEXT,
+    created_at        INTEGER NOT NULL,
+    started_at        INTEGER,                    -- first attempt's start
+    finished_at       INTEGER,                    -- terminal state reached
+    CHECK ((status = 'running') = (lease_token IS NOT NULL)),
+    CHECK (status <> 'running' OR (owner IS NOT NULL AND lease_expires_at IS NOT NULL))
+);
+-- Exactly one run per scheduled instant, however many ticks race (manual runs are exempt).
+CREATE UNIQUE INDEX job_runs_one_per_instant ON job_runs (definition_id, scheduled_for)
+    WHERE trigger = 'schedule';
+-- The claim query: due pending runs in due order.
+CREATE INDEX job_runs_due ON job_runs (run_at, id) WHERE status = 'pending';
+-- Recovery: running runs by lease expiry.
+CREATE INDEX job_runs_leases ON job_runs (lease_expires_at) WHERE status = 'running';
+-- The overlap rule: is a run of this schedule running, which is its oldest due pending run.
+CREATE INDEX job_runs_running_by_definition ON job_runs (definition_id) WHERE status = 'running';
+CREATE INDEX job_runs_pending_by_definition ON job_runs (definition_id, run_at, id) WHERE status = 'pending';
+-- History, per schedule and overall, newest first; status filters.
+CREATE INDEX job_runs_definition_history ON job_runs (definition_id, scheduled_for DESC);
+CREATE INDEX job_runs_history ON job_runs (scheduled_for DESC, id DESC);
+CREATE INDEX job_runs_status ON job_runs (status, finished_at);
+
+-- One row per attempt to execute a run.
+CREATE TABLE job_attempts (
+    id               INTEGER PRIMARY KEY,
+    run_id           INTEGER NOT NULL REFERENCES job_runs (id) ON DELETE CASCADE,
+    attempt          INTEGER NOT NULL CHECK (attempt >= 1),
+    owner            TEXT    NOT NULL,
+    host             TEXT    NOT NULL,
+    runner_pid       INTEGER NOT NULL,
+    lease_token      TEXT    NOT NULL,
+    child_pid        INTEGER,                     -- also the job's process group id
+    child_start_time INTEGER,                     -- /proc starttime, so a reused pid is never killed
+    started_at       INTEGER NOT NULL,
+    finished_at      INTEGER,
+    duration_ms      INTEGER,
+    outcome          TEXT CHECK (outcome IN ('succeeded', 'failed')),
+    exit_code        INTEGER,
+    error_code       TEXT,
+    error_detail     TEXT CHECK (length(error_detail) <= 1024),
+    stdout_tail      BLOB,
+    stderr_tail      BLOB,
+    stdout_bytes     INTEGER,
+    stderr_bytes     INTEGER,
+    UNIQUE (run_id, attempt),
+    CHECK ((finished_at IS NULL) = (outcome IS NULL))
+);
+CREATE INDEX job_attempts_errors ON job_attempts (finished_at, error_code) WHERE error_code IS NOT NULL;
+
+-- Every transition of a run, with who made it and a short JSON detail.
+CREATE TABLE job_events (
+    id     INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES job_runs (id) ON DELETE CASCADE,
+    at     INTEGER NOT NULL,
+    kind   TEXT    NOT NULL,
+    actor  TEXT    NOT NULL,
+    detail TEXT    CHECK (detail IS NULL OR json_valid(detail))
+);
+CREATE INDEX job_events_run ON job_events (run_id, id);
+
+-- Small facts about the runner itself: last tick, last automatic prune.
+CREATE TABLE runner_state (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -1,0 +1,17 @@
+//! `runner init`: create or migrate the database.
+
+use anyhow::Result;
+
+use super::Ctx;
+use crate::store::OpenMode;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args, ctx: &Ctx) -> Result<()> {
+    let store = ctx.open(OpenMode::CreateIfMissing)?;
+    if ctx.verbose > 0 {
+        eprintln!("runner: database ready at {}", store.describe());
+    }
+    Ok(())
+}

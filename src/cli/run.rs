@@ -1,0 +1,92 @@
+//! `runner run NAME [--wait]`: enqueue a manual run now; `--wait` executes it in the foreground
+//! through the tick's own code path and exits with the job's exit code.
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::{actor, tick::shutdown_flag, Ctx};
+use crate::exit::Failure;
+use crate::model::AfterFailure;
+use crate::process::{Outcome, SpawnErrorKind};
+use crate::store::OpenMode;
+use crate::tick::execute::execute_due;
+use crate::tick::{TickOptions, TickReport};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Schedule name.
+    pub name: String,
+    /// Execute it now in the foreground, streaming its output, and exit with its exit code.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
+    let mut store = ctx.open(OpenMode::MustExist)?;
+    let definition = store.definition(&args.name)?.ok_or_else(|| {
+        Failure::not_found(format!(
+            "no schedule named {:?}; `runner schedule list` shows them",
+            args.name
+        ))
+    })?;
+    let me = actor(None);
+    let run_id = store.enqueue_manual(&definition, ctx.clock.epoch(), &me)?;
+    if !args.wait {
+        println!(
+            "enqueued run {run_id} of {}; the next tick executes it",
+            definition.name
+        );
+        return Ok(());
+    }
+    let options = TickOptions {
+        actor: me,
+        concurrency: 1,
+        batch: 1,
+        lease: Duration::from_secs(60),
+        max_tick: Duration::from_secs(1),
+        only_run: Some(run_id),
+        shutdown: shutdown_flag()?,
+    };
+    let mut report = TickReport::default();
+    execute_due(
+        store.as_mut(),
+        &ctx.clock,
+        &options,
+        &mut fastrand::Rng::new(),
+        &mut report,
+    )?;
+    let Some(executed) = report.executed.first() else {
+        return Err(anyhow::anyhow!(
+            "run {run_id} is queued but could not start now: another run of {} is running and its \
+             overlap policy is forbid; the next tick executes it",
+            definition.name
+        ));
+    };
+    if let Some(code) = &executed.error_code {
+        let next = match executed.after {
+            Some(AfterFailure::RetryAt(at)) => {
+                format!("; retry scheduled at {}", crate::display::utc_time(at))
+            }
+            Some(AfterFailure::Dead) => "; the run is dead".to_string(),
+            None => String::new(),
+        };
+        eprintln!(
+            "runner: run {run_id} attempt {} failed: {code}{next}",
+            executed.attempt
+        );
+    }
+    let exit_code = match &executed.outcome {
+        Ok(Outcome::Exited(code)) => *code,
+        Ok(Outcome::Signalled(signo)) => 128 + signo,
+        Ok(Outcome::TimedOut) => 124, // as timeout(1)
+        Ok(Outcome::Killed) => 143,   // 128 + SIGTERM
+        Err(SpawnErrorKind::NotFound) => 127,
+        Err(_) => 126,
+    };
+    if exit_code == 0 {
+        Ok(())
+    } else {
+        Err(Failure::JobExit(exit_code).into())
+    }
+}

@@ -1,0 +1,571 @@
+//! `runner schedule ...`: define, change and inspect schedules.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use comfy_table::Table;
+use serde_json::{json, Value};
+
+use super::{duration_secs, parse_duration, Ctx};
+use crate::display::{local_time, put_time};
+use crate::exit::Failure;
+use crate::model::{Definition, Overlap, Settings};
+use crate::schedule::{parse_zone, CatchUp};
+use crate::store::{OpenMode, Store};
+use crate::timing::Timing;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Define a schedule; prints its next 5 fire times.
+    Add(AddArgs),
+    /// All schedules with their next fire time and last result.
+    List(JsonFlag),
+    /// One schedule in full.
+    Show(NameJson),
+    /// Change a schedule; takes effect from its next fire time.
+    Edit(EditArgs),
+    /// Delete a schedule with its runs and their history.
+    Rm(Name),
+    /// Stop materialising runs for a schedule.
+    Pause(Name),
+    /// Materialise again, from now on (the paused period is not replayed).
+    Resume(Name),
+    /// Preview fire times after now (`--now` applies).
+    Next(NextArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Name {
+    /// Schedule name.
+    pub name: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct JsonFlag {
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct NameJson {
+    /// Schedule name.
+    pub name: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AddArgs {
+    /// Schedule name (unique).
+    pub name: String,
+    #[command(flatten)]
+    pub flags: SettingsFlags,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EditArgs {
+    /// Schedule name.
+    pub name: String,
+    #[command(flatten)]
+    pub flags: SettingsFlags,
+    /// Resume a paused schedule (the paused period is not replayed).
+    #[arg(long, conflicts_with = "paused")]
+    pub active: bool,
+}
+
+/// The flags `add` takes and `edit` may change.
+#[derive(Debug, clap::Args)]
+pub struct SettingsFlags {
+    /// Cron expression, Debian cron syntax: five fields or a macro like @daily.
+    #[arg(long, value_name = "EXPR")]
+    pub cron: Option<String>,
+    /// IANA time zone the expression is evaluated in [default: UTC].
+    #[arg(long, value_name = "ZONE")]
+    pub tz: Option<String>,
+    /// Attempts before a run is dead [default: 3].
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<u32>,
+    /// Maximum runtime of one attempt [default: 1h].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// First retry delay, doubled each attempt [default: 30s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub backoff_base: Option<Duration>,
+    /// Longest retry delay [default: 1h].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub backoff_max: Option<Duration>,
+    /// While a run is running, skip (forbid) or also run (allow) a newly due one [default: forbid].
+    #[arg(long, value_name = "POLICY", value_parser = parse_overlap)]
+    pub overlap: Option<Overlap>,
+    /// Missed instants: run the latest, all (newest 100), or none [default: latest].
+    #[arg(long, value_name = "POLICY", value_parser = parse_catch_up)]
+    pub catch_up: Option<CatchUp>,
+    /// How late an instant may start before it counts as missed (catch-up none) [default: 5m].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub grace: Option<Duration>,
+    /// Working directory of the job [default: the tick's].
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Create (or set) the schedule paused.
+    #[arg(long)]
+    pub paused: bool,
+    /// The command, run by /bin/sh -c (words are joined with spaces).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct NextArgs {
+    /// Schedule name (or use --cron).
+    #[arg(required_unless_present = "cron", conflicts_with = "cron")]
+    pub name: Option<String>,
+    /// Preview an expression instead of a schedule.
+    #[arg(long, value_name = "EXPR")]
+    pub cron: Option<String>,
+    /// Zone for --cron [default: UTC].
+    #[arg(long, value_name = "ZONE", requires = "cron")]
+    pub tz: Option<String>,
+    /// How many fire times.
+    #[arg(short = 'n', default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub count: u16,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_overlap(value: &str) -> Result<Overlap, String> {
+    value.parse()
+}
+
+fn parse_catch_up(value: &str) -> Result<CatchUp, String> {
+    value
+        .parse()
+        .map_err(|e: crate::schedule::CronError| e.to_string())
+}
+
+pub fn run(command: Command, ctx: &Ctx) -> Result<()> {
+    match command {
+        Command::Add(args) => add(args, ctx),
+        Command::List(args) => list(args, ctx),
+        Command::Show(args) => show(args, ctx),
+        Command::Edit(args) => edit(args, ctx),
+        Command::Rm(args) => remove(args, ctx),
+        Command::Pause(args) => set_paused(args, ctx, true),
+        Command::Resume(args) => set_paused(args, ctx, false),
+        Command::Next(args) => next(args, ctx),
+    }
+}
+
+/// The most attempts a schedule may ask for: enough for any sane retry policy.
+const MAX_ATTEMPTS_LIMIT: u32 = 1000;
+const NAME_MAX_CHARS: usize = 200;
+
+pub fn validate_name(name: &str) -> Result<()> {
+    let problem = if name.is_empty() {
+        Some("must not be empty".to_string())
+    } else if name.chars().count() > NAME_MAX_CHARS {
+        Some(format!("is longer than {NAME_MAX_CHARS} characters"))
+    } else if name.starts_with('-') {
+        Some("must not start with '-'".to_string())
+    } else if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        Some("must not contain spaces or control characters".to_string())
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(Failure::usage(format!(
+            "schedule name {:?} {problem}; use letters, digits, '-', '_', '.', ':'",
+            crate::model::truncate_detail(name, 60)
+        ))),
+        None => Ok(()),
+    }
+}
+
+impl SettingsFlags {
+    /// The settings with these flags applied over `base`, all validated.
+    fn apply(&self, base: Settings) -> Result<Settings> {
+        let mut s = base;
+        if let Some(cron) = &self.cron {
+            s.cron = cron.trim().to_string();
+        }
+        if let Some(tz) = &self.tz {
+            s.timezone = tz.trim().to_string();
+        }
+        if let Some(n) = self.max_attempts {
+            if !(1..=MAX_ATTEMPTS_LIMIT).contains(&n) {
+                return Err(Failure::usage(format!(
+                    "--max-attempts must be between 1 and {MAX_ATTEMPTS_LIMIT}, not {n}"
+                )));
+            }
+            s.max_attempts = n;
+        }
+        if let Some(d) = self.timeout {
+            s.timeout_secs = duration_secs("timeout", d, 1)?;
+        }
+        if let Some(d) = self.backoff_base {
+            s.backoff_base_secs = duration_secs("backoff-base", d, 0)?;
+        }
+        if let Some(d) = self.backoff_max {
+            s.backoff_max_secs = duration_secs("backoff-max", d, 0)?;
+        }
+        if s.backoff_max_secs < s.backoff_base_secs {
+            return Err(Failure::usage(format!(
+                "--backoff-max ({}) must not be shorter than --backoff-base ({})",
+                humantime::format_duration(Duration::from_secs(s.backoff_max_secs as u64)),
+                humantime::format_duration(Duration::from_secs(s.backoff_base_secs as u64)),
+            )));
+        }
+        if let Some(policy) = self.overlap {
+            s.overlap = policy;
+        }
+        if let Some(policy) = self.catch_up {
+            s.catch_up = policy;
+        }
+        if let Some(d) = self.grace {
+            s.grace_secs = duration_secs("grace", d, 0)?;
+        }
+        if let Some(dir) = &self.workdir {
+            let resolved = dir
+                .canonicalize()
+                .ok()
+                .filter(|p| p.is_dir())
+                .ok_or_else(|| {
+                    Failure::usage(format!("--workdir {}: no such directory", dir.display()))
+                })?;
+            s.workdir = Some(resolved.to_string_lossy().into_owned());
+        }
+        if self.paused {
+            s.paused = true;
+        }
+        if !self.command.is_empty() {
+            s.command = self.command.join(" ");
+        }
+        if s.command.trim().is_empty() {
+            return Err(Failure::usage(
+                "no command given; put it after `--`, e.g. `-- /usr/local/bin/backup --full`",
+            ));
+        }
+        if s.command.contains('\0') {
+            return Err(Failure::usage("the command must not contain a NUL byte"));
+        }
+        Timing::of(&s)?;
+        Ok(s)
+    }
+}
+
+fn defaults(cron: &str) -> Settings {
+    Settings {
+        cron: cron.to_string(),
+        timezone: "UTC".to_string(),
+        command: String::new(),
+        workdir: None,
+        max_attempts: 3,
+        timeout_secs: 3600,
+        backoff_base_secs: 30,
+        backoff_max_secs: 3600,
+        overlap: Overlap::Forbid,
+        catch_up: CatchUp::Latest,
+        grace_secs: 300,
+        paused: false,
+    }
+}
+
+fn add(args: AddArgs, ctx: &Ctx) -> Result<()> {
+    validate_name(&args.name)?;
+    let cron = args.flags.cron.as_deref().ok_or_else(|| {
+        Failure::usage("--cron EXPR is required, e.g. --cron '0 3 * * *' (Debian cron syntax)")
+    })?;
+    let settings = args.flags.apply(defaults(cron))?;
+    let timing = Timing::of(&settings)?;
+    let now = ctx.clock.epoch();
+    let mut store = ctx.open(OpenMode::CreateIfMissing)?;
+    let definition = store.add_definition(&args.name, &settings, now, timing.next_after(now))?;
+    let state = if settings.paused { " (paused)" } else { "" };
+    println!(
+        "added schedule {}{state}: {} in {}",
+        definition.name, settings.cron, settings.timezone
+    );
+    print_upcoming(&timing, ctx.clock.now(), 5);
+    Ok(())
+}
+
+fn print_upcoming(timing: &Timing, after: DateTime<Utc>, count: usize) {
+    let times = timing.upcoming(after, count);
+    if times.is_empty() {
+        println!("it never fires again");
+        return;
+    }
+    println!("next {} fire times ({}):", times.len(), timing.tz);
+    for t in times {
+        println!("  {}", local_time(t, timing.tz));
+    }
+}
+
+fn find(store: &dyn Store, name: &str) -> Result<Definition> {
+    store.definition(name)?.ok_or_else(|| {
+        Failure::not_found(format!(
+            "no schedule named {name:?}; `runner schedule list` shows them"
+        ))
+    })
+}
+
+fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
+    let f = &args.flags;
+    let nothing = f.cron.is_none()
+        && f.tz.is_none()
+        && f.max_attempts.is_none()
+        && f.timeout.is_none()
+        && f.backoff_base.is_none()
+        && f.backoff_max.is_none()
+        && f.overlap.is_none()
+        && f.catch_up.is_none()
+        && f.grace.is_none()
+        && f.workdir.is_none()
+        && !f.paused
+        && !args.active
+        && f.command.is_empty();
+    if nothing {
+        return Err(Failure::usage(
+            "nothing to change; give at least one flag of `schedule add`",
+        ));
+    }
+    let mut store = ctx.open(OpenMode::MustExist)?;
+    let mut definition = find(store.as_ref(), &args.name)?;
+    let was_paused = definition.settings.paused;
+    let mut settings = args.flags.apply(definition.settings.clone())?;
+    if args.active {
+        settings.paused = false;
+    }
+    let timing = Timing::of(&settings)?;
+    let now = ctx.clock.epoch();
+    if was_paused && !settings.paused {
+        definition.materialized_through = definition.materialized_through.max(now);
+    }
+    definition.settings = settings;
+    // The cursor stays: instants already handled stay handled; the next one follows the new timing.
+    definition.next_fire_at = timing.next_after(definition.materialized_through);
+    store.update_definition(&definition, now)?;
+    println!("updated schedule {}", definition.name);
+    print_upcoming(&timing, ctx.clock.now(), 5);
+    Ok(())
+}
+
+fn remove(args: Name, ctx: &Ctx) -> Result<()> {
+    let mut store = ctx.open(OpenMode::MustExist)?;
+    if !store.remove_definition(&args.name)? {
+        return Err(find(store.as_ref(), &args.name)
+            .err()
+            .unwrap_or_else(|| Failure::not_found("gone")));
+    }
+    println!("removed schedule {} and its runs", args.name);
+    Ok(())
+}
+
+fn set_paused(args: Name, ctx: &Ctx, paused: bool) -> Result<()> {
+    let mut store = ctx.open(OpenMode::MustExist)?;
+    let mut definition = find(store.as_ref(), &args.name)?;
+    let verb = if paused { "paused" } else { "resumed" };
+    if definition.settings.paused == paused {
+        println!(
+            "schedule {} is already {}",
+            definition.name,
+            if paused { "paused" } else { "active" }
+        );
+        return Ok(());
+    }
+    let now = ctx.clock.epoch();
+    if !paused {
+        // Resuming does not replay the paused period: catch-up starts from now.
+        definition.materialized_through = definition.materialized_through.max(now);
+        definition.next_fire_at =
+            Timing::of(&definition.settings)?.next_after(definition.materialized_through);
+    }
+    definition.settings.paused = paused;
+    store.update_definition(&definition, now)?;
+    println!("{verb} schedule {}", definition.name);
+    Ok(())
+}
+
+fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
+    let timing = match (&args.name, &args.cron) {
+        (Some(name), _) => {
+            let store = ctx.open(OpenMode::MustExist)?;
+            Timing::of(&find(store.as_ref(), name)?.settings)?
+        }
+        (None, Some(cron)) => Timing::of(&Settings {
+            timezone: args.tz.clone().unwrap_or_else(|| "UTC".to_string()),
+            ..defaults(cron)
+        })?,
+        (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
+    };
+    let times = timing.upcoming(ctx.clock.now(), usize::from(args.count));
+    if args.json {
+        let list: Vec<Value> = times
+            .iter()
+            .map(|t| fire_time_json(*t, timing.tz))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+    } else {
+        for t in times {
+            println!("{}", local_time(t, timing.tz));
+        }
+    }
+    Ok(())
+}
+
+fn fire_time_json(epoch: i64, tz: Tz) -> Value {
+    let mut object = serde_json::Map::new();
+    put_time(&mut object, "at", Some(epoch));
+    object.insert("local".into(), json!(local_time(epoch, tz)));
+    Value::Object(object)
+}
+
+fn last_result_text(store: &dyn Store, definition: &Definition) -> Result<String> {
+    Ok(match store.last_result(definition.id)? {
+        Some(last) => match last.error_code {
+            Some(code) => format!("{} {} (run {})", last.status, code, last.run_id),
+            None => format!("{} (run {})", last.status, last.run_id),
+        },
+        None => "-".to_string(),
+    })
+}
+
+fn definition_json(store: &dyn Store, d: &Definition) -> Result<Value> {
+    let s = &d.settings;
+    let mut object = serde_json::Map::new();
+    object.insert("name".into(), json!(d.name));
+    object.insert("cron".into(), json!(s.cron));
+    object.insert("timezone".into(), json!(s.timezone));
+    object.insert("command".into(), json!(s.command));
+    object.insert("workdir".into(), json!(s.workdir));
+    object.insert(
+        "state".into(),
+        json!(if s.paused { "paused" } else { "active" }),
+    );
+    object.insert("max_attempts".into(), json!(s.max_attempts));
+    object.insert("timeout_secs".into(), json!(s.timeout_secs));
+    object.insert("backoff_base_secs".into(), json!(s.backoff_base_secs));
+    object.insert("backoff_max_secs".into(), json!(s.backoff_max_secs));
+    object.insert("overlap".into(), json!(s.overlap.as_str()));
+    object.insert("catch_up".into(), json!(s.catch_up.as_str()));
+    object.insert("grace_secs".into(), json!(s.grace_secs));
+    put_time(
+        &mut object,
+        "next_fire_at",
+        if s.paused { None } else { d.next_fire_at },
+    );
+    put_time(&mut object, "created_at", Some(d.created_at));
+    let last = store.last_result(d.id)?.map(|l| {
+        let mut last = serde_json::Map::new();
+        last.insert("run_id".into(), json!(l.run_id));
+        last.insert("status".into(), json!(l.status));
+        last.insert("error_code".into(), json!(l.error_code));
+        put_time(&mut last, "scheduled_for", Some(l.scheduled_for));
+        Value::Object(last)
+    });
+    object.insert("last_result".into(), last.unwrap_or(Value::Null));
+    Ok(Value::Object(object))
+}
+
+fn next_fire_text(d: &Definition) -> Result<String> {
+    if d.settings.paused {
+        return Ok("(paused)".to_string());
+    }
+    let tz = parse_zone(&d.settings.timezone).map_err(Failure::usage)?;
+    Ok(d.next_fire_at
+        .map_or_else(|| "never".to_string(), |t| local_time(t, tz)))
+}
+
+fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {
+    let store = ctx.open(OpenMode::MustExist)?;
+    let definitions = store.definitions()?;
+    if args.json {
+        let list = definitions
+            .iter()
+            .map(|d| definition_json(store.as_ref(), d))
+            .collect::<Result<Vec<_>>>()?;
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    if definitions.is_empty() {
+        println!(
+            "no schedules yet; add one with `runner schedule add NAME --cron EXPR -- COMMAND`"
+        );
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_preset(comfy_table::presets::NOTHING);
+    table.set_header(["NAME", "CRON", "ZONE", "STATE", "NEXT FIRE", "LAST RESULT"]);
+    for d in &definitions {
+        table.add_row([
+            d.name.clone(),
+            d.settings.cron.clone(),
+            d.settings.timezone.clone(),
+            if d.settings.paused {
+                "paused"
+            } else {
+                "active"
+            }
+            .to_string(),
+            next_fire_text(d)?,
+            last_result_text(store.as_ref(), d)?,
+        ]);
+    }
+    println!("{}", table.trim_fmt());
+    Ok(())
+}
+
+fn show(args: NameJson, ctx: &Ctx) -> Result<()> {
+    let store = ctx.open(OpenMode::MustExist)?;
+    let d = find(store.as_ref(), &args.name)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&definition_json(store.as_ref(), &d)?)?
+        );
+        return Ok(());
+    }
+    let s = &d.settings;
+    let timing = Timing::of(s)?;
+    let secs = |n: i64| humantime::format_duration(Duration::from_secs(n as u64)).to_string();
+    let kind = if timing.cron.is_wildcard() {
+        "wildcard"
+    } else {
+        "fixed-time"
+    };
+    println!("name:         {}", d.name);
+    println!("cron:         {} ({kind}, {})", s.cron, s.timezone);
+    println!("command:      {}", s.command);
+    println!(
+        "workdir:      {}",
+        s.workdir.as_deref().unwrap_or("(the tick's)")
+    );
+    println!(
+        "state:        {}",
+        if s.paused { "paused" } else { "active" }
+    );
+    println!(
+        "attempts:     {} max, timeout {}",
+        s.max_attempts,
+        secs(s.timeout_secs)
+    );
+    println!(
+        "backoff:      {} doubling, at most {}, jittered",
+        secs(s.backoff_base_secs),
+        secs(s.backoff_max_secs)
+    );
+    println!("overlap:      {}", s.overlap);
+    println!(
+        "catch-up:     {} (grace {})",
+        s.catch_up,
+        secs(s.grace_secs)
+    );
+    println!("next fire:    {}", next_fire_text(&d)?);
+    println!("last result:  {}", last_result_text(store.as_ref(), &d)?);
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! `runner tick`: what cron runs every minute.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use super::{actor, parse_duration, Ctx};
+use crate::exit::Failure;
+use crate::store::OpenMode;
+use crate::tick::{tick, TickOptions};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Jobs executed at once.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub concurrency: usize,
+    /// Runs claimed per claim transaction at most.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub batch: usize,
+    /// Lease length; heart-beaten every third of it. A run whose runner stops heart-beating is
+    /// recovered this long after its last heartbeat.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
+    pub lease: Duration,
+    /// Stop claiming new runs once the tick is this old (then wait for running jobs).
+    #[arg(long, value_name = "DUR", default_value = "50s", value_parser = parse_duration)]
+    pub max_tick: Duration,
+    /// Owner id written on leases [default: HOST:PID].
+    #[arg(long, value_name = "ID")]
+    pub owner: Option<String>,
+}
+
+pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
+    if args.concurrency == 0 || args.batch == 0 {
+        return Err(Failure::usage(
+            "--concurrency and --batch must be at least 1",
+        ));
+    }
+    if args.lease < Duration::from_secs(3) {
+        return Err(Failure::usage(
+            "--lease must be at least 3s (it is heart-beaten every third of it)",
+        ));
+    }
+    let mut store = ctx.open(OpenMode::MustExist)?;
+    let options = TickOptions {
+        actor: actor(args.owner),
+        concurrency: args.concurrency,
+        batch: args.batch,
+        lease: args.lease,
+        max_tick: args.max_tick,
+        only_run: None,
+        shutdown: shutdown_flag()?,
+    };
+    let report = tick(
+        store.as_mut(),
+        &ctx.clock,
+        &options,
+        &mut fastrand::Rng::new(),
+    )?;
+    if ctx.verbose > 0 {
+        eprintln!(
+            "runner: tick done: {} recovered, {} materialised, {} executed, {} errors",
+            report.recovered,
+            report.materialized,
+            report.executed.len(),
+            report.errors
+        );
+    }
+    Ok(())
+}
+
+/// SIGTERM, SIGINT and SIGHUP only set this flag; the supervisor loop stops the jobs and exits.
+pub fn shutdown_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(signal, Arc::clone(&flag))
+            .context("installing signal handlers")?;
+    }
+    Ok(flag)
+}

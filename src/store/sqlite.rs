@@ -1,0 +1,741 @@
+//! The embedded SQLite backend: WAL, `synchronous=FULL`, foreign keys on every connection, a
+//! busy timeout, `BEGIN IMMEDIATE` for every write transaction, never `INSERT OR REPLACE`.
+
+use std::fs::{DirBuilder, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use rusqlite::{
+    named_params, params, Connection, OpenFlags, OptionalExtension, Row, Transaction,
+    TransactionBehavior,
+};
+use serde_json::json;
+
+use super::{CursorMove, LastResult, OpenMode, Store};
+use crate::exit::Failure;
+use crate::model::{
+    Actor, AfterFailure, AttemptResult, ClaimedRun, Definition, ErrorCode, ExpiredLease, Fenced,
+    NewRun, Settings, Trigger,
+};
+
+/// `PRAGMA application_id`: marks a file as a runner database ("RUNR").
+const APPLICATION_ID: i64 = 0x5255_4E52;
+/// Migrations, in order; `PRAGMA user_version` counts how many were applied.
+const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0001_init.sql")];
+/// How long a statement waits for another runner's write lock before giving up (exit 5).
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
+
+pub struct SqliteStore {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    pub fn open(path: &Path, mode: OpenMode) -> Result<SqliteStore> {
+        let shown = path.display();
+        if path.is_dir() {
+            return Err(Failure::database(format!(
+                "{shown} is a directory, not a runner database; point --db at a file"
+            )));
+        }
+        if !path.exists() {
+            if mode == OpenMode::MustExist {
+                return Err(Failure::database(format!(
+                    "no runner database at {shown}; create it with `runner init` \
+                     (or `runner schedule add`), or point --db / RUNNER_DB at an existing one"
+                )));
+            }
+            create_private_file(path)?;
+        }
+        // READ_WRITE without CREATE: SQLite opens a read-only file read-only, so reads still work
+        // and writes fail with a clear error.
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| Failure::database(format!("cannot open database {shown}: {e}")))?;
+        let mut store = SqliteStore {
+            conn,
+            path: path.to_path_buf(),
+        };
+        store.configure().map_err(|e| not_a_database(path, &e))?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn configure(&mut self) -> rusqlite::Result<()> {
+        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        // Reading the header first turns a garbage file into NotADatabase here, not mid-command.
+        let _: i64 = self
+            .conn
+            .query_row("PRAGMA application_id", [], |r| r.get(0))?;
+        if !self.conn.is_readonly(rusqlite::MAIN_DB)? {
+            let _: String = self
+                .conn
+                .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        }
+        self.conn
+            .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+        Ok(())
+    }
+
+    /// Bring the schema up to date, or refuse a database that is not ours or is newer.
+    fn migrate(&mut self) -> Result<()> {
+        let shown = self.path.display().to_string();
+        let (app_id, version) = self.header().map_err(|e| not_a_database(&self.path, &e))?;
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            return Err(Failure::database(format!(
+                "{shown} has schema version {version}, newer than this runner understands ({known}); \
+                 upgrade runner"
+            )));
+        }
+        if app_id != APPLICATION_ID {
+            let tables: i64 =
+                self.conn
+                    .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+            if app_id != 0 || tables > 0 {
+                return Err(Failure::database(format!(
+                    "{shown} is a SQLite database but not a runner database; point --db elsewhere"
+                )));
+            }
+        }
+        if version == known {
+            return Ok(());
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Re-read inside the lock: another process may have migrated meanwhile.
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql)
+                .with_context(|| format!("applying migration {} to {shown}", index + 1))?;
+        }
+        tx.execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {known};"
+        ))?;
+        tx.commit().with_context(|| format!("migrating {shown}"))?;
+        Ok(())
+    }
+
+    fn header(&self) -> rusqlite::Result<(i64, i64)> {
+        let app_id = self
+            .conn
+            .query_row("PRAGMA application_id", [], |r| r.get(0))?;
+        let version = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        Ok((app_id, version))
+    }
+
+    fn write(&mut self) -> Result<Transaction<'_>> {
+        Ok(self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?)
+    }
+}
+
+fn not_a_database(path: &Path, error: &dyn std::fmt::Display) -> anyhow::Error {
+    Failure::database(format!(
+        "{} is not a usable runner database ({error}); restore it from a backup or point --db elsewhere",
+        path.display()
+    ))
+}
+
+/// Create the database file 0600 (and any missing directories 0700): it holds the commands that
+/// `runner` will execute, so, like a crontab, nobody else may write it.
+fn create_private_file(path: &Path) -> Result<()> {
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| {
+                Failure::database(format!("cannot create directory {}: {e}", dir.display()))
+            })?;
+    }
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()), // a racing init made it
+        Err(e) => Err(Failure::database(format!(
+            "cannot create database {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, max_attempts, timeout_secs, \
+     backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, materialized_through, \
+     next_fire_at, created_at, updated_at";
+
+fn definition_from_row(row: &Row<'_>) -> rusqlite::Result<Definition> {
+    let text_enum = |index: usize, value: String| -> rusqlite::Result<_> {
+        Err(rusqlite::Error::FromSqlConversionFailure(
+            index,
+            rusqlite::types::Type::Text,
+            format!("unexpected value {value:?}").into(),
+        ))
+    };
+    let overlap: String = row.get(10)?;
+    let catch_up: String = row.get(11)?;
+    Ok(Definition {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        settings: Settings {
+            cron: row.get(2)?,
+            timezone: row.get(3)?,
+            command: row.get(4)?,
+            workdir: row.get(5)?,
+            max_attempts: row.get(6)?,
+            timeout_secs: row.get(7)?,
+            backoff_base_secs: row.get(8)?,
+            backoff_max_secs: row.get(9)?,
+            overlap: match overlap.parse() {
+                Ok(v) => v,
+                Err(_) => return text_enum(10, overlap),
+            },
+            catch_up: match catch_up.parse() {
+                Ok(v) => v,
+                Err(_) => return text_enum(11, catch_up),
+            },
+            grace_secs: row.get(12)?,
+            paused: row.get(13)?,
+        },
+        materialized_through: row.get(14)?,
+        next_fire_at: row.get(15)?,
+        created_at: row.get(16)?,
+        updated_at: row.get(17)?,
+    })
+}
+
+fn insert_event(
+    tx: &Transaction<'_>,
+    run_id: i64,
+    at: i64,
+    kind: &str,
+    actor: &str,
+    detail: serde_json::Value,
+) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO job_events (run_id, at, kind, actor, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![run_id, at, kind, actor, detail.to_string()])?;
+    Ok(())
+}
+
+const CLAIM_SQL: &str = "
+UPDATE job_runs
+SET status = 'running',
+    owner = :owner,
+    lease_token = lower(hex(randomblob(16))),
+    lease_expires_at = :lease_expires_at,
+    heartbeat_at = :now,
+    attempt = attempt + 1,
+    started_at = coalesce(started_at, :now)
+WHERE id IN (
+    SELECT r.id
+    FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+    WHERE r.status = 'pending' AND r.run_at <= :now
+      AND (:only_run IS NULL OR r.id = :only_run)
+      AND (d.overlap = 'allow' OR (
+            -- forbid: nothing of this schedule running, and only its oldest due run
+            NOT EXISTS (SELECT 1 FROM job_runs o WHERE o.definition_id = r.definition_id AND o.status = 'running')
+            AND r.id = (SELECT p.id FROM job_runs p
+                        WHERE p.definition_id = r.definition_id AND p.status = 'pending' AND p.run_at <= :now
+                        ORDER BY p.run_at, p.id LIMIT 1)))
+    ORDER BY r.run_at, r.id
+    LIMIT :batch)
+RETURNING id, definition_id, (SELECT name FROM job_definitions WHERE id = definition_id), attempt, max_attempts,
+          scheduled_for, command, workdir, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
+          lease_token";
+
+impl Store for SqliteStore {
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn add_definition(
+        &mut self,
+        name: &str,
+        s: &Settings,
+        now: i64,
+        next_fire_at: Option<i64>,
+    ) -> Result<Definition> {
+        let tx = self.write()?;
+        let inserted = tx.execute(
+            "INSERT INTO job_definitions (name, cron, timezone, command, workdir, max_attempts, timeout_secs,
+                 backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused,
+                 materialized_through, next_fire_at, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?14, ?14)
+             ON CONFLICT (name) DO NOTHING",
+            params![
+                name, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
+                s.backoff_base_secs, s.backoff_max_secs, s.overlap.as_str(), s.catch_up.as_str(),
+                s.grace_secs, s.paused, now, next_fire_at
+            ],
+        )?;
+        if inserted == 0 {
+            return Err(Failure::usage(format!(
+                "a schedule named {name:?} already exists; use `runner schedule edit {name}` to change it"
+            )));
+        }
+        let definition = tx.query_row(
+            &format!("SELECT {DEFINITION_COLUMNS} FROM job_definitions WHERE name = ?1"),
+            [name],
+            definition_from_row,
+        )?;
+        tx.commit()?;
+        Ok(definition)
+    }
+
+    fn update_definition(&mut self, d: &Definition, now: i64) -> Result<()> {
+        let s = &d.settings;
+        let tx = self.write()?;
+        let changed = tx.execute(
+            "UPDATE job_definitions SET cron = ?2, timezone = ?3, command = ?4, workdir = ?5, max_attempts = ?6,
+                 timeout_secs = ?7, backoff_base_secs = ?8, backoff_max_secs = ?9, overlap = ?10, catch_up = ?11,
+                 grace_secs = ?12, paused = ?13, materialized_through = ?14, next_fire_at = ?15, updated_at = ?16
+             WHERE id = ?1",
+            params![
+                d.id, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
+                s.backoff_base_secs, s.backoff_max_secs, s.overlap.as_str(), s.catch_up.as_str(),
+                s.grace_secs, s.paused, d.materialized_through, d.next_fire_at, now
+            ],
+        )?;
+        if changed == 0 {
+            return Err(Failure::not_found(format!(
+                "schedule {:?} no longer exists",
+                d.name
+            )));
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn remove_definition(&mut self, name: &str) -> Result<bool> {
+        let tx = self.write()?;
+        let removed = tx.execute("DELETE FROM job_definitions WHERE name = ?1", [name])?;
+        tx.commit()?;
+        Ok(removed > 0)
+    }
+
+    fn definition(&self, name: &str) -> Result<Option<Definition>> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!("SELECT {DEFINITION_COLUMNS} FROM job_definitions WHERE name = ?1"),
+                [name],
+                definition_from_row,
+            )
+            .optional()?)
+    }
+
+    fn definitions(&self) -> Result<Vec<Definition>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {DEFINITION_COLUMNS} FROM job_definitions ORDER BY name"
+        ))?;
+        let rows = stmt.query_map([], definition_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn last_result(&self, definition_id: i64) -> Result<Option<LastResult>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id, status, scheduled_for, error_code FROM job_runs
+                 WHERE definition_id = ?1 AND status IN ('succeeded', 'dead', 'cancelled', 'skipped')
+                 ORDER BY scheduled_for DESC, id DESC LIMIT 1",
+                [definition_id],
+                |r| {
+                    Ok(LastResult { run_id: r.get(0)?, status: r.get(1)?, scheduled_for: r.get(2)?, error_code: r.get(3)? })
+                },
+            )
+            .optional()?)
+    }
+
+    fn record_tick(&mut self, now: i64) -> Result<()> {
+        let tx = self.write()?;
+        tx.execute(
+            "INSERT INTO runner_state (key, value) VALUES ('last_tick_at', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
+            [now],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn due_definitions(&self, now: i64) -> Result<Vec<Definition>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {DEFINITION_COLUMNS} FROM job_definitions
+             WHERE paused = 0 AND next_fire_at <= ?1 ORDER BY next_fire_at, id"
+        ))?;
+        let rows = stmt.query_map([now], definition_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn materialize(
+        &mut self,
+        cursor: CursorMove,
+        now: i64,
+        actor: &Actor,
+        plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
+    ) -> Result<usize> {
+        let tx = self.write()?;
+        let moved = tx.execute(
+            "UPDATE job_definitions SET materialized_through = ?4, next_fire_at = ?5
+             WHERE id = ?1 AND materialized_through = ?2 AND updated_at = ?3 AND paused = 0",
+            params![
+                cursor.definition_id,
+                cursor.expected_through,
+                cursor.expected_updated_at,
+                cursor.new_through,
+                cursor.next_fire_at
+            ],
+        )?;
+        if moved == 0 {
+            return Ok(0); // another tick materialised these instants, or the schedule changed
+        }
+        let running: Option<i64> = tx
+            .query_row(
+                "SELECT id FROM job_runs WHERE definition_id = ?1 AND status = 'running' ORDER BY id LIMIT 1",
+                [cursor.definition_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let mut inserted = 0;
+        for run in plan(running) {
+            let (status, finished_at) = match run.skip_reason {
+                Some(_) => ("skipped", Some(now)),
+                None => ("pending", None),
+            };
+            let run_id: Option<i64> = tx
+                .prepare_cached(
+                    "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
+                         max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
+                         skip_reason, created_at, finished_at)
+                     SELECT id, :trigger, :at, :status, :at, command, workdir, max_attempts, timeout_secs,
+                         backoff_base_secs, backoff_max_secs, name || '@' || :key_time, :skip_reason, :now, :finished_at
+                     FROM job_definitions WHERE id = :definition_id
+                     ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
+                     RETURNING id",
+                )?
+                .query_row(
+                    named_params! {
+                        ":trigger": run.trigger.as_str(),
+                        ":at": run.scheduled_for,
+                        ":status": status,
+                        ":key_time": crate::clock::from_epoch(run.scheduled_for).to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        ":skip_reason": run.skip_reason,
+                        ":now": now,
+                        ":finished_at": finished_at,
+                        ":definition_id": cursor.definition_id,
+                    },
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(run_id) = run_id {
+                inserted += 1;
+                let (kind, detail) = match &run.skip_reason {
+                    Some(reason) => ("SKIPPED", json!({ "reason": reason })),
+                    None => ("ENQUEUED", json!({ "trigger": run.trigger.as_str() })),
+                };
+                insert_event(&tx, run_id, now, kind, &actor.owner, detail)?;
+            }
+        }
+        tx.commit()?;
+        Ok(inserted)
+    }
+
+    fn expired_leases(&self, now: i64, limit: usize) -> Result<Vec<ExpiredLease>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT r.id, d.name, r.attempt, r.max_attempts, r.lease_token, r.lease_expires_at,
+                    r.backoff_base_secs, r.backoff_max_secs, a.host, a.child_pid, a.child_start_time, a.started_at
+             FROM job_runs r
+             JOIN job_definitions d ON d.id = r.definition_id
+             LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
+             WHERE r.status = 'running' AND r.lease_expires_at < ?1
+             ORDER BY r.lease_expires_at
+             LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![now, limit as i64], |r| {
+            Ok(ExpiredLease {
+                run_id: r.get(0)?,
+                job_name: r.get(1)?,
+                attempt: r.get(2)?,
+                max_attempts: r.get(3)?,
+                lease_token: r.get(4)?,
+                lease_expires_at: r.get(5)?,
+                backoff_base_secs: r.get(6)?,
+                backoff_max_secs: r.get(7)?,
+                host: r.get(8)?,
+                child_pid: r.get(9)?,
+                child_start_time: r.get::<_, Option<i64>>(10)?.map(|t| t as u64),
+                attempt_started_at: r.get(11)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn claim(
+        &mut self,
+        actor: &Actor,
+        now: i64,
+        lease_secs: i64,
+        batch: usize,
+        only_run: Option<i64>,
+    ) -> Result<Vec<ClaimedRun>> {
+        let tx = self.write()?;
+        let claimed: Vec<ClaimedRun> = {
+            let mut stmt = tx.prepare_cached(CLAIM_SQL)?;
+            let rows = stmt.query_map(
+                named_params! {
+                    ":owner": actor.owner,
+                    ":lease_expires_at": now + lease_secs,
+                    ":now": now,
+                    ":batch": batch as i64,
+                    ":only_run": only_run,
+                },
+                |r| {
+                    Ok(ClaimedRun {
+                        run_id: r.get(0)?,
+                        definition_id: r.get(1)?,
+                        job_name: r.get(2)?,
+                        attempt: r.get(3)?,
+                        max_attempts: r.get(4)?,
+                        scheduled_for: r.get(5)?,
+                        command: r.get(6)?,
+                        workdir: r.get(7)?,
+                        timeout_secs: r.get(8)?,
+                        backoff_base_secs: r.get(9)?,
+                        backoff_max_secs: r.get(10)?,
+                        idempotency_key: r.get(11)?,
+                        lease_token: r.get(12)?,
+                    })
+                },
+            )?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        for run in &claimed {
+            tx.prepare_cached(
+                "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, started_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![run.run_id, run.attempt, actor.owner, actor.host, actor.pid, run.lease_token, now])?;
+            insert_event(
+                &tx,
+                run.run_id,
+                now,
+                "CLAIMED",
+                &actor.owner,
+                json!({ "attempt": run.attempt, "host": actor.host }),
+            )?;
+        }
+        tx.commit()?;
+        Ok(claimed)
+    }
+
+    fn record_process(
+        &mut self,
+        run: &ClaimedRun,
+        pid: u32,
+        start_time: Option<u64>,
+    ) -> Result<Fenced> {
+        let tx = self.write()?;
+        let changed = tx.execute(
+            "UPDATE job_attempts SET child_pid = ?4, child_start_time = ?5
+             WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL",
+            params![
+                run.run_id,
+                run.attempt,
+                run.lease_token,
+                pid,
+                start_time.map(|t| t as i64)
+            ],
+        )?;
+        tx.commit()?;
+        Ok(if changed == 1 {
+            Fenced::Applied
+        } else {
+            Fenced::LeaseLost
+        })
+    }
+
+    fn heartbeat(
+        &mut self,
+        tokens: &[String],
+        now: i64,
+        lease_expires_at: i64,
+    ) -> Result<Vec<String>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let placeholders = vec!["?"; tokens.len()].join(", ");
+        let sql = format!(
+            "UPDATE job_runs SET lease_expires_at = ?, heartbeat_at = ?
+             WHERE status = 'running' AND lease_token IN ({placeholders}) RETURNING lease_token"
+        );
+        let tx = self.write()?;
+        let held: Vec<String> = {
+            let mut stmt = tx.prepare(&sql)?;
+            let values = [lease_expires_at, now]
+                .into_iter()
+                .map(rusqlite::types::Value::from)
+                .chain(
+                    tokens
+                        .iter()
+                        .map(|t| rusqlite::types::Value::from(t.clone())),
+                );
+            let rows = stmt.query_map(rusqlite::params_from_iter(values), |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        tx.commit()?;
+        Ok(held)
+    }
+
+    fn finish_attempt(&mut self, result: &AttemptResult, actor: &Actor) -> Result<Fenced> {
+        let (run_status, run_at, error_code, error_detail) = match &result.failure {
+            None => ("succeeded", None, None, None),
+            Some((code, detail, AfterFailure::RetryAt(at))) => (
+                "pending",
+                Some(*at),
+                Some(code.to_string()),
+                Some(detail.as_str()),
+            ),
+            Some((code, detail, AfterFailure::Dead)) => {
+                ("dead", None, Some(code.to_string()), Some(detail.as_str()))
+            }
+        };
+        let finished_at = (run_status != "pending").then_some(result.finished_at);
+        let tx = self.write()?;
+        let changed = tx.execute(
+            "UPDATE job_runs SET status = ?3, run_at = coalesce(?4, run_at), owner = NULL, lease_token = NULL,
+                 lease_expires_at = NULL, heartbeat_at = NULL, error_code = ?5, error_detail = ?6, finished_at = ?7
+             WHERE id = ?1 AND lease_token = ?2 AND status = 'running'",
+            params![result.run_id, result.lease_token, run_status, run_at, error_code, error_detail, finished_at],
+        )?;
+        let outcome = if result.failure.is_none() {
+            "succeeded"
+        } else {
+            "failed"
+        };
+        // The attempt row is fenced by the same token; once closed (e.g. by a recovering runner)
+        // it is never rewritten.
+        tx.execute(
+            "UPDATE job_attempts SET finished_at = ?4, duration_ms = ?5, outcome = ?6, exit_code = ?7, error_code = ?8,
+                 error_detail = ?9, stdout_tail = ?10, stderr_tail = ?11, stdout_bytes = ?12, stderr_bytes = ?13
+             WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL",
+            params![
+                result.run_id, result.attempt, result.lease_token, result.finished_at, result.duration_ms, outcome,
+                result.exit_code, error_code, error_detail, result.stdout_tail, result.stderr_tail,
+                result.stdout_bytes as i64, result.stderr_bytes as i64
+            ],
+        )?;
+        let exists = tx
+            .query_row(
+                "SELECT 1 FROM job_runs WHERE id = ?1",
+                [result.run_id],
+                |_| Ok(()),
+            )
+            .optional()?;
+        if changed == 0 {
+            if exists.is_some() {
+                insert_event(
+                    &tx,
+                    result.run_id,
+                    result.finished_at,
+                    "LEASE_LOST",
+                    &actor.owner,
+                    json!({
+                        "attempt": result.attempt,
+                        "refused": run_status,
+                        "error_code": error_code,
+                    }),
+                )?;
+            }
+            tx.commit()?;
+            return Ok(Fenced::LeaseLost);
+        }
+        let at = result.finished_at;
+        match &result.failure {
+            None => insert_event(
+                &tx,
+                result.run_id,
+                at,
+                "SUCCEEDED",
+                &actor.owner,
+                json!({ "attempt": result.attempt }),
+            )?,
+            Some((code, detail, after)) => {
+                let kind = if *code == ErrorCode::LeaseExpired {
+                    "RECOVERED"
+                } else {
+                    "FAILED"
+                };
+                insert_event(
+                    &tx,
+                    result.run_id,
+                    at,
+                    kind,
+                    &actor.owner,
+                    json!({
+                        "attempt": result.attempt, "error_code": code.to_string(), "detail": crate::model::truncate_detail(detail, 200)
+                    }),
+                )?;
+                match after {
+                    AfterFailure::RetryAt(when) => insert_event(
+                        &tx,
+                        result.run_id,
+                        at,
+                        "RETRY_SCHEDULED",
+                        &actor.owner,
+                        json!({ "next_attempt": result.attempt + 1, "run_at": when }),
+                    )?,
+                    AfterFailure::Dead => insert_event(
+                        &tx,
+                        result.run_id,
+                        at,
+                        "DEAD",
+                        &actor.owner,
+                        json!({ "attempts": result.attempt }),
+                    )?,
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(Fenced::Applied)
+    }
+
+    fn enqueue_manual(&mut self, d: &Definition, now: i64, actor: &Actor) -> Result<i64> {
+        let tx = self.write()?;
+        let key = format!("{}@manual:{}:{:016x}", d.name, now, fastrand::u64(..));
+        let run_id: i64 = tx.query_row(
+            "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir, max_attempts,
+                 timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key, created_at)
+             SELECT id, ?2, ?3, 'pending', ?3, command, workdir, max_attempts, timeout_secs, backoff_base_secs,
+                 backoff_max_secs, ?4, ?3
+             FROM job_definitions WHERE id = ?1
+             RETURNING id",
+            params![d.id, Trigger::Manual.as_str(), now, key],
+            |r| r.get(0),
+        )?;
+        insert_event(
+            &tx,
+            run_id,
+            now,
+            "ENQUEUED",
+            &actor.owner,
+            json!({ "trigger": "manual" }),
+        )?;
+        tx.commit()?;
+        Ok(run_id)
+    }
+}

@@ -1,0 +1,90 @@
+//! Step 3: every enabled schedule whose fire time has come gets one run per instant, by its
+//! catch-up and overlap policies. The cursor move and the inserts share one transaction, and the
+//! cursor is compare-and-swapped, so racing ticks never create a second run for an instant.
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+
+use crate::clock::from_epoch;
+use crate::model::{Actor, Definition, NewRun, Overlap, Trigger};
+use crate::schedule::{plan_catch_up, Decision};
+use crate::store::{CursorMove, Store};
+use crate::timing::Timing;
+
+/// How many instants of one schedule a tick looks at (and records, run or skipped) at most;
+/// older missed instants are counted in a skip reason, not recorded one by one.
+pub const INSTANTS_RECORDED_LIMIT: usize = 1000;
+
+pub fn materialize_due(
+    store: &mut dyn Store,
+    now: DateTime<Utc>,
+    actor: &Actor,
+    errors: &mut usize,
+) -> Result<usize> {
+    let mut inserted = 0;
+    for definition in store.due_definitions(now.timestamp())? {
+        match materialize_one(store, &definition, now, actor) {
+            Ok(n) => inserted += n,
+            Err(e) => {
+                // One broken schedule must not stop the others.
+                *errors += 1;
+                super::runner_error(format!("schedule {}: {e:#}", definition.name));
+            }
+        }
+    }
+    Ok(inserted)
+}
+
+fn materialize_one(
+    store: &mut dyn Store,
+    d: &Definition,
+    now: DateTime<Utc>,
+    actor: &Actor,
+) -> Result<usize> {
+    let timing = Timing::of(&d.settings)?;
+    let through = d.materialized_through;
+    let new_through = through.max(now.timestamp());
+    let due = timing.cron.fire_times_between(
+        timing.tz,
+        from_epoch(through),
+        now,
+        INSTANTS_RECORDED_LIMIT,
+    );
+    let grace = std::time::Duration::from_secs(d.settings.grace_secs.max(0) as u64);
+    let mut plan = plan_catch_up(&due.instants, now, d.settings.catch_up, grace);
+    if due.older_dropped > 0 {
+        if let Some((_, decision)) = plan.first_mut() {
+            let note = format!(
+                "{} older missed instants were not recorded",
+                due.older_dropped
+            );
+            *decision = Decision::Skip(match decision {
+                Decision::Skip(reason) => format!("{reason}; {note}"),
+                Decision::Run => note,
+            });
+        }
+    }
+    let cursor = CursorMove {
+        definition_id: d.id,
+        expected_through: through,
+        expected_updated_at: d.updated_at,
+        new_through,
+        next_fire_at: timing.next_after(new_through),
+    };
+    let overlap = d.settings.overlap;
+    store.materialize(cursor, now.timestamp(), actor, &mut |running| {
+        plan.iter()
+            .map(|(at, decision)| NewRun {
+                trigger: Trigger::Schedule,
+                scheduled_for: at.timestamp(),
+                skip_reason: match (decision, running) {
+                    (Decision::Skip(reason), _) => Some(reason.clone()),
+                    (Decision::Run, Some(run_id)) if overlap == Overlap::Forbid => Some(format!(
+                        "overlap forbid: run {run_id} of this schedule is still running"
+                    )),
+                    (Decision::Run, _) => None,
+                },
+            })
+            .collect()
+    })
+}

@@ -1,0 +1,3 @@
+//! One integration crate: every test drives the real `runner` binary on temp databases.
+
+mod common;
