@@ -62,7 +62,7 @@ const MONTH_NAMES: [&str; 12] = [
 ];
 const DOW_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
-const FULL_MONTH_NAMES: [(&str, &str); 13] = [
+const FULL_MONTH_NAMES: [(&str, &str); 12] = [
     ("JANUARY", "JAN"),
     ("FEBRUARY", "FEB"),
     ("MARCH", "MAR"),
@@ -75,9 +75,8 @@ const FULL_MONTH_NAMES: [(&str, &str); 13] = [
     ("OCTOBER", "OCT"),
     ("NOVEMBER", "NOV"),
     ("DECEMBER", "DEC"),
-    ("MAYO", "MAY"),
 ];
-const FULL_DOW_NAMES: [(&str, &str); 12] = [
+const FULL_DOW_NAMES: [(&str, &str); 11] = [
     ("SUNDAY", "SUN"),
     ("MONDAY", "MON"),
     ("TUES", "TUE"),
@@ -89,7 +88,6 @@ const FULL_DOW_NAMES: [(&str, &str); 12] = [
     ("THURSDAY", "THU"),
     ("FRIDAY", "FRI"),
     ("SATURDAY", "SAT"),
-    ("SATUR", "SAT"),
 ];
 
 const MACROS: [(&str, [&str; 5]); 7] = [
@@ -2070,7 +2068,9 @@ mod tests {
         ) {
             let Ok(s) = CronSchedule::parse(&expr) else { return Ok(()); };
             let tz = ZONES[zone];
-            let after = utc(TRANSITIONS[base]) + TimeDelta::minutes(shift_minutes) + TimeDelta::seconds(17);
+            let after = utc(TRANSITIONS[base])
+                + TimeDelta::minutes(shift_minutes)
+                + TimeDelta::seconds(17);
             let until = after + TimeDelta::hours(40);
             let got = s.fire_times_between(tz, after, until, usize::MAX);
             prop_assert_eq!(got.older_dropped, 0);
