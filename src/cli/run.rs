@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{actor, tick::shutdown_flag, Ctx};
+use super::tick::{open_for_execution, shutdown_flag};
+use super::{actor, Ctx};
 use crate::exit::Failure;
 use crate::model::AfterFailure;
 use crate::process::{Outcome, SpawnErrorKind};
@@ -23,7 +24,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
-    let mut store = ctx.open(OpenMode::MustExist)?;
+    let mut store = if args.wait {
+        open_for_execution(ctx)?
+    } else {
+        ctx.open(OpenMode::MustExist)?
+    };
     let definition = store.definition(&args.name)?.ok_or_else(|| {
         Failure::not_found(format!(
             "no schedule named {:?}; `runner schedule list` shows them",

@@ -8,7 +8,8 @@ use anyhow::{Context, Result};
 
 use super::{actor, parse_duration, Ctx};
 use crate::exit::Failure;
-use crate::store::OpenMode;
+use crate::security::check_executable_database;
+use crate::store::{Location, OpenMode, Store};
 use crate::tick::{tick, TickOptions};
 
 #[derive(Debug, clap::Args)]
@@ -42,7 +43,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             "--lease must be at least 3s (it is heart-beaten every third of it)",
         ));
     }
-    let mut store = ctx.open(OpenMode::MustExist)?;
+    let mut store = open_for_execution(ctx)?;
     let options = TickOptions {
         actor: actor(args.owner),
         concurrency: args.concurrency,
@@ -68,6 +69,16 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Open the database for a command that executes jobs: it must exist, and nobody but its owner
+/// may be able to write it (see `security`).
+pub fn open_for_execution(ctx: &Ctx) -> Result<Box<dyn Store>> {
+    let store = ctx.open(OpenMode::MustExist)?;
+    if let Location::Sqlite(path) = &ctx.location {
+        check_executable_database(path)?;
+    }
+    Ok(store)
 }
 
 /// SIGTERM, SIGINT and SIGHUP only set this flag; the supervisor loop stops the jobs and exits.
