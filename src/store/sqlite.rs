@@ -64,7 +64,7 @@ impl SqliteStore {
     }
 
     fn configure(&mut self) -> rusqlite::Result<()> {
-        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        self.conn.busy_handler(Some(wait_while_busy))?;
         // Reading the header first turns a garbage file into NotADatabase here, not mid-command.
         let _: i64 = self
             .conn
@@ -134,6 +134,30 @@ impl SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?)
     }
+}
+
+thread_local! {
+    /// When the current lock wait began (SQLite calls the busy handler with count 0 first).
+    static BUSY_SINCE: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// SQLite's busy handler: while another runner holds the write lock, sleep a jittered, growing
+/// delay (1 ms up to 50 ms, so many waiting runners do not retry in lockstep) and try again,
+/// until BUSY_TIMEOUT has passed; then the statement fails with SQLITE_BUSY (exit 5).
+fn wait_while_busy(count: i32) -> bool {
+    let now = std::time::Instant::now();
+    let since = BUSY_SINCE.with(|cell| {
+        if count == 0 || cell.get().is_none() {
+            cell.set(Some(now));
+        }
+        cell.get().unwrap_or(now)
+    });
+    if now.duration_since(since) >= BUSY_TIMEOUT {
+        return false;
+    }
+    let ceiling_ms = 1u64 << count.clamp(0, 6);
+    std::thread::sleep(Duration::from_millis(fastrand::u64(1..=ceiling_ms.min(50))));
+    true
 }
 
 fn not_a_database(path: &Path, error: &dyn std::fmt::Display) -> anyhow::Error {
