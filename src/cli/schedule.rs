@@ -9,12 +9,13 @@ use chrono_tz::Tz;
 use comfy_table::Table;
 use serde_json::{json, Value};
 
-use super::{duration_secs, parse_duration, Ctx};
+use super::{actor, duration_secs, parse_duration, Ctx};
 use crate::display::{local_time, put_time};
 use crate::exit::Failure;
 use crate::model::{Definition, Overlap, Settings};
 use crate::schedule::{parse_zone, CatchUp};
 use crate::store::{OpenMode, Store};
+use crate::tick::materialize::materialize_definition;
 use crate::timing::Timing;
 
 #[derive(Debug, clap::Subcommand)]
@@ -88,16 +89,16 @@ pub struct SettingsFlags {
     #[arg(long, value_name = "ZONE")]
     pub tz: Option<String>,
     /// Attempts before a run is dead [default: 3].
-    #[arg(long, value_name = "N")]
-    pub max_attempts: Option<u32>,
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_attempts: Option<i64>,
     /// Maximum runtime of one attempt [default: 1h].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub timeout: Option<Duration>,
     /// First retry delay, doubled each attempt [default: 30s].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub backoff_base: Option<Duration>,
     /// Longest retry delay [default: 1h].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub backoff_max: Option<Duration>,
     /// While a run is running, skip (forbid) or also run (allow) a newly due one [default: forbid].
     #[arg(long, value_name = "POLICY", value_parser = parse_overlap)]
@@ -106,7 +107,7 @@ pub struct SettingsFlags {
     #[arg(long, value_name = "POLICY", value_parser = parse_catch_up)]
     pub catch_up: Option<CatchUp>,
     /// How late an instant may start before it counts as missed (catch-up none) [default: 5m].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub grace: Option<Duration>,
     /// Working directory of the job [default: the tick's].
     #[arg(long, value_name = "DIR")]
@@ -197,12 +198,14 @@ impl SettingsFlags {
             s.timezone = tz.trim().to_string();
         }
         if let Some(n) = self.max_attempts {
-            if !(1..=MAX_ATTEMPTS_LIMIT).contains(&n) {
-                return Err(Failure::usage(format!(
-                    "--max-attempts must be between 1 and {MAX_ATTEMPTS_LIMIT}, not {n}"
-                )));
-            }
-            s.max_attempts = n;
+            s.max_attempts = u32::try_from(n)
+                .ok()
+                .filter(|n| (1..=MAX_ATTEMPTS_LIMIT).contains(n))
+                .ok_or_else(|| {
+                    Failure::usage(format!(
+                        "--max-attempts must be between 1 and {MAX_ATTEMPTS_LIMIT}, not {n}"
+                    ))
+                })?;
         }
         if let Some(d) = self.timeout {
             s.timeout_secs = duration_secs("timeout", d, 1)?;
@@ -230,13 +233,22 @@ impl SettingsFlags {
             s.grace_secs = duration_secs("grace", d, 0)?;
         }
         if let Some(dir) = &self.workdir {
-            let resolved = dir
-                .canonicalize()
-                .ok()
-                .filter(|p| p.is_dir())
-                .ok_or_else(|| {
-                    Failure::usage(format!("--workdir {}: no such directory", dir.display()))
-                })?;
+            let resolved = match dir.canonicalize() {
+                Ok(p) if p.is_dir() => p,
+                Ok(_) => {
+                    return Err(Failure::usage(format!(
+                        "--workdir {}: not a directory",
+                        dir.display()
+                    )))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Failure::usage(format!(
+                        "--workdir {}: no such directory",
+                        dir.display()
+                    )))
+                }
+                Err(e) => return Err(Failure::usage(format!("--workdir {}: {e}", dir.display()))),
+            };
             s.workdir = Some(resolved.to_string_lossy().into_owned());
         }
         if self.paused {
@@ -336,21 +348,32 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     }
     let mut store = ctx.open(OpenMode::MustExist)?;
     let mut definition = find(store.as_ref(), &args.name)?;
-    let was_paused = definition.settings.paused;
     let mut settings = args.flags.apply(definition.settings.clone())?;
     if args.active {
         settings.paused = false;
     }
     let timing = Timing::of(&settings)?;
-    let now = ctx.clock.epoch();
-    if was_paused && !settings.paused {
-        definition.materialized_through = definition.materialized_through.max(now);
-    }
+    let now = ctx.clock.now();
+    // The edit takes effect from the next fire time after now. Instants that came due before the
+    // edit belong to the old settings: materialise them as the next tick would have (unless the
+    // schedule is or becomes paused: pausing stops materialising at once, as `pause` does).
+    let earlier = if !definition.settings.paused && !settings.paused {
+        let n = materialize_definition(store.as_mut(), &definition, now, &actor(None))?;
+        definition = find(store.as_ref(), &args.name)?;
+        n
+    } else {
+        0
+    };
     definition.settings = settings;
-    // The cursor stays: instants already handled stay handled; the next one follows the new timing.
+    // Instants up to now are handled (or, for a paused schedule, never replayed); the next one
+    // follows the new timing.
+    definition.materialized_through = definition.materialized_through.max(now.timestamp());
     definition.next_fire_at = timing.next_after(definition.materialized_through);
-    store.update_definition(&definition, now)?;
+    store.update_definition(&definition, now.timestamp())?;
     println!("updated schedule {}", definition.name);
+    if earlier > 0 {
+        println!("({earlier} instant(s) already due were materialised under the previous settings first)");
+    }
     print_upcoming(&timing, ctx.clock.now(), 5);
     Ok(())
 }

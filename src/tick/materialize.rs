@@ -35,6 +35,21 @@ pub fn materialize_due(
     Ok(inserted)
 }
 
+/// Materialise one definition's due instants (a no-op when none are due, it is paused, or
+/// another process moved its cursor first). `schedule edit` uses it to settle instants that came
+/// due under the old settings before applying new ones.
+pub fn materialize_definition(
+    store: &mut dyn Store,
+    d: &Definition,
+    now: DateTime<Utc>,
+    actor: &Actor,
+) -> Result<usize> {
+    if d.settings.paused || d.next_fire_at.is_none_or(|next| next > now.timestamp()) {
+        return Ok(0);
+    }
+    materialize_one(store, d, now, actor)
+}
+
 fn materialize_one(
     store: &mut dyn Store,
     d: &Definition,
