@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 1.
+-- Schema version 2.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -78,6 +78,10 @@ CREATE INDEX job_runs_pending_by_definition ON job_runs (definition_id, run_at, 
 CREATE INDEX job_runs_definition_history ON job_runs (definition_id, scheduled_for DESC);
 CREATE INDEX job_runs_history ON job_runs (scheduled_for DESC, id DESC);
 CREATE INDEX job_runs_status ON job_runs (status, finished_at);
+-- history --status S [NAME]: newest first within one status (and one schedule). (0002)
+CREATE INDEX job_runs_status_history ON job_runs (status, scheduled_for DESC, id DESC);
+CREATE INDEX job_runs_definition_status_history
+    ON job_runs (definition_id, status, scheduled_for DESC, id DESC);
 
 -- One row per attempt to execute a run.
 CREATE TABLE job_attempts (
@@ -105,6 +109,9 @@ CREATE TABLE job_attempts (
     CHECK ((finished_at IS NULL) = (outcome IS NULL))
 );
 CREATE INDEX job_attempts_errors ON job_attempts (finished_at, error_code) WHERE error_code IS NOT NULL;
+-- metrics: durations of attempts that finished recently, covering. (0002)
+CREATE INDEX job_attempts_finished ON job_attempts (finished_at, run_id, duration_ms)
+    WHERE finished_at IS NOT NULL;
 
 -- Every transition of a run, with who made it and a short JSON detail.
 CREATE TABLE job_events (
@@ -117,7 +124,8 @@ CREATE TABLE job_events (
 );
 CREATE INDEX job_events_run ON job_events (run_id, id);
 
--- Small facts about the runner itself: last tick, last automatic prune.
+-- Small facts about the runner itself: last tick, last automatic prune, and dead_runs_total
+-- (the counter behind runner_dead_runs_total, which retry and prune never lower).
 CREATE TABLE runner_state (
     key   TEXT PRIMARY KEY,
     value INTEGER NOT NULL

@@ -9,7 +9,7 @@ use anyhow::Result;
 
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AttemptResult, ClaimedRun, Definition, ExpiredLease, Fenced, NewRun, Settings,
+    Actor, AttemptResult, ClaimedRun, Definition, ExpiredLease, Fenced, NewRun, RunStatus, Settings,
 };
 
 pub use sqlite::SqliteStore;
@@ -100,6 +100,207 @@ pub struct CursorMove {
     pub next_fire_at: Option<i64>,
 }
 
+/// Which runs `history` lists: newest first (by scheduled time), at most `limit`.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub definition_id: Option<i64>,
+    pub status: Option<RunStatus>,
+    /// Only runs scheduled at or after this time.
+    pub since: Option<i64>,
+    pub limit: usize,
+}
+
+/// A run as `history` and `show` present it, with its latest attempt's result.
+#[derive(Debug, Clone)]
+pub struct RunView {
+    pub id: i64,
+    pub job: String,
+    /// The schedule's zone: the run's times print in it.
+    pub timezone: String,
+    pub trigger: String,
+    pub status: RunStatus,
+    pub scheduled_for: i64,
+    pub run_at: i64,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub command: String,
+    pub workdir: Option<String>,
+    pub idempotency_key: String,
+    pub owner: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    pub heartbeat_at: Option<i64>,
+    pub error_code: Option<String>,
+    pub error_detail: Option<String>,
+    pub skip_reason: Option<String>,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    /// The latest attempt: when it started, how long it took (None while running), its exit code.
+    pub last_attempt_started_at: Option<i64>,
+    pub last_duration_ms: Option<i64>,
+    pub last_exit_code: Option<i32>,
+}
+
+/// One attempt of a run, for `show`.
+#[derive(Debug, Clone)]
+pub struct AttemptView {
+    pub attempt: u32,
+    pub owner: String,
+    pub host: String,
+    pub runner_pid: u32,
+    pub child_pid: Option<u32>,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub duration_ms: Option<i64>,
+    pub outcome: Option<String>,
+    pub exit_code: Option<i32>,
+    pub error_code: Option<String>,
+    pub error_detail: Option<String>,
+    pub stdout_tail: Vec<u8>,
+    pub stderr_tail: Vec<u8>,
+    pub stdout_bytes: Option<i64>,
+    pub stderr_bytes: Option<i64>,
+}
+
+/// One event of a run's timeline.
+#[derive(Debug, Clone)]
+pub struct EventView {
+    pub at: i64,
+    pub kind: String,
+    pub actor: String,
+    /// JSON text, as stored.
+    pub detail: Option<String>,
+}
+
+/// A run named in `status`: due, running, dead, or the oldest kept.
+#[derive(Debug, Clone)]
+pub struct RunBrief {
+    pub id: i64,
+    pub job: String,
+    pub timezone: String,
+    pub scheduled_for: i64,
+    pub run_at: i64,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub error_code: Option<String>,
+    pub finished_at: Option<i64>,
+}
+
+/// A running run and its lease.
+#[derive(Debug, Clone)]
+pub struct RunningView {
+    pub run: RunBrief,
+    pub owner: String,
+    pub host: Option<String>,
+    pub attempt_started_at: Option<i64>,
+    pub heartbeat_at: Option<i64>,
+    pub lease_expires_at: i64,
+}
+
+/// Everything `status` and `metrics` report, read in one snapshot.
+#[derive(Debug, Clone)]
+pub struct Health {
+    /// Every status, zeros included, in `RunStatus::ALL` order.
+    pub counts: Vec<(RunStatus, i64)>,
+    /// The pending run that has been due the longest without being claimed.
+    pub oldest_due: Option<RunBrief>,
+    /// Running runs, the earliest lease expiry first (expired ones first), at most `RUNNING_LISTED`.
+    pub running: Vec<RunningView>,
+    /// Runs between attempts or retrying now, by the attempt number they are on or will be on.
+    pub retries_in_flight: Vec<(u32, i64)>,
+    /// Error codes of attempts that finished since `recent_since`, most frequent first.
+    pub top_errors: Vec<(String, i64)>,
+    /// Runs that went dead since `recent_since`: how many, and the latest few.
+    pub dead_recent: i64,
+    pub dead_recent_runs: Vec<RunBrief>,
+    pub last_tick_at: Option<i64>,
+    pub last_prune_at: Option<i64>,
+    /// Runs that ever went dead in this database (retry and prune never lower it).
+    pub dead_runs_total: i64,
+    pub oldest_run: Option<RunBrief>,
+    pub storage: Storage,
+}
+
+/// How much space the database takes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Storage {
+    /// The main file (pages in use and free).
+    pub database_bytes: u64,
+    /// The write-ahead log not yet folded into the main file.
+    pub wal_bytes: u64,
+}
+
+/// Running runs listed by `status` at most (they are counted in full).
+pub const RUNNING_LISTED: usize = 50;
+/// Error codes and dead runs listed by `status` at most.
+pub const RECENT_LISTED: usize = 10;
+
+/// Rows deleted (or that would be) by pruning.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PruneCounts {
+    pub runs: u64,
+    pub attempts: u64,
+    pub events: u64,
+}
+
+impl std::ops::AddAssign for PruneCounts {
+    fn add_assign(&mut self, other: PruneCounts) {
+        self.runs += other.runs;
+        self.attempts += other.attempts;
+        self.events += other.events;
+    }
+}
+
+/// The states pruning may delete: finished for good. Never pending or running.
+pub const PRUNABLE: [RunStatus; 4] = [
+    RunStatus::Succeeded,
+    RunStatus::Dead,
+    RunStatus::Cancelled,
+    RunStatus::Skipped,
+];
+
+/// An operator's request on one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steer {
+    Retry,
+    Cancel,
+}
+
+impl Steer {
+    /// The transitions an operator may ask for, written once. Retry: a dead run, or a pending
+    /// run waiting out a backoff delay (it has had an attempt). Cancel: pending or running.
+    pub fn allows(self, status: RunStatus, attempt: u32) -> bool {
+        match self {
+            Steer::Retry => {
+                status == RunStatus::Dead || (status == RunStatus::Pending && attempt >= 1)
+            }
+            Steer::Cancel => matches!(status, RunStatus::Pending | RunStatus::Running),
+        }
+    }
+}
+
+/// What a retry or cancel found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Steered {
+    /// Applied. `from` is the state the run was in.
+    Done {
+        from: RunStatus,
+        attempt: u32,
+        max_attempts: u32,
+        /// Retry of a run that had used all its attempts: the limit it had before.
+        raised_max_from: Option<u32>,
+        /// Cancel of a running run whose lease had expired: no runner would close its attempt,
+        /// so the cancel did.
+        closed_attempt: bool,
+    },
+    /// Not a state this request applies to; nothing changed.
+    Refused {
+        status: RunStatus,
+        attempt: u32,
+    },
+    NotFound,
+}
+
 pub trait Store {
     /// Where this store lives, for messages.
     fn describe(&self) -> String;
@@ -164,4 +365,30 @@ pub trait Store {
     fn finish_attempt(&mut self, result: &AttemptResult, actor: &Actor) -> Result<Fenced>;
     /// Enqueue a manual run due now; returns its id.
     fn enqueue_manual(&mut self, definition: &Definition, now: i64, actor: &Actor) -> Result<i64>;
+
+    // ---- see what ran ----
+    /// Runs matching `filter`, newest first.
+    fn history(&self, filter: &RunFilter) -> Result<Vec<RunView>>;
+    fn run(&self, run_id: i64) -> Result<Option<RunView>>;
+    fn attempts(&self, run_id: i64) -> Result<Vec<AttemptView>>;
+    fn events(&self, run_id: i64) -> Result<Vec<EventView>>;
+    /// The health report at `now`; "recent" means finished at or after `recent_since`.
+    fn health(&self, now: i64, recent_since: i64) -> Result<Health>;
+    /// Durations (ms) of attempts that finished at or after `since`, with their job name, in no
+    /// particular order.
+    fn attempt_durations(&self, since: i64) -> Result<Vec<(String, i64)>>;
+
+    // ---- steer ----
+    /// Retry or cancel one run, if its state allows it (see `Steer::allows`), recording an event.
+    fn steer(&mut self, run_id: i64, request: Steer, now: i64, actor: &Actor) -> Result<Steered>;
+
+    // ---- retention ----
+    /// What pruning runs finished before `cutoff` would delete.
+    fn prunable(&self, cutoff: i64) -> Result<PruneCounts>;
+    /// Delete up to `limit` runs finished before `cutoff` (with their attempts and events) in one
+    /// short transaction; returns what was deleted (0 runs: nothing left).
+    fn prune_batch(&mut self, cutoff: i64, limit: usize) -> Result<PruneCounts>;
+    /// Take the automatic-prune turn: true (and the turn is recorded) if no prune started in the
+    /// last `every_secs`.
+    fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> Result<bool>;
 }

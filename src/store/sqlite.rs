@@ -13,17 +13,23 @@ use rusqlite::{
 };
 use serde_json::json;
 
-use super::{CursorMove, LastResult, OpenMode, Store};
+use super::{
+    AttemptView, CursorMove, EventView, Health, LastResult, OpenMode, PruneCounts, RunBrief,
+    RunFilter, RunView, RunningView, Steer, Steered, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+};
 use crate::exit::Failure;
 use crate::model::{
     Actor, AfterFailure, AttemptResult, ClaimedRun, Definition, ErrorCode, ExpiredLease, Fenced,
-    NewRun, Settings, Trigger,
+    NewRun, RunStatus, Settings, Trigger,
 };
 
 /// `PRAGMA application_id`: marks a file as a runner database ("RUNR").
 const APPLICATION_ID: i64 = 0x5255_4E52;
 /// Migrations, in order; `PRAGMA user_version` counts how many were applied.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/0001_init.sql"),
+    include_str!("../../migrations/0002_observe.sql"),
+];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -255,6 +261,183 @@ fn insert_event(
     .execute(params![run_id, at, kind, actor, detail.to_string()])?;
     Ok(())
 }
+
+fn status_from(index: usize, text: String) -> rusqlite::Result<RunStatus> {
+    text.parse().map_err(|_| {
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            rusqlite::types::Type::Text,
+            format!("unexpected run status {text:?}").into(),
+        )
+    })
+}
+
+/// A run with its schedule and latest attempt, for `history` and `show`.
+const RUN_VIEW: &str = "
+SELECT r.id, d.name, d.timezone, r.trigger, r.status, r.scheduled_for, r.run_at, r.attempt, r.max_attempts,
+       r.command, r.workdir, r.idempotency_key, r.owner, r.lease_expires_at, r.heartbeat_at,
+       r.error_code, r.error_detail, r.skip_reason, r.created_at, r.started_at, r.finished_at,
+       a.started_at, a.duration_ms, a.exit_code
+FROM job_runs r
+JOIN job_definitions d ON d.id = r.definition_id
+LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt";
+
+fn run_view_from_row(row: &Row<'_>) -> rusqlite::Result<RunView> {
+    Ok(RunView {
+        id: row.get(0)?,
+        job: row.get(1)?,
+        timezone: row.get(2)?,
+        trigger: row.get(3)?,
+        status: status_from(4, row.get(4)?)?,
+        scheduled_for: row.get(5)?,
+        run_at: row.get(6)?,
+        attempt: row.get(7)?,
+        max_attempts: row.get(8)?,
+        command: row.get(9)?,
+        workdir: row.get(10)?,
+        idempotency_key: row.get(11)?,
+        owner: row.get(12)?,
+        lease_expires_at: row.get(13)?,
+        heartbeat_at: row.get(14)?,
+        error_code: row.get(15)?,
+        error_detail: row.get(16)?,
+        skip_reason: row.get(17)?,
+        created_at: row.get(18)?,
+        started_at: row.get(19)?,
+        finished_at: row.get(20)?,
+        last_attempt_started_at: row.get(21)?,
+        last_duration_ms: row.get(22)?,
+        last_exit_code: row.get(23)?,
+    })
+}
+
+/// The columns of the short form of a run that `status` names (`run_brief_from_row`); queries
+/// append their own columns after these.
+macro_rules! run_brief {
+    () => {
+        "SELECT r.id, d.name, d.timezone, r.scheduled_for, r.run_at, r.attempt, r.max_attempts, r.error_code,
+       r.finished_at"
+    };
+}
+const RUN_BRIEF_COLUMNS: usize = 9;
+
+// ---- the health report: one query per question, each served by an index ----
+
+/// All runs: a plain count(*) is a fast b-tree count, unlike counting a range of an index.
+const COUNT_RUNS: &str = "SELECT count(*) FROM job_runs";
+/// Runs per state but succeeded (usually nearly all of them: it is the total minus these).
+const COUNT_RUNS_NOT_SUCCEEDED: &str = "
+SELECT status, count(*) FROM job_runs
+WHERE status IN ('pending', 'running', 'dead', 'cancelled', 'skipped')
+GROUP BY status";
+/// The pending run due the longest (`job_runs_due`).
+const OLDEST_DUE: &str = concat!(
+    run_brief!(),
+    "
+FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+WHERE r.status = 'pending' AND r.run_at <= ?1
+ORDER BY r.run_at, r.id LIMIT 1"
+);
+/// Running runs with their lease and attempt, the earliest expiry first (`job_runs_leases`).
+const RUNNING_RUNS: &str = concat!(
+    run_brief!(),
+    ", r.owner, a.host, a.started_at, r.heartbeat_at, r.lease_expires_at
+FROM job_runs r
+JOIN job_definitions d ON d.id = r.definition_id
+LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
+WHERE r.status = 'running'
+ORDER BY r.lease_expires_at, r.id LIMIT ?1"
+);
+/// Runs retrying, by the attempt they are on: a pending run with attempts behind it waits out
+/// a backoff delay (its next attempt is attempt + 1); a running run past its first attempt is a
+/// retry executing now.
+const RETRIES_IN_FLIGHT: &str = "
+SELECT CASE status WHEN 'pending' THEN attempt + 1 ELSE attempt END AS retry_attempt, count(*)
+FROM job_runs
+WHERE (status = 'pending' AND attempt >= 1) OR (status = 'running' AND attempt >= 2)
+GROUP BY retry_attempt ORDER BY retry_attempt";
+/// Error codes of recently finished attempts, most frequent first (`job_attempts_errors`).
+const TOP_ERRORS: &str = "
+SELECT error_code, count(*) AS failures FROM job_attempts
+WHERE finished_at >= ?1 AND error_code IS NOT NULL
+GROUP BY error_code ORDER BY failures DESC, error_code LIMIT ?2";
+/// Runs that went dead recently, the latest first; count(*) OVER () is how many matched in all,
+/// before LIMIT keeps a few (`job_runs_status`).
+const DEAD_RECENT: &str = concat!(
+    run_brief!(),
+    ", count(*) OVER ()
+FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+WHERE r.status = 'dead' AND r.finished_at >= ?1
+ORDER BY r.finished_at DESC, r.id DESC LIMIT ?2"
+);
+const RUNNER_STATE: &str = "
+SELECT key, value FROM runner_state
+WHERE key IN ('last_tick_at', 'last_prune_at', 'dead_runs_total')";
+/// The oldest run kept (`job_runs_history`, read backwards).
+const OLDEST_RUN: &str = concat!(
+    run_brief!(),
+    "
+FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+ORDER BY r.scheduled_for, r.id LIMIT 1"
+);
+/// Durations of recently finished attempts with their job (`job_attempts_finished`).
+const ATTEMPT_DURATIONS: &str = "
+SELECT d.name, a.duration_ms
+FROM job_attempts a
+JOIN job_runs r ON r.id = a.run_id
+JOIN job_definitions d ON d.id = r.definition_id
+WHERE a.finished_at >= ?1 AND a.duration_ms IS NOT NULL";
+
+/// The `history` query for the filters given, with its parameters. Only the filters given appear
+/// in the WHERE clause, so SQLite picks the index that serves them (`job_runs_history`,
+/// `job_runs_definition_history`, `job_runs_status_history`,
+/// `job_runs_definition_status_history`); an `(:x IS NULL OR ...)` form would defeat that.
+fn history_query(filter: &RunFilter) -> (String, Vec<(&'static str, rusqlite::types::Value)>) {
+    use rusqlite::types::Value;
+    let mut conditions: Vec<&str> = Vec::new();
+    let mut values = vec![(":limit", Value::from(filter.limit as i64))];
+    if let Some(id) = filter.definition_id {
+        conditions.push("r.definition_id = :definition_id");
+        values.push((":definition_id", Value::from(id)));
+    }
+    if let Some(status) = filter.status {
+        conditions.push("r.status = :status");
+        values.push((":status", Value::from(status.as_str().to_string())));
+    }
+    if let Some(since) = filter.since {
+        conditions.push("r.scheduled_for >= :since");
+        values.push((":since", Value::from(since)));
+    }
+    let where_clause = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
+    };
+    let sql = format!(
+        "{RUN_VIEW}\n{where_clause}\nORDER BY r.scheduled_for DESC, r.id DESC LIMIT :limit"
+    );
+    (sql, values)
+}
+
+fn run_brief_from_row(row: &Row<'_>) -> rusqlite::Result<RunBrief> {
+    Ok(RunBrief {
+        id: row.get(0)?,
+        job: row.get(1)?,
+        timezone: row.get(2)?,
+        scheduled_for: row.get(3)?,
+        run_at: row.get(4)?,
+        attempt: row.get(5)?,
+        max_attempts: row.get(6)?,
+        error_code: row.get(7)?,
+        finished_at: row.get(8)?,
+    })
+}
+
+/// The runs pruning may delete: finished for good before `:cutoff` (never pending or running).
+/// Served by `job_runs_status (status, finished_at)`.
+const PRUNABLE_RUNS: &str = "
+SELECT id FROM job_runs
+WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < :cutoff";
 
 const CLAIM_SQL: &str = "
 UPDATE job_runs
@@ -723,14 +906,22 @@ impl Store for SqliteStore {
                         &actor.owner,
                         json!({ "next_attempt": result.attempt + 1, "run_at": when }),
                     )?,
-                    AfterFailure::Dead => insert_event(
-                        &tx,
-                        result.run_id,
-                        at,
-                        "DEAD",
-                        &actor.owner,
-                        json!({ "attempts": result.attempt }),
-                    )?,
+                    AfterFailure::Dead => {
+                        insert_event(
+                            &tx,
+                            result.run_id,
+                            at,
+                            "DEAD",
+                            &actor.owner,
+                            json!({ "attempts": result.attempt }),
+                        )?;
+                        // runner_dead_runs_total: a counter, so retry and prune never lower it.
+                        tx.execute(
+                            "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', 1)
+                             ON CONFLICT (key) DO UPDATE SET value = value + 1",
+                            [],
+                        )?;
+                    }
                 }
             }
         }
@@ -761,5 +952,458 @@ impl Store for SqliteStore {
         )?;
         tx.commit()?;
         Ok(run_id)
+    }
+
+    fn history(&self, filter: &RunFilter) -> Result<Vec<RunView>> {
+        let (sql, values) = history_query(filter);
+        let values: Vec<(&str, &dyn rusqlite::ToSql)> = values
+            .iter()
+            .map(|(name, value)| (*name, value as &dyn rusqlite::ToSql))
+            .collect();
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(values.as_slice(), run_view_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn run(&self, run_id: i64) -> Result<Option<RunView>> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!("{RUN_VIEW}\nWHERE r.id = ?1"),
+                [run_id],
+                run_view_from_row,
+            )
+            .optional()?)
+    }
+
+    fn attempts(&self, run_id: i64) -> Result<Vec<AttemptView>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT attempt, owner, host, runner_pid, child_pid, started_at, finished_at, duration_ms, outcome,
+                    exit_code, error_code, error_detail, stdout_tail, stderr_tail, stdout_bytes, stderr_bytes
+             FROM job_attempts WHERE run_id = ?1 ORDER BY attempt",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(AttemptView {
+                attempt: r.get(0)?,
+                owner: r.get(1)?,
+                host: r.get(2)?,
+                runner_pid: r.get(3)?,
+                child_pid: r.get(4)?,
+                started_at: r.get(5)?,
+                finished_at: r.get(6)?,
+                duration_ms: r.get(7)?,
+                outcome: r.get(8)?,
+                exit_code: r.get(9)?,
+                error_code: r.get(10)?,
+                error_detail: r.get(11)?,
+                stdout_tail: r.get::<_, Option<Vec<u8>>>(12)?.unwrap_or_default(),
+                stderr_tail: r.get::<_, Option<Vec<u8>>>(13)?.unwrap_or_default(),
+                stdout_bytes: r.get(14)?,
+                stderr_bytes: r.get(15)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn events(&self, run_id: i64) -> Result<Vec<EventView>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT at, kind, actor, detail FROM job_events WHERE run_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(EventView {
+                at: r.get(0)?,
+                kind: r.get(1)?,
+                actor: r.get(2)?,
+                detail: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn health(&self, now: i64, recent_since: i64) -> Result<Health> {
+        // One read transaction: every number below comes from the same snapshot.
+        let tx = self.conn.unchecked_transaction()?;
+
+        let total: i64 = tx.query_row(COUNT_RUNS, [], |r| r.get(0))?;
+        let mut counts: Vec<(RunStatus, i64)> = RunStatus::ALL.iter().map(|s| (*s, 0)).collect();
+        {
+            let mut stmt = tx.prepare(COUNT_RUNS_NOT_SUCCEEDED)?;
+            let mut rows = stmt.query([])?;
+            while let Some(row) = rows.next()? {
+                let status = status_from(0, row.get(0)?)?;
+                if let Some(entry) = counts.iter_mut().find(|(s, _)| *s == status) {
+                    entry.1 = row.get(1)?;
+                }
+            }
+        }
+        let others: i64 = counts.iter().map(|(_, n)| n).sum();
+        if let Some(entry) = counts.iter_mut().find(|(s, _)| *s == RunStatus::Succeeded) {
+            entry.1 = total - others;
+        }
+
+        let oldest_due = tx
+            .query_row(OLDEST_DUE, [now], run_brief_from_row)
+            .optional()?;
+
+        let running = {
+            let mut stmt = tx.prepare(RUNNING_RUNS)?;
+            let rows = stmt.query_map([RUNNING_LISTED as i64], |r| {
+                let c = RUN_BRIEF_COLUMNS;
+                Ok(RunningView {
+                    run: run_brief_from_row(r)?,
+                    owner: r.get(c)?,
+                    host: r.get(c + 1)?,
+                    attempt_started_at: r.get(c + 2)?,
+                    heartbeat_at: r.get(c + 3)?,
+                    lease_expires_at: r.get(c + 4)?,
+                })
+            })?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()?
+        };
+
+        let retries_in_flight = {
+            let mut stmt = tx.prepare(RETRIES_IN_FLIGHT)?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()?
+        };
+
+        let top_errors = {
+            let mut stmt = tx.prepare(TOP_ERRORS)?;
+            let rows = stmt.query_map(params![recent_since, RECENT_LISTED as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()?
+        };
+
+        let (dead_recent, dead_recent_runs) = {
+            let mut stmt = tx.prepare(DEAD_RECENT)?;
+            let rows = stmt.query_map(params![recent_since, RECENT_LISTED as i64], |r| {
+                Ok((run_brief_from_row(r)?, r.get::<_, i64>(RUN_BRIEF_COLUMNS)?))
+            })?;
+            let rows = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+            let total = rows.first().map_or(0, |(_, total)| *total);
+            (total, rows.into_iter().map(|(run, _)| run).collect())
+        };
+
+        let (mut last_tick_at, mut last_prune_at, mut dead_runs_total) = (None, None, 0);
+        {
+            let mut stmt = tx.prepare(RUNNER_STATE)?;
+            let mut rows = stmt.query([])?;
+            while let Some(row) = rows.next()? {
+                let value: i64 = row.get(1)?;
+                match row.get_ref(0)?.as_str()? {
+                    "last_tick_at" => last_tick_at = Some(value),
+                    "last_prune_at" => last_prune_at = Some(value),
+                    _ => dead_runs_total = value,
+                }
+            }
+        }
+
+        let oldest_run = tx
+            .query_row(OLDEST_RUN, [], run_brief_from_row)
+            .optional()?;
+
+        let page_count: i64 = tx.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+        let page_size: i64 = tx.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let storage = Storage {
+            database_bytes: (page_count.max(0) as u64) * (page_size.max(0) as u64),
+            wal_bytes: std::fs::metadata(&wal).map_or(0, |m| m.len()),
+        };
+
+        Ok(Health {
+            counts,
+            oldest_due,
+            running,
+            retries_in_flight,
+            top_errors,
+            dead_recent,
+            dead_recent_runs,
+            last_tick_at,
+            last_prune_at,
+            dead_runs_total,
+            oldest_run,
+            storage,
+        })
+    }
+
+    fn attempt_durations(&self, since: i64) -> Result<Vec<(String, i64)>> {
+        let mut stmt = self.conn.prepare(ATTEMPT_DURATIONS)?;
+        let rows = stmt.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn steer(&mut self, run_id: i64, request: Steer, now: i64, actor: &Actor) -> Result<Steered> {
+        let tx = self.write()?;
+        // Read and change under the same write lock: the state cannot move in between.
+        let found = tx
+            .query_row(
+                "SELECT status, attempt, max_attempts, lease_expires_at FROM job_runs WHERE id = ?1",
+                [run_id],
+                |r| {
+                    Ok((
+                        status_from(0, r.get(0)?)?,
+                        r.get::<_, u32>(1)?,
+                        r.get::<_, u32>(2)?,
+                        r.get::<_, Option<i64>>(3)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((from, attempt, max_attempts, lease_expires_at)) = found else {
+            return Ok(Steered::NotFound);
+        };
+        if !request.allows(from, attempt) {
+            return Ok(Steered::Refused {
+                status: from,
+                attempt,
+            });
+        }
+        let (max_after, raised_max_from, closed_attempt) = match request {
+            Steer::Retry => {
+                // Attempts keep counting: a run that used them all gets exactly one more.
+                let max_after = max_attempts.max(attempt + 1);
+                tx.execute(
+                    "UPDATE job_runs SET status = 'pending', run_at = min(run_at, ?3), max_attempts = ?4,
+                         finished_at = NULL
+                     WHERE id = ?1 AND status = ?2",
+                    params![run_id, from.as_str(), now, max_after],
+                )?;
+                let raised = (max_after != max_attempts).then_some(max_attempts);
+                insert_event(
+                    &tx,
+                    run_id,
+                    now,
+                    "RETRIED",
+                    &actor.owner,
+                    json!({
+                        "from": from.as_str(),
+                        "next_attempt": attempt + 1,
+                        "max_attempts": max_after,
+                        "max_attempts_before": raised,
+                    }),
+                )?;
+                (max_after, raised, false)
+            }
+            Steer::Cancel => {
+                let detail = format!("cancelled by {}", actor.owner);
+                // The CHECK constraints: only a running run holds a lease. Clearing the token is
+                // also what tells the tick holding it (at its next heartbeat) to kill the job.
+                tx.execute(
+                    "UPDATE job_runs SET status = 'cancelled', finished_at = ?3, owner = NULL, lease_token = NULL,
+                         lease_expires_at = NULL, heartbeat_at = NULL, error_code = 'CANCELLED', error_detail = ?4
+                     WHERE id = ?1 AND status = ?2",
+                    params![run_id, from.as_str(), now, detail],
+                )?;
+                let closed_attempt =
+                    from == RunStatus::Running && lease_expires_at.is_some_and(|at| at < now);
+                if closed_attempt {
+                    // No runner is heart-beating it, so none will close its attempt: close it here.
+                    tx.execute(
+                        "UPDATE job_attempts SET finished_at = ?3, duration_ms = max(0, ?3 - started_at) * 1000,
+                             outcome = 'failed', error_code = 'CANCELLED', error_detail = ?4
+                         WHERE run_id = ?1 AND attempt = ?2 AND finished_at IS NULL",
+                        params![
+                            run_id,
+                            attempt,
+                            now,
+                            format!("{detail} after its lease expired (its runner had stopped heart-beating)")
+                        ],
+                    )?;
+                }
+                insert_event(
+                    &tx,
+                    run_id,
+                    now,
+                    "CANCELLED",
+                    &actor.owner,
+                    json!({ "from": from.as_str(), "attempt": attempt }),
+                )?;
+                (max_attempts, None, closed_attempt)
+            }
+        };
+        tx.commit()?;
+        Ok(Steered::Done {
+            from,
+            attempt,
+            max_attempts: max_after,
+            raised_max_from,
+            closed_attempt,
+        })
+    }
+
+    fn prunable(&self, cutoff: i64) -> Result<PruneCounts> {
+        let (runs, attempts, events): (i64, i64, i64) = self.conn.query_row(
+            &format!(
+                "WITH doomed AS ({PRUNABLE_RUNS})
+                 SELECT (SELECT count(*) FROM doomed),
+                        (SELECT count(*) FROM job_attempts WHERE run_id IN (SELECT id FROM doomed)),
+                        (SELECT count(*) FROM job_events WHERE run_id IN (SELECT id FROM doomed))"
+            ),
+            named_params! { ":cutoff": cutoff },
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        Ok(PruneCounts {
+            runs: runs as u64,
+            attempts: attempts as u64,
+            events: events as u64,
+        })
+    }
+
+    fn prune_batch(&mut self, cutoff: i64, limit: usize) -> Result<PruneCounts> {
+        let tx = self.write()?;
+        let ids: Vec<i64> = {
+            let mut stmt = tx.prepare_cached(&format!("{PRUNABLE_RUNS} LIMIT :limit"))?;
+            let rows = stmt.query_map(
+                named_params! { ":cutoff": cutoff, ":limit": limit as i64 },
+                |r| r.get(0),
+            )?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        if ids.is_empty() {
+            return Ok(PruneCounts::default());
+        }
+        let batch = serde_json::to_string(&ids)?;
+        // Counted before the delete: rows removed by ON DELETE CASCADE are not reported by it.
+        let (attempts, events): (i64, i64) = tx.query_row(
+            "SELECT (SELECT count(*) FROM job_attempts WHERE run_id IN (SELECT value FROM json_each(?1))),
+                    (SELECT count(*) FROM job_events WHERE run_id IN (SELECT value FROM json_each(?1)))",
+            [&batch],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let runs = tx.execute(
+            "DELETE FROM job_runs WHERE id IN (SELECT value FROM json_each(?1))",
+            [&batch],
+        )?;
+        tx.commit()?;
+        Ok(PruneCounts {
+            runs: runs as u64,
+            attempts: attempts as u64,
+            events: events as u64,
+        })
+    }
+
+    fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> Result<bool> {
+        let tx = self.write()?;
+        // A turn recorded in the future means the clock went back (or --now was used): take it.
+        let taken = tx.execute(
+            "INSERT INTO runner_state (key, value) VALUES ('last_prune_at', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value
+             WHERE runner_state.value <= excluded.value - ?2 OR runner_state.value > excluded.value",
+            params![now, every_secs],
+        )?;
+        tx.commit()?;
+        Ok(taken == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, SqliteStore) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SqliteStore::open(&dir.path().join("runner.db"), OpenMode::CreateIfMissing)
+            .expect("open store");
+        (dir, store)
+    }
+
+    /// The detail lines of `EXPLAIN QUERY PLAN sql` (parameters left unbound).
+    fn plan(store: &SqliteStore, sql: &str) -> Vec<String> {
+        let mut stmt = store
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect(sql);
+        let mut rows = stmt.raw_query();
+        let mut lines = Vec::new();
+        while let Some(row) = rows.next().expect("plan row") {
+            lines.push(row.get::<_, String>(3).expect("plan detail"));
+        }
+        lines
+    }
+
+    /// A full table scan: `SCAN t` with no index (subqueries and json_each are not tables).
+    fn full_scans(lines: &[String]) -> Vec<&String> {
+        lines
+            .iter()
+            .filter(|l| {
+                l.starts_with("SCAN ")
+                    && !l.contains(" USING ")
+                    && !l.contains("json_each")
+                    && !l.starts_with("SCAN (")
+                    && !l.starts_with("SCAN doomed")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn observation_queries_use_indexes() {
+        let (_dir, store) = store();
+        let queries = [
+            ("count", COUNT_RUNS.to_string()),
+            ("count not succeeded", COUNT_RUNS_NOT_SUCCEEDED.to_string()),
+            ("oldest due", OLDEST_DUE.to_string()),
+            ("running", RUNNING_RUNS.to_string()),
+            ("retries", RETRIES_IN_FLIGHT.to_string()),
+            ("top errors", TOP_ERRORS.to_string()),
+            ("dead recent", DEAD_RECENT.to_string()),
+            ("oldest run", OLDEST_RUN.to_string()),
+            ("durations", ATTEMPT_DURATIONS.to_string()),
+            ("prunable", format!("{PRUNABLE_RUNS} LIMIT 5000")),
+        ];
+        for (name, sql) in &queries {
+            let lines = plan(&store, sql);
+            assert!(
+                full_scans(&lines).is_empty(),
+                "{name}: full table scan in {lines:#?}"
+            );
+        }
+        // Everything but the plain total and the oldest run (the first entry of an index read in
+        // order) reads a range, not the whole of an index.
+        for (name, sql) in queries
+            .iter()
+            .filter(|(name, _)| !matches!(*name, "count" | "oldest run"))
+        {
+            let lines = plan(&store, sql);
+            assert!(
+                !lines
+                    .iter()
+                    .any(|l| l.starts_with("SCAN r ") || l.starts_with("SCAN job_runs ")),
+                "{name}: scans all runs: {lines:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn history_queries_read_only_what_they_show() {
+        let (_dir, store) = store();
+        for definition_id in [None, Some(1)] {
+            for status in [None, Some(RunStatus::Dead)] {
+                for since in [None, Some(0)] {
+                    let filter = RunFilter {
+                        definition_id,
+                        status,
+                        since,
+                        limit: 50,
+                    };
+                    let lines = plan(&store, &history_query(&filter).0);
+                    let shown = format!("{filter:?}: {lines:#?}");
+                    assert!(full_scans(&lines).is_empty(), "full scan: {shown}");
+                    // Newest first straight from an index: no sort of every matching run.
+                    assert!(
+                        !lines.iter().any(|l| l == "USE TEMP B-TREE FOR ORDER BY"),
+                        "sorts: {shown}"
+                    );
+                    let filtered = definition_id.is_some() || status.is_some() || since.is_some();
+                    if filtered {
+                        assert!(
+                            lines.iter().any(|l| l.starts_with("SEARCH r USING")),
+                            "a filter without an index: {shown}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }
