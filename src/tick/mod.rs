@@ -3,6 +3,7 @@
 
 pub mod execute;
 pub mod materialize;
+pub mod prune;
 pub mod recover;
 
 use std::sync::atomic::AtomicBool;
@@ -49,6 +50,7 @@ pub fn tick(
     report.materialized =
         materialize::materialize_due(store, clock.now(), &options.actor, &mut report.errors)?;
     execute::execute_due(store, clock, options, rng, &mut report)?;
+    prune::auto_prune(store, clock, &mut report.errors);
     Ok(report)
 }
 

@@ -1,0 +1,119 @@
+//! Retention: runs finished longer ago than the retention (default 30 days, `RUNNER_RETENTION`)
+//! are deleted with their attempts and events, in batches of a few thousand runs per short
+//! transaction so ticks never wait long for the write lock. The tick does it at most once an
+//! hour, after executing; `runner prune` does it on demand.
+//!
+//! Pruning cannot make a tick run an instant again: each schedule's cursor
+//! (`materialized_through`), not its run rows, remembers which instants were handled.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::clock::Clock;
+use crate::store::{PruneCounts, Store};
+
+/// Runs deleted per transaction: small enough that a tick waiting for the lock waits briefly.
+pub const PRUNE_BATCH: usize = 5000;
+/// Retention when `RUNNER_RETENTION` is unset.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+/// The tick prunes at most this often (across all runners sharing the database).
+const AUTO_PRUNE_EVERY_SECS: i64 = 3600;
+/// How long one tick may spend pruning; what is left waits for the next turn.
+const AUTO_PRUNE_BUDGET: Duration = Duration::from_secs(10);
+/// A pause between batches at least this long, and as long as the batch took: the lock is free
+/// at least half the time.
+const MIN_PAUSE: Duration = Duration::from_millis(10);
+
+/// `RUNNER_RETENTION`: a duration (`30d`, `2160h`), or `off` to disable automatic pruning.
+/// Unset or empty: 30 days.
+pub fn retention_from_env() -> Result<Option<Duration>, String> {
+    match std::env::var("RUNNER_RETENTION") {
+        Ok(value) if !value.trim().is_empty() => parse_retention(value.trim()),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(Some(DEFAULT_RETENTION)),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err("RUNNER_RETENTION is not valid UTF-8; use e.g. 30d, or off".to_string())
+        }
+    }
+}
+
+fn parse_retention(value: &str) -> Result<Option<Duration>, String> {
+    if value.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    humantime::parse_duration(value).map(Some).map_err(|e| {
+        format!("RUNNER_RETENTION={value:?} is not a duration ({e}); use e.g. 30d, 2160h, or off")
+    })
+}
+
+/// Delete finished runs older than `cutoff`, batch by batch, until none is left or `budget`
+/// is spent. `on_batch` sees each batch's counts (for progress).
+pub fn prune_finished(
+    store: &mut dyn Store,
+    cutoff: i64,
+    budget: Option<Duration>,
+    on_batch: &mut dyn FnMut(PruneCounts),
+) -> Result<PruneCounts> {
+    let started = Instant::now();
+    let mut total = PruneCounts::default();
+    loop {
+        let batch_started = Instant::now();
+        let batch = store.prune_batch(cutoff, PRUNE_BATCH)?;
+        total += batch;
+        if batch.runs == 0 {
+            return Ok(total);
+        }
+        on_batch(batch);
+        if budget.is_some_and(|b| started.elapsed() >= b) {
+            return Ok(total);
+        }
+        // Leave the write lock free for a while: back-to-back transactions would starve a tick
+        // whose busy handler polls for it.
+        std::thread::sleep(batch_started.elapsed().max(MIN_PAUSE));
+    }
+}
+
+/// The tick's step 5: apply the default retention if no runner did in the last hour. Problems
+/// are printed (cron mails them) and counted, never fatal to the tick.
+pub fn auto_prune(store: &mut dyn Store, clock: &Clock, errors: &mut usize) {
+    let retention = match retention_from_env() {
+        Ok(Some(retention)) => retention,
+        Ok(None) => return,
+        Err(message) => {
+            *errors += 1;
+            super::runner_error(format!("automatic pruning skipped: {message}"));
+            return;
+        }
+    };
+    let now = clock.epoch();
+    let result = store
+        .claim_auto_prune(now, AUTO_PRUNE_EVERY_SECS)
+        .and_then(|taken| {
+            if !taken {
+                return Ok(PruneCounts::default());
+            }
+            let cutoff = now.saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX));
+            prune_finished(store, cutoff, Some(AUTO_PRUNE_BUDGET), &mut |_| {})
+        });
+    if let Err(e) = result {
+        *errors += 1;
+        super::runner_error(format!("automatic pruning: {e:#}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_values() {
+        assert_eq!(parse_retention("off"), Ok(None));
+        assert_eq!(
+            parse_retention("90d"),
+            Ok(Some(Duration::from_secs(90 * 86_400)))
+        );
+        assert!(parse_retention("soon")
+            .expect_err("not a duration")
+            .contains("RUNNER_RETENTION"));
+    }
+}
