@@ -1,14 +1,22 @@
 //! The command line: global flags, one module per subcommand, one dispatch match.
 
+mod history;
 mod init;
+mod metrics;
+mod prune;
 mod run;
 mod schedule;
+mod show;
+mod status;
+mod steer;
 mod tick;
 
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use clap::{Parser, Subcommand};
 
 use crate::clock::Clock;
@@ -55,6 +63,20 @@ pub enum Command {
     Schedule(schedule::Command),
     /// Enqueue a manual run of a schedule now.
     Run(run::Args),
+    /// Past and pending runs, newest first.
+    History(history::Args),
+    /// One run: every attempt, its output tails, every event.
+    Show(show::Args),
+    /// Health at a glance: run counts, due and running work, failures, the last tick.
+    Status(status::Args),
+    /// Prometheus text exposition format, for node_exporter's textfile collector.
+    Metrics(metrics::Args),
+    /// Put a dead run back to pending now, or make a run waiting to retry due now.
+    Retry(steer::RetryArgs),
+    /// Cancel a pending run, or stop a running one (its process group is terminated).
+    Cancel(steer::CancelArgs),
+    /// Delete finished runs past retention, with their attempts and events, in small batches.
+    Prune(prune::Args),
 }
 
 /// What every command gets: where the database is, the clock, and who we are.
@@ -85,7 +107,62 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Tick(args) => tick::run(args, &ctx),
         Command::Schedule(command) => schedule::run(command, &ctx),
         Command::Run(args) => run::run(args, &ctx),
+        Command::History(args) => history::run(args, &ctx),
+        Command::Show(args) => show::run(args, &ctx),
+        Command::Status(args) => status::run(args, &ctx),
+        Command::Metrics(args) => metrics::run(args, &ctx),
+        Command::Retry(args) => steer::retry(args, &ctx),
+        Command::Cancel(args) => steer::cancel(args, &ctx),
+        Command::Prune(args) => prune::run(args, &ctx),
     }
+}
+
+/// Write a command's result to stdout. A reader that went away (`runner history | head`) is not
+/// an error: the command did its work and nobody wants the rest.
+pub fn emit(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        result => result.context("writing to stdout"),
+    }
+}
+
+/// `--json` output: pretty, one document, newline-terminated.
+pub fn emit_json(value: &serde_json::Value) -> Result<()> {
+    emit(&format!("{}\n", serde_json::to_string_pretty(value)?))
+}
+
+/// Colours only for a person at a terminal: never with `--json`, into a pipe or file, or when
+/// `NO_COLOR` is set (to anything but the empty string, per no-color.org).
+pub fn colour_wanted(json: bool) -> bool {
+    !json
+        && std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// A span of whole seconds for people: `0s`, `42s`, `3m 5s`, `2h 1m`.
+pub fn secs_text(secs: i64) -> String {
+    match secs.max(0) {
+        0 => "0s".to_string(),
+        secs => crate::display::short_duration(secs.saturating_mul(1000)),
+    }
+}
+
+/// A schedule's zone for showing its runs' times; a zone this build no longer knows shows UTC.
+pub fn zone(name: &str) -> Tz {
+    crate::schedule::parse_zone(name).unwrap_or(Tz::UTC)
+}
+
+/// The schedule named `name`, or exit 3 saying how to list them.
+pub fn find_definition(store: &dyn Store, name: &str) -> Result<crate::model::Definition> {
+    store.definition(name)?.ok_or_else(|| {
+        Failure::not_found(format!(
+            "no schedule named {name:?}; `runner schedule list` shows them"
+        ))
+    })
 }
 
 /// This process as an actor on leases, attempts and events.

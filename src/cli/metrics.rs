@@ -1,0 +1,197 @@
+//! `runner metrics`: the Prometheus text exposition format (version 0.0.4), for node_exporter's
+//! textfile collector. Write it atomically, so the collector never reads half a file:
+//!
+//! ```sh
+//! runner metrics > /var/lib/node_exporter/textfile/runner.prom.tmp \
+//!   && mv /var/lib/node_exporter/textfile/runner.prom.tmp /var/lib/node_exporter/textfile/runner.prom
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use anyhow::Result;
+
+use super::status::RECENT_SECS;
+use super::{emit, Ctx};
+use crate::store::{Health, OpenMode};
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "For node_exporter's textfile collector, write a temporary file and rename it, so \
+                  the collector never reads a half-written one:\n  \
+                  runner metrics > DIR/runner.prom.tmp && mv DIR/runner.prom.tmp DIR/runner.prom"
+)]
+pub struct Args {}
+
+/// The quantiles `runner_run_duration_seconds` reports.
+const QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
+
+pub fn run(_args: Args, ctx: &Ctx) -> Result<()> {
+    let store = ctx.open(OpenMode::MustExist)?;
+    let now = ctx.clock.epoch();
+    let since = now - RECENT_SECS;
+    let health = store.health(now, since)?;
+    let durations = store.attempt_durations(since)?;
+    emit(&exposition(&health, &durations, now)?)
+}
+
+fn exposition(
+    h: &Health,
+    durations: &[(String, i64)],
+    now: i64,
+) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
+    family(
+        &mut out,
+        "runner_runs",
+        "gauge",
+        "Runs in the database, by status.",
+    )?;
+    for (status, n) in &h.counts {
+        writeln!(
+            out,
+            "runner_runs{{status=\"{}\"}} {n}",
+            label(status.as_str())
+        )?;
+    }
+
+    family(
+        &mut out,
+        "runner_run_duration_seconds",
+        "summary",
+        "Duration of job attempts that finished in the last 24 hours, by job (a sliding window: \
+         use quantiles and sum/count, not rate()).",
+    )?;
+    let mut by_job: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for (job, ms) in durations {
+        by_job.entry(job).or_default().push(*ms);
+    }
+    for (job, mut ms) in by_job {
+        let name = label(job);
+        ms.sort_unstable();
+        for q in QUANTILES {
+            writeln!(
+                out,
+                "runner_run_duration_seconds{{job=\"{name}\",quantile=\"{q}\"}} {}",
+                seconds(nearest_rank(&ms, q))
+            )?;
+        }
+        let sum: i64 = ms.iter().sum();
+        writeln!(
+            out,
+            "runner_run_duration_seconds_sum{{job=\"{name}\"}} {}",
+            seconds(sum)
+        )?;
+        writeln!(
+            out,
+            "runner_run_duration_seconds_count{{job=\"{name}\"}} {}",
+            ms.len()
+        )?;
+    }
+
+    family(
+        &mut out,
+        "runner_last_tick_timestamp_seconds",
+        "gauge",
+        "When the last tick started (Unix time; 0 if none ever ran). Alert when it falls behind.",
+    )?;
+    writeln!(
+        out,
+        "runner_last_tick_timestamp_seconds {}",
+        h.last_tick_at.unwrap_or(0)
+    )?;
+
+    family(
+        &mut out,
+        "runner_dead_runs_total",
+        "counter",
+        "Runs that went dead (all attempts failed) since the database was created.",
+    )?;
+    writeln!(out, "runner_dead_runs_total {}", h.dead_runs_total)?;
+
+    family(
+        &mut out,
+        "runner_oldest_due_lag_seconds",
+        "gauge",
+        "How long the oldest due run has waited to be claimed (0 if none waits).",
+    )?;
+    let lag = h.oldest_due.as_ref().map_or(0, |r| (now - r.run_at).max(0));
+    writeln!(out, "runner_oldest_due_lag_seconds {lag}")?;
+
+    family(
+        &mut out,
+        "runner_expired_leases",
+        "gauge",
+        "Running runs whose lease expired: their runner stopped heart-beating.",
+    )?;
+    let expired = h
+        .running
+        .iter()
+        .filter(|r| r.lease_expires_at < now)
+        .count();
+    writeln!(out, "runner_expired_leases {expired}")?;
+
+    family(
+        &mut out,
+        "runner_database_size_bytes",
+        "gauge",
+        "Size of the database file plus its write-ahead log.",
+    )?;
+    writeln!(
+        out,
+        "runner_database_size_bytes {}",
+        h.storage.database_bytes + h.storage.wal_bytes
+    )?;
+    Ok(out)
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) -> std::fmt::Result {
+    writeln!(out, "# HELP {name} {}", help_text(help))?;
+    writeln!(out, "# TYPE {name} {kind}")
+}
+
+/// A label value, escaped per the exposition format: backslash, double quote, newline.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', r"\\")
+        .replace('"', "\\\"")
+        .replace('\n', r"\n")
+}
+
+/// HELP text, escaped per the exposition format: backslash and newline.
+fn help_text(value: &str) -> String {
+    value.replace('\\', r"\\").replace('\n', r"\n")
+}
+
+/// The nearest-rank quantile of sorted values.
+fn nearest_rank(sorted: &[i64], q: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn seconds(ms: i64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(label("x\ny"), r"x\ny");
+    }
+
+    #[test]
+    fn quantiles_by_nearest_rank() {
+        let v: Vec<i64> = (1..=100).collect();
+        assert_eq!(nearest_rank(&v, 0.5), 50);
+        assert_eq!(nearest_rank(&v, 0.99), 99);
+        assert_eq!(nearest_rank(&[7], 0.9), 7);
+        assert_eq!(nearest_rank(&[], 0.5), 0);
+    }
+}

@@ -1,0 +1,79 @@
+//! `runner prune`: delete finished runs past retention, with their attempts and events.
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::{emit, parse_duration, Ctx};
+use crate::display::utc_time;
+use crate::exit::Failure;
+use crate::store::{OpenMode, PruneCounts};
+use crate::tick::prune::{prune_finished, retention_from_env, PRUNE_BATCH};
+
+#[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Delete finished runs (succeeded, dead, cancelled, skipped) that finished longer \
+                  ago than the retention, with their attempts and events. Pending and running runs \
+                  are never deleted. Deletes in batches of 5,000 runs, one short transaction each, \
+                  pausing between them, so ticks running meanwhile are not blocked.\n\n\
+                  The tick applies the retention by itself at most once an hour; set \
+                  RUNNER_RETENTION (e.g. 90d, or off) in the crontab to change it. Pruning never \
+                  makes a tick run an instant again: each schedule remembers what it handled.\n\n\
+                  The database file does not shrink; SQLite reuses the freed pages."
+)]
+pub struct Args {
+    /// Delete runs that finished longer ago than this [default: $RUNNER_RETENTION, else 30d].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub older_than: Option<Duration>,
+    /// Only count what would be deleted.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
+    let retention = match args.older_than {
+        Some(d) => d,
+        None => retention_from_env()
+            .map_err(Failure::usage)?
+            .ok_or_else(|| {
+                Failure::usage("RUNNER_RETENTION is off; give --older-than DUR to prune anyway")
+            })?,
+    };
+    let mut store = ctx.open(OpenMode::MustExist)?;
+    let cutoff = ctx
+        .clock
+        .epoch()
+        .saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX));
+    let before = utc_time(cutoff);
+    if args.dry_run {
+        let counts = store.prunable(cutoff)?;
+        return emit(&format!(
+            "would remove {} (dry run; nothing was deleted)\n",
+            describe(counts, &before)
+        ));
+    }
+    let verbose = ctx.verbose > 0;
+    let mut done = PruneCounts::default();
+    let removed = prune_finished(store.as_mut(), cutoff, None, &mut |batch| {
+        done += batch;
+        if verbose {
+            eprintln!(
+                "runner: pruned a batch of {} runs ({} so far, {PRUNE_BATCH} per batch)",
+                batch.runs, done.runs
+            );
+        }
+    })?;
+    if removed.runs == 0 {
+        return emit(&format!(
+            "nothing to prune: no runs finished before {before}\n"
+        ));
+    }
+    emit(&format!("removed {}\n", describe(removed, &before)))
+}
+
+fn describe(c: PruneCounts, before: &str) -> String {
+    format!(
+        "{} runs ({} attempts, {} events) that finished before {before}",
+        c.runs, c.attempts, c.events
+    )
+}
