@@ -546,12 +546,59 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     parse_start_time(&stat)
 }
 
+/// `(state, pgrp)`: fields 3 and 5 of a `/proc/<pid>/stat` line.
+fn parse_state_pgrp(stat: &[u8]) -> Option<(u8, i32)> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    let state = *fields.next()?.as_bytes().first()?;
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    Some((state, pgrp))
+}
+
+/// Whether a process that is not yet dead (a zombie is dead: it holds no files, no locks)
+/// belongs to process group `pgid`, per `/proc`. False where `/proc` cannot be read.
+fn group_has_live_members(pgid: i32) -> bool {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        entry
+            .file_name()
+            .to_str()
+            .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|pid| fs::read(format!("/proc/{pid}/stat")).ok())
+            .and_then(|stat| parse_state_pgrp(&stat))
+            .is_some_and(|(state, pgrp)| pgrp == pgid && state != b'Z' && state != b'X')
+    })
+}
+
+/// How long [`kill_leftover_group`] waits for the killed group to be gone.
+const LEFTOVER_EXIT_WAIT: Duration = Duration::from_secs(5);
+
 /// Kill a leftover process group of a crashed runner's attempt, if and only if
 /// it is safe: if `/proc/<pgid>` exists its start time must equal
 /// `expected_start` (otherwise the pid was reused, or cannot be verified: do
 /// nothing and return false); if the leader is gone, `killpg(pgid, SIGKILL)`
 /// anyway. Returns true if a signal was delivered to something.
+///
+/// SIGKILL is asynchronous: `killpg` returns before the processes are gone and
+/// have released what they hold (files, locks). So wait (up to
+/// [`LEFTOVER_EXIT_WAIT`]) until no member is alive; only then may the caller
+/// start the run's next attempt without the two overlapping.
 pub fn kill_leftover_group(pgid: u32, expected_start: Option<u64>) -> bool {
+    let killed = kill_leftover_group_now(pgid, expected_start);
+    if killed {
+        let raw = pgid as i32; // checked by kill_leftover_group_now
+        let deadline = Instant::now() + LEFTOVER_EXIT_WAIT;
+        while group_has_live_members(raw) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    killed
+}
+
+fn kill_leftover_group_now(pgid: u32, expected_start: Option<u64>) -> bool {
     let Ok(raw) = i32::try_from(pgid) else {
         return false;
     };
@@ -911,6 +958,39 @@ mod tests {
         assert!(kill_leftover_group(pid, Some(start)));
         let f = run_until(&mut job, Duration::from_secs(5));
         assert_eq!(f.outcome, Outcome::Signalled(9));
+    }
+
+    #[test]
+    fn kill_leftover_group_waits_until_the_group_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let mut job = RunningJob::spawn(&spec(&format!(
+            "sleep 60 & echo $! > {}; sleep 30",
+            pidfile.display()
+        )))
+        .unwrap();
+        let grandchild = read_pid(&pidfile, Duration::from_secs(5));
+        let pgid = job.pid();
+        assert!(group_has_live_members(pgid as i32));
+        assert!(kill_leftover_group(pgid, process_start_time(pgid)));
+        // Both are dead when it returns, not merely signalled.
+        assert!(!group_has_live_members(pgid as i32));
+        assert!(dead(grandchild) && dead(pgid));
+        let f = run_until(&mut job, Duration::from_secs(5));
+        assert_eq!(f.outcome, Outcome::Signalled(9));
+    }
+
+    #[test]
+    fn parse_state_and_group() {
+        let fields: Vec<String> = (6..=30).map(|i| i.to_string()).collect();
+        let line = format!("123 (a) b (c)) S 1 777 {}\n", fields.join(" "));
+        assert_eq!(parse_state_pgrp(line.as_bytes()), Some((b'S', 777)));
+        assert_eq!(parse_state_pgrp(b"123 (x) Z 1"), None);
+        let own = fs::read(format!("/proc/{}/stat", std::process::id())).unwrap();
+        assert_eq!(
+            parse_state_pgrp(&own).map(|(_, pgrp)| pgrp),
+            Some(getpgrp().as_raw())
+        );
     }
 
     #[test]

@@ -251,7 +251,8 @@ fn record(
     rng: &mut fastrand::Rng,
     report: &mut TickReport,
 ) {
-    let now = clock.epoch();
+    let now_ms = clock.now().timestamp_millis();
+    let now = now_ms.div_euclid(1000);
     let (failure, exit_code, outcome) = match &ended {
         Ok(finished) => {
             let exit_code = match finished.outcome {
@@ -279,7 +280,7 @@ fn record(
             run.max_attempts,
             run.backoff_base_secs,
             run.backoff_max_secs,
-            now,
+            now_ms,
             rng,
         )
     });

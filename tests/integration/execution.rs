@@ -1,1 +1,1145 @@
-//! (tests being written)
+//! Executing runs: the real binary claims, runs, retries and records jobs on a temp database.
+//! Every test polls to a deadline; background ticks and job processes are killed on drop.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rusqlite::params;
+
+use super::common::{process_alive, stderr, stdout, wait_until, Env};
+
+// ---------------------------------------------------------------------------
+// Helpers (shared with recovery.rs)
+// ---------------------------------------------------------------------------
+
+/// A `runner` process started in the background; killed (with its process group) on drop.
+/// Its stdout/stderr go to files so a full pipe can never block it.
+pub struct Bg {
+    child: Option<Child>,
+    out: std::path::PathBuf,
+    err: std::path::PathBuf,
+}
+
+impl Bg {
+    pub fn spawn(env: &Env, label: &str, args: &[&str]) -> Bg {
+        let out = env.path(&format!("{label}.stdout"));
+        let err = env.path(&format!("{label}.stderr"));
+        let child = env
+            .cmd()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&out).expect("stdout file"))
+            .stderr(fs::File::create(&err).expect("stderr file"))
+            .spawn()
+            .expect("spawn runner");
+        Bg {
+            child: Some(child),
+            out,
+            err,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Wait up to `timeout` for it to exit; panics if it does not.
+    pub fn finish(mut self, timeout: Duration) -> Output {
+        let mut child = self.child.take().expect("not finished yet");
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "runner did not exit within {timeout:?}\nstderr: {}",
+                    fs::read_to_string(&self.err).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Output {
+            status,
+            stdout: fs::read(&self.out).unwrap_or_default(),
+            stderr: fs::read(&self.err).unwrap_or_default(),
+        }
+    }
+
+    /// SIGKILL the runner itself (not its jobs, which live in their own process groups).
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("kill -9");
+            child.wait().expect("reap");
+        }
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Process groups / pids a test started indirectly (jobs); SIGKILLed on drop if still alive.
+#[derive(Default)]
+pub struct Strays {
+    groups: Vec<u32>,
+    pids: Vec<u32>,
+}
+
+impl Strays {
+    pub fn group(&mut self, pgid: u32) {
+        self.groups.push(pgid);
+    }
+
+    pub fn pid(&mut self, pid: u32) {
+        self.pids.push(pid);
+    }
+}
+
+impl Drop for Strays {
+    fn drop(&mut self) {
+        use nix::sys::signal::{kill, killpg, Signal};
+        use nix::unistd::Pid;
+        for &pgid in &self.groups {
+            if pgid > 1 && process_alive(pgid) {
+                let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
+            }
+        }
+        for &pid in &self.pids {
+            if pid > 1 && process_alive(pid) {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Shell-quote a path for use inside a job command.
+pub fn sh_quote(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
+}
+
+/// Poll a file until it holds a pid.
+pub fn read_pid(path: &Path, timeout: Duration) -> u32 {
+    let mut pid = 0;
+    wait_until(timeout, &format!("a pid in {}", path.display()), || {
+        pid = fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        pid != 0
+    });
+    pid
+}
+
+pub fn one_i64(env: &Env, sql: &str, p: impl rusqlite::Params) -> i64 {
+    env.conn().query_row(sql, p, |r| r.get(0)).expect(sql)
+}
+
+pub fn one_opt_string(env: &Env, sql: &str, p: impl rusqlite::Params) -> Option<String> {
+    env.conn().query_row(sql, p, |r| r.get(0)).expect(sql)
+}
+
+fn status_of(env: &Env, run_id: i64) -> String {
+    one_opt_string(env, "SELECT status FROM job_runs WHERE id = ?1", [run_id]).unwrap_or_default()
+}
+
+/// The id of the newest run of a schedule.
+pub fn last_run_id(env: &Env, name: &str) -> i64 {
+    one_i64(
+        env,
+        "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+         WHERE d.name = ?1 ORDER BY r.id DESC LIMIT 1",
+        [name],
+    )
+}
+
+/// Run ticks (synchronously) until `done` or the deadline; every tick must exit 0.
+/// Returns each tick's stderr, in order.
+fn tick_until(
+    env: &Env,
+    timeout: Duration,
+    what: &str,
+    args: &[&str],
+    mut done: impl FnMut() -> bool,
+) -> Vec<String> {
+    let deadline = Instant::now() + timeout;
+    let mut errs = Vec::new();
+    let mut tick = vec!["tick"];
+    tick.extend_from_slice(args);
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} ticking until {what}; stderr so far: {errs:?}"
+        );
+        let out = env.run(&tick);
+        assert!(out.status.success(), "tick failed: {}", stderr(&out));
+        assert_eq!(stdout(&out), "", "a tick prints nothing on stdout");
+        errs.push(stderr(&out));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    errs
+}
+
+const NEVER: &str = "0 0 1 1 *"; // a schedule that does not fire during a test
+
+// ---------------------------------------------------------------------------
+// (1) many runs, four concurrent ticks: each executed exactly once
+// ---------------------------------------------------------------------------
+
+#[test]
+fn two_thousand_runs_drained_by_four_concurrent_ticks_each_run_exactly_once() {
+    const RUNS: i64 = 2000;
+    let env = Env::init();
+    let file = env.path("ids");
+    let command = format!("echo $RUNNER_RUN_ID >> {}", sh_quote(&file));
+    env.ok(&[
+        "schedule",
+        "add",
+        "drain",
+        "--cron",
+        NEVER,
+        "--overlap",
+        "allow",
+        "--",
+        &command,
+    ]);
+    {
+        let conn = env.conn();
+        let past = 1_600_000_000; // 2020: long due
+        let inserted = conn
+            .execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+                 INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
+                     max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key, created_at)
+                 SELECT d.id, 'manual', ?1, 'pending', ?1, d.command, d.workdir, d.max_attempts, d.timeout_secs,
+                     d.backoff_base_secs, d.backoff_max_secs, d.name || '@bulk:' || n.i, ?1
+                 FROM n, job_definitions d WHERE d.name = 'drain'",
+                params![past, RUNS],
+            )
+            .expect("insert runs");
+        assert_eq!(inserted as i64, RUNS);
+    }
+
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(120);
+    let mut owners_used = HashSet::new();
+    let mut round = 0;
+    while env.count("SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')") > 0 {
+        assert!(Instant::now() < deadline, "runs not drained in time");
+        round += 1;
+        let ticks: Vec<Bg> = (0..4)
+            .map(|i| {
+                let owner = format!("tick-{i}");
+                owners_used.insert(owner.clone());
+                Bg::spawn(
+                    &env,
+                    &format!("tick-{round}-{i}"),
+                    &[
+                        "tick",
+                        "--concurrency",
+                        "4",
+                        "--max-tick",
+                        "120s",
+                        "--owner",
+                        &owner,
+                    ],
+                )
+            })
+            .collect();
+        for tick in ticks {
+            let out = tick.finish(Duration::from_secs(150));
+            assert!(out.status.success(), "tick failed: {}", stderr(&out));
+            assert_eq!(stdout(&out), "");
+            assert_eq!(stderr(&out), "", "a tick whose jobs succeed prints nothing");
+        }
+    }
+    let elapsed = started.elapsed();
+    eprintln!("drained {RUNS} runs with 4 ticks in {elapsed:?} ({round} round(s))");
+
+    let expected: HashSet<String> = env
+        .strings("SELECT CAST(id AS TEXT) FROM job_runs")
+        .into_iter()
+        .collect();
+    assert_eq!(expected.len() as i64, RUNS);
+    let text = fs::read_to_string(&file).expect("ids file");
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for line in text.lines() {
+        *seen.entry(line).or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(twice.is_empty(), "ids executed more than once: {twice:?}");
+    let got: HashSet<String> = seen.keys().map(|s| s.to_string()).collect();
+    assert_eq!(got, expected, "every run id appears exactly once");
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded' AND attempt = 1"),
+        RUNS
+    );
+    assert_eq!(env.count("SELECT count(*) FROM job_attempts"), RUNS);
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_events WHERE kind = 'SUCCEEDED'"),
+        RUNS
+    );
+    let owners = env.count("SELECT count(DISTINCT owner) FROM job_attempts");
+    assert!(
+        owners >= 2,
+        "the four ticks should share the work, only {owners} owner(s) did"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// (2) timeout: SIGTERM ignored → SIGKILL after the grace, grandchild included
+// ---------------------------------------------------------------------------
+
+#[test]
+fn timeout_kills_a_job_ignoring_sigterm_and_its_grandchild() {
+    let env = Env::init();
+    let mut strays = Strays::default();
+    let pidfile = env.path("grandchild.pid");
+    let command = format!(
+        "trap '' TERM; sleep 60 & echo $! > {}; wait",
+        sh_quote(&pidfile)
+    );
+    env.ok(&[
+        "schedule",
+        "add",
+        "stubborn",
+        "--cron",
+        NEVER,
+        "--timeout",
+        "2s",
+        "--max-attempts",
+        "1",
+        "--",
+        &command,
+    ]);
+    env.ok(&["run", "stubborn"]);
+    let run_id = last_run_id(&env, "stubborn");
+    let started = Instant::now();
+    let tick = Bg::spawn(&env, "tick", &["tick"]);
+    let grandchild = read_pid(&pidfile, Duration::from_secs(10));
+    strays.pid(grandchild);
+    let job = one_i64(
+        &env,
+        "SELECT child_pid FROM job_attempts WHERE run_id = ?1",
+        [run_id],
+    ) as u32;
+    strays.group(job);
+    assert!(process_alive(grandchild));
+
+    let out = tick.finish(Duration::from_secs(40));
+    let elapsed = started.elapsed();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // 2 s timeout, SIGTERM ignored, SIGKILL after the 10 s grace.
+    assert!(
+        elapsed >= Duration::from_secs(11) && elapsed < Duration::from_secs(30),
+        "killed after {elapsed:?}"
+    );
+    wait_until(Duration::from_secs(5), "the grandchild to die", || {
+        !process_alive(grandchild)
+    });
+    assert!(!process_alive(job), "the job's shell survived");
+    assert_eq!(status_of(&env, run_id), "dead");
+    assert_eq!(
+        one_opt_string(
+            &env,
+            "SELECT error_code FROM job_runs WHERE id = ?1",
+            [run_id]
+        )
+        .as_deref(),
+        Some("TIMEOUT")
+    );
+    assert_eq!(
+        one_opt_string(
+            &env,
+            "SELECT error_code FROM job_attempts WHERE run_id = ?1 AND attempt = 1",
+            [run_id]
+        )
+        .as_deref(),
+        Some("TIMEOUT")
+    );
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "one dead line: {err}");
+    assert!(err.contains("TIMEOUT") && err.contains("stubborn"), "{err}");
+}
+
+// ---------------------------------------------------------------------------
+// (3) retries: exactly max_attempts, jittered exponential delays, then dead
+// ---------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct Attempt {
+    attempt: i64,
+    started_at: i64,
+    finished_at: i64,
+    exit_code: Option<i64>,
+    error_code: Option<String>,
+}
+
+#[test]
+fn failing_job_retries_within_jitter_bounds_then_goes_dead_with_one_stderr_line() {
+    let env = Env::init();
+    let stamps = env.path("stamps");
+    // Each attempt logs when it ran (ns resolution), then fails.
+    let command = format!(
+        "echo \"$RUNNER_ATTEMPT $(date +%s.%N)\" >> {}; exit 3",
+        sh_quote(&stamps)
+    );
+    env.ok(&[
+        "schedule",
+        "add",
+        "flaky",
+        "--cron",
+        NEVER,
+        "--max-attempts",
+        "3",
+        "--backoff-base",
+        "1s",
+        "--backoff-max",
+        "2s",
+        "--",
+        &command,
+    ]);
+    env.ok(&["run", "flaky"]);
+    let run_id = last_run_id(&env, "flaky");
+    let errs = tick_until(
+        &env,
+        Duration::from_secs(30),
+        "the run is dead",
+        &[],
+        || status_of(&env, run_id) == "dead",
+    );
+
+    assert_eq!(
+        one_opt_string(
+            &env,
+            "SELECT error_code FROM job_runs WHERE id = ?1",
+            [run_id]
+        )
+        .as_deref(),
+        Some("EXIT:3")
+    );
+    assert_eq!(
+        one_i64(&env, "SELECT attempt FROM job_runs WHERE id = ?1", [run_id]),
+        3
+    );
+    let conn = env.conn();
+    let attempts: Vec<Attempt> = conn
+        .prepare(
+            "SELECT attempt, started_at, finished_at, exit_code, error_code FROM job_attempts
+             WHERE run_id = ?1 ORDER BY attempt",
+        )
+        .expect("prepare")
+        .query_map([run_id], |r| {
+            Ok(Attempt {
+                attempt: r.get(0)?,
+                started_at: r.get(1)?,
+                finished_at: r.get(2)?,
+                exit_code: r.get(3)?,
+                error_code: r.get(4)?,
+            })
+        })
+        .expect("query")
+        .map(|r| r.expect("row"))
+        .collect();
+    assert_eq!(attempts.len(), 3, "exactly 3 attempts: {attempts:?}");
+    for (i, a) in attempts.iter().enumerate() {
+        assert_eq!(a.attempt, i as i64 + 1);
+        assert_eq!(a.exit_code, Some(3));
+        assert_eq!(a.error_code.as_deref(), Some("EXIT:3"));
+    }
+    let retries: Vec<(i64, i64, String)> = conn
+        .prepare(
+            "SELECT at, json_extract(detail, '$.next_attempt'), json_extract(detail, '$.run_at')
+             FROM job_events WHERE run_id = ?1 AND kind = 'RETRY_SCHEDULED' ORDER BY id",
+        )
+        .expect("prepare")
+        .query_map([run_id], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get::<_, rusqlite::types::Value>(2).map(|v| match v {
+                    rusqlite::types::Value::Integer(i) => i.to_string(),
+                    other => format!("{other:?}"),
+                })?,
+            ))
+        })
+        .expect("query")
+        .map(|r| r.expect("row"))
+        .collect();
+    assert_eq!(retries.len(), 2, "two retries scheduled: {retries:?}");
+    for (n, (at, next, run_at)) in retries.iter().enumerate() {
+        let attempt = n + 1; // the failed attempt
+        let run_at: i64 = run_at.parse().expect("run_at is epoch seconds");
+        assert_eq!(*next, attempt as i64 + 1);
+        let finished = attempts[n].finished_at;
+        assert_eq!(*at, finished);
+        // d = min(max, base * 2^(n-1)); delay uniform in [d/2, d]; run_at is the exact failure
+        // time plus the delay rounded up to a whole second, finished_at the failure time rounded
+        // down: so run_at - finished_at is in [ceil(d/2), ceil(d) + 1].
+        let d_ms = (1000_i64 << (attempt - 1)).min(2000);
+        let lo = (d_ms / 2 + 999) / 1000;
+        let hi = (d_ms + 999) / 1000 + 1;
+        let delay = run_at - finished;
+        assert!(
+            (lo..=hi).contains(&delay),
+            "retry after attempt {attempt}: delay {delay}s not in [{lo}, {hi}]"
+        );
+        // The next attempt started no sooner than scheduled (and promptly, ticks run every 100 ms).
+        let next_started = attempts[n + 1].started_at;
+        assert!(
+            next_started >= run_at && next_started <= run_at + 3,
+            "attempt {} started at {next_started}, scheduled for {run_at}",
+            attempt + 1
+        );
+    }
+    // In real time too: attempt n+1 starts no sooner than d/2 after attempt n ran (the DB keeps
+    // whole seconds only), and not much later than d.
+    let runs: Vec<(u32, f64)> = fs::read_to_string(&stamps)
+        .expect("stamps")
+        .lines()
+        .map(|l| {
+            let (n, t) = l.split_once(' ').expect("stamp line");
+            (n.parse().expect("attempt"), t.parse().expect("time"))
+        })
+        .collect();
+    assert_eq!(
+        runs.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![1, 2, 3],
+        "{runs:?}"
+    );
+    for n in 1..=2_usize {
+        let d = (1u64 << (n - 1)).min(2) as f64;
+        let gap = runs[n].1 - runs[n - 1].1;
+        assert!(
+            gap >= d / 2.0 && gap <= d + 3.0,
+            "attempt {} ran {gap:.3}s after attempt {n}; the delay must be in [{}, {d}]s",
+            n + 1,
+            d / 2.0
+        );
+    }
+    assert_eq!(
+        one_i64(
+            &env,
+            "SELECT count(*) FROM job_events WHERE run_id = ?1 AND kind = 'FAILED'",
+            [run_id]
+        ),
+        3
+    );
+    assert_eq!(
+        one_i64(
+            &env,
+            "SELECT count(*) FROM job_events WHERE run_id = ?1 AND kind = 'DEAD'",
+            [run_id]
+        ),
+        1
+    );
+
+    // Only the tick that made the run dead printed, and exactly one line.
+    let printed: Vec<&String> = errs.iter().filter(|e| !e.is_empty()).collect();
+    assert_eq!(printed.len(), 1, "tick stderr: {errs:?}");
+    let line = printed[0];
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(
+        line.contains("flaky") && line.contains(&run_id.to_string()) && line.contains("EXIT:3"),
+        "{line}"
+    );
+    assert_eq!(errs.last(), Some(printed[0]), "the last tick made it dead");
+}
+
+/// Many runs failing together must not retry in lockstep, and none sooner than d/2.
+#[test]
+fn simultaneous_failures_retry_spread_over_half_to_full_delay() {
+    const RUNS: usize = 20;
+    let env = Env::init();
+    env.ok(&[
+        "schedule",
+        "add",
+        "herd",
+        "--cron",
+        NEVER,
+        "--overlap",
+        "allow",
+        "--max-attempts",
+        "2",
+        "--backoff-base",
+        "4s",
+        "--backoff-max",
+        "4s",
+        "--",
+        "exit 3",
+    ]);
+    for _ in 0..RUNS {
+        env.ok(&["run", "herd"]);
+    }
+    let out = env.run(&["tick", "--concurrency", "20", "--batch", "20"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "", "first failures are retried, not dead");
+    let delays: Vec<i64> = {
+        let conn = env.conn();
+        let mut stmt = conn
+            .prepare(
+                "SELECT json_extract(e.detail, '$.run_at') - a.finished_at
+                 FROM job_events e JOIN job_attempts a ON a.run_id = e.run_id AND a.attempt = 1
+                 WHERE e.kind = 'RETRY_SCHEDULED'",
+            )
+            .expect("prepare");
+        let rows = stmt.query_map([], |r| r.get(0)).expect("query");
+        rows.map(|r| r.expect("row")).collect()
+    };
+    assert_eq!(delays.len(), RUNS);
+    // d = 4 s: each delay uniform in [2 s, 4 s]; whole seconds, rounded up from the exact
+    // failure time, counted from the failure time rounded down: [2, 5].
+    assert!(
+        delays.iter().all(|d| (2..=5).contains(d)),
+        "delays out of [2, 5]: {delays:?}"
+    );
+    let distinct: HashSet<_> = delays.iter().collect();
+    assert!(distinct.len() >= 2, "retries in lockstep: {delays:?}");
+}
+
+// ---------------------------------------------------------------------------
+// (4) fencing: a stale lease token cannot complete the run; heartbeat notices the loss
+// ---------------------------------------------------------------------------
+
+fn forge_lease(env: &Env, run_id: i64) {
+    let changed = env
+        .conn()
+        .execute(
+            "UPDATE job_runs SET lease_token = 'forged-token', owner = 'other-runner'
+             WHERE id = ?1 AND status = 'running'",
+            [run_id],
+        )
+        .expect("forge");
+    assert_eq!(changed, 1);
+}
+
+fn assert_untouched_by_stale_runner(env: &Env, run_id: i64, refused: &str) {
+    let conn = env.conn();
+    // One string per column: the run as the stale runner found it must be exactly as forged.
+    let row: String = conn
+        .query_row(
+            "SELECT json_array(status, lease_token, owner, error_code, error_detail, finished_at)
+             FROM job_runs WHERE id = ?1",
+            [run_id],
+            |r| r.get(0),
+        )
+        .expect("run");
+    assert_eq!(
+        row, r#"["running","forged-token","other-runner",null,null,null]"#,
+        "status, lease_token, owner, error_code, error_detail, finished_at"
+    );
+    let lost: Vec<String> = env.strings(&format!(
+        "SELECT json_extract(detail, '$.refused') FROM job_events
+         WHERE run_id = {run_id} AND kind = 'LEASE_LOST'"
+    ));
+    assert_eq!(lost, vec![refused.to_string()], "one LEASE_LOST event");
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM job_events WHERE run_id = {run_id}
+             AND kind IN ('SUCCEEDED', 'FAILED', 'RETRY_SCHEDULED', 'DEAD')"
+        )),
+        0,
+        "no outcome recorded by the stale runner"
+    );
+}
+
+#[test]
+fn completion_with_a_stale_lease_token_is_refused() {
+    let env = Env::init();
+    let mut strays = Strays::default();
+    let started = env.path("started");
+    let release = env.path("release");
+    let finished = env.path("finished");
+    let command = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done; touch {}",
+        sh_quote(&started),
+        sh_quote(&release),
+        sh_quote(&finished)
+    );
+    env.ok(&["schedule", "add", "fenced", "--cron", NEVER, "--", &command]);
+    env.ok(&["run", "fenced"]);
+    let run_id = last_run_id(&env, "fenced");
+    // A long lease: the first heartbeat (lease/3 = 20 s) comes long after the job ends, so it
+    // is the completion write that meets the forged token.
+    let tick = Bg::spawn(&env, "tick", &["tick", "--lease", "60s"]);
+    wait_until(Duration::from_secs(10), "the job to start", || {
+        started.exists()
+    });
+    strays.group(one_i64(
+        &env,
+        "SELECT child_pid FROM job_attempts WHERE run_id = ?1",
+        [run_id],
+    ) as u32);
+    forge_lease(&env, run_id);
+    fs::write(&release, "").expect("release");
+    let out = tick.finish(Duration::from_secs(15));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(finished.exists(), "the job ran to its end");
+    assert_untouched_by_stale_runner(&env, run_id, "succeeded");
+}
+
+#[test]
+fn heartbeat_that_finds_its_lease_taken_over_kills_the_job() {
+    let env = Env::init();
+    let mut strays = Strays::default();
+    let pidfile = env.path("sleep.pid");
+    let command = format!("sleep 30 & echo $! > {}; wait", sh_quote(&pidfile));
+    env.ok(&["schedule", "add", "hb", "--cron", NEVER, "--", &command]);
+    env.ok(&["run", "hb"]);
+    let run_id = last_run_id(&env, "hb");
+    let started = Instant::now();
+    // Lease 3 s: heartbeat every second.
+    let tick = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]);
+    let sleep_pid = read_pid(&pidfile, Duration::from_secs(10));
+    strays.pid(sleep_pid);
+    let shell = one_i64(
+        &env,
+        "SELECT child_pid FROM job_attempts WHERE run_id = ?1",
+        [run_id],
+    ) as u32;
+    strays.group(shell);
+    forge_lease(&env, run_id);
+    let out = tick.finish(Duration::from_secs(20));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the job was not stopped promptly: {:?}",
+        started.elapsed()
+    );
+    wait_until(Duration::from_secs(5), "the job's processes to die", || {
+        !process_alive(sleep_pid) && !process_alive(shell)
+    });
+    assert_untouched_by_stale_runner(&env, run_id, "pending");
+}
+
+// ---------------------------------------------------------------------------
+// (5) output: 50 MB to stdout, the last 64 KiB kept
+// ---------------------------------------------------------------------------
+
+#[test]
+fn fifty_megabytes_of_stdout_finish_and_the_last_64_kib_are_kept() {
+    let env = Env::init();
+    env.ok(&[
+        "schedule",
+        "add",
+        "loud",
+        "--cron",
+        NEVER,
+        "--",
+        r"head -c 50000000 /dev/zero | tr '\0' x; printf END",
+    ]);
+    env.ok(&["run", "loud"]);
+    let run_id = last_run_id(&env, "loud");
+    let out = Bg::spawn(&env, "tick", &["tick"]).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+    assert_eq!(status_of(&env, run_id), "succeeded");
+    let (tail, bytes): (Vec<u8>, i64) = env
+        .conn()
+        .query_row(
+            "SELECT stdout_tail, stdout_bytes FROM job_attempts WHERE run_id = ?1",
+            [run_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("attempt");
+    assert_eq!(bytes, 50_000_003);
+    assert_eq!(tail.len(), 65536);
+    assert!(tail.ends_with(b"xEND"));
+    assert!(tail[..65533].iter().all(|&b| b == b'x'));
+}
+
+// ---------------------------------------------------------------------------
+// (6) commands and directories that do not exist
+// ---------------------------------------------------------------------------
+
+/// Documented behaviour: the command is run by `/bin/sh -c`, so a command that does not exist is
+/// the shell's exit 127 (`EXIT:127`); `SPAWN:NOT_FOUND` means `/bin/sh` could not be started at
+/// all, i.e. the working directory vanished after `schedule add` (which rejects a missing one).
+/// `run --wait` exits 127 in both cases.
+#[test]
+fn missing_command_is_exit_127_and_missing_workdir_is_spawn_not_found() {
+    let env = Env::init();
+    env.ok(&[
+        "schedule",
+        "add",
+        "typo",
+        "--cron",
+        NEVER,
+        "--max-attempts",
+        "1",
+        "--",
+        "no-such-command-for-runner-tests --flag",
+    ]);
+    env.ok(&["run", "typo"]);
+    let typo = last_run_id(&env, "typo");
+    let out = env.run(&["tick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(status_of(&env, typo), "dead");
+    let (code, exit, err_tail): (Option<String>, Option<i64>, Vec<u8>) = env
+        .conn()
+        .query_row(
+            "SELECT error_code, exit_code, stderr_tail FROM job_attempts WHERE run_id = ?1",
+            [typo],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .expect("attempt");
+    assert_eq!(code.as_deref(), Some("EXIT:127"));
+    assert_eq!(exit, Some(127));
+    assert!(
+        String::from_utf8_lossy(&err_tail).contains("no-such-command-for-runner-tests"),
+        "the shell's complaint is kept"
+    );
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("EXIT:127"), "{err}");
+
+    // A missing --workdir is refused when the schedule is defined.
+    let missing = env.path("no-such-dir");
+    let err = env.fails(
+        2,
+        &[
+            "schedule",
+            "add",
+            "nowhere",
+            "--cron",
+            NEVER,
+            "--workdir",
+            missing.to_str().expect("utf-8"),
+            "--",
+            "true",
+        ],
+    );
+    assert!(err.contains("no-such-dir"), "{err}");
+
+    // A workdir removed after the schedule was defined: /bin/sh cannot start there.
+    let gone = env.path("gone");
+    fs::create_dir(&gone).expect("mkdir");
+    env.ok(&[
+        "schedule",
+        "add",
+        "moved",
+        "--cron",
+        NEVER,
+        "--max-attempts",
+        "1",
+        "--workdir",
+        gone.to_str().expect("utf-8"),
+        "--",
+        "true",
+    ]);
+    fs::remove_dir(&gone).expect("rmdir");
+    env.ok(&["run", "moved"]);
+    let moved = last_run_id(&env, "moved");
+    let out = env.run(&["tick"]);
+    assert!(
+        out.status.success(),
+        "a spawn failure does not crash the tick"
+    );
+    assert_eq!(status_of(&env, moved), "dead");
+    assert_eq!(
+        one_opt_string(
+            &env,
+            "SELECT error_code FROM job_runs WHERE id = ?1",
+            [moved]
+        )
+        .as_deref(),
+        Some("SPAWN:NOT_FOUND")
+    );
+    let detail = one_opt_string(
+        &env,
+        "SELECT error_detail FROM job_attempts WHERE run_id = ?1",
+        [moved],
+    )
+    .unwrap_or_default();
+    assert!(
+        detail.contains("gone"),
+        "detail names the directory: {detail}"
+    );
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("SPAWN:NOT_FOUND"), "{err}");
+
+    // `run --wait` reports both the same way, with exit 127.
+    let out = env.run(&["run", "typo", "--wait"]);
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    let out = env.run(&["run", "moved", "--wait"]);
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    assert!(stderr(&out).contains("SPAWN:NOT_FOUND"), "{}", stderr(&out));
+}
+
+// ---------------------------------------------------------------------------
+// (7) what a job sees
+// ---------------------------------------------------------------------------
+
+#[test]
+fn job_sees_its_environment_and_workdir_across_attempts() {
+    let env = Env::init();
+    let work = env.path("work");
+    fs::create_dir(&work).expect("mkdir");
+    let command = r#"{ echo "job=$RUNNER_JOB"; echo "run=$RUNNER_RUN_ID"; echo "attempt=$RUNNER_ATTEMPT"; echo "at=$RUNNER_SCHEDULED_AT"; echo "key=$RUNNER_IDEMPOTENCY_KEY"; echo "token=$RUNNER_LEASE_TOKEN"; echo "inherited=$RUNNER_TEST_INHERITED"; echo "pwd=$(pwd -P)"; } > "env.$RUNNER_ATTEMPT"; [ "$RUNNER_ATTEMPT" -ge 2 ]"#;
+    env.ok(&[
+        "--now",
+        "2030-01-01T11:59:00Z",
+        "schedule",
+        "add",
+        "envjob",
+        "--cron",
+        "0 12 * * *",
+        "--workdir",
+        work.to_str().expect("utf-8"),
+        "--max-attempts",
+        "2",
+        "--backoff-base",
+        "0s",
+        "--backoff-max",
+        "0s",
+        "--",
+        command,
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !work.join("env.2").exists() {
+        assert!(Instant::now() < deadline, "attempt 2 never ran");
+        let out = env
+            .cmd()
+            .args(["--now", "2030-01-01T12:00:05Z", "tick"])
+            .env("RUNNER_TEST_INHERITED", "from-the-tick")
+            .output()
+            .expect("tick");
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let run_id = last_run_id(&env, "envjob");
+    wait_until(Duration::from_secs(10), "the run to succeed", || {
+        status_of(&env, run_id) == "succeeded"
+    });
+    assert!(
+        !env.path("env.1").exists(),
+        "the job ran in its workdir, not the tick's"
+    );
+
+    let read = |attempt: u32| -> BTreeMap<String, String> {
+        fs::read_to_string(work.join(format!("env.{attempt}")))
+            .expect("env file")
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let key = one_opt_string(
+        &env,
+        "SELECT idempotency_key FROM job_runs WHERE id = ?1",
+        [run_id],
+    )
+    .expect("key");
+    let real_work = fs::canonicalize(&work).expect("canonicalize");
+    let mut tokens = HashSet::new();
+    for attempt in 1..=2 {
+        let seen = read(attempt);
+        assert_eq!(seen["job"], "envjob");
+        assert_eq!(seen["run"], run_id.to_string());
+        assert_eq!(seen["attempt"], attempt.to_string());
+        let at = chrono::DateTime::parse_from_rfc3339(&seen["at"])
+            .unwrap_or_else(|e| panic!("RUNNER_SCHEDULED_AT {:?}: {e}", seen["at"]));
+        assert_eq!(at.timestamp(), 1_893_499_200, "2030-01-01T12:00:00Z");
+        assert_eq!(
+            seen["key"], key,
+            "the idempotency key is stable across attempts"
+        );
+        assert!(!key.is_empty());
+        let token = one_opt_string(
+            &env,
+            "SELECT lease_token FROM job_attempts WHERE run_id = ?1 AND attempt = ?2",
+            params![run_id, attempt],
+        )
+        .expect("token");
+        assert_eq!(seen["token"], token);
+        tokens.insert(token);
+        assert_eq!(seen["inherited"], "from-the-tick");
+        assert_eq!(seen["pwd"], real_work.to_string_lossy());
+    }
+    assert_eq!(tokens.len(), 2, "each attempt has its own lease token");
+}
+
+// ---------------------------------------------------------------------------
+// (8) overlap: forbid skips a newly due run while one is running; allow runs both
+// ---------------------------------------------------------------------------
+
+const T0: &str = "2030-01-01T00:00:30Z";
+const T1: &str = "2030-01-01T00:01:00Z";
+const T2: &str = "2030-01-01T00:02:00Z";
+const T2_EPOCH: i64 = 1_893_456_120;
+
+fn overlap_job(env: &Env, policy: &str) {
+    let command = format!(
+        "echo $RUNNER_RUN_ID >> {}; while [ ! -e {} ]; do sleep 0.05; done",
+        sh_quote(&env.path("started")),
+        sh_quote(&env.path("release"))
+    );
+    env.ok(&[
+        "--now",
+        T0,
+        "schedule",
+        "add",
+        "every-minute",
+        "--cron",
+        "* * * * *",
+        "--overlap",
+        policy,
+        "--",
+        &command,
+    ]);
+}
+
+fn started_lines(env: &Env) -> usize {
+    fs::read_to_string(env.path("started"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn overlap_forbid_skips_a_newly_due_run_while_one_is_running() {
+    let env = Env::init();
+    overlap_job(&env, "forbid");
+    let tick_a = Bg::spawn(&env, "tick-a", &["--now", T1, "tick"]);
+    wait_until(Duration::from_secs(10), "the 00:01 run to start", || {
+        started_lines(&env) == 1
+    });
+    let out = env.run(&["--now", T2, "tick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+    let (status, reason): (String, Option<String>) = env
+        .conn()
+        .query_row(
+            "SELECT status, skip_reason FROM job_runs WHERE scheduled_for = ?1",
+            [T2_EPOCH],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the 00:02 instant is recorded");
+    assert_eq!(status, "skipped");
+    let reason = reason.unwrap_or_default();
+    assert!(reason.to_lowercase().contains("overlap"), "{reason}");
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_events WHERE kind = 'SKIPPED'"),
+        1
+    );
+    assert_eq!(started_lines(&env), 1, "the skipped run never started");
+    fs::write(env.path("release"), "").expect("release");
+    let out = tick_a.finish(Duration::from_secs(70));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        env.strings("SELECT status FROM job_runs ORDER BY scheduled_for"),
+        vec!["succeeded", "skipped"]
+    );
+}
+
+#[test]
+fn overlap_allow_runs_both_at_once() {
+    let env = Env::init();
+    overlap_job(&env, "allow");
+    let tick_a = Bg::spawn(&env, "tick-a", &["--now", T1, "tick"]);
+    wait_until(Duration::from_secs(10), "the 00:01 run to start", || {
+        started_lines(&env) == 1
+    });
+    let tick_b = Bg::spawn(&env, "tick-b", &["--now", T2, "tick"]);
+    wait_until(
+        Duration::from_secs(10),
+        "both runs to run side by side",
+        || {
+            started_lines(&env) == 2
+                && env.count("SELECT count(*) FROM job_runs WHERE status = 'running'") == 2
+        },
+    );
+    fs::write(env.path("release"), "").expect("release");
+    for tick in [tick_a, tick_b] {
+        let out = tick.finish(Duration::from_secs(70));
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    assert_eq!(
+        env.strings("SELECT status FROM job_runs ORDER BY scheduled_for"),
+        vec!["succeeded", "succeeded"]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// (9) run --wait, and a quiet idle tick
+// ---------------------------------------------------------------------------
+
+#[test]
+fn run_wait_streams_output_and_exits_with_the_job_code() {
+    let env = Env::init();
+    env.ok(&[
+        "schedule",
+        "add",
+        "seven",
+        "--cron",
+        NEVER,
+        "--",
+        "echo out-line; echo err-line >&2; exit 7",
+    ]);
+    env.ok(&[
+        "schedule",
+        "add",
+        "fine",
+        "--cron",
+        NEVER,
+        "--",
+        "echo all-good",
+    ]);
+
+    let out = env.run(&["run", "seven", "--wait"]);
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert!(stdout(&out).contains("out-line\n"), "{}", stdout(&out));
+    assert!(stderr(&out).contains("err-line\n"), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("err-line"));
+    let seven = last_run_id(&env, "seven");
+    assert_eq!(
+        one_opt_string(
+            &env,
+            "SELECT error_code FROM job_runs WHERE id = ?1",
+            [seven]
+        )
+        .as_deref(),
+        Some("EXIT:7")
+    );
+
+    let out = env.run(&["run", "fine", "--wait"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "all-good\n");
+    assert_eq!(stderr(&out), "");
+    assert_eq!(status_of(&env, last_run_id(&env, "fine")), "succeeded");
+
+    // Nothing due (the failed run retries in 15-30 s): the tick is silent.
+    let out = env.run(&["tick"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn idle_tick_exits_zero_and_prints_nothing() {
+    let env = Env::init();
+    let started = Instant::now();
+    let out = env.run(&["tick"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(stderr(&out), "");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "an idle tick returns at once, took {:?}",
+        started.elapsed()
+    );
+    env.ok(&["schedule", "add", "later", "--cron", NEVER, "--", "true"]);
+    let out = env.run(&["tick"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(stderr(&out), "");
+}

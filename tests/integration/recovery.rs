@@ -1,1 +1,289 @@
-//! (tests being written)
+//! Recovery from a crashed runner: `kill -9` of a tick while its job runs. After the lease
+//! expires the next tick kills the leftover job, closes attempt 1 as `LEASE:EXPIRED` and runs
+//! attempt 2, and the job never runs twice at the same time.
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use super::common::{process_alive, stderr, stdout, wait_until, Env};
+use super::execution::{last_run_id, one_i64, one_opt_string, read_pid, sh_quote, Bg, Strays};
+
+#[test]
+fn kill_9_of_a_tick_then_recovery_kills_the_leftover_and_retries_without_overlap() {
+    let env = Env::init();
+    let mut strays = Strays::default();
+    let lock = env.path("job.lock");
+    let log = env.path("job.log");
+    let violations = env.path("violations");
+    let sleep_pidfile = env.path("sleep.pid");
+    // The job holds an exclusive flock for its whole life (fd 9 is inherited by its `sleep`).
+    // A second copy running while the first still lives cannot take it and records a violation.
+    // Attempt 1 sleeps (and is orphaned by the kill -9); later attempts finish at once.
+    let command = format!(
+        "exec 9>{lock}; flock -n 9 || {{ echo \"attempt $RUNNER_ATTEMPT\" >> {violations}; exit 1; }}; \
+         echo \"start $RUNNER_ATTEMPT $$\" >> {log}; \
+         if [ \"$RUNNER_ATTEMPT\" = 1 ]; then sleep 30 & echo $! > {pid}; wait; fi; \
+         echo \"end $RUNNER_ATTEMPT\" >> {log}",
+        lock = sh_quote(&lock),
+        violations = sh_quote(&violations),
+        log = sh_quote(&log),
+        pid = sh_quote(&sleep_pidfile),
+    );
+    // Zero backoff: the retry is due the moment recovery closes attempt 1, in the same tick,
+    // so the leftover must already be gone by then.
+    env.ok(&[
+        "schedule",
+        "add",
+        "locked",
+        "--cron",
+        "0 0 1 1 *",
+        "--backoff-base",
+        "0s",
+        "--backoff-max",
+        "0s",
+        "--",
+        &command,
+    ]);
+    env.ok(&["run", "locked"]);
+    let run_id = last_run_id(&env, "locked");
+
+    let mut tick = Bg::spawn(&env, "tick-1", &["tick", "--lease", "3s"]);
+    let sleep_pid = read_pid(&sleep_pidfile, Duration::from_secs(10));
+    strays.pid(sleep_pid);
+    let shell = one_i64(
+        &env,
+        "SELECT child_pid FROM job_attempts WHERE run_id = ?1 AND attempt = 1",
+        [run_id],
+    ) as u32;
+    strays.group(shell);
+    assert!(tick.pid() > 0);
+    tick.kill9();
+    assert!(process_alive(shell) && process_alive(sleep_pid));
+    let killed_at = Instant::now();
+
+    // Ticks before the lease expires leave the run alone; then one recovers and retries it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = one_opt_string(&env, "SELECT status FROM job_runs WHERE id = ?1", [run_id])
+            .unwrap_or_default();
+        if status == "succeeded" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run not recovered and retried in time (status {status})"
+        );
+        let was_running_attempt_1 = one_i64(
+            &env,
+            "SELECT count(*) FROM job_runs WHERE id = ?1 AND status = 'running' AND attempt = 1",
+            [run_id],
+        ) == 1;
+        let out = env.run(&["tick", "--lease", "3s"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            !violations.exists(),
+            "the job ran twice at once: {}",
+            fs::read_to_string(&violations).unwrap_or_default()
+        );
+        assert_eq!(stdout(&out), "");
+        assert_eq!(
+            stderr(&out),
+            "",
+            "a recovered-and-retried run prints nothing"
+        );
+        if was_running_attempt_1 && process_alive(sleep_pid) {
+            // The leftover must never outlive the tick that recovered its run.
+            let recovered = one_i64(
+                &env,
+                "SELECT count(*) FROM job_attempts WHERE run_id = ?1 AND attempt = 1
+                 AND finished_at IS NOT NULL",
+                [run_id],
+            ) == 1;
+            assert!(
+                !recovered,
+                "attempt 1 was closed while its sleep still runs"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let recovered_after = killed_at.elapsed();
+
+    wait_until(
+        Duration::from_secs(5),
+        "the leftover job to be dead",
+        || !process_alive(sleep_pid) && !process_alive(shell),
+    );
+    assert!(
+        !violations.exists(),
+        "the job ran twice at once: {}",
+        fs::read_to_string(&violations).unwrap_or_default()
+    );
+    let log_text = fs::read_to_string(&log).expect("log");
+    let starts: Vec<&str> = log_text
+        .lines()
+        .filter(|l| l.starts_with("start"))
+        .collect();
+    assert_eq!(starts.len(), 2, "{log_text}");
+    assert!(starts[0].starts_with("start 1 ") && starts[1].starts_with("start 2 "));
+    assert!(
+        !log_text.contains("end 1"),
+        "attempt 1 was killed: {log_text}"
+    );
+    assert!(log_text.ends_with("end 2\n"), "{log_text}");
+
+    let conn = env.conn();
+    let attempts: Vec<(i64, Option<String>, Option<String>)> = conn
+        .prepare(
+            "SELECT attempt, outcome, error_code FROM job_attempts WHERE run_id = ?1 ORDER BY attempt",
+        )
+        .expect("prepare")
+        .query_map([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .expect("query")
+        .map(|r| r.expect("row"))
+        .collect();
+    assert_eq!(
+        attempts,
+        vec![
+            (1, Some("failed".into()), Some("LEASE:EXPIRED".into())),
+            (2, Some("succeeded".into()), None),
+        ]
+    );
+    assert_eq!(
+        one_i64(
+            &env,
+            "SELECT count(*) FROM job_events WHERE run_id = ?1 AND kind = 'RECOVERED'",
+            [run_id]
+        ),
+        1
+    );
+    let detail = one_opt_string(
+        &env,
+        "SELECT error_detail FROM job_attempts WHERE run_id = ?1 AND attempt = 1",
+        [run_id],
+    )
+    .unwrap_or_default();
+    assert!(
+        detail.contains("killed"),
+        "detail says the leftover was killed: {detail}"
+    );
+    // Lease 3 s, heart-beaten every second: recovered a few seconds after the kill, not later.
+    assert!(
+        recovered_after < Duration::from_secs(15),
+        "recovery took {recovered_after:?}"
+    );
+}
+
+/// A runner that stalls (SIGSTOP: no heartbeat) loses its lease to the next tick, which kills
+/// the job and retries the run. When the stalled runner wakes and reports its attempt, the
+/// write is refused: neither the run nor the attempt rows the recovering runner wrote change.
+#[test]
+fn a_stalled_runner_that_wakes_after_takeover_cannot_overwrite_anything() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let env = Env::init();
+    let mut strays = Strays::default();
+    let sleep_pidfile = env.path("sleep.pid");
+    let log = env.path("job.log");
+    let command = format!(
+        "if [ \"$RUNNER_ATTEMPT\" = 1 ]; then sleep 30 & echo $! > {pid}; wait; fi; \
+         echo \"done $RUNNER_ATTEMPT\" >> {log}",
+        pid = sh_quote(&sleep_pidfile),
+        log = sh_quote(&log),
+    );
+    env.ok(&[
+        "schedule",
+        "add",
+        "stalled",
+        "--cron",
+        "0 0 1 1 *",
+        "--backoff-base",
+        "0s",
+        "--backoff-max",
+        "0s",
+        "--",
+        &command,
+    ]);
+    env.ok(&["run", "stalled"]);
+    let run_id = last_run_id(&env, "stalled");
+
+    let stalled = Bg::spawn(
+        &env,
+        "stalled-tick",
+        &["tick", "--lease", "3s", "--owner", "stalled-runner"],
+    );
+    let sleep_pid = read_pid(&sleep_pidfile, Duration::from_secs(10));
+    strays.pid(sleep_pid);
+    strays.group(one_i64(
+        &env,
+        "SELECT child_pid FROM job_attempts WHERE run_id = ?1 AND attempt = 1",
+        [run_id],
+    ) as u32);
+    let stalled_pid = Pid::from_raw(stalled.pid() as i32);
+    kill(stalled_pid, Signal::SIGSTOP).expect("SIGSTOP the tick");
+    // Resume it whatever happens, so that dropping `stalled` can reap it.
+    struct Resume(Pid);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = kill(self.0, Signal::SIGCONT);
+        }
+    }
+    let resume = Resume(stalled_pid);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while one_opt_string(&env, "SELECT status FROM job_runs WHERE id = ?1", [run_id]).as_deref()
+        != Some("succeeded")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the run was not taken over in time"
+        );
+        let out = env.run(&["tick", "--lease", "3s", "--owner", "rescuer"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !process_alive(sleep_pid),
+        "the stalled runner's job was killed"
+    );
+    let snapshot = |env: &Env| -> Vec<String> {
+        env.strings(&format!(
+            "SELECT json_array(status, attempt, owner, lease_token, error_code, error_detail, finished_at)
+             FROM job_runs WHERE id = {run_id}
+             UNION ALL
+             SELECT json_array(attempt, owner, outcome, exit_code, error_code, error_detail, finished_at,
+                               duration_ms, stdout_bytes, stderr_bytes)
+             FROM (SELECT * FROM job_attempts WHERE run_id = {run_id} ORDER BY attempt)"
+        ))
+    };
+    let before = snapshot(&env);
+
+    drop(resume); // SIGCONT: the stalled runner wakes and reports its (killed) attempt 1
+    let out = stalled.finish(Duration::from_secs(20));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        snapshot(&env),
+        before,
+        "the stale runner changed recorded rows"
+    );
+    assert_eq!(
+        env.strings(&format!(
+            "SELECT actor FROM job_events WHERE run_id = {run_id} AND kind = 'LEASE_LOST'"
+        )),
+        vec!["stalled-runner".to_string()],
+        "the refused report is recorded as an event"
+    );
+    assert_eq!(
+        env.strings(&format!(
+            "SELECT kind FROM job_events WHERE run_id = {run_id} AND actor = 'stalled-runner' ORDER BY id"
+        )),
+        vec!["CLAIMED".to_string(), "LEASE_LOST".to_string()]
+    );
+    assert_eq!(
+        env.strings(&format!(
+            "SELECT error_code FROM job_attempts WHERE run_id = {run_id} AND attempt = 1"
+        )),
+        vec!["LEASE:EXPIRED".to_string()]
+    );
+    assert_eq!(fs::read_to_string(&log).expect("log"), "done 2\n");
+}
