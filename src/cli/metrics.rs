@@ -124,12 +124,7 @@ fn exposition(
         "gauge",
         "Running runs whose lease expired: their runner stopped heart-beating.",
     )?;
-    let expired = h
-        .running
-        .iter()
-        .filter(|r| r.lease_expires_at < now)
-        .count();
-    writeln!(out, "runner_expired_leases {expired}")?;
+    writeln!(out, "runner_expired_leases {}", h.expired_leases)?;
 
     family(
         &mut out,

@@ -72,10 +72,38 @@ pub enum Command {
     /// Prometheus text exposition format, for node_exporter's textfile collector.
     Metrics(metrics::Args),
     /// Put a dead run back to pending now, or make a run waiting to retry due now.
+    ///
+    /// A dead run goes back to pending, due now; a pending run that is waiting out a backoff
+    /// delay after a failed attempt becomes due now. A RETRIED event is recorded.
+    ///
+    /// Attempts keep counting: the next attempt is the run's attempt + 1. A dead run has used all
+    /// its attempts, so its max attempts is raised by one to allow exactly one more (if that
+    /// fails too, the run is dead again).
+    ///
+    /// Refused (exit 2) for runs that succeeded, were cancelled or skipped, are running, or are
+    /// pending without a failed attempt; enqueue a new run with `runner run NAME`.
     Retry(steer::RetryArgs),
     /// Cancel a pending run, or stop a running one (its process group is terminated).
+    ///
+    /// A pending run becomes cancelled and never runs. A running run becomes cancelled at once
+    /// and loses its lease; the tick executing it notices at its next heartbeat (within a third
+    /// of the lease) and terminates the job's process group (SIGTERM, then SIGKILL). A CANCELLED
+    /// event is recorded.
+    ///
+    /// Refused (exit 2) for runs that already finished.
     Cancel(steer::CancelArgs),
     /// Delete finished runs past retention, with their attempts and events, in small batches.
+    ///
+    /// Deletes runs that succeeded, went dead, were cancelled or skipped and finished longer ago
+    /// than the retention, with their attempts and events, 5,000 runs per short transaction,
+    /// pausing between them so ticks running meanwhile are not blocked. Pending and running
+    /// runs are never deleted. Pruning never makes a tick run an instant again: each schedule
+    /// remembers which instants it handled.
+    ///
+    /// The tick applies the retention by itself at most once an hour; set RUNNER_RETENTION
+    /// (e.g. 90d, or off) where the tick runs, e.g. in the crontab, to change it.
+    ///
+    /// The database file does not shrink: SQLite reuses the freed pages.
     Prune(prune::Args),
 }
 

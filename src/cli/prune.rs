@@ -11,16 +11,6 @@ use crate::store::{OpenMode, PruneCounts};
 use crate::tick::prune::{prune_finished, retention_from_env, PRUNE_BATCH};
 
 #[derive(Debug, clap::Args)]
-#[command(
-    long_about = "Delete finished runs (succeeded, dead, cancelled, skipped) that finished longer \
-                  ago than the retention, with their attempts and events. Pending and running runs \
-                  are never deleted. Deletes in batches of 5,000 runs, one short transaction each, \
-                  pausing between them, so ticks running meanwhile are not blocked.\n\n\
-                  The tick applies the retention by itself at most once an hour; set \
-                  RUNNER_RETENTION (e.g. 90d, or off) in the crontab to change it. Pruning never \
-                  makes a tick run an instant again: each schedule remembers what it handled.\n\n\
-                  The database file does not shrink; SQLite reuses the freed pages."
-)]
 pub struct Args {
     /// Delete runs that finished longer ago than this [default: $RUNNER_RETENTION, else 30d].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]

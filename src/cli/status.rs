@@ -50,11 +50,11 @@ pub fn warnings(h: &Health, now: i64) -> Vec<String> {
         )),
         Some(_) => {}
     }
-    let expired = expired(h, now).count();
-    if expired > 0 {
+    if h.expired_leases > 0 {
         warnings.push(format!(
-            "{expired} running run(s) hold an expired lease: their runner stopped heart-beating \
-             (crashed, killed or hung); the next tick recovers them"
+            "{} running run(s) hold an expired lease: their runner stopped heart-beating \
+             (crashed, killed or hung); the next tick recovers them",
+            h.expired_leases
         ));
     }
     warnings
@@ -229,10 +229,15 @@ fn render(
         }
     }
     let expired: Vec<String> = expired(h, now).map(|r| r.run.id.to_string()).collect();
-    if expired.is_empty() {
+    if h.expired_leases == 0 {
         writeln!(out, "expired leases:  none")?;
     } else {
-        writeln!(out, "expired leases:  run {}", expired.join(", "))?;
+        writeln!(
+            out,
+            "expired leases:  {} (run {})",
+            h.expired_leases,
+            expired.join(", ")
+        )?;
     }
 
     if h.retries_in_flight.is_empty() {

@@ -11,28 +11,12 @@ use crate::model::RunStatus;
 use crate::store::{OpenMode, Steer, Steered};
 
 #[derive(Debug, clap::Args)]
-#[command(
-    long_about = "Retry a run now: a dead run goes back to pending, due now; a pending run that is \
-                  waiting out a backoff delay after a failed attempt becomes due now.\n\n\
-                  Attempts keep counting: the next attempt is the run's attempt + 1. A dead run \
-                  has used all its attempts, so its max attempts is raised by one to allow exactly \
-                  one more (if that fails too, the run is dead again). A RETRIED event is recorded.\n\n\
-                  Refused (exit 2) for runs that succeeded, were cancelled or skipped, are running, \
-                  or are pending without a failed attempt; enqueue a new run with `runner run NAME`."
-)]
 pub struct RetryArgs {
     /// Run id, as `runner history` lists it.
     pub run_id: i64,
 }
 
 #[derive(Debug, clap::Args)]
-#[command(
-    long_about = "Cancel a run: a pending run becomes cancelled and never runs. A running run \
-                  becomes cancelled at once and loses its lease; the tick executing it notices at \
-                  its next heartbeat (within a third of the lease) and terminates the job's process \
-                  group (SIGTERM, then SIGKILL). A CANCELLED event is recorded.\n\n\
-                  Refused (exit 2) for runs that already finished."
-)]
 pub struct CancelArgs {
     /// Run id, as `runner history` lists it.
     pub run_id: i64,

@@ -206,6 +206,8 @@ pub struct Health {
     pub oldest_due: Option<RunBrief>,
     /// Running runs, the earliest lease expiry first (expired ones first), at most `RUNNING_LISTED`.
     pub running: Vec<RunningView>,
+    /// Running runs whose lease expired before `now`: their runner stopped heart-beating.
+    pub expired_leases: i64,
     /// Runs between attempts or retrying now, by the attempt number they are on or will be on.
     pub retries_in_flight: Vec<(u32, i64)>,
     /// Error codes of attempts that finished since `recent_since`, most frequent first.

@@ -348,6 +348,9 @@ LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
 WHERE r.status = 'running'
 ORDER BY r.lease_expires_at, r.id LIMIT ?1"
 );
+/// Running runs whose lease expired (`job_runs_leases`).
+const COUNT_EXPIRED_LEASES: &str =
+    "SELECT count(*) FROM job_runs WHERE status = 'running' AND lease_expires_at < ?1";
 /// Runs retrying, by the attempt they are on: a pending run with attempts behind it waits out
 /// a backoff delay (its next attempt is attempt + 1); a running run past its first attempt is a
 /// retry executing now.
@@ -1061,6 +1064,8 @@ impl Store for SqliteStore {
             rows.collect::<rusqlite::Result<Vec<_>>>()?
         };
 
+        let expired_leases: i64 = tx.query_row(COUNT_EXPIRED_LEASES, [now], |r| r.get(0))?;
+
         let retries_in_flight = {
             let mut stmt = tx.prepare(RETRIES_IN_FLIGHT)?;
             let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -1116,6 +1121,7 @@ impl Store for SqliteStore {
             counts,
             oldest_due,
             running,
+            expired_leases,
             retries_in_flight,
             top_errors,
             dead_recent,
@@ -1345,6 +1351,7 @@ mod tests {
             ("count not succeeded", COUNT_RUNS_NOT_SUCCEEDED.to_string()),
             ("oldest due", OLDEST_DUE.to_string()),
             ("running", RUNNING_RUNS.to_string()),
+            ("expired leases", COUNT_EXPIRED_LEASES.to_string()),
             ("retries", RETRIES_IN_FLIGHT.to_string()),
             ("top errors", TOP_ERRORS.to_string()),
             ("dead recent", DEAD_RECENT.to_string()),
