@@ -308,8 +308,14 @@ fn classify(err: &io::Error) -> SpawnErrorKind {
     }
 }
 
-fn spawn_error(workdir: Option<&Path>, err: &io::Error) -> SpawnError {
+fn spawn_error(workdir: Option<&Path>, command: &str, err: &io::Error) -> SpawnError {
     let message = match workdir {
+        _ if err.raw_os_error() == Some(Errno::E2BIG as i32) => format!(
+            "cannot start {SHELL}: the command is {} bytes, more than the kernel accepts in one \
+             argument (128 KiB) or in all of them with the environment; put it in a script and \
+             schedule the script",
+            command.len()
+        ),
         Some(dir) => format!("cannot start {SHELL} in {}: {err}", dir.display()),
         None => format!("cannot start {SHELL}: {err}"),
     };
@@ -345,7 +351,7 @@ impl RunningJob {
         }
         let mut child = cmd
             .spawn()
-            .map_err(|e| spawn_error(spec.workdir.as_deref(), &e))?;
+            .map_err(|e| spawn_error(spec.workdir.as_deref(), &spec.command, &e))?;
         let started = Instant::now();
         let pgid = i32::try_from(child.id()).unwrap_or(0);
 
