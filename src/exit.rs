@@ -93,6 +93,10 @@ pub fn sqlite_hint(error: &anyhow::Error) -> Option<&'static str> {
             "check that the database file and its directory are writable by this user"
         }
         C::DiskFull => "the disk is full; free space and run again (nothing was committed)",
+        C::SystemIoFailure => {
+            "an I/O error: check that the disk is not full and that the database's directory is \
+             writable (SQLite keeps its -wal and -shm files next to the database)"
+        }
         _ => return None,
     })
 }
