@@ -114,17 +114,17 @@ commands=(
     "status --json"
     "metrics"
 )
-printf '%-44s %12s %14s\n' "command (median of $repeat)" "1,000 runs" "1,000,000 runs"
+printf '%-46s %12s %14s\n' "command (median of $repeat)" "1,000 runs" "1,000,000 runs"
 for c in "${commands[@]}"; do
     read -r -a words <<<"$c"
     small_ms=$(median_ms "$runner" --db "$small" "${words[@]}")
     large_ms=$(median_ms "$runner" --db "$large" "${words[@]}")
-    printf '%-44s %9s ms %11s ms\n' "runner $c" "$small_ms" "$large_ms"
+    printf '%-46s %9s ms %11s ms\n' "runner $c" "$small_ms" "$large_ms"
 done
-printf '%-44s %9s ms %11s ms\n' "runner prune --older-than 1h --dry-run" \
+printf '%-46s %9s ms %11s ms\n' "runner prune --older-than 1h --dry-run" \
     "$(repeat=1 median_ms "$runner" --db "$small" prune --older-than 1h --dry-run)" \
     "$(repeat=1 median_ms "$runner" --db "$large" prune --older-than 1h --dry-run)"
-printf '%-44s %9s ms %11s\n' "runner prune --older-than 1h" \
+printf '%-46s %9s ms %11s\n' "runner prune --older-than 1h" \
     "$(repeat=1 median_ms "$runner" --db "$small" prune --older-than 1h)" "(below)"
 
 # Prune the 1,000,000 runs while ticks run, as cron would keep starting them: every tick must

@@ -246,9 +246,9 @@ fn render(
         let retries: Vec<String> = h
             .retries_in_flight
             .iter()
-            .map(|(attempt, runs)| format!("attempt {attempt}: {runs}"))
+            .map(|(attempt, runs)| format!("attempt {attempt}: {}", plural(*runs, "run")))
             .collect();
-        writeln!(out, "retries:         {} (runs)", retries.join(", "))?;
+        writeln!(out, "retries:         {}", retries.join(", "))?;
     }
 
     if h.top_errors.is_empty() {
@@ -257,9 +257,9 @@ fn render(
         let errors: Vec<String> = h
             .top_errors
             .iter()
-            .map(|(code, n)| format!("{code} x{n}"))
+            .map(|(code, n)| format!("{code} ({})", plural(*n, "attempt")))
             .collect();
-        writeln!(out, "errors (24h):    {} (attempts)", errors.join(", "))?;
+        writeln!(out, "errors (24h):    {}", errors.join(", "))?;
     }
     writeln!(out, "dead (24h):      {}", h.dead_recent)?;
     for run in &h.dead_recent_runs {
@@ -303,6 +303,15 @@ fn render(
         None => writeln!(out, "oldest run kept: none")?,
     }
     Ok(out)
+}
+
+/// `1 run`, `3 runs`.
+fn plural(n: i64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// `812 B`, `1.4 MiB`.
