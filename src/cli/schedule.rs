@@ -165,6 +165,8 @@ pub fn run(command: Command, ctx: &Ctx) -> Result<()> {
 /// The most attempts a schedule may ask for: enough for any sane retry policy.
 const MAX_ATTEMPTS_LIMIT: u32 = 1000;
 const NAME_MAX_CHARS: usize = 200;
+/// Linux's MAX_ARG_STRLEN: one argv string (the command given to `sh -c`) must be shorter.
+const COMMAND_MAX_BYTES: usize = 128 * 1024;
 
 pub fn validate_name(name: &str) -> Result<()> {
     let problem = if name.is_empty() {
@@ -264,6 +266,14 @@ impl SettingsFlags {
         }
         if s.command.contains('\0') {
             return Err(Failure::usage("the command must not contain a NUL byte"));
+        }
+        if s.command.len() >= COMMAND_MAX_BYTES {
+            return Err(Failure::usage(format!(
+                "the command is {} bytes; the kernel passes at most {} bytes to `sh -c`: put it in a \
+                 script and schedule the script",
+                s.command.len(),
+                COMMAND_MAX_BYTES - 1
+            )));
         }
         Timing::of(&s)?;
         Ok(s)

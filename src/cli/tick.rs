@@ -38,10 +38,13 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             "--concurrency and --batch must be at least 1",
         ));
     }
-    if args.lease < Duration::from_secs(3) {
+    if args.lease < MIN_LEASE || args.lease > MAX_LEASE {
         return Err(Failure::usage(
-            "--lease must be at least 3s (it is heart-beaten every third of it)",
+            "--lease must be between 3s (it is heart-beaten every third of it) and 24h",
         ));
+    }
+    if args.max_tick > MAX_LEASE {
+        return Err(Failure::usage("--max-tick must be at most 24h"));
     }
     let mut store = open_for_execution(ctx)?;
     let options = TickOptions {
@@ -68,17 +71,31 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             report.errors
         );
     }
+    if report.errors > 0 {
+        // Each error was printed as it happened; the exit code tells cron and scripts.
+        return Err(anyhow::anyhow!(
+            "the tick met {} runner error(s); see the lines above",
+            report.errors
+        ));
+    }
     Ok(())
 }
+
+const MIN_LEASE: Duration = Duration::from_secs(3);
+/// Long enough for any heartbeat gap; short enough that the arithmetic on it cannot overflow.
+const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 
 /// Open the database for a command that executes jobs: it must exist, and nobody but its owner
 /// may be able to write it (see `security`).
 pub fn open_for_execution(ctx: &Ctx) -> Result<Box<dyn Store>> {
-    let store = ctx.open(OpenMode::MustExist)?;
+    // Check before opening: opening replays a WAL file, which is exactly what an attacker who
+    // could write next to the database would have planted.
     if let Location::Sqlite(path) = &ctx.location {
-        check_executable_database(path)?;
+        if path.exists() {
+            check_executable_database(path)?;
+        }
     }
-    Ok(store)
+    ctx.open(OpenMode::MustExist)
 }
 
 /// SIGTERM, SIGINT and SIGHUP only set this flag; the supervisor loop stops the jobs and exits.

@@ -61,7 +61,8 @@ pub fn execute_due(
     report: &mut TickReport,
 ) -> Result<()> {
     let started = Instant::now();
-    let lease_secs = options.lease.as_secs().max(3) as i64;
+    // Clamped so the lease arithmetic below can never overflow, whatever the caller passed.
+    let lease_secs = options.lease.as_secs().clamp(3, 86_400) as i64;
     let heartbeat_every = Duration::from_secs((lease_secs / 3).max(1) as u64);
     let mut last_heartbeat = Instant::now();
     let mut active: Vec<Active> = Vec::new();
@@ -103,8 +104,7 @@ pub fn execute_due(
                     }
                 }
                 Err(e) => {
-                    report.errors += 1;
-                    runner_error(format!("claiming runs: {e:#}"));
+                    runner_error(&mut report.errors, "claiming runs", &e);
                     nothing_due = true;
                     next_claim = Instant::now() + RECHECK_INTERVAL;
                 }
@@ -183,11 +183,8 @@ fn start(
                     active.stopped = Some(StopReason::LeaseLost);
                 }
                 Err(e) => {
-                    report.errors += 1;
-                    runner_error(format!(
-                        "run {}: recording its process: {e:#}",
-                        active.run.run_id
-                    ));
+                    let context = format!("run {}: recording its process", active.run.run_id);
+                    runner_error(&mut report.errors, context, &e);
                 }
             }
             Some(active)
@@ -233,8 +230,7 @@ fn heartbeat(
         }
         Err(e) => {
             // Keep running: the next heartbeat may succeed before the lease runs out.
-            report.errors += 1;
-            runner_error(format!("heartbeat: {e:#}"));
+            runner_error(&mut report.errors, "heartbeat", &e);
         }
     }
 }
@@ -306,11 +302,8 @@ fn record(
         Ok(recorded) => recorded,
         Err(e) => {
             // The lease will expire and recovery will retry the run: at-least-once holds.
-            report.errors += 1;
-            runner_error(format!(
-                "run {}: recording attempt {}: {e:#}",
-                run.run_id, run.attempt
-            ));
+            let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
+            runner_error(&mut report.errors, context, &e);
             Fenced::LeaseLost
         }
     };

@@ -27,8 +27,7 @@ pub fn materialize_due(
             Ok(n) => inserted += n,
             Err(e) => {
                 // One broken schedule must not stop the others.
-                *errors += 1;
-                super::runner_error(format!("schedule {}: {e:#}", definition.name));
+                super::runner_error(errors, format!("schedule {}", definition.name), &e);
             }
         }
     }

@@ -55,6 +55,12 @@ pub fn tick(
 }
 
 /// Print one line to stderr about a runner problem (cron mails it).
-pub fn runner_error(message: impl std::fmt::Display) {
-    eprintln!("runner: error: {message}");
+/// Count a runner problem that does not stop the tick and print it as one line to stderr (cron
+/// mails it), with a hint when the cause is one the user can act on (disk full, permissions).
+pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: &anyhow::Error) {
+    *errors += 1;
+    eprintln!("runner: error: {context}: {error:#}");
+    if let Some(hint) = crate::exit::sqlite_hint(error) {
+        eprintln!("runner: hint: {hint}");
+    }
 }

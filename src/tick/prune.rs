@@ -80,8 +80,8 @@ pub fn auto_prune(store: &mut dyn Store, clock: &Clock, errors: &mut usize) {
         Ok(Some(retention)) => retention,
         Ok(None) => return,
         Err(message) => {
-            *errors += 1;
-            super::runner_error(format!("automatic pruning skipped: {message}"));
+            let error = anyhow::anyhow!(message);
+            super::runner_error(errors, "automatic pruning skipped", &error);
             return;
         }
     };
@@ -96,8 +96,7 @@ pub fn auto_prune(store: &mut dyn Store, clock: &Clock, errors: &mut usize) {
             prune_finished(store, cutoff, Some(AUTO_PRUNE_BUDGET), &mut |_| {})
         });
     if let Err(e) = result {
-        *errors += 1;
-        super::runner_error(format!("automatic pruning: {e:#}"));
+        super::runner_error(errors, "automatic pruning", &e);
     }
 }
 

@@ -1261,7 +1261,6 @@ fn bad_input_is_exit_2_with_a_message_and_nothing_written() {
 /// A huge lease must be refused, not wrapped: `--lease 18446744073709551615s` became a lease of
 /// -1 s, so the next tick "recovered" a live run and killed its job.
 #[test]
-#[ignore = "awaiting fix in src/cli/tick.rs (bound --lease) and src/tick/execute.rs (checked casts)"]
 fn huge_lease_is_refused() {
     let env = Env::init();
     for lease in [
@@ -1485,7 +1484,6 @@ fn planted_wal_in_a_sticky_directory_cannot_inject_commands() {
 /// Same attack, one step further: the refusal must come before SQLite opens the database, or the
 /// planted WAL is already checkpointed into the database file when runner closes it.
 #[test]
-#[ignore = "awaiting fix in src/cli/tick.rs open_for_execution: check the database before opening it"]
 fn refused_database_is_not_modified_by_a_planted_wal() {
     let env = Env::new();
     let shared = env.path("tmp");
