@@ -26,6 +26,9 @@ CREATE TABLE job_definitions (
     -- The first fire instant after the cursor (NULL: never fires again). An idle tick reads
     -- only definitions with next_fire_at <= now, through the index below.
     next_fire_at         INTEGER,
+    -- Bumped by every edit, pause and resume: materialisation compare-and-swaps on it, so a tick
+    -- that read the schedule before an edit (even in the same second) cannot write a stale cursor.
+    revision             INTEGER NOT NULL DEFAULT 0,
     created_at           INTEGER NOT NULL,
     updated_at           INTEGER NOT NULL
 );

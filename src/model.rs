@@ -153,6 +153,7 @@ pub struct Definition {
     pub next_fire_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+    pub revision: i64,
 }
 
 /// A run about to be inserted by materialisation or `run NAME`.

@@ -1,5 +1,13 @@
 //! The command line: global flags, one module per subcommand, one dispatch match.
 
+/// `println!` for command results, except that a reader that went away (`... | head`) is not an
+/// error (see `emit`). Use inside functions returning `anyhow::Result`.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::cli::emit(&format!("{}\n", format_args!($($arg)*)))?
+    };
+}
+
 mod history;
 mod init;
 mod metrics;

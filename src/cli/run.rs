@@ -38,7 +38,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let me = actor(None);
     let run_id = store.enqueue_manual(&definition, ctx.clock.epoch(), &me)?;
     if !args.wait {
-        println!(
+        say!(
             "enqueued run {run_id} of {}; the next tick executes it",
             definition.name
         );

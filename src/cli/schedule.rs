@@ -308,24 +308,27 @@ fn add(args: AddArgs, ctx: &Ctx) -> Result<()> {
     let mut store = ctx.open(OpenMode::CreateIfMissing)?;
     let definition = store.add_definition(&args.name, &settings, now, timing.next_after(now))?;
     let state = if settings.paused { " (paused)" } else { "" };
-    println!(
+    say!(
         "added schedule {}{state}: {} in {}",
-        definition.name, settings.cron, settings.timezone
+        definition.name,
+        settings.cron,
+        settings.timezone
     );
-    print_upcoming(&timing, ctx.clock.now(), 5);
+    print_upcoming(&timing, ctx.clock.now(), 5)?;
     Ok(())
 }
 
-fn print_upcoming(timing: &Timing, after: DateTime<Utc>, count: usize) {
+fn print_upcoming(timing: &Timing, after: DateTime<Utc>, count: usize) -> Result<()> {
     let times = timing.upcoming(after, count);
     if times.is_empty() {
-        println!("it never fires again");
-        return;
+        say!("it never fires again");
+        return Ok(());
     }
-    println!("next {} fire times ({}):", times.len(), timing.tz);
+    say!("next {} fire times ({}):", times.len(), timing.tz);
     for t in times {
-        println!("  {}", local_time(t, timing.tz));
+        say!("  {}", local_time(t, timing.tz));
     }
+    Ok(())
 }
 
 fn find(store: &dyn Store, name: &str) -> Result<Definition> {
@@ -380,11 +383,11 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     definition.materialized_through = definition.materialized_through.max(now.timestamp());
     definition.next_fire_at = timing.next_after(definition.materialized_through);
     store.update_definition(&definition, now.timestamp())?;
-    println!("updated schedule {}", definition.name);
+    say!("updated schedule {}", definition.name);
     if earlier > 0 {
-        println!("({earlier} instant(s) already due were materialised under the previous settings first)");
+        say!("({earlier} instant(s) already due were materialised under the previous settings first)");
     }
-    print_upcoming(&timing, ctx.clock.now(), 5);
+    print_upcoming(&timing, ctx.clock.now(), 5)?;
     Ok(())
 }
 
@@ -395,7 +398,7 @@ fn remove(args: Name, ctx: &Ctx) -> Result<()> {
             .err()
             .unwrap_or_else(|| Failure::not_found("gone")));
     }
-    println!("removed schedule {} and its runs", args.name);
+    say!("removed schedule {} and its runs", args.name);
     Ok(())
 }
 
@@ -404,7 +407,7 @@ fn set_paused(args: Name, ctx: &Ctx, paused: bool) -> Result<()> {
     let mut definition = find(store.as_ref(), &args.name)?;
     let verb = if paused { "paused" } else { "resumed" };
     if definition.settings.paused == paused {
-        println!(
+        say!(
             "schedule {} is already {}",
             definition.name,
             if paused { "paused" } else { "active" }
@@ -420,7 +423,7 @@ fn set_paused(args: Name, ctx: &Ctx, paused: bool) -> Result<()> {
     }
     definition.settings.paused = paused;
     store.update_definition(&definition, now)?;
-    println!("{verb} schedule {}", definition.name);
+    say!("{verb} schedule {}", definition.name);
     Ok(())
 }
 
@@ -442,10 +445,10 @@ fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
             .iter()
             .map(|t| fire_time_json(*t, timing.tz))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        say!("{}", serde_json::to_string_pretty(&list)?);
     } else {
         for t in times {
-            println!("{}", local_time(t, timing.tz));
+            say!("{}", local_time(t, timing.tz));
         }
     }
     Ok(())
@@ -522,13 +525,11 @@ fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {
             .iter()
             .map(|d| definition_json(store.as_ref(), d))
             .collect::<Result<Vec<_>>>()?;
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        say!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
     }
     if definitions.is_empty() {
-        println!(
-            "no schedules yet; add one with `runner schedule add NAME --cron EXPR -- COMMAND`"
-        );
+        say!("no schedules yet; add one with `runner schedule add NAME --cron EXPR -- COMMAND`");
         return Ok(());
     }
     let mut table = Table::new();
@@ -549,7 +550,7 @@ fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {
             last_result_text(store.as_ref(), d)?,
         ]);
     }
-    println!("{}", table.trim_fmt());
+    say!("{}", table.trim_fmt());
     Ok(())
 }
 
@@ -557,7 +558,7 @@ fn show(args: NameJson, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
     let d = find(store.as_ref(), &args.name)?;
     if args.json {
-        println!(
+        say!(
             "{}",
             serde_json::to_string_pretty(&definition_json(store.as_ref(), &d)?)?
         );
@@ -571,34 +572,34 @@ fn show(args: NameJson, ctx: &Ctx) -> Result<()> {
     } else {
         "fixed-time"
     };
-    println!("name:         {}", d.name);
-    println!("cron:         {} ({kind}, {})", s.cron, s.timezone);
-    println!("command:      {}", s.command);
-    println!(
+    say!("name:         {}", d.name);
+    say!("cron:         {} ({kind}, {})", s.cron, s.timezone);
+    say!("command:      {}", s.command);
+    say!(
         "workdir:      {}",
         s.workdir.as_deref().unwrap_or("(the tick's)")
     );
-    println!(
+    say!(
         "state:        {}",
         if s.paused { "paused" } else { "active" }
     );
-    println!(
+    say!(
         "attempts:     {} max, timeout {}",
         s.max_attempts,
         secs(s.timeout_secs)
     );
-    println!(
+    say!(
         "backoff:      {} doubling, at most {}, jittered",
         secs(s.backoff_base_secs),
         secs(s.backoff_max_secs)
     );
-    println!("overlap:      {}", s.overlap);
-    println!(
+    say!("overlap:      {}", s.overlap);
+    say!(
         "catch-up:     {} (grace {})",
         s.catch_up,
         secs(s.grace_secs)
     );
-    println!("next fire:    {}", next_fire_text(&d)?);
-    println!("last result:  {}", last_result_text(store.as_ref(), &d)?);
+    say!("next fire:    {}", next_fire_text(&d)?);
+    say!("last result:  {}", last_result_text(store.as_ref(), &d)?);
     Ok(())
 }

@@ -39,7 +39,10 @@ impl Location {
 
     /// `$XDG_STATE_HOME/runner/runner.db`, else `~/.local/state/runner/runner.db`.
     pub fn default_path() -> Result<PathBuf> {
-        if let Some(state) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        // The XDG spec: a relative XDG_STATE_HOME is invalid and must be ignored.
+        if let Some(state) =
+            std::env::var_os("XDG_STATE_HOME").filter(|v| Path::new(v).is_absolute())
+        {
             return Ok(Path::new(&state).join("runner/runner.db"));
         }
         let home = std::env::var_os("HOME")
@@ -95,7 +98,7 @@ pub struct CursorMove {
     pub definition_id: i64,
     /// The definition as read: the move applies only if neither changed since.
     pub expected_through: i64,
-    pub expected_updated_at: i64,
+    pub expected_revision: i64,
     pub new_through: i64,
     pub next_fire_at: Option<i64>,
 }

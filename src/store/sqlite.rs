@@ -54,6 +54,11 @@ impl SqliteStore {
                 )));
             }
             create_private_file(path)?;
+        } else if mode == OpenMode::MustExist && path.metadata().is_ok_and(|m| m.len() == 0) {
+            // An empty file is not a database yet; only init and schedule add may make it one.
+            return Err(Failure::database(format!(
+                "{shown} is an empty file, not a runner database; create one with `runner init`"
+            )));
         }
         // READ_WRITE without CREATE: SQLite opens a read-only file read-only, so reads still work
         // and writes fail with a clear error.
@@ -64,7 +69,7 @@ impl SqliteStore {
             conn,
             path: path.to_path_buf(),
         };
-        store.configure().map_err(|e| not_a_database(path, &e))?;
+        store.configure().map_err(|e| open_error(path, e))?;
         store.migrate()?;
         Ok(store)
     }
@@ -76,19 +81,38 @@ impl SqliteStore {
             .conn
             .query_row("PRAGMA application_id", [], |r| r.get(0))?;
         if !self.conn.is_readonly(rusqlite::MAIN_DB)? {
-            let _: String = self
-                .conn
-                .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+            self.enable_wal()?;
         }
         self.conn
             .execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
         Ok(())
     }
 
+    /// Switch to WAL. While another process is creating the database, this pragma can fail with
+    /// SQLITE_BUSY without consulting the busy handler, so retry it here on the same terms.
+    fn enable_wal(&self) -> rusqlite::Result<()> {
+        let started = std::time::Instant::now();
+        loop {
+            match self
+                .conn
+                .query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+            {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                        && started.elapsed() < BUSY_TIMEOUT =>
+                {
+                    std::thread::sleep(Duration::from_millis(fastrand::u64(1..=20)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Bring the schema up to date, or refuse a database that is not ours or is newer.
     fn migrate(&mut self) -> Result<()> {
         let shown = self.path.display().to_string();
-        let (app_id, version) = self.header().map_err(|e| not_a_database(&self.path, &e))?;
+        let (app_id, version) = self.header().map_err(|e| open_error(&self.path, e))?;
         let known = MIGRATIONS.len() as i64;
         if version > known {
             return Err(Failure::database(format!(
@@ -109,9 +133,7 @@ impl SqliteStore {
         if version == known {
             return Ok(());
         }
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.write().with_context(|| format!("migrating {shown}"))?;
         // Re-read inside the lock: another process may have migrated meanwhile.
         let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
@@ -135,7 +157,15 @@ impl SqliteStore {
         Ok((app_id, version))
     }
 
+    /// Begin a write transaction (`BEGIN IMMEDIATE`: take the write lock now, not mid-way).
     fn write(&mut self) -> Result<Transaction<'_>> {
+        if self.conn.is_readonly(rusqlite::MAIN_DB)? {
+            return Err(Failure::database(format!(
+                "{} is read-only for this user: reading works, but this command must write; \
+                 make the file and its directory writable by this user",
+                self.path.display()
+            )));
+        }
         Ok(self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?)
@@ -164,6 +194,23 @@ fn wait_while_busy(count: i32) -> bool {
     let ceiling_ms = 1u64 << count.clamp(0, 6);
     std::thread::sleep(Duration::from_millis(fastrand::u64(1..=ceiling_ms.min(50))));
     true
+}
+
+/// Classify an error met while opening: a broken file is "not a database" (exit 4), a lock held
+/// too long is busy (exit 5); anything else keeps the SQLite error in the chain, so its exit code
+/// and hint (read-only, disk full, permissions) follow from it, with the path named.
+fn open_error(path: &Path, error: rusqlite::Error) -> anyhow::Error {
+    use rusqlite::ErrorCode as C;
+    match error.sqlite_error_code() {
+        Some(C::NotADatabase | C::DatabaseCorrupt) => not_a_database(path, &error),
+        Some(C::DatabaseBusy | C::DatabaseLocked) => Failure::Busy(format!(
+            "{} stayed locked by another runner for more than {}s; try again",
+            path.display(),
+            BUSY_TIMEOUT.as_secs()
+        ))
+        .into(),
+        _ => anyhow::Error::new(error).context(format!("opening database {}", path.display())),
+    }
 }
 
 fn not_a_database(path: &Path, error: &dyn std::fmt::Display) -> anyhow::Error {
@@ -205,7 +252,7 @@ fn create_private_file(path: &Path) -> Result<()> {
 
 const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, max_attempts, timeout_secs, \
      backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, materialized_through, \
-     next_fire_at, created_at, updated_at";
+     next_fire_at, created_at, updated_at, revision";
 
 fn definition_from_row(row: &Row<'_>) -> rusqlite::Result<Definition> {
     let text_enum = |index: usize, value: String| -> rusqlite::Result<_> {
@@ -244,6 +291,7 @@ fn definition_from_row(row: &Row<'_>) -> rusqlite::Result<Definition> {
         next_fire_at: row.get(15)?,
         created_at: row.get(16)?,
         updated_at: row.get(17)?,
+        revision: row.get(18)?,
     })
 }
 
@@ -513,7 +561,9 @@ impl Store for SqliteStore {
         let changed = tx.execute(
             "UPDATE job_definitions SET cron = ?2, timezone = ?3, command = ?4, workdir = ?5, max_attempts = ?6,
                  timeout_secs = ?7, backoff_base_secs = ?8, backoff_max_secs = ?9, overlap = ?10, catch_up = ?11,
-                 grace_secs = ?12, paused = ?13, materialized_through = ?14, next_fire_at = ?15, updated_at = ?16
+                 grace_secs = ?12, paused = ?13, materialized_through = max(materialized_through, ?14),
+                 next_fire_at = ?15, updated_at = ?16,
+                 revision = revision + 1
              WHERE id = ?1",
             params![
                 d.id, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
@@ -602,11 +652,11 @@ impl Store for SqliteStore {
         let tx = self.write()?;
         let moved = tx.execute(
             "UPDATE job_definitions SET materialized_through = ?4, next_fire_at = ?5
-             WHERE id = ?1 AND materialized_through = ?2 AND updated_at = ?3 AND paused = 0",
+             WHERE id = ?1 AND materialized_through = ?2 AND revision = ?3 AND paused = 0",
             params![
                 cursor.definition_id,
                 cursor.expected_through,
-                cursor.expected_updated_at,
+                cursor.expected_revision,
                 cursor.new_through,
                 cursor.next_fire_at
             ],
@@ -837,26 +887,29 @@ impl Store for SqliteStore {
         } else {
             "failed"
         };
-        // The attempt row is fenced by the same token; once closed (e.g. by a recovering runner)
-        // it is never rewritten.
+        let applied = changed == 1;
+        // The attempt row is fenced by the same token and closed by the runner that held it: when
+        // its run write landed, or when the run was cancelled under it (cancel leaves the open
+        // attempt to its runner). An attempt a recovering runner closed is never rewritten.
         tx.execute(
             "UPDATE job_attempts SET finished_at = ?4, duration_ms = ?5, outcome = ?6, exit_code = ?7, error_code = ?8,
                  error_detail = ?9, stdout_tail = ?10, stderr_tail = ?11, stdout_bytes = ?12, stderr_bytes = ?13
-             WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL",
+             WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL
+               AND (?14 OR EXISTS (SELECT 1 FROM job_runs WHERE id = ?1 AND status = 'cancelled'))",
             params![
                 result.run_id, result.attempt, result.lease_token, result.finished_at, result.duration_ms, outcome,
                 result.exit_code, error_code, error_detail, result.stdout_tail, result.stderr_tail,
-                result.stdout_bytes as i64, result.stderr_bytes as i64
+                result.stdout_bytes as i64, result.stderr_bytes as i64, applied
             ],
         )?;
-        let exists = tx
-            .query_row(
-                "SELECT 1 FROM job_runs WHERE id = ?1",
-                [result.run_id],
-                |_| Ok(()),
-            )
-            .optional()?;
-        if changed == 0 {
+        if !applied {
+            let exists = tx
+                .query_row(
+                    "SELECT 1 FROM job_runs WHERE id = ?1",
+                    [result.run_id],
+                    |_| Ok(()),
+                )
+                .optional()?;
             if exists.is_some() {
                 insert_event(
                     &tx,

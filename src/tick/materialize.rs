@@ -81,7 +81,7 @@ fn materialize_one(
     let cursor = CursorMove {
         definition_id: d.id,
         expected_through: through,
-        expected_updated_at: d.updated_at,
+        expected_revision: d.revision,
         new_through,
         next_fire_at: timing.next_after(new_through),
     };

@@ -694,8 +694,6 @@ fn bad_schedule_add_input_creates_no_database() {
 /// Several processes using a database for the first time at once (cron starting ticks on many
 /// hosts, a provisioning script adding schedules in parallel): all succeed, one database results.
 #[test]
-#[ignore = "store bug: `PRAGMA journal_mode = WAL` in SqliteStore::configure fails with SQLITE_BUSY \
-            (no busy handler) while another process creates the database; about 1 round in 10 fails"]
 fn racing_first_use_creates_one_database() {
     for round in 0..10 {
         let env = Env::new();

@@ -1025,8 +1025,6 @@ fn file_size_limit_stops_a_tick_mid_write_and_loses_nothing() {
 /// read-only directory, are reported as "not a usable runner database ... restore it from a
 /// backup" (of a healthy database), and a tick that could not record its results exits 0.
 #[test]
-#[ignore = "awaiting fixes in src/store/sqlite.rs (SqliteStore::open: classify configure errors) \
-            and src/cli/tick.rs (exit 1 when the tick had runner errors)"]
 fn database_fault_messages_are_actionable() {
     let env = Env::new();
     let fs = env.path("fs");
@@ -1072,7 +1070,10 @@ fn database_fault_messages_are_actionable() {
         "{}",
         stderr(&out)
     );
-    // Full before the tick: SQLite cannot even create its shared-memory file.
+    // Full before the tick: the first tick's exit freed its WAL, so fill what is left; now SQLite
+    // cannot even create its shared-memory file.
+    let top_up = fs.join("top-up");
+    let _ = std::fs::write(&top_up, vec![0u8; 4 << 20]); // fails with ENOSPC once full: intended
     for args in [&["tick"][..], &["schedule", "list"]] {
         let out = runner(args);
         let err = stderr(&out);
@@ -1084,6 +1085,7 @@ fn database_fault_messages_are_actionable() {
         );
     }
     std::fs::remove_file(&filler).expect("rm");
+    std::fs::remove_file(&top_up).expect("rm");
 
     // A read-only directory (and file): the database is fine, say what is wrong.
     let env = Env::init();
