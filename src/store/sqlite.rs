@@ -960,7 +960,11 @@ impl Store for SqliteStore {
                         at,
                         "RETRY_SCHEDULED",
                         &actor.owner,
-                        json!({ "next_attempt": result.attempt + 1, "run_at": when }),
+                        json!({
+                            "next_attempt": result.attempt + 1,
+                            "run_at": crate::display::utc_time(*when),
+                            "run_at_epoch": when,
+                        }),
                     )?,
                     AfterFailure::Dead => {
                         insert_event(

@@ -459,7 +459,7 @@ fn failing_job_retries_within_jitter_bounds_then_goes_dead_with_one_stderr_line(
     }
     let retries: Vec<(i64, i64, String)> = conn
         .prepare(
-            "SELECT at, json_extract(detail, '$.next_attempt'), json_extract(detail, '$.run_at')
+            "SELECT at, json_extract(detail, '$.next_attempt'), json_extract(detail, '$.run_at_epoch')
              FROM job_events WHERE run_id = ?1 AND kind = 'RETRY_SCHEDULED' ORDER BY id",
         )
         .expect("prepare")
@@ -588,7 +588,7 @@ fn simultaneous_failures_retry_spread_over_half_to_full_delay() {
         let conn = env.conn();
         let mut stmt = conn
             .prepare(
-                "SELECT json_extract(e.detail, '$.run_at') - a.finished_at
+                "SELECT json_extract(e.detail, '$.run_at_epoch') - a.finished_at
                  FROM job_events e JOIN job_attempts a ON a.run_id = e.run_id AND a.attempt = 1
                  WHERE e.kind = 'RETRY_SCHEDULED'",
             )
