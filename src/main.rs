@@ -16,9 +16,9 @@ fn main() {
                 .chain()
                 .any(|c| matches!(c.downcast_ref::<Failure>(), Some(Failure::JobExit(_))));
             if !job_spoke {
-                eprintln!("runner: error: {error:#}");
+                runner::complain!("runner: error: {error:#}");
                 if let Some(hint) = exit::sqlite_hint(&error) {
-                    eprintln!("runner: hint: {hint}");
+                    runner::complain!("runner: hint: {hint}");
                 }
             }
             code

@@ -59,19 +59,23 @@ pub fn check_executable_database(path: &Path) -> Result<()> {
         )));
     }
     if dir_meta.mode() & 0o022 != 0 {
-        let sticky = if dir_meta.mode() & 0o1000 != 0 {
+        // A shared sticky directory (/tmp) must not be chmod-ed: the only fix is to move.
+        let fix = if dir_meta.mode() & 0o1000 != 0 {
             " (the sticky bit does not help: others can still create the database's -wal file, \
-             which SQLite reads as part of the database)"
+             which SQLite reads as part of the database); move the database to a directory only you \
+             can write (e.g. ~/.local/state/runner)"
+                .to_string()
         } else {
-            ""
+            format!(
+                "; move the database to a directory only you can write (e.g. ~/.local/state/runner), \
+                 or fix the directory with `chmod go-w {}`",
+                dir.display()
+            )
         };
         return Err(refuse(format!(
-            "its directory {} is writable by group or others (mode {:04o}), who could replace the database{sticky}; \
-             move it to a directory only you can write (e.g. ~/.local/state/runner), or fix the directory with \
-             `chmod go-w {}`",
+            "its directory {} is writable by group or others (mode {:04o}), who could replace the database{fix}",
             dir.display(),
             dir_meta.mode() & 0o7777,
-            dir.display()
         )));
     }
     for suffix in SIDECARS {

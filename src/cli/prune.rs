@@ -47,9 +47,10 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let removed = prune_finished(store.as_mut(), cutoff, None, &mut |batch| {
         done += batch;
         if verbose {
-            eprintln!(
+            crate::complain!(
                 "runner: pruned a batch of {} runs ({} so far, {PRUNE_BATCH} per batch)",
-                batch.runs, done.runs
+                batch.runs,
+                done.runs
             );
         }
     })?;

@@ -76,7 +76,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             Some(AfterFailure::Dead) => "; the run is dead".to_string(),
             None => String::new(),
         };
-        eprintln!(
+        crate::complain!(
             "runner: run {run_id} attempt {} failed: {code}{next}",
             executed.attempt
         );

@@ -79,37 +79,38 @@ pub struct EditArgs {
     pub active: bool,
 }
 
-/// The flags `add` takes and `edit` may change.
+/// The flags `add` takes and `edit` may change. `[add: X]` is the default for a new schedule;
+/// `edit` keeps the current value of every flag it is not given.
 #[derive(Debug, clap::Args)]
 pub struct SettingsFlags {
     /// Cron expression, Debian cron syntax: five fields or a macro like @daily.
     #[arg(long, value_name = "EXPR")]
     pub cron: Option<String>,
-    /// IANA time zone the expression is evaluated in [default: UTC].
+    /// IANA time zone the expression is evaluated in [add: UTC].
     #[arg(long, value_name = "ZONE")]
     pub tz: Option<String>,
-    /// Attempts before a run is dead [default: 3].
+    /// Attempts before a run is dead [add: 3].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_attempts: Option<i64>,
-    /// Maximum runtime of one attempt [default: 1h].
+    /// Maximum runtime of one attempt [add: 1h].
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub timeout: Option<Duration>,
-    /// First retry delay, doubled each attempt [default: 30s].
+    /// First retry delay, doubled each attempt [add: 30s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub backoff_base: Option<Duration>,
-    /// Longest retry delay [default: 1h].
+    /// Longest retry delay [add: 1h].
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub backoff_max: Option<Duration>,
-    /// While a run is running, skip (forbid) or also run (allow) a newly due one [default: forbid].
+    /// While a run is running, skip (forbid) or also run (allow) a newly due one [add: forbid].
     #[arg(long, value_name = "POLICY", value_parser = parse_overlap)]
     pub overlap: Option<Overlap>,
-    /// Missed instants: run the latest, all (newest 100), or none [default: latest].
+    /// Missed instants: run the latest, all (newest 100), or none [add: latest].
     #[arg(long, value_name = "POLICY", value_parser = parse_catch_up)]
     pub catch_up: Option<CatchUp>,
-    /// How late an instant may start before it counts as missed (catch-up none) [default: 5m].
+    /// How late an instant may start before it counts as missed (catch-up none) [add: 5m].
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub grace: Option<Duration>,
-    /// Working directory of the job [default: the tick's].
+    /// Working directory of the job [add: the tick's].
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
     /// Create (or set) the schedule paused.
@@ -182,7 +183,7 @@ pub fn validate_name(name: &str) -> Result<()> {
     };
     match problem {
         Some(problem) => Err(Failure::usage(format!(
-            "schedule name {:?} {problem}; use letters, digits, '-', '_', '.', ':'",
+            "schedule name {:?} {problem}; e.g. nightly-backup, reports.daily",
             crate::model::truncate_detail(name, 60)
         ))),
         None => Ok(()),
@@ -307,6 +308,7 @@ fn add(args: AddArgs, ctx: &Ctx) -> Result<()> {
     let now = ctx.clock.epoch();
     let mut store = ctx.open(OpenMode::CreateIfMissing)?;
     let definition = store.add_definition(&args.name, &settings, now, timing.next_after(now))?;
+    ctx.warn_if_unsafe_for_tick();
     let state = if settings.paused { " (paused)" } else { "" };
     say!(
         "added schedule {}{state}: {} in {}",
@@ -471,7 +473,7 @@ fn last_result_text(store: &dyn Store, definition: &Definition) -> Result<String
     })
 }
 
-fn definition_json(store: &dyn Store, d: &Definition) -> Result<Value> {
+fn definition_json(store: &dyn Store, d: &Definition, now: i64) -> Result<Value> {
     let s = &d.settings;
     let mut object = serde_json::Map::new();
     object.insert("name".into(), json!(d.name));
@@ -493,7 +495,11 @@ fn definition_json(store: &dyn Store, d: &Definition) -> Result<Value> {
     put_time(
         &mut object,
         "next_fire_at",
-        if s.paused { None } else { d.next_fire_at },
+        if s.paused {
+            None
+        } else {
+            upcoming_fire(d, now)?
+        },
     );
     put_time(&mut object, "created_at", Some(d.created_at));
     let last = store.last_result(d.id)?.map(|l| {
@@ -508,13 +514,18 @@ fn definition_json(store: &dyn Store, d: &Definition) -> Result<Value> {
     Ok(Value::Object(object))
 }
 
-fn next_fire_text(d: &Definition) -> Result<String> {
+/// The next fire time after now. (The stored `next_fire_at` is the materialisation cursor's
+/// next instant, which lies in the past while no tick has run since.)
+fn upcoming_fire(d: &Definition, now: i64) -> Result<Option<i64>> {
+    Ok(Timing::of(&d.settings)?.next_after(d.materialized_through.max(now)))
+}
+
+fn next_fire_text(d: &Definition, now: i64) -> Result<String> {
     if d.settings.paused {
         return Ok("(paused)".to_string());
     }
     let tz = parse_zone(&d.settings.timezone).map_err(Failure::usage)?;
-    Ok(d.next_fire_at
-        .map_or_else(|| "never".to_string(), |t| local_time(t, tz)))
+    Ok(upcoming_fire(d, now)?.map_or_else(|| "never".to_string(), |t| local_time(t, tz)))
 }
 
 fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {
@@ -523,7 +534,7 @@ fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {
     if args.json {
         let list = definitions
             .iter()
-            .map(|d| definition_json(store.as_ref(), d))
+            .map(|d| definition_json(store.as_ref(), d, ctx.clock.epoch()))
             .collect::<Result<Vec<_>>>()?;
         say!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
@@ -546,7 +557,7 @@ fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {
                 "active"
             }
             .to_string(),
-            next_fire_text(d)?,
+            next_fire_text(d, ctx.clock.epoch())?,
             last_result_text(store.as_ref(), d)?,
         ]);
     }
@@ -560,7 +571,7 @@ fn show(args: NameJson, ctx: &Ctx) -> Result<()> {
     if args.json {
         say!(
             "{}",
-            serde_json::to_string_pretty(&definition_json(store.as_ref(), &d)?)?
+            serde_json::to_string_pretty(&definition_json(store.as_ref(), &d, ctx.clock.epoch())?)?
         );
         return Ok(());
     }
@@ -599,7 +610,7 @@ fn show(args: NameJson, ctx: &Ctx) -> Result<()> {
         s.catch_up,
         secs(s.grace_secs)
     );
-    say!("next fire:    {}", next_fire_text(&d)?);
+    say!("next fire:    {}", next_fire_text(&d, ctx.clock.epoch())?);
     say!("last result:  {}", last_result_text(store.as_ref(), &d)?);
     Ok(())
 }

@@ -33,6 +33,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
+    if args.owner.as_deref().is_some_and(|o| o.trim().is_empty()) {
+        return Err(Failure::usage(
+            "--owner must not be empty (the default is HOST:PID)",
+        ));
+    }
     if args.concurrency == 0 || args.batch == 0 {
         return Err(Failure::usage(
             "--concurrency and --batch must be at least 1",
@@ -63,7 +68,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         &mut fastrand::Rng::new(),
     )?;
     if ctx.verbose > 0 {
-        eprintln!(
+        crate::complain!(
             "runner: tick done: {} recovered, {} materialised, {} executed, {} errors",
             report.recovered,
             report.materialized,

@@ -61,15 +61,15 @@ impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Location::Sqlite(path) => write!(f, "{}", path.display()),
-            Location::Postgres(url) => match url.split_once('@') {
-                Some((credentials, rest)) => {
-                    let user = credentials
-                        .rsplit_once(':')
-                        .map_or(credentials, |(user, _)| user);
-                    write!(f, "{user}:***@{rest}")
-                }
-                None => f.write_str(url),
-            },
+            // scheme://user:password@host/db: hide the password, keep the rest.
+            Location::Postgres(url) => {
+                let masked = url.split_once("://").and_then(|(scheme, rest)| {
+                    let (userinfo, host) = rest.rsplit_once('@')?;
+                    let (user, _password) = userinfo.split_once(':')?;
+                    Some(format!("{scheme}://{user}:***@{host}"))
+                });
+                f.write_str(masked.as_deref().unwrap_or(url))
+            }
         }
     }
 }
@@ -396,4 +396,27 @@ pub trait Store {
     /// Take the automatic-prune turn: true (and the turn is recorded) if no prune started in the
     /// last `every_secs`.
     fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> Result<bool>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Location;
+
+    #[test]
+    fn postgres_urls_never_print_a_password() {
+        let shown = |url: &str| Location::parse(url).to_string();
+        assert_eq!(
+            shown("postgres://app:s3cret@db:5432/runner"),
+            "postgres://app:***@db:5432/runner"
+        );
+        assert_eq!(
+            shown("postgresql://app:p@ss:w@db/runner"),
+            "postgresql://app:***@db/runner"
+        );
+        assert_eq!(
+            shown("postgres://app@db/runner"),
+            "postgres://app@db/runner"
+        );
+        assert_eq!(shown("postgres://db/runner"), "postgres://db/runner");
+    }
 }

@@ -903,14 +903,14 @@ impl Store for SqliteStore {
             ],
         )?;
         if !applied {
-            let exists = tx
+            let current: Option<String> = tx
                 .query_row(
-                    "SELECT 1 FROM job_runs WHERE id = ?1",
+                    "SELECT status FROM job_runs WHERE id = ?1",
                     [result.run_id],
-                    |_| Ok(()),
+                    |r| r.get(0),
                 )
                 .optional()?;
-            if exists.is_some() {
+            if let Some(current) = current {
                 insert_event(
                     &tx,
                     result.run_id,
@@ -921,6 +921,7 @@ impl Store for SqliteStore {
                         "attempt": result.attempt,
                         "refused": run_status,
                         "error_code": error_code,
+                        "run_status": current,
                     }),
                 )?;
             }

@@ -387,5 +387,5 @@ fn last_line(bytes: &[u8]) -> Option<String> {
 
 /// The one stderr line a tick prints for a run that went dead (cron mails it).
 pub fn print_dead(job: &str, run_id: i64, attempts: u32, code: &ErrorCode) {
-    eprintln!("runner: job {job} run {run_id} is dead after {attempts} attempt(s): {code}");
+    crate::complain!("runner: job {job} run {run_id} is dead after {attempts} attempt(s): {code}");
 }

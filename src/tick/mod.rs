@@ -59,8 +59,8 @@ pub fn tick(
 /// mails it), with a hint when the cause is one the user can act on (disk full, permissions).
 pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: &anyhow::Error) {
     *errors += 1;
-    eprintln!("runner: error: {context}: {error:#}");
+    crate::complain!("runner: error: {context}: {error:#}");
     if let Some(hint) = crate::exit::sqlite_hint(error) {
-        eprintln!("runner: hint: {hint}");
+        crate::complain!("runner: hint: {hint}");
     }
 }
