@@ -328,7 +328,7 @@ fn list_and_show_in_text_and_json() {
     }
 
     // JSON: sorted by name, times as RFC 3339 UTC plus epoch seconds.
-    let json = parse_json(&env.ok(&["schedule", "list", "--json"]));
+    let json = parse_json(&env.ok(&["--now", t0, "schedule", "list", "--json"]));
     let items = json.as_array().expect("array");
     assert_eq!(items.len(), 2);
     assert_eq!(items[0]["name"], "hourly");
@@ -355,12 +355,13 @@ fn list_and_show_in_text_and_json() {
     assert_eq!(n["last_result"], Value::Null);
 
     // show --json is the list entry.
-    let show = parse_json(&env.ok(&["schedule", "show", "nightly", "--json"]));
+    let show = parse_json(&env.ok(&["--now", t0, "schedule", "show", "nightly", "--json"]));
     assert_eq!(&show, n);
 
     // After a tick the last result appears, in text and JSON.
     env.ok(&["--now", "2026-03-07T13:00:30Z", "tick"]);
-    let json = parse_json(&env.ok(&["schedule", "show", "hourly", "--json"]));
+    let t1 = "2026-03-07T13:00:31Z";
+    let json = parse_json(&env.ok(&["--now", t1, "schedule", "show", "hourly", "--json"]));
     let last = &json["last_result"];
     assert_eq!(last["status"], "succeeded", "{json:#}");
     assert_eq!(last["scheduled_for"], "2026-03-07T13:00:00Z");
@@ -374,7 +375,7 @@ fn list_and_show_in_text_and_json() {
         .expect("hourly row");
     assert!(line.contains("succeeded"), "{list}");
 
-    let text = env.ok(&["schedule", "show", "nightly"]);
+    let text = env.ok(&["--now", t1, "schedule", "show", "nightly"]);
     assert!(text.contains("2026-03-08T03:00:00-04:00"), "{text}");
     assert!(text.contains("fixed-time"), "{text}");
 
@@ -609,10 +610,13 @@ fn edit_takes_effect_from_the_next_fire_time() {
         "{out}"
     );
     assert_eq!(upcoming.len(), 5, "{out}");
-    // What is stored agrees with what was printed: the next fire time is after the edit, not a
-    // time of the new expression that passed before the edit (01:15, 01:30).
+    // What is stored agrees with what was printed: the cursor's next instant is after the edit,
+    // not a time of the new expression that passed before the edit (01:15, 01:30).
+    assert_eq!(
+        env.count("SELECT next_fire_at FROM job_definitions WHERE name = 'job'"),
+        epoch("2026-01-01T01:45:00Z")
+    );
     let show = parse_json(&env.ok(&["schedule", "show", "job", "--json"]));
-    assert_eq!(show["next_fire_at"], "2026-01-01T01:45:00Z", "{show:#}");
     assert_eq!(show["cron"], "*/15 * * * *");
     assert_eq!(show["command"], "echo new");
 
@@ -851,9 +855,21 @@ fn pause_stops_materialising_and_resume_does_not_replay_the_paused_period() {
         "hourly",
     ]);
     assert!(out.contains("resumed"), "{out}");
-    let show = parse_json(&env.ok(&["schedule", "show", "hourly", "--json"]));
+    let show = parse_json(&env.ok(&[
+        "--now",
+        "2026-01-01T04:30:00Z",
+        "schedule",
+        "show",
+        "hourly",
+        "--json",
+    ]));
     assert_eq!(show["state"], "active");
     assert_eq!(show["next_fire_at"], "2026-01-01T05:00:00Z", "{show:#}");
+    assert_eq!(
+        env.count("SELECT next_fire_at FROM job_definitions WHERE name = 'hourly'"),
+        epoch("2026-01-01T05:00:00Z"),
+        "the cursor itself starts at the resume time"
+    );
 
     // catch-up all would run every missed instant, but the paused period is not missed: it is
     // not replayed, not even as skipped rows.
