@@ -63,8 +63,8 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     )?;
     let Some(executed) = report.executed.first() else {
         return Err(anyhow::anyhow!(
-            "run {run_id} is queued but could not start now: another run of {} is running and its \
-             overlap policy is forbid; the next tick executes it",
+            "run {run_id} is queued but could not start now: the schedule {} forbids overlap and \
+             another of its runs is running or due before this one; the next tick executes it",
             definition.name
         ));
     };

@@ -133,7 +133,12 @@ pub fn execute_due(
                     rng,
                     report,
                 );
-                next_claim = Instant::now(); // a slot is free: look for more due work now
+                if !nothing_due {
+                    // A slot is free and the last claim was full: more may be due right now.
+                    // (Otherwise the periodic recheck finds work that comes due later, without
+                    // taking the write lock on every job's end.)
+                    next_claim = Instant::now();
+                }
             } else {
                 index += 1;
             }
