@@ -96,8 +96,11 @@ pub fn execute_due(
                 options.only_run,
             ) {
                 Ok(claimed) => {
-                    nothing_due = claimed.len() < room;
-                    if nothing_due {
+                    // An empty claim means nothing is due. A short one does not: a forbid
+                    // schedule yields one run at a time, so its next run is claimed when this
+                    // one ends. Either way, do not ask again before a job ends or the recheck.
+                    nothing_due = claimed.is_empty();
+                    if claimed.len() < room {
                         next_claim = Instant::now() + RECHECK_INTERVAL;
                     }
                     claimed_only_run = options.only_run.is_some() && !claimed.is_empty();
@@ -134,9 +137,9 @@ pub fn execute_due(
                     report,
                 );
                 if !nothing_due {
-                    // A slot is free and the last claim was full: more may be due right now.
-                    // (Otherwise the periodic recheck finds work that comes due later, without
-                    // taking the write lock on every job's end.)
+                    // A slot is free and the last claim found work: more may be due right now.
+                    // (After an empty claim, the periodic recheck finds work that comes due
+                    // later, without taking the write lock on every job's end.)
                     next_claim = Instant::now();
                 }
             } else {

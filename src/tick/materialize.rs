@@ -66,17 +66,13 @@ fn materialize_one(
     );
     let grace = std::time::Duration::from_secs(d.settings.grace_secs.max(0) as u64);
     let mut plan = plan_catch_up(&due.instants, now, d.settings.catch_up, grace);
-    if due.older_dropped > 0 {
-        if let Some((_, decision)) = plan.first_mut() {
-            let note = format!(
-                "{} older missed instants were not recorded",
-                due.older_dropped
-            );
-            *decision = Decision::Skip(match decision {
-                Decision::Skip(reason) => format!("{reason}; {note}"),
-                Decision::Run => note,
-            });
-        }
+    // The oldest recorded instant tells of the older ones that were not recorded at all (only
+    // when it is itself skipped: a run is never turned into a skip to carry the note).
+    if let Some((_, Decision::Skip(reason))) = plan.first_mut().filter(|_| due.older_dropped > 0) {
+        reason.push_str(&format!(
+            "; {} older missed instants were not recorded",
+            due.older_dropped
+        ));
     }
     let cursor = CursorMove {
         definition_id: d.id,

@@ -453,3 +453,52 @@ fn paused_schedules_materialise_nothing() {
     // The ticks did materialise: the active schedule got every instant.
     assert_eq!(rows(&env, "active").len(), 8);
 }
+
+/// A tick records at most 1,000 instants of one schedule; the older ones are counted in the
+/// oldest recorded skip's reason, and a run is never turned into a skip to carry that note.
+#[test]
+fn more_than_a_thousand_missed_instants_are_counted_not_lost() {
+    let env = Env::init();
+    // Two days of minutes missed (2,880 instants; the tick at +2d sees 2,880 due).
+    add(&env, "2026-01-01T00:00:00Z", "latest", "* * * * *", &[]);
+    add(
+        &env,
+        "2026-01-01T00:00:00Z",
+        "lenient",
+        "* * * * *",
+        &["--catch-up", "none", "--grace", "30d"],
+    );
+    tick(&env, "2026-01-03T00:00:00Z");
+
+    let latest = rows(&env, "latest");
+    assert_eq!(latest.len(), 1000, "the newest 1,000 instants are recorded");
+    assert_eq!(
+        latest.iter().filter(|r| r.1 != "skipped").count(),
+        1,
+        "latest runs one"
+    );
+    let (oldest_at, oldest_status, oldest_reason) = &latest[0];
+    assert_eq!(oldest_at, "2026-01-02T07:21:00Z");
+    assert_eq!(oldest_status, "skipped");
+    let reason = oldest_reason.as_deref().unwrap_or_default();
+    assert!(
+        reason.contains("1880 older missed instants were not recorded"),
+        "{reason}"
+    );
+
+    // catch-up none with a month of grace: all 1,000 recorded instants are within grace and run.
+    let lenient = rows(&env, "lenient");
+    assert_eq!(lenient.len(), 1000);
+    assert!(
+        lenient.iter().all(|r| r.1 != "skipped"),
+        "no run turned into a skip: {:?}",
+        &lenient[0]
+    );
+    // And the one tick kept claiming while due work existed: a forbid schedule yields one run
+    // at a time, yet all 1,000 ran.
+    assert!(
+        lenient.iter().all(|r| r.1 == "succeeded"),
+        "{} of 1000 ran",
+        lenient.iter().filter(|r| r.1 == "succeeded").count()
+    );
+}
