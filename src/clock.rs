@@ -6,22 +6,18 @@ use std::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
-    /// Real wall time when the process started and the time it should read as.
-    offset_secs: i64,
-    started: Instant,
+    /// The wall time this clock read when the process started, and when that was.
     start_wall: DateTime<Utc>,
+    started: Instant,
 }
 
 impl Clock {
     /// The system clock, or one starting at `now` when given.
     #[allow(clippy::disallowed_methods)] // this module is the clock
     pub fn new(now: Option<DateTime<Utc>>) -> Clock {
-        let real = Utc::now();
-        let start_wall = now.unwrap_or(real);
         Clock {
-            offset_secs: start_wall.timestamp() - real.timestamp(),
+            start_wall: now.unwrap_or_else(Utc::now),
             started: Instant::now(),
-            start_wall,
         }
     }
 
@@ -33,11 +29,6 @@ impl Clock {
     /// Now as UTC epoch seconds, the unit of every time stored in the database.
     pub fn epoch(&self) -> i64 {
         self.now().timestamp()
-    }
-
-    /// Whether `--now` moved this clock away from the system clock.
-    pub fn is_shifted(&self) -> bool {
-        self.offset_secs != 0
     }
 }
 

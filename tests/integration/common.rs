@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -128,8 +128,4 @@ pub fn process_alive(pid: u32) -> bool {
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
-}
-
-pub fn exists(path: &Path) -> bool {
-    path.exists()
 }
