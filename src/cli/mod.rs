@@ -204,11 +204,16 @@ pub fn zone(name: &str) -> Tz {
 
 /// The schedule named `name`, or exit 3 saying how to list them.
 pub fn find_definition(store: &dyn Store, name: &str) -> Result<crate::model::Definition> {
-    store.definition(name)?.ok_or_else(|| {
-        Failure::not_found(format!(
-            "no schedule named {name:?}; `runner schedule list` shows them"
-        ))
-    })
+    store
+        .definition(name)?
+        .ok_or_else(|| unknown_schedule(name))
+}
+
+/// "No such schedule" (exit 3), saying how to list them.
+pub fn unknown_schedule(name: &str) -> anyhow::Error {
+    Failure::not_found(format!(
+        "no schedule named {name:?}; `runner schedule list` shows them"
+    ))
 }
 
 /// This process as an actor on leases, attempts and events.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::tick::{open_for_execution, shutdown_flag};
-use super::{actor, Ctx};
+use super::{actor, find_definition, Ctx};
 use crate::exit::Failure;
 use crate::model::AfterFailure;
 use crate::process::{Outcome, SpawnErrorKind};
@@ -29,12 +29,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     } else {
         ctx.open(OpenMode::MustExist)?
     };
-    let definition = store.definition(&args.name)?.ok_or_else(|| {
-        Failure::not_found(format!(
-            "no schedule named {:?}; `runner schedule list` shows them",
-            args.name
-        ))
-    })?;
+    let definition = find_definition(store.as_ref(), &args.name)?;
     let me = actor(None);
     let run_id = store.enqueue_manual(&definition, ctx.clock.epoch(), &me)?;
     if !args.wait {

@@ -9,7 +9,7 @@ use chrono_tz::Tz;
 use comfy_table::Table;
 use serde_json::{json, Value};
 
-use super::{actor, duration_secs, parse_duration, Ctx};
+use super::{actor, duration_secs, find_definition, parse_duration, unknown_schedule, Ctx};
 use crate::display::{local_time, put_time};
 use crate::exit::Failure;
 use crate::model::{Definition, Overlap, Settings};
@@ -333,14 +333,6 @@ fn print_upcoming(timing: &Timing, after: DateTime<Utc>, count: usize) -> Result
     Ok(())
 }
 
-fn find(store: &dyn Store, name: &str) -> Result<Definition> {
-    store.definition(name)?.ok_or_else(|| {
-        Failure::not_found(format!(
-            "no schedule named {name:?}; `runner schedule list` shows them"
-        ))
-    })
-}
-
 fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     let f = &args.flags;
     let nothing = f.cron.is_none()
@@ -362,7 +354,7 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
         ));
     }
     let mut store = ctx.open(OpenMode::MustExist)?;
-    let mut definition = find(store.as_ref(), &args.name)?;
+    let mut definition = find_definition(store.as_ref(), &args.name)?;
     let mut settings = args.flags.apply(definition.settings.clone())?;
     if args.active {
         settings.paused = false;
@@ -374,7 +366,7 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     // schedule is or becomes paused: pausing stops materialising at once, as `pause` does).
     let earlier = if !definition.settings.paused && !settings.paused {
         let n = materialize_definition(store.as_mut(), &definition, now, &actor(None))?;
-        definition = find(store.as_ref(), &args.name)?;
+        definition = find_definition(store.as_ref(), &args.name)?;
         n
     } else {
         0
@@ -396,9 +388,7 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
 fn remove(args: Name, ctx: &Ctx) -> Result<()> {
     let mut store = ctx.open(OpenMode::MustExist)?;
     if !store.remove_definition(&args.name)? {
-        return Err(find(store.as_ref(), &args.name)
-            .err()
-            .unwrap_or_else(|| Failure::not_found("gone")));
+        return Err(unknown_schedule(&args.name));
     }
     say!("removed schedule {} and its runs", args.name);
     Ok(())
@@ -406,7 +396,7 @@ fn remove(args: Name, ctx: &Ctx) -> Result<()> {
 
 fn set_paused(args: Name, ctx: &Ctx, paused: bool) -> Result<()> {
     let mut store = ctx.open(OpenMode::MustExist)?;
-    let mut definition = find(store.as_ref(), &args.name)?;
+    let mut definition = find_definition(store.as_ref(), &args.name)?;
     let verb = if paused { "paused" } else { "resumed" };
     if definition.settings.paused == paused {
         say!(
@@ -433,7 +423,7 @@ fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
     let timing = match (&args.name, &args.cron) {
         (Some(name), _) => {
             let store = ctx.open(OpenMode::MustExist)?;
-            Timing::of(&find(store.as_ref(), name)?.settings)?
+            Timing::of(&find_definition(store.as_ref(), name)?.settings)?
         }
         (None, Some(cron)) => Timing::of(&Settings {
             timezone: args.tz.clone().unwrap_or_else(|| "UTC".to_string()),
@@ -567,7 +557,7 @@ fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {
 
 fn show(args: NameJson, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
-    let d = find(store.as_ref(), &args.name)?;
+    let d = find_definition(store.as_ref(), &args.name)?;
     if args.json {
         say!(
             "{}",
