@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 2.
+-- Schema version 3.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -30,7 +30,10 @@ CREATE TABLE job_definitions (
     -- that read the schedule before an edit (even in the same second) cannot write a stale cursor.
     revision             INTEGER NOT NULL DEFAULT 0,
     created_at           INTEGER NOT NULL,
-    updated_at           INTEGER NOT NULL
+    updated_at           INTEGER NOT NULL,
+    -- What happens to processes a job leaves behind when its shell exits: 'kill' (TERM, then
+    -- KILL) or 'keep' (for jobs that start daemons on purpose). Snapshotted on each run.
+    leftovers            TEXT    NOT NULL DEFAULT 'kill' CHECK (leftovers IN ('kill', 'keep'))
 );
 CREATE INDEX job_definitions_due ON job_definitions (next_fire_at) WHERE paused = 0;
 
@@ -64,6 +67,7 @@ CREATE TABLE job_runs (
     created_at        INTEGER NOT NULL,
     started_at        INTEGER,                    -- first attempt's start
     finished_at       INTEGER,                    -- terminal state reached
+    leftovers         TEXT    NOT NULL DEFAULT 'kill' CHECK (leftovers IN ('kill', 'keep')),
     CHECK ((status = 'running') = (lease_token IS NOT NULL)),
     CHECK (status <> 'running' OR (owner IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
@@ -108,10 +112,14 @@ CREATE TABLE job_attempts (
     stderr_tail      BLOB,
     stdout_bytes     INTEGER,
     stderr_bytes     INTEGER,
+    -- The runner process holding the attempt (pid + start time): is it still alive?
+    runner_start_time INTEGER,
     UNIQUE (run_id, attempt),
     CHECK ((finished_at IS NULL) = (outcome IS NULL))
 );
 CREATE INDEX job_attempts_errors ON job_attempts (finished_at, error_code) WHERE error_code IS NOT NULL;
+-- Attempts still open, by host: the sweep for attempts whose run moved on without them.
+CREATE INDEX job_attempts_open ON job_attempts (host) WHERE finished_at IS NULL;
 -- metrics: durations of attempts that finished recently, covering. (0002)
 CREATE INDEX job_attempts_finished ON job_attempts (finished_at, run_id, duration_ms)
     WHERE finished_at IS NOT NULL;

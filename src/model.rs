@@ -74,6 +74,18 @@ text_enum!(
 );
 
 text_enum!(
+    /// What happens to the processes a job leaves behind when its main process (the shell)
+    /// exits on its own: `kill` them (TERM, then KILL), as systemd does for a service's control
+    /// group, or `keep` them, for jobs that deliberately start daemons. A timeout or a cancel stops
+    /// everything of the attempt either way.
+    Leftovers {
+        Kill => "kill",
+        Keep => "keep",
+    },
+    "leftover policy"
+);
+
+text_enum!(
     /// Why a run exists.
     Trigger {
         Schedule => "schedule",
@@ -140,6 +152,7 @@ pub struct Settings {
     pub overlap: Overlap,
     pub catch_up: CatchUp,
     pub grace_secs: i64,
+    pub leftovers: Leftovers,
     pub paused: bool,
 }
 
@@ -181,6 +194,7 @@ pub struct ClaimedRun {
     pub backoff_max_secs: i64,
     pub idempotency_key: String,
     pub lease_token: String,
+    pub leftovers: Leftovers,
 }
 
 /// Who is acting: written on leases, attempts and events.
@@ -189,6 +203,8 @@ pub struct Actor {
     pub owner: String,
     pub host: String,
     pub pid: u32,
+    /// This process's start time (`/proc`), so others can tell whether it is still alive.
+    pub start_time: Option<u64>,
 }
 
 /// What happens to a run after an attempt failed.
@@ -196,6 +212,8 @@ pub struct Actor {
 pub enum AfterFailure {
     RetryAt(i64),
     Dead,
+    /// Stopped on purpose (Ctrl-C on `run --wait`): the run is cancelled, never retried.
+    Cancelled,
 }
 
 /// The result of one attempt, as the runner that held the lease reports it.
@@ -213,6 +231,9 @@ pub struct AttemptResult {
     pub stderr_tail: Vec<u8>,
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
+    /// What the job left behind when its shell exited (`pid comm`), and whether it was killed.
+    pub leftovers: Vec<String>,
+    pub leftovers_killed: bool,
 }
 
 /// Whether a fenced write landed.
@@ -235,8 +256,31 @@ pub struct ExpiredLease {
     pub lease_expires_at: i64,
     pub backoff_base_secs: i64,
     pub backoff_max_secs: i64,
-    pub host: Option<String>,
+    /// The attempt's processes as recorded (`None` only for a damaged database).
+    pub holder: Option<AttemptHolder>,
+}
+
+/// An attempt's processes, as recorded: enough to find them on their host and to tell whether
+/// the runner holding them is alive. Nothing is signalled unless it carries the attempt's marker.
+#[derive(Debug, Clone)]
+pub struct AttemptHolder {
+    pub run_id: i64,
+    pub attempt: u32,
+    pub lease_token: String,
+    pub host: String,
+    pub runner_pid: u32,
+    pub runner_start_time: Option<u64>,
     pub child_pid: Option<u32>,
     pub child_start_time: Option<u64>,
-    pub attempt_started_at: Option<i64>,
+    pub started_at: i64,
+}
+
+/// A job process's start, recorded before its command is released.
+#[derive(Debug, Clone)]
+pub struct StartRecord {
+    pub run_id: i64,
+    pub attempt: u32,
+    pub lease_token: String,
+    pub child_pid: u32,
+    pub child_start_time: Option<u64>,
 }

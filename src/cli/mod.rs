@@ -227,6 +227,7 @@ pub fn actor(owner: Option<String>) -> Actor {
         owner: owner.unwrap_or_else(|| format!("{host}:{pid}")),
         host,
         pid,
+        start_time: crate::process::process_start_time(pid),
     }
 }
 

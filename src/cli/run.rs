@@ -12,7 +12,7 @@ use crate::model::AfterFailure;
 use crate::process::{Outcome, SpawnErrorKind};
 use crate::store::OpenMode;
 use crate::tick::execute::execute_due;
-use crate::tick::{TickOptions, TickReport};
+use crate::tick::{OnShutdown, Tick, TickOptions, TickReport};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -47,15 +47,17 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         max_tick: Duration::from_secs(1),
         only_run: Some(run_id),
         shutdown: shutdown_flag()?,
+        // Ctrl-C at the terminal means "stop this run", not "retry it at the next tick".
+        on_shutdown: OnShutdown::Cancel,
     };
     let mut report = TickReport::default();
-    execute_due(
-        store.as_mut(),
-        &ctx.clock,
-        &options,
-        &mut fastrand::Rng::new(),
-        &mut report,
-    )?;
+    execute_due(&mut Tick {
+        store: store.as_mut(),
+        clock: &ctx.clock,
+        options: &options,
+        rng: &mut fastrand::Rng::new(),
+        report: &mut report,
+    })?;
     let Some(executed) = report.executed.first() else {
         return Err(anyhow::anyhow!(
             "run {run_id} is queued but could not start now: the schedule {} forbids overlap and \
@@ -69,6 +71,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
                 format!("; retry scheduled at {}", crate::display::utc_time(at))
             }
             Some(AfterFailure::Dead) => "; the run is dead".to_string(),
+            Some(AfterFailure::Cancelled) => "; the run is cancelled".to_string(),
             None => String::new(),
         };
         crate::complain!(
@@ -77,6 +80,8 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         );
     }
     let exit_code = match &executed.outcome {
+        // Interrupted at the terminal: exit as a shell does after Ctrl-C.
+        _ if executed.after == Some(AfterFailure::Cancelled) => 130,
         Ok(Outcome::Exited(code)) => *code,
         Ok(Outcome::Signalled(signo)) => 128 + signo,
         Ok(Outcome::TimedOut) => 124, // as timeout(1)

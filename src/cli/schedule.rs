@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::{actor, duration_secs, find_definition, parse_duration, unknown_schedule, Ctx};
 use crate::display::{local_time, put_time};
 use crate::exit::Failure;
-use crate::model::{Definition, Overlap, Settings};
+use crate::model::{Definition, Leftovers, Overlap, Settings};
 use crate::schedule::{parse_zone, CatchUp};
 use crate::store::{OpenMode, Store};
 use crate::tick::materialize::materialize_definition;
@@ -113,6 +113,11 @@ pub struct SettingsFlags {
     /// Working directory of the job [add: the tick's].
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
+    /// When the job's shell exits, kill what it left running in its process group and any
+    /// escaped process carrying its marker (kill), or leave it running, for jobs that start
+    /// daemons on purpose (keep) [add: kill].
+    #[arg(long, value_name = "POLICY", value_parser = parse_leftovers)]
+    pub leftovers: Option<Leftovers>,
     /// Create (or set) the schedule paused.
     #[arg(long)]
     pub paused: bool,
@@ -141,6 +146,10 @@ pub struct NextArgs {
 }
 
 fn parse_overlap(value: &str) -> Result<Overlap, String> {
+    value.parse()
+}
+
+fn parse_leftovers(value: &str) -> Result<Leftovers, String> {
     value.parse()
 }
 
@@ -232,6 +241,9 @@ impl SettingsFlags {
         if let Some(policy) = self.catch_up {
             s.catch_up = policy;
         }
+        if let Some(policy) = self.leftovers {
+            s.leftovers = policy;
+        }
         if let Some(d) = self.grace {
             s.grace_secs = duration_secs("grace", d, 0)?;
         }
@@ -294,6 +306,7 @@ fn defaults(cron: &str) -> Settings {
         overlap: Overlap::Forbid,
         catch_up: CatchUp::Latest,
         grace_secs: 300,
+        leftovers: Leftovers::Kill,
         paused: false,
     }
 }
@@ -344,6 +357,7 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
         && f.overlap.is_none()
         && f.catch_up.is_none()
         && f.grace.is_none()
+        && f.leftovers.is_none()
         && f.workdir.is_none()
         && !f.paused
         && !args.active
@@ -482,6 +496,7 @@ fn definition_json(store: &dyn Store, d: &Definition, now: i64) -> Result<Value>
     object.insert("overlap".into(), json!(s.overlap.as_str()));
     object.insert("catch_up".into(), json!(s.catch_up.as_str()));
     object.insert("grace_secs".into(), json!(s.grace_secs));
+    object.insert("leftovers".into(), json!(s.leftovers.as_str()));
     put_time(
         &mut object,
         "next_fire_at",
@@ -595,6 +610,7 @@ fn show(args: NameJson, ctx: &Ctx) -> Result<()> {
         secs(s.backoff_max_secs)
     );
     say!("overlap:      {}", s.overlap);
+    say!("leftovers:    {}", s.leftovers);
     say!(
         "catch-up:     {} (grace {})",
         s.catch_up,

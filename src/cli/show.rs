@@ -132,6 +132,9 @@ fn render(
     for a in attempts {
         writeln!(out)?;
         render_attempt(&mut out, a, tz, now)?;
+        if let Some(line) = leftovers_line(events, a.attempt) {
+            writeln!(out, "  leftovers:  {}", safe(&line))?;
+        }
     }
 
     writeln!(out)?;
@@ -147,6 +150,32 @@ fn render(
         )?;
     }
     Ok(out)
+}
+
+/// What an attempt left running when its shell exited, from its `LEFTOVERS` event:
+/// "killed 2 leftover processes: 4242 sh, 4243 sleep".
+fn leftovers_line(events: &[EventView], attempt: u32) -> Option<String> {
+    let detail: Value = events
+        .iter()
+        .filter(|e| e.kind == "LEFTOVERS")
+        .filter_map(|e| serde_json::from_str(e.detail.as_deref()?).ok())
+        .find(|d: &Value| d["attempt"].as_u64() == Some(u64::from(attempt)))?;
+    let processes: Vec<&str> = detail["processes"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let count = processes.len();
+    let noun = if count == 1 { "process" } else { "processes" };
+    let done = if detail["killed"].as_bool() == Some(true) {
+        "killed"
+    } else {
+        "kept (--leftovers keep)"
+    };
+    Some(format!(
+        "{done} {count} leftover {noun}: {}",
+        processes.join(", ")
+    ))
 }
 
 /// One line on where the run stands and what happens next.

@@ -9,6 +9,7 @@ use crate::display::local_time;
 use crate::exit::Failure;
 use crate::model::RunStatus;
 use crate::store::{OpenMode, Steer, Steered};
+use crate::tick::recover::{runner_alive, stop_attempt, Stopped};
 
 #[derive(Debug, clap::Args)]
 pub struct RetryArgs {
@@ -25,8 +26,7 @@ pub struct CancelArgs {
 pub fn retry(args: RetryArgs, ctx: &Ctx) -> Result<()> {
     let mut store = ctx.open(OpenMode::MustExist)?;
     let run = find_run(store.as_ref(), args.run_id)?;
-    let now = ctx.clock.epoch();
-    let steered = store.steer(run.id, Steer::Retry, now, &actor(None))?;
+    let steered = store.steer(run.id, Steer::Retry, ctx.clock.epoch(), &actor(None))?;
     let (attempt, max_attempts, raised_max_from) = match steered {
         Steered::Done {
             attempt,
@@ -68,24 +68,50 @@ pub fn retry(args: RetryArgs, ctx: &Ctx) -> Result<()> {
 pub fn cancel(args: CancelArgs, ctx: &Ctx) -> Result<()> {
     let mut store = ctx.open(OpenMode::MustExist)?;
     let run = find_run(store.as_ref(), args.run_id)?;
-    let now = ctx.clock.epoch();
-    match store.steer(run.id, Steer::Cancel, now, &actor(None))? {
+    let me = actor(None);
+    match store.steer(run.id, Steer::Cancel, ctx.clock.epoch(), &me)? {
         Steered::Done {
             from: RunStatus::Running,
             attempt,
-            closed_attempt,
             ..
         } => {
-            let how = if closed_attempt {
-                "its lease had already expired (no runner is heart-beating it), so its attempt was \
-                 closed here"
-                    .to_string()
-            } else {
-                format!(
-                    "the tick running attempt {attempt} (owner {}) terminates its process group \
-                     at its next heartbeat",
-                    run.owner.as_deref().unwrap_or("?")
-                )
+            let how = match store.open_attempt(run.id)? {
+                None => "its attempt had already ended".to_string(),
+                Some(holder) if holder.host != me.host => format!(
+                    "attempt {attempt} runs on host {}: the tick there terminates it at its next \
+                     heartbeat, or, if that runner is gone, the next tick on {} does",
+                    holder.host, holder.host
+                ),
+                Some(holder) if runner_alive(&holder) => format!(
+                    "the tick running attempt {attempt} (owner {}, pid {}) terminates its process \
+                     group at its next heartbeat",
+                    run.owner.as_deref().unwrap_or("?"),
+                    holder.runner_pid
+                ),
+                Some(holder) => match stop_attempt(store.as_mut(), &ctx.clock, &me, &holder)? {
+                    Stopped::Closed(killed) if killed.is_empty() => format!(
+                        "its runner (pid {}) was gone and nothing of attempt {attempt} was left; \
+                         the attempt is closed",
+                        holder.runner_pid
+                    ),
+                    Stopped::Closed(killed) => format!(
+                        "its runner (pid {}) was gone, so this command terminated what was left of \
+                         attempt {attempt}: {}",
+                        holder.runner_pid,
+                        killed.join(", ")
+                    ),
+                    Stopped::StillAlive(alive) => {
+                        return Err(anyhow::anyhow!(
+                            "cancelled run {} of {}, but its runner (pid {}) is gone and these \
+                             processes of attempt {attempt} would not die: {}; the attempt stays \
+                             open and the next tick tries again",
+                            run.id,
+                            run.job,
+                            holder.runner_pid,
+                            alive.join(", ")
+                        ))
+                    }
+                },
             };
             emit(&format!("cancelled run {} of {}; {how}\n", run.id, run.job))
         }

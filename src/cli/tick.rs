@@ -10,7 +10,7 @@ use super::{actor, parse_duration, Ctx};
 use crate::exit::Failure;
 use crate::security::check_executable_database;
 use crate::store::{Location, OpenMode, Store};
-use crate::tick::{tick, TickOptions};
+use crate::tick::{tick, OnShutdown, TickOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -60,6 +60,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         max_tick: args.max_tick,
         only_run: None,
         shutdown: shutdown_flag()?,
+        on_shutdown: OnShutdown::Retry,
     };
     let report = tick(
         store.as_mut(),

@@ -9,7 +9,8 @@ use anyhow::Result;
 
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AttemptResult, ClaimedRun, Definition, ExpiredLease, Fenced, NewRun, RunStatus, Settings,
+    Actor, AttemptHolder, AttemptResult, ClaimedRun, Definition, ErrorCode, ExpiredLease, Fenced,
+    NewRun, RunStatus, Settings, StartRecord,
 };
 
 pub use sqlite::SqliteStore;
@@ -81,6 +82,15 @@ pub fn open(location: &Location, mode: OpenMode) -> Result<Box<dyn Store>> {
             "{location}: the PostgreSQL backend is not available in this build yet; use a SQLite path"
         ))),
     }
+}
+
+/// What one claim transaction took, and whether due work is left that it did not take: runs
+/// beyond the batch, or held back because a run of their `forbid` schedule is running. The tick
+/// keeps claiming while that is so, whatever order its jobs finish in.
+#[derive(Debug, Clone, Default)]
+pub struct Claimed {
+    pub runs: Vec<ClaimedRun>,
+    pub more_due: bool,
 }
 
 /// A run as listed by `schedule list` ("last result").
@@ -294,9 +304,6 @@ pub enum Steered {
         max_attempts: u32,
         /// Retry of a run that had used all its attempts: the limit it had before.
         raised_max_from: Option<u32>,
-        /// Cancel of a running run whose lease had expired: no runner would close its attempt,
-        /// so the cancel did.
-        closed_attempt: bool,
     },
     /// Not a state this request applies to; nothing changed.
     Refused {
@@ -309,6 +316,10 @@ pub enum Steered {
 pub trait Store {
     /// Where this store lives, for messages.
     fn describe(&self) -> String;
+    /// What names this database on this host in a job's marker (`RUNNER_DATABASE`): a job's
+    /// processes are only ever signalled by runners of the database that started them, never by
+    /// one working on a restored copy elsewhere.
+    fn identity(&self) -> String;
 
     // ---- schedules ----
     /// Errors with `Failure::Usage` when the name is taken.
@@ -343,7 +354,7 @@ pub trait Store {
     /// Running runs whose lease expired before `now`, oldest first.
     fn expired_leases(&self, now: i64, limit: usize) -> Result<Vec<ExpiredLease>>;
     /// Claim up to `batch` due runs (only `only_run`, when given) under a fresh lease each, in
-    /// one short transaction.
+    /// one short transaction, opening an attempt for each.
     fn claim(
         &mut self,
         actor: &Actor,
@@ -351,14 +362,17 @@ pub trait Store {
         lease_secs: i64,
         batch: usize,
         only_run: Option<i64>,
-    ) -> Result<Vec<ClaimedRun>>;
-    /// Remember the child's pid and start time, so a later recovery can kill a leftover group.
-    fn record_process(
+    ) -> Result<Claimed>;
+    /// In one transaction, record the processes of attempts about to be released (pid and start
+    /// time, so recovery can find them) and extend their leases to `lease_expires_at`, each only
+    /// if its lease is still held and unexpired at `now`. Per start, in order: whether it landed.
+    /// Only a start that landed may run its command.
+    fn record_starts(
         &mut self,
-        run: &ClaimedRun,
-        pid: u32,
-        start_time: Option<u64>,
-    ) -> Result<Fenced>;
+        starts: &[StartRecord],
+        now: i64,
+        lease_expires_at: i64,
+    ) -> Result<Vec<Fenced>>;
     /// Extend the leases this runner holds; returns the tokens still held (the rest are lost).
     fn heartbeat(
         &mut self,
@@ -368,6 +382,21 @@ pub trait Store {
     ) -> Result<Vec<String>>;
     /// Record an attempt's end, fenced by its lease token.
     fn finish_attempt(&mut self, result: &AttemptResult, actor: &Actor) -> Result<Fenced>;
+    /// The open attempt of a run, if any.
+    fn open_attempt(&self, run_id: i64) -> Result<Option<AttemptHolder>>;
+    /// Attempts on `host` still open whose run no longer holds them (cancelled or recovered
+    /// under them): their processes may be alive and must be stopped before they are closed.
+    fn orphaned_attempts(&self, host: &str, limit: usize) -> Result<Vec<AttemptHolder>>;
+    /// Close an orphaned attempt (its processes are gone), with an event. False if it was closed
+    /// meanwhile.
+    fn close_orphaned_attempt(
+        &mut self,
+        holder: &AttemptHolder,
+        now: i64,
+        code: &ErrorCode,
+        detail: &str,
+        actor: &Actor,
+    ) -> Result<bool>;
     /// Enqueue a manual run due now; returns its id.
     fn enqueue_manual(&mut self, definition: &Definition, now: i64, actor: &Actor) -> Result<i64>;
 

@@ -14,13 +14,14 @@ use rusqlite::{
 use serde_json::json;
 
 use super::{
-    AttemptView, CursorMove, EventView, Health, LastResult, OpenMode, PruneCounts, RunBrief,
-    RunFilter, RunView, RunningView, Steer, Steered, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    AttemptView, Claimed, CursorMove, EventView, Health, LastResult, OpenMode, PruneCounts,
+    RunBrief, RunFilter, RunView, RunningView, Steer, Steered, Storage, Store, RECENT_LISTED,
+    RUNNING_LISTED,
 };
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AfterFailure, AttemptResult, ClaimedRun, Definition, ErrorCode, ExpiredLease, Fenced,
-    NewRun, RunStatus, Settings, Trigger,
+    Actor, AfterFailure, AttemptHolder, AttemptResult, ClaimedRun, Definition, ErrorCode,
+    ExpiredLease, Fenced, Leftovers, NewRun, RunStatus, Settings, StartRecord, Trigger,
 };
 
 /// `PRAGMA application_id`: marks a file as a runner database ("RUNR").
@@ -29,6 +30,7 @@ const APPLICATION_ID: i64 = 0x5255_4E52;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_init.sql"),
     include_str!("../../migrations/0002_observe.sql"),
+    include_str!("../../migrations/0003_containment.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -252,7 +254,7 @@ fn create_private_file(path: &Path) -> Result<()> {
 
 const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, max_attempts, timeout_secs, \
      backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, materialized_through, \
-     next_fire_at, created_at, updated_at, revision";
+     next_fire_at, created_at, updated_at, revision, leftovers";
 
 fn definition_from_row(row: &Row<'_>) -> rusqlite::Result<Definition> {
     let text_enum = |index: usize, value: String| -> rusqlite::Result<_> {
@@ -264,6 +266,7 @@ fn definition_from_row(row: &Row<'_>) -> rusqlite::Result<Definition> {
     };
     let overlap: String = row.get(10)?;
     let catch_up: String = row.get(11)?;
+    let leftovers: String = row.get(19)?;
     Ok(Definition {
         id: row.get(0)?,
         name: row.get(1)?,
@@ -285,6 +288,10 @@ fn definition_from_row(row: &Row<'_>) -> rusqlite::Result<Definition> {
                 Err(_) => return text_enum(11, catch_up),
             },
             grace_secs: row.get(12)?,
+            leftovers: match leftovers.parse() {
+                Ok(v) => v,
+                Err(_) => return text_enum(19, leftovers),
+            },
             paused: row.get(13)?,
         },
         materialized_through: row.get(14)?,
@@ -484,11 +491,13 @@ fn run_brief_from_row(row: &Row<'_>) -> rusqlite::Result<RunBrief> {
     })
 }
 
-/// The runs pruning may delete: finished for good before `:cutoff` (never pending or running).
-/// Served by `job_runs_status (status, finished_at)`.
+/// The runs pruning may delete: finished for good before `:cutoff` (never pending or running),
+/// and with no attempt still open (a cancelled run whose processes are yet to be stopped keeps
+/// the attempt that lets a tick find them). Served by `job_runs_status (status, finished_at)`.
 const PRUNABLE_RUNS: &str = "
 SELECT id FROM job_runs
-WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < :cutoff";
+WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < :cutoff
+  AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = job_runs.id AND a.finished_at IS NULL)";
 
 const CLAIM_SQL: &str = "
 UPDATE job_runs
@@ -514,11 +523,43 @@ WHERE id IN (
     LIMIT :batch)
 RETURNING id, definition_id, (SELECT name FROM job_definitions WHERE id = definition_id), attempt, max_attempts,
           scheduled_for, command, workdir, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
-          lease_token";
+          lease_token, leftovers";
+
+/// Whether due work is left after a claim (`job_runs_due`: the first entry answers).
+const MORE_DUE_SQL: &str =
+    "SELECT EXISTS (SELECT 1 FROM job_runs WHERE status = 'pending' AND run_at <= ?1)";
+
+/// The open attempt of a run, with what identifies its processes and its runner.
+const ATTEMPT_HOLDER: &str = "
+SELECT a.run_id, a.attempt, a.lease_token, a.host, a.runner_pid, a.runner_start_time, a.child_pid,
+       a.child_start_time, a.started_at
+FROM job_attempts a";
+
+/// The `ATTEMPT_HOLDER` columns, starting at column `first` of `row`.
+fn attempt_holder_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<AttemptHolder> {
+    Ok(AttemptHolder {
+        run_id: row.get(first)?,
+        attempt: row.get(first + 1)?,
+        lease_token: row.get(first + 2)?,
+        host: row.get(first + 3)?,
+        runner_pid: row.get(first + 4)?,
+        runner_start_time: row.get::<_, Option<i64>>(first + 5)?.map(|t| t as u64),
+        child_pid: row.get(first + 6)?,
+        child_start_time: row.get::<_, Option<i64>>(first + 7)?.map(|t| t as u64),
+        started_at: row.get(first + 8)?,
+    })
+}
 
 impl Store for SqliteStore {
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn identity(&self) -> String {
+        std::fs::canonicalize(&self.path)
+            .unwrap_or_else(|_| self.path.clone())
+            .display()
+            .to_string()
     }
 
     fn add_definition(
@@ -532,13 +573,13 @@ impl Store for SqliteStore {
         let inserted = tx.execute(
             "INSERT INTO job_definitions (name, cron, timezone, command, workdir, max_attempts, timeout_secs,
                  backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused,
-                 materialized_through, next_fire_at, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?14, ?14)
+                 materialized_through, next_fire_at, created_at, updated_at, leftovers)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?14, ?14, ?16)
              ON CONFLICT (name) DO NOTHING",
             params![
                 name, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
                 s.backoff_base_secs, s.backoff_max_secs, s.overlap.as_str(), s.catch_up.as_str(),
-                s.grace_secs, s.paused, now, next_fire_at
+                s.grace_secs, s.paused, now, next_fire_at, s.leftovers.as_str()
             ],
         )?;
         if inserted == 0 {
@@ -562,13 +603,13 @@ impl Store for SqliteStore {
             "UPDATE job_definitions SET cron = ?2, timezone = ?3, command = ?4, workdir = ?5, max_attempts = ?6,
                  timeout_secs = ?7, backoff_base_secs = ?8, backoff_max_secs = ?9, overlap = ?10, catch_up = ?11,
                  grace_secs = ?12, paused = ?13, materialized_through = max(materialized_through, ?14),
-                 next_fire_at = ?15, updated_at = ?16,
+                 next_fire_at = ?15, updated_at = ?16, leftovers = ?17,
                  revision = revision + 1
              WHERE id = ?1",
             params![
                 d.id, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
                 s.backoff_base_secs, s.backoff_max_secs, s.overlap.as_str(), s.catch_up.as_str(),
-                s.grace_secs, s.paused, d.materialized_through, d.next_fire_at, now
+                s.grace_secs, s.paused, d.materialized_through, d.next_fire_at, now, s.leftovers.as_str()
             ],
         )?;
         if changed == 0 {
@@ -681,9 +722,10 @@ impl Store for SqliteStore {
                 .prepare_cached(
                     "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
                          max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
-                         skip_reason, created_at, finished_at)
+                         skip_reason, created_at, finished_at, leftovers)
                      SELECT id, :trigger, :at, :status, :at, command, workdir, max_attempts, timeout_secs,
-                         backoff_base_secs, backoff_max_secs, name || '@' || :key_time, :skip_reason, :now, :finished_at
+                         backoff_base_secs, backoff_max_secs, name || '@' || :key_time, :skip_reason, :now, :finished_at,
+                         leftovers
                      FROM job_definitions WHERE id = :definition_id
                      ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
                      RETURNING id",
@@ -718,7 +760,9 @@ impl Store for SqliteStore {
     fn expired_leases(&self, now: i64, limit: usize) -> Result<Vec<ExpiredLease>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT r.id, d.name, r.attempt, r.max_attempts, r.lease_token, r.lease_expires_at,
-                    r.backoff_base_secs, r.backoff_max_secs, a.host, a.child_pid, a.child_start_time, a.started_at
+                    r.backoff_base_secs, r.backoff_max_secs,
+                    a.run_id, a.attempt, a.lease_token, a.host, a.runner_pid, a.runner_start_time,
+                    a.child_pid, a.child_start_time, a.started_at
              FROM job_runs r
              JOIN job_definitions d ON d.id = r.definition_id
              LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
@@ -727,6 +771,7 @@ impl Store for SqliteStore {
              LIMIT ?2",
         )?;
         let rows = stmt.query_map(params![now, limit as i64], |r| {
+            let has_attempt = r.get::<_, Option<i64>>(8)?.is_some();
             Ok(ExpiredLease {
                 run_id: r.get(0)?,
                 job_name: r.get(1)?,
@@ -736,10 +781,11 @@ impl Store for SqliteStore {
                 lease_expires_at: r.get(5)?,
                 backoff_base_secs: r.get(6)?,
                 backoff_max_secs: r.get(7)?,
-                host: r.get(8)?,
-                child_pid: r.get(9)?,
-                child_start_time: r.get::<_, Option<i64>>(10)?.map(|t| t as u64),
-                attempt_started_at: r.get(11)?,
+                holder: if has_attempt {
+                    Some(attempt_holder_from_row(r, 8)?)
+                } else {
+                    None
+                },
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -752,9 +798,9 @@ impl Store for SqliteStore {
         lease_secs: i64,
         batch: usize,
         only_run: Option<i64>,
-    ) -> Result<Vec<ClaimedRun>> {
+    ) -> Result<Claimed> {
         let tx = self.write()?;
-        let claimed: Vec<ClaimedRun> = {
+        let runs: Vec<ClaimedRun> = {
             let mut stmt = tx.prepare_cached(CLAIM_SQL)?;
             let rows = stmt.query_map(
                 named_params! {
@@ -765,6 +811,7 @@ impl Store for SqliteStore {
                     ":only_run": only_run,
                 },
                 |r| {
+                    let leftovers: String = r.get(13)?;
                     Ok(ClaimedRun {
                         run_id: r.get(0)?,
                         definition_id: r.get(1)?,
@@ -779,17 +826,28 @@ impl Store for SqliteStore {
                         backoff_max_secs: r.get(10)?,
                         idempotency_key: r.get(11)?,
                         lease_token: r.get(12)?,
+                        leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
                     })
                 },
             )?;
             rows.collect::<rusqlite::Result<_>>()?
         };
-        for run in &claimed {
+        for run in &runs {
             tx.prepare_cached(
-                "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time, lease_token,
+                     started_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
-            .execute(params![run.run_id, run.attempt, actor.owner, actor.host, actor.pid, run.lease_token, now])?;
+            .execute(params![
+                run.run_id,
+                run.attempt,
+                actor.owner,
+                actor.host,
+                actor.pid,
+                actor.start_time.map(|t| t as i64),
+                run.lease_token,
+                now
+            ])?;
             insert_event(
                 &tx,
                 run.run_id,
@@ -799,34 +857,55 @@ impl Store for SqliteStore {
                 json!({ "attempt": run.attempt, "host": actor.host }),
             )?;
         }
+        let more_due: bool = tx
+            .prepare_cached(MORE_DUE_SQL)?
+            .query_row([now], |r| r.get(0))?;
         tx.commit()?;
-        Ok(claimed)
+        Ok(Claimed { runs, more_due })
     }
 
-    fn record_process(
+    fn record_starts(
         &mut self,
-        run: &ClaimedRun,
-        pid: u32,
-        start_time: Option<u64>,
-    ) -> Result<Fenced> {
+        starts: &[StartRecord],
+        now: i64,
+        lease_expires_at: i64,
+    ) -> Result<Vec<Fenced>> {
+        if starts.is_empty() {
+            return Ok(Vec::new());
+        }
         let tx = self.write()?;
-        let changed = tx.execute(
-            "UPDATE job_attempts SET child_pid = ?4, child_start_time = ?5
-             WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL",
-            params![
-                run.run_id,
-                run.attempt,
-                run.lease_token,
-                pid,
-                start_time.map(|t| t as i64)
-            ],
-        )?;
+        let mut landed = Vec::with_capacity(starts.len());
+        for start in starts {
+            // The lease must still be ours and unexpired: a tick that stalled between claim and
+            // start (past its lease) must not start a command that recovery may already retry.
+            let held = tx
+                .prepare_cached(
+                    "UPDATE job_runs SET lease_expires_at = ?3, heartbeat_at = ?4
+                     WHERE id = ?1 AND lease_token = ?2 AND status = 'running' AND lease_expires_at >= ?4",
+                )?
+                .execute(params![start.run_id, start.lease_token, lease_expires_at, now])?;
+            let recorded = held == 1
+                && tx
+                    .prepare_cached(
+                        "UPDATE job_attempts SET child_pid = ?4, child_start_time = ?5
+                         WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL",
+                    )?
+                    .execute(params![
+                        start.run_id,
+                        start.attempt,
+                        start.lease_token,
+                        start.child_pid,
+                        start.child_start_time.map(|t| t as i64)
+                    ])?
+                    == 1;
+            landed.push(if recorded {
+                Fenced::Applied
+            } else {
+                Fenced::LeaseLost
+            });
+        }
         tx.commit()?;
-        Ok(if changed == 1 {
-            Fenced::Applied
-        } else {
-            Fenced::LeaseLost
-        })
+        Ok(landed)
     }
 
     fn heartbeat(
@@ -873,6 +952,12 @@ impl Store for SqliteStore {
             Some((code, detail, AfterFailure::Dead)) => {
                 ("dead", None, Some(code.to_string()), Some(detail.as_str()))
             }
+            Some((code, detail, AfterFailure::Cancelled)) => (
+                "cancelled",
+                None,
+                Some(code.to_string()),
+                Some(detail.as_str()),
+            ),
         };
         let finished_at = (run_status != "pending").then_some(result.finished_at);
         let tx = self.write()?;
@@ -929,6 +1014,20 @@ impl Store for SqliteStore {
             return Ok(Fenced::LeaseLost);
         }
         let at = result.finished_at;
+        if !result.leftovers.is_empty() {
+            insert_event(
+                &tx,
+                result.run_id,
+                at,
+                "LEFTOVERS",
+                &actor.owner,
+                json!({
+                    "attempt": result.attempt,
+                    "killed": result.leftovers_killed,
+                    "processes": result.leftovers,
+                }),
+            )?;
+        }
         match &result.failure {
             None => insert_event(
                 &tx,
@@ -967,6 +1066,14 @@ impl Store for SqliteStore {
                             "run_at_epoch": when,
                         }),
                     )?,
+                    AfterFailure::Cancelled => insert_event(
+                        &tx,
+                        result.run_id,
+                        at,
+                        "CANCELLED",
+                        &actor.owner,
+                        json!({ "from": "running", "attempt": result.attempt }),
+                    )?,
                     AfterFailure::Dead => {
                         insert_event(
                             &tx,
@@ -990,14 +1097,71 @@ impl Store for SqliteStore {
         Ok(Fenced::Applied)
     }
 
+    fn open_attempt(&self, run_id: i64) -> Result<Option<AttemptHolder>> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!("{ATTEMPT_HOLDER} WHERE a.run_id = ?1 AND a.finished_at IS NULL"),
+                [run_id],
+                |r| attempt_holder_from_row(r, 0),
+            )
+            .optional()?)
+    }
+
+    fn orphaned_attempts(&self, host: &str, limit: usize) -> Result<Vec<AttemptHolder>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "{ATTEMPT_HOLDER}
+             JOIN job_runs r ON r.id = a.run_id
+             WHERE a.host = ?1 AND a.finished_at IS NULL
+               AND NOT (r.status = 'running' AND r.lease_token IS a.lease_token)
+             ORDER BY a.id LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![host, limit as i64], |r| {
+            attempt_holder_from_row(r, 0)
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn close_orphaned_attempt(
+        &mut self,
+        holder: &AttemptHolder,
+        now: i64,
+        code: &ErrorCode,
+        detail: &str,
+        actor: &Actor,
+    ) -> Result<bool> {
+        let tx = self.write()?;
+        let detail = crate::model::truncate_detail(detail, crate::model::ERROR_DETAIL_MAX);
+        // Never the attempt a runner still holds: only one whose run moved on without it.
+        let closed = tx.execute(
+            "UPDATE job_attempts SET finished_at = ?4, duration_ms = max(0, ?4 - started_at) * 1000,
+                 outcome = 'failed', error_code = ?5, error_detail = ?6
+             WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL
+               AND NOT EXISTS (SELECT 1 FROM job_runs WHERE id = ?1 AND status = 'running' AND lease_token = ?3)",
+            params![holder.run_id, holder.attempt, holder.lease_token, now, code.to_string(), detail],
+        )?;
+        if closed == 1 {
+            insert_event(
+                &tx,
+                holder.run_id,
+                now,
+                "ATTEMPT_CLOSED",
+                &actor.owner,
+                json!({ "attempt": holder.attempt, "error_code": code.to_string(), "detail": crate::model::truncate_detail(&detail, 200) }),
+            )?;
+        }
+        tx.commit()?;
+        Ok(closed == 1)
+    }
+
     fn enqueue_manual(&mut self, d: &Definition, now: i64, actor: &Actor) -> Result<i64> {
         let tx = self.write()?;
         let key = format!("{}@manual:{}:{:016x}", d.name, now, fastrand::u64(..));
         let run_id: i64 = tx.query_row(
             "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir, max_attempts,
-                 timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key, created_at)
+                 timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key, created_at, leftovers)
              SELECT id, ?2, ?3, 'pending', ?3, command, workdir, max_attempts, timeout_secs, backoff_base_secs,
-                 backoff_max_secs, ?4, ?3
+                 backoff_max_secs, ?4, ?3, leftovers
              FROM job_definitions WHERE id = ?1
              RETURNING id",
             params![d.id, Trigger::Manual.as_str(), now, key],
@@ -1203,19 +1367,18 @@ impl Store for SqliteStore {
         // Read and change under the same write lock: the state cannot move in between.
         let found = tx
             .query_row(
-                "SELECT status, attempt, max_attempts, lease_expires_at FROM job_runs WHERE id = ?1",
+                "SELECT status, attempt, max_attempts FROM job_runs WHERE id = ?1",
                 [run_id],
                 |r| {
                     Ok((
                         status_from(0, r.get(0)?)?,
                         r.get::<_, u32>(1)?,
                         r.get::<_, u32>(2)?,
-                        r.get::<_, Option<i64>>(3)?,
                     ))
                 },
             )
             .optional()?;
-        let Some((from, attempt, max_attempts, lease_expires_at)) = found else {
+        let Some((from, attempt, max_attempts)) = found else {
             return Ok(Steered::NotFound);
         };
         if !request.allows(from, attempt) {
@@ -1224,7 +1387,7 @@ impl Store for SqliteStore {
                 attempt,
             });
         }
-        let (max_after, raised_max_from, closed_attempt) = match request {
+        let (max_after, raised_max_from) = match request {
             Steer::Retry => {
                 // Attempts keep counting: a run that used them all gets exactly one more.
                 let max_after = max_attempts.max(attempt + 1);
@@ -1248,7 +1411,7 @@ impl Store for SqliteStore {
                         "max_attempts_before": raised,
                     }),
                 )?;
-                (max_after, raised, false)
+                (max_after, raised)
             }
             Steer::Cancel => {
                 let detail = format!("cancelled by {}", actor.owner);
@@ -1260,22 +1423,6 @@ impl Store for SqliteStore {
                      WHERE id = ?1 AND status = ?2",
                     params![run_id, from.as_str(), now, detail],
                 )?;
-                let closed_attempt =
-                    from == RunStatus::Running && lease_expires_at.is_some_and(|at| at < now);
-                if closed_attempt {
-                    // No runner is heart-beating it, so none will close its attempt: close it here.
-                    tx.execute(
-                        "UPDATE job_attempts SET finished_at = ?3, duration_ms = max(0, ?3 - started_at) * 1000,
-                             outcome = 'failed', error_code = 'CANCELLED', error_detail = ?4
-                         WHERE run_id = ?1 AND attempt = ?2 AND finished_at IS NULL",
-                        params![
-                            run_id,
-                            attempt,
-                            now,
-                            format!("{detail} after its lease expired (its runner had stopped heart-beating)")
-                        ],
-                    )?;
-                }
                 insert_event(
                     &tx,
                     run_id,
@@ -1284,7 +1431,7 @@ impl Store for SqliteStore {
                     &actor.owner,
                     json!({ "from": from.as_str(), "attempt": attempt }),
                 )?;
-                (max_attempts, None, closed_attempt)
+                (max_attempts, None)
             }
         };
         tx.commit()?;
@@ -1293,7 +1440,6 @@ impl Store for SqliteStore {
             attempt,
             max_attempts: max_after,
             raised_max_from,
-            closed_attempt,
         })
     }
 

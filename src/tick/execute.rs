@@ -1,6 +1,11 @@
-//! Step 4: claim due runs under a lease and execute them, supervised synchronously: one loop
-//! polls the children, enforces their timeouts (inside `process`) and heart-beats the leases.
-//! Signals only set a flag that this loop reads.
+//! Step 4b: execute claimed runs, supervised synchronously: one loop starts jobs behind their
+//! gate, polls the children (whose timeouts and leftovers `process` enforces), heart-beats the
+//! leases and claims more while due work exists. Signals only set a flag that this loop reads.
+//!
+//! A job's command starts only after its attempt is durably recorded (pid, start time, lease
+//! token) and its lease verified still held: the jobs of one claim are spawned blocked at their
+//! gate, their starts committed in one transaction, and only the ones that landed released. A
+//! runner that dies before that commit leaves shells that exit without running anything.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -8,19 +13,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::{runner_error, TickOptions, TickReport};
-use crate::clock::Clock;
+use super::claim::claim_due;
+use super::record::{record_end, StopReason, KILL_GRACE};
+use super::{attempt_marker, runner_error, test_hook, Tick};
 use crate::display::utc_time;
-use crate::model::{
-    Actor, AfterFailure, AttemptResult, ClaimedRun, ErrorCode, Fenced, ERROR_DETAIL_MAX,
-};
-use crate::process::{signal_name, Finished, JobSpec, Outcome, RunningJob, SpawnErrorKind};
-use crate::store::Store;
-use crate::tick::recover::after_failure;
+use crate::model::{AfterFailure, ClaimedRun, Fenced, StartRecord};
+use crate::process::{procfs, JobSpec, RunningJob};
 
-/// SIGTERM → SIGKILL grace for a job that times out or is stopped.
-pub const KILL_GRACE: Duration = Duration::from_secs(10);
-/// How long the pipes may stay open after the shell exited (a grandchild holding them).
+/// How long the pipes may stay open after the shell exited (a process that escaped containment
+/// holding them).
 const PIPE_LEAK_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the loop wakes to poll children: a tenth of the youngest job's age, within these
 /// bounds. Most short jobs end within milliseconds, so young jobs are polled often; a job that
@@ -30,48 +31,44 @@ const MAX_POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// With free slots and nothing due, look for newly due work this often.
 const RECHECK_INTERVAL: Duration = Duration::from_secs(1);
 
-/// One attempt this tick executed, for the caller (`run --wait` exits with its code).
-#[derive(Debug, Clone)]
-pub struct Executed {
-    pub run_id: i64,
-    pub attempt: u32,
-    pub outcome: Result<Outcome, SpawnErrorKind>,
-    pub error_code: Option<ErrorCode>,
-    pub after: Option<AfterFailure>,
-    pub recorded: Fenced,
-}
-
-/// Why the runner stopped a job itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopReason {
-    /// The lease is gone: cancelled, or recovered by another runner.
-    LeaseLost,
-    /// This runner was asked to exit.
-    Shutdown,
-}
-
 struct Active {
     run: ClaimedRun,
     job: RunningJob,
-    started: Instant,
     stopped: Option<StopReason>,
 }
 
-pub fn execute_due(
-    store: &mut dyn Store,
-    clock: &Clock,
-    options: &TickOptions,
-    rng: &mut fastrand::Rng,
-    report: &mut TickReport,
-) -> Result<()> {
+/// The supervisor's view of due work, from its latest claim.
+struct Claiming {
+    /// When to claim next (a free slot alone does not mean work is due).
+    next_at: Instant,
+    /// The latest claim took nothing.
+    took_nothing: bool,
+    /// The latest claim left due work behind (beyond the batch, or behind a running run of a
+    /// `forbid` schedule, which may be one of ours).
+    more_due: bool,
+    /// A job ended since the latest claim: the database may hold newly due work (the next run
+    /// of its `forbid` schedule, a retry due at once).
+    ended_since: bool,
+}
+
+pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
+    // Orphans of our jobs (a double fork, `setsid`) are re-parented to us, where their end of
+    // job sweep finds them by marker.
+    procfs::become_subreaper();
+    let options = tick.options;
     let started = Instant::now();
     // Clamped so the lease arithmetic below can never overflow, whatever the caller passed.
     let lease_secs = options.lease.as_secs().clamp(3, 86_400) as i64;
     let heartbeat_every = Duration::from_secs((lease_secs / 3).max(1) as u64);
+    let identity = tick.store.identity();
     let mut last_heartbeat = Instant::now();
     let mut active: Vec<Active> = Vec::new();
-    let mut next_claim = Instant::now();
-    let mut nothing_due = false;
+    let mut claiming = Claiming {
+        next_at: Instant::now(),
+        took_nothing: false,
+        more_due: false,
+        ended_since: false,
+    };
     let mut claimed_only_run = false;
 
     loop {
@@ -79,7 +76,7 @@ pub fn execute_due(
         if shutting_down {
             for a in active.iter_mut().filter(|a| a.stopped.is_none()) {
                 a.job.kill(Instant::now());
-                a.stopped = Some(StopReason::Shutdown);
+                a.stopped = Some(StopReason::Shutdown(options.on_shutdown));
             }
         }
         let young = started.elapsed() < options.max_tick && !shutting_down && !claimed_only_run;
@@ -87,37 +84,35 @@ pub fn execute_due(
             .concurrency
             .saturating_sub(active.len())
             .min(options.batch);
-        if young && room > 0 && Instant::now() >= next_claim {
-            match store.claim(
-                &options.actor,
-                clock.epoch(),
-                lease_secs,
-                room,
-                options.only_run,
-            ) {
+        if young && room > 0 && Instant::now() >= claiming.next_at {
+            claiming.ended_since = false;
+            match claim_due(tick.store, tick.clock, options, room, lease_secs) {
                 Ok(claimed) => {
-                    // An empty claim means nothing is due. A short one does not: a forbid
-                    // schedule yields one run at a time, so its next run is claimed when this
-                    // one ends. Either way, do not ask again before a job ends or the recheck.
-                    nothing_due = claimed.is_empty();
-                    if claimed.len() < room {
-                        next_claim = Instant::now() + RECHECK_INTERVAL;
-                    }
-                    claimed_only_run = options.only_run.is_some() && !claimed.is_empty();
-                    for run in claimed {
-                        if let Some(a) = start(store, clock, run, options, rng, report) {
-                            active.push(a);
-                        }
-                    }
+                    claiming.took_nothing = claimed.runs.is_empty();
+                    claiming.more_due = claimed.more_due;
+                    // Nothing more due: look again after the recheck interval (or when a job
+                    // ends). More due but not taken: a job of ours may be what holds it back.
+                    claiming.next_at = if claimed.more_due && claimed.runs.len() == room {
+                        Instant::now()
+                    } else {
+                        Instant::now() + RECHECK_INTERVAL
+                    };
+                    claimed_only_run = options.only_run.is_some() && !claimed.runs.is_empty();
+                    start_all(tick, claimed.runs, lease_secs, &identity, &mut active);
                 }
                 Err(e) => {
-                    runner_error(&mut report.errors, "claiming runs", &e);
-                    nothing_due = true;
-                    next_claim = Instant::now() + RECHECK_INTERVAL;
+                    runner_error(&mut tick.report.errors, "claiming runs", &e);
+                    claiming.took_nothing = true;
+                    claiming.more_due = false;
+                    claiming.next_at = Instant::now() + RECHECK_INTERVAL;
                 }
             }
         }
-        if active.is_empty() && (nothing_due || !young) {
+        // Done when nothing runs and the latest claim, made after every end, found nothing to
+        // take (whatever is still due is held back by another runner's run, which that runner
+        // claims after it), or when the tick is old enough.
+        let settled = claiming.took_nothing && !claiming.ended_since;
+        if active.is_empty() && (settled || !young) {
             return Ok(());
         }
 
@@ -126,44 +121,90 @@ pub fn execute_due(
         while index < active.len() {
             if let Some(finished) = active[index].job.poll(now) {
                 let done = active.swap_remove(index);
-                record(
-                    store,
-                    clock,
-                    &options.actor,
-                    &done.run,
-                    Ok(finished),
-                    done.stopped,
-                    rng,
-                    report,
-                );
-                if !nothing_due {
-                    // A slot is free and the last claim found work: more may be due right now.
-                    // (After an empty claim, the periodic recheck finds work that comes due
-                    // later, without taking the write lock on every job's end.)
-                    next_claim = Instant::now();
+                let before = tick.report.executed.len();
+                record_end(tick, &done.run, Ok(finished), done.stopped);
+                claiming.ended_since = true;
+                let retry_due_now = tick.report.executed[before..].iter().any(|e| {
+                    matches!(e.after, Some(AfterFailure::RetryAt(at)) if at <= tick.clock.epoch())
+                });
+                if claiming.more_due || retry_due_now {
+                    claiming.next_at = Instant::now();
                 }
             } else {
                 index += 1;
             }
         }
+        if active.is_empty() {
+            // Before exiting, claim once more: this loop's ends may have made work due.
+            claiming.next_at = claiming.next_at.min(Instant::now());
+        }
 
         if !active.is_empty() && last_heartbeat.elapsed() >= heartbeat_every {
             last_heartbeat = Instant::now();
-            heartbeat(store, clock, lease_secs, &mut active, report);
+            heartbeat(tick, lease_secs, &mut active);
         }
         std::thread::sleep(poll_interval(&active));
     }
 }
 
-fn start(
-    store: &mut dyn Store,
-    clock: &Clock,
-    run: ClaimedRun,
-    options: &TickOptions,
-    rng: &mut fastrand::Rng,
-    report: &mut TickReport,
-) -> Option<Active> {
-    let spec = JobSpec {
+/// Spawn the claimed runs at their gate, record their starts in one transaction, and release the
+/// ones whose start landed; the others never run their command.
+fn start_all(
+    tick: &mut Tick<'_>,
+    runs: Vec<ClaimedRun>,
+    lease_secs: i64,
+    identity: &str,
+    active: &mut Vec<Active>,
+) {
+    let mut spawned = Vec::with_capacity(runs.len());
+    for run in runs {
+        match RunningJob::spawn(&job_spec(tick, &run, identity)) {
+            Ok(job) => spawned.push(Active {
+                run,
+                job,
+                stopped: None,
+            }),
+            Err(error) => record_end(tick, &run, Err((error.kind, error.message)), None),
+        }
+    }
+    if spawned.is_empty() {
+        return;
+    }
+    test_hook("spawned");
+    let starts: Vec<StartRecord> = spawned
+        .iter()
+        .map(|a| StartRecord {
+            run_id: a.run.run_id,
+            attempt: a.run.attempt,
+            lease_token: a.run.lease_token.clone(),
+            child_pid: a.job.pid(),
+            child_start_time: procfs::process_start_time(a.job.pid()),
+        })
+        .collect();
+    let now = tick.clock.epoch();
+    let landed = match tick.store.record_starts(&starts, now, now + lease_secs) {
+        Ok(landed) => landed,
+        Err(e) => {
+            // Not recorded, so not started: the leases expire and recovery retries the runs.
+            runner_error(&mut tick.report.errors, "recording the start of jobs", &e);
+            vec![Fenced::LeaseLost; spawned.len()]
+        }
+    };
+    test_hook("recorded");
+    for (mut a, landed) in spawned.into_iter().zip(landed) {
+        if landed == Fenced::Applied {
+            a.job.release();
+            active.push(a);
+        } else {
+            // Cancelled or taken over before it could start: it never runs.
+            a.job.abort();
+        }
+    }
+}
+
+fn job_spec(tick: &Tick<'_>, run: &ClaimedRun, identity: &str) -> JobSpec {
+    let marker = attempt_marker(identity, run.run_id, &run.lease_token);
+    JobSpec {
         command: run.command.clone(),
         workdir: run.workdir.as_ref().map(PathBuf::from),
         env: vec![
@@ -173,73 +214,34 @@ fn start(
             ("RUNNER_SCHEDULED_AT".into(), utc_time(run.scheduled_for)),
             ("RUNNER_IDEMPOTENCY_KEY".into(), run.idempotency_key.clone()),
             ("RUNNER_LEASE_TOKEN".into(), run.lease_token.clone()),
+            ("RUNNER_DATABASE".into(), identity.to_string()),
         ],
         timeout: Duration::from_secs(run.timeout_secs.max(1) as u64),
         kill_grace: KILL_GRACE,
         pipe_leak_timeout: PIPE_LEAK_TIMEOUT,
-        stream_output: options.only_run.is_some(),
-    };
-    match RunningJob::spawn(&spec) {
-        Ok(job) => {
-            let pid = job.pid();
-            let start_time = crate::process::process_start_time(pid);
-            let mut active = Active {
-                run,
-                job,
-                started: Instant::now(),
-                stopped: None,
-            };
-            match store.record_process(&active.run, pid, start_time) {
-                Ok(Fenced::Applied) => {}
-                Ok(Fenced::LeaseLost) => {
-                    active.job.kill(Instant::now());
-                    active.stopped = Some(StopReason::LeaseLost);
-                }
-                Err(e) => {
-                    let context = format!("run {}: recording its process", active.run.run_id);
-                    runner_error(&mut report.errors, context, &e);
-                }
-            }
-            Some(active)
-        }
-        Err(spawn_error) => {
-            record(
-                store,
-                clock,
-                &options.actor,
-                &run,
-                Err((spawn_error.kind, spawn_error.message)),
-                None,
-                rng,
-                report,
-            );
-            None
-        }
+        stream_output: tick.options.only_run.is_some(),
+        leftovers: run.leftovers,
+        marker,
     }
 }
 
 fn poll_interval(active: &[Active]) -> Duration {
-    let youngest = active.iter().map(|a| a.started.elapsed()).min();
+    let youngest = active.iter().map(|a| a.job.age()).min();
     // No job left means the loop is about to claim more: do not sleep long.
     youngest
         .map_or(MIN_POLL_INTERVAL, |age| age / 10)
         .clamp(MIN_POLL_INTERVAL, MAX_POLL_INTERVAL)
 }
 
-fn heartbeat(
-    store: &mut dyn Store,
-    clock: &Clock,
-    lease_secs: i64,
-    active: &mut [Active],
-    report: &mut TickReport,
-) {
+fn heartbeat(tick: &mut Tick<'_>, lease_secs: i64, active: &mut [Active]) {
     let tokens: Vec<String> = active
         .iter()
         .filter(|a| a.stopped.is_none())
         .map(|a| a.run.lease_token.clone())
         .collect();
-    let now = clock.epoch();
-    match store.heartbeat(&tokens, now, now + lease_secs) {
+    // The current wall clock: a lease is "now plus the lease" whatever happened to the clock.
+    let now = tick.clock.epoch();
+    match tick.store.heartbeat(&tokens, now, now + lease_secs) {
         Ok(held) => {
             for a in active.iter_mut().filter(|a| a.stopped.is_none()) {
                 if !held.contains(&a.run.lease_token) {
@@ -251,149 +253,7 @@ fn heartbeat(
         }
         Err(e) => {
             // Keep running: the next heartbeat may succeed before the lease runs out.
-            runner_error(&mut report.errors, "heartbeat", &e);
+            runner_error(&mut tick.report.errors, "heartbeat", &e);
         }
     }
-}
-
-/// Classify an attempt's end and write it, fenced by its lease token.
-#[allow(clippy::too_many_arguments)]
-fn record(
-    store: &mut dyn Store,
-    clock: &Clock,
-    actor: &Actor,
-    run: &ClaimedRun,
-    ended: Result<Finished, (SpawnErrorKind, String)>,
-    stopped: Option<StopReason>,
-    rng: &mut fastrand::Rng,
-    report: &mut TickReport,
-) {
-    let now_ms = clock.now().timestamp_millis();
-    let now = now_ms.div_euclid(1000);
-    let (failure, exit_code, outcome) = match &ended {
-        Ok(finished) => {
-            let exit_code = match finished.outcome {
-                Outcome::Exited(code) => Some(code),
-                _ => None,
-            };
-            (
-                classify(finished, stopped, run.timeout_secs),
-                exit_code,
-                Ok(finished.outcome.clone()),
-            )
-        }
-        Err((kind, message)) => {
-            let code = match kind {
-                SpawnErrorKind::NotFound => ErrorCode::SpawnNotFound,
-                SpawnErrorKind::Permission => ErrorCode::SpawnPermission,
-                SpawnErrorKind::Other => ErrorCode::SpawnOther,
-            };
-            (Some((code, message.clone())), None, Err(*kind))
-        }
-    };
-    let after = failure.as_ref().map(|_| {
-        after_failure(
-            run.attempt,
-            run.max_attempts,
-            run.backoff_base_secs,
-            run.backoff_max_secs,
-            now_ms,
-            rng,
-        )
-    });
-    let empty = Vec::new();
-    let finished = ended.as_ref().ok();
-    let result = AttemptResult {
-        run_id: run.run_id,
-        attempt: run.attempt,
-        lease_token: run.lease_token.clone(),
-        finished_at: now,
-        duration_ms: finished.map_or(0, |f| f.duration.as_millis() as i64),
-        failure: failure
-            .clone()
-            .zip(after)
-            .map(|((code, detail), after)| (code, detail, after)),
-        exit_code,
-        stdout_tail: finished.map_or_else(|| empty.clone(), |f| f.stdout_tail.clone()),
-        stderr_tail: finished.map_or_else(|| empty.clone(), |f| f.stderr_tail.clone()),
-        stdout_bytes: finished.map_or(0, |f| f.stdout_total),
-        stderr_bytes: finished.map_or(0, |f| f.stderr_total),
-    };
-    let recorded = match store.finish_attempt(&result, actor) {
-        Ok(recorded) => recorded,
-        Err(e) => {
-            // The lease will expire and recovery will retry the run: at-least-once holds.
-            let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
-            runner_error(&mut report.errors, context, &e);
-            Fenced::LeaseLost
-        }
-    };
-    let error_code = failure.map(|(code, _)| code);
-    if recorded == Fenced::Applied && after == Some(AfterFailure::Dead) {
-        if let Some(code) = &error_code {
-            print_dead(&run.job_name, run.run_id, run.attempt, code);
-        }
-    }
-    report.executed.push(Executed {
-        run_id: run.run_id,
-        attempt: run.attempt,
-        outcome,
-        error_code,
-        after,
-        recorded,
-    });
-}
-
-/// `None` for success; otherwise the error code and a short detail.
-fn classify(
-    finished: &Finished,
-    stopped: Option<StopReason>,
-    timeout_secs: i64,
-) -> Option<(ErrorCode, String)> {
-    let stderr_hint = last_line(&finished.stderr_tail);
-    let with_hint = |text: String| match &stderr_hint {
-        Some(line) => format!("{text}: {line}"),
-        None => text,
-    };
-    let (code, detail) = match (&finished.outcome, stopped) {
-        (Outcome::Exited(0), _) => return None,
-        (Outcome::Exited(code), _) => (ErrorCode::Exit(*code), with_hint(format!("exited with status {code}"))),
-        (Outcome::Signalled(signo), _) => {
-            let name = signal_name(*signo);
-            (ErrorCode::Signal(name.clone()), with_hint(format!("killed by {name}")))
-        }
-        (Outcome::TimedOut, _) => (
-            ErrorCode::Timeout,
-            format!(
-                "ran longer than its timeout of {}; its process group got SIGTERM, then SIGKILL after {}s",
-                humantime::format_duration(Duration::from_secs(timeout_secs.max(0) as u64)),
-                KILL_GRACE.as_secs()
-            ),
-        ),
-        (Outcome::Killed, Some(StopReason::Shutdown)) => {
-            (ErrorCode::Signal("SIGTERM".into()), "the runner was asked to stop; the job was terminated".into())
-        }
-        (Outcome::Killed, _) => {
-            (ErrorCode::Cancelled, "the run was cancelled or its lease was lost; the job was terminated".into())
-        }
-    };
-    Some((
-        code,
-        crate::model::truncate_detail(&detail, ERROR_DETAIL_MAX),
-    ))
-}
-
-/// The last non-empty line of captured stderr, shortened: the likeliest explanation of a failure.
-fn last_line(bytes: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(bytes);
-    let line = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
-    Some(crate::model::truncate_detail(
-        &crate::display::escape_output(line.as_bytes()),
-        300,
-    ))
-}
-
-/// The one stderr line a tick prints for a run that went dead (cron mails it).
-pub fn print_dead(job: &str, run_id: i64, attempts: u32, code: &ErrorCode) {
-    crate::complain!("runner: job {job} run {run_id} is dead after {attempts} attempt(s): {code}");
 }

@@ -1,9 +1,12 @@
 //! One tick, step by step: record it, recover expired leases, materialise due schedules, then
-//! claim and execute due runs until none are left or the tick is old enough to stop.
+//! claim and execute due runs until none are left or the tick is old enough to stop, recording
+//! each attempt's end; finally apply the retention.
 
+pub mod claim;
 pub mod execute;
 pub mod materialize;
 pub mod prune;
+pub mod record;
 pub mod recover;
 
 use std::sync::atomic::AtomicBool;
@@ -14,6 +17,7 @@ use anyhow::Result;
 
 use crate::clock::Clock;
 use crate::model::Actor;
+use crate::process::Marker;
 use crate::store::Store;
 
 pub struct TickOptions {
@@ -26,6 +30,18 @@ pub struct TickOptions {
     pub only_run: Option<i64>,
     /// Set by SIGTERM/SIGINT/SIGHUP: stop claiming, stop the jobs, record them, exit.
     pub shutdown: Arc<AtomicBool>,
+    /// What stopping early means for the runs this tick holds.
+    pub on_shutdown: OnShutdown,
+}
+
+/// What a shutdown signal means for the runs being executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnShutdown {
+    /// cron or an admin stopped the runner: the attempt failed (`SIGNAL:SIGTERM`) and the run is
+    /// retried by its policy.
+    Retry,
+    /// Ctrl-C on `run --wait`: the person at the terminal means to stop this run for good.
+    Cancel,
 }
 
 /// What a tick tells its caller; problems are already printed as they happen.
@@ -33,9 +49,19 @@ pub struct TickOptions {
 pub struct TickReport {
     pub recovered: usize,
     pub materialized: usize,
-    pub executed: Vec<execute::Executed>,
+    pub executed: Vec<record::Executed>,
     /// Runner errors that did not stop the tick (one stderr line each was printed).
     pub errors: usize,
+}
+
+/// What the steps of a tick share: the store, the clock, the options (who we are), randomness
+/// for backoff jitter, and the report they add to.
+pub struct Tick<'a> {
+    pub store: &'a mut dyn Store,
+    pub clock: &'a Clock,
+    pub options: &'a TickOptions,
+    pub rng: &'a mut fastrand::Rng,
+    pub report: &'a mut TickReport,
 }
 
 pub fn tick(
@@ -45,16 +71,41 @@ pub fn tick(
     rng: &mut fastrand::Rng,
 ) -> Result<TickReport> {
     let mut report = TickReport::default();
-    store.record_tick(clock.epoch())?;
-    report.recovered = recover::recover_expired(store, clock, &options.actor, rng)?;
-    report.materialized =
-        materialize::materialize_due(store, clock.now(), &options.actor, &mut report.errors)?;
-    execute::execute_due(store, clock, options, rng, &mut report)?;
-    prune::auto_prune(store, clock, &mut report.errors);
+    let mut tick = Tick {
+        store,
+        clock,
+        options,
+        rng,
+        report: &mut report,
+    };
+    tick.store.record_tick(clock.epoch())?;
+    recover::recover_expired(&mut tick)?;
+    recover::stop_orphaned_attempts(&mut tick)?;
+    tick.report.materialized = materialize::materialize_due(
+        tick.store,
+        clock.now(),
+        &options.actor,
+        &mut tick.report.errors,
+    )?;
+    execute::execute_due(&mut tick)?;
+    prune::auto_prune(tick.store, clock, &mut tick.report.errors);
     Ok(report)
 }
 
-/// Print one line to stderr about a runner problem (cron mails it).
+/// The environment entries every process of one attempt carries (`RUNNER_RUN_ID`,
+/// `RUNNER_LEASE_TOKEN`, `RUNNER_DATABASE`): how recovery, cancel and the end of a job find its
+/// processes, even those that left its process group, and how they tell them from a job of the
+/// same run id in another database (a restored copy).
+pub fn attempt_marker(database: &str, run_id: i64, lease_token: &str) -> Marker {
+    Marker {
+        entries: vec![
+            format!("RUNNER_RUN_ID={run_id}"),
+            format!("RUNNER_LEASE_TOKEN={lease_token}"),
+            format!("RUNNER_DATABASE={database}"),
+        ],
+    }
+}
+
 /// Count a runner problem that does not stop the tick and print it as one line to stderr (cron
 /// mails it), with a hint when the cause is one the user can act on (disk full, permissions).
 pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: &anyhow::Error) {
@@ -62,5 +113,30 @@ pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: 
     crate::complain!("runner: error: {context}: {error:#}");
     if let Some(hint) = crate::exit::sqlite_hint(error) {
         crate::complain!("runner: hint: {hint}");
+    }
+}
+
+/// Test-only crash and stall points, so tests can make races deterministic instead of hoping a
+/// sleep wins them. `RUNNER_TEST_HOOK=POINT:kill` SIGKILLs this process at POINT;
+/// `RUNNER_TEST_HOOK=POINT:wait=PATH` stalls there until PATH exists. Points: `claimed` (after a
+/// claim committed, before any job is spawned), `spawned` (jobs spawned at their gate, before
+/// their start is recorded), `recorded` (starts recorded, before the gates open). Unset in real
+/// use; nothing else reads it.
+pub fn test_hook(point: &str) {
+    let Ok(hook) = std::env::var("RUNNER_TEST_HOOK") else {
+        return;
+    };
+    let Some((at, action)) = hook.split_once(':') else {
+        return;
+    };
+    if at != point {
+        return;
+    }
+    if action == "kill" {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    } else if let Some(path) = action.strip_prefix("wait=") {
+        while !std::path::Path::new(path).exists() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

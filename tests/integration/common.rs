@@ -129,3 +129,29 @@ pub fn process_alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Live processes on this host carrying the marker of a run of this env's database
+/// (`RUNNER_RUN_ID` and `RUNNER_DATABASE` in their environment), whatever group or session they
+/// moved to.
+pub fn processes_of_run(env: &Env, run_id: i64) -> Vec<u32> {
+    let database = std::fs::canonicalize(&env.db).unwrap_or_else(|_| env.db.clone());
+    let wanted = [
+        format!("RUNNER_RUN_ID={run_id}"),
+        format!("RUNNER_DATABASE={}", database.display()),
+    ];
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| process_alive(pid))
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                wanted
+                    .iter()
+                    .all(|w| environ.split(|&b| b == 0).any(|item| item == w.as_bytes()))
+            })
+        })
+        .collect()
+}

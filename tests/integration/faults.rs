@@ -389,10 +389,11 @@ fn job_ignoring_sigterm_is_killed_after_the_grace() {
 /// shell's exit status, and what the job printed before is kept. What it cannot do: stop the
 /// daemon, which outlives the tick. This test pins both down.
 #[test]
-fn setsid_daemon_escapes_the_group_but_cannot_hold_the_tick() {
+fn setsid_daemons_are_found_by_their_marker_and_killed_unless_kept() {
     let env = Env::init();
     let holding = env.path("holding.pid");
     let detached = env.path("detached.pid");
+    let kept = env.path("kept.pid");
     add(
         &env,
         "holds-pipes",
@@ -411,6 +412,15 @@ fn setsid_daemon_escapes_the_group_but_cannot_hold_the_tick() {
             detached.display()
         ),
     );
+    add(
+        &env,
+        "kept",
+        &["--leftovers", "keep"],
+        &format!(
+            "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {}; echo started",
+            kept.display()
+        ),
+    );
     let daemons = Mutex::new(Vec::<u32>::new());
     let _kill_daemons = Cleanup(|| {
         for pid in daemons.lock().expect("lock").iter() {
@@ -418,40 +428,55 @@ fn setsid_daemon_escapes_the_group_but_cannot_hold_the_tick() {
         }
     });
 
-    let run = enqueue(&env, "holds-pipes");
-    let (out, took) = tick(&env, &[], Duration::from_secs(30));
-    let holder = read_pid(&holding);
-    daemons.lock().expect("lock").push(holder);
-    assert!(out.status.success(), "{}", stderr(&out));
-    // The shell exited at once; the pipes stayed open (2 s leak timeout + drain), no longer.
-    assert!(took < Duration::from_secs(10), "tick took {took:?}");
-    assert_eq!(run_row(&env, run).status, "succeeded");
-    assert_eq!(last_attempt(&env, run).stdout_tail, b"started\n");
-    assert!(
-        process_alive(holder),
-        "the setsid daemon was expected to survive (runner cannot contain it); if runner now \
-         contains daemons (e.g. with a cgroup), update this test and the README"
-    );
+    for (name, pidfile) in [("holds-pipes", &holding), ("detached", &detached)] {
+        let run = enqueue(&env, name);
+        let (out, _) = tick(&env, &[], Duration::from_secs(60));
+        let daemon = read_pid(pidfile);
+        daemons.lock().expect("lock").push(daemon);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(run_row(&env, run).status, "succeeded");
+        assert_eq!(last_attempt(&env, run).stdout_tail, b"started\n");
+        // It left the job's process group and session, but it carries the job's marker.
+        assert!(
+            !process_alive(daemon),
+            "{name}: the setsid daemon outlived its job"
+        );
+        let conn = env.conn();
+        let detail: String = conn
+            .query_row(
+                "SELECT detail FROM job_events WHERE run_id = ?1 AND kind = 'LEFTOVERS'",
+                [run],
+                |r| r.get(0),
+            )
+            .expect("a LEFTOVERS event");
+        assert!(
+            detail.contains(&format!("{daemon} sleep")) && detail.contains("\"killed\":true"),
+            "{detail}"
+        );
+    }
 
-    let held_for = took;
-    let run = enqueue(&env, "detached");
-    let (out, took) = tick(&env, &[], Duration::from_secs(30));
-    let detached_pid = read_pid(&detached);
-    daemons.lock().expect("lock").push(detached_pid);
+    let run = enqueue(&env, "kept");
+    let (out, _) = tick(&env, &[], Duration::from_secs(60));
+    let daemon = read_pid(&kept);
+    daemons.lock().expect("lock").push(daemon);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        took < Duration::from_secs(2),
-        "nothing holds the pipes: {took:?}"
-    );
     assert_eq!(run_row(&env, run).status, "succeeded");
     assert!(
-        process_alive(detached_pid),
-        "the detached daemon survives too"
+        process_alive(daemon),
+        "--leftovers keep: the daemon lives on"
     );
-    println!(
-        "containment: setsid daemons survive their job (pids {holder}, {detached_pid}); a daemon \
-         holding the job's stdout kept the tick {held_for:?} (pipe-leak timeout), a detached one {took:?}"
-    );
+    let detail: String = env
+        .conn()
+        .query_row(
+            "SELECT detail FROM job_events WHERE run_id = ?1 AND kind = 'LEFTOVERS'",
+            [run],
+            |r| r.get(0),
+        )
+        .expect("a LEFTOVERS event");
+    assert!(detail.contains("\"killed\":false"), "{detail}");
+    // A later tick does not kill what a finished attempt kept on purpose.
+    env.ok(&["tick"]);
+    assert!(process_alive(daemon), "a later tick killed a kept daemon");
 }
 
 /// Closing stdout early does not end the job: runner waits for the shell's exit status.
@@ -1589,10 +1614,11 @@ fn jobs_inherit_no_descriptors() {
     let env = Env::init();
     let daemon = env.path("daemon.pid");
     let lock = env.path("tick.lock");
+    // `keep`: the daemon outlives its job on purpose, to show it holds none of the tick's locks.
     add(
         &env,
         "fds",
-        &[],
+        &["--leftovers", "keep"],
         &format!(
             "ls -l /proc/$$/fd; setsid sleep 120 </dev/null >/dev/null 2>&1 & echo $! > {}",
             daemon.display()

@@ -6,6 +6,7 @@ mod database;
 mod execution;
 mod faults;
 mod materialize;
+mod never_twice;
 mod observe;
 mod recovery;
 mod schedules;

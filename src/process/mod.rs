@@ -1,44 +1,56 @@
 //! Running one job's shell command as a supervised child process.
 //!
-//! A job is `/bin/sh -c COMMAND` in its own process group. Its stdout and
-//! stderr are drained concurrently by one reader thread per pipe, keeping only
-//! the last [`OUTPUT_TAIL_BYTES`] of each. [`RunningJob::poll`] is non-blocking:
-//! it reaps the child, enforces the timeout (SIGTERM to the group, SIGKILL after
-//! the grace period) and makes sure a grandchild holding the pipes open cannot
-//! make us wait forever.
+//! A job is `/bin/sh -c COMMAND` in its own process group, started behind a gate: the shell
+//! first blocks reading its stdin (a pipe), and runs the command only once [`RunningJob::release`]
+//! says so, after the caller has durably recorded the attempt. If the runner dies before that,
+//! the pipe closes and the shell exits without running anything.
+//!
+//! Its stdout and stderr are drained concurrently (see `capture`). [`RunningJob::poll`] is
+//! non-blocking: it reaps the child, enforces the timeout (SIGTERM to the group, SIGKILL after the
+//! grace period), terminates what the job left behind when its shell exits (its process group,
+//! and processes that escaped it but carry the job's marker), and makes sure a grandchild holding
+//! the pipes open cannot make us wait forever.
 
-use std::fs;
-use std::io::{self, Read, Write};
+mod capture;
+pub mod procfs;
+
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 
 use nix::errno::Errno;
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::{getpgrp, Pid};
+use nix::sys::signal::Signal;
 
-/// How many bytes of each output stream are kept (the tail).
-pub const OUTPUT_TAIL_BYTES: usize = 64 * 1024;
+pub use capture::OUTPUT_TAIL_BYTES;
+use capture::{Reader, StreamTo};
+pub use procfs::{process_start_time, Marker};
+
+use crate::model::Leftovers;
 
 /// After the pipe-leak SIGKILL, how long the readers get to drain what is left
 /// before they are abandoned.
 const LEAK_DRAIN: Duration = Duration::from_millis(250);
 
-/// Size of one read from a pipe.
-const READ_CHUNK: usize = 64 * 1024;
+/// After SIGKILL, how long to wait for what was killed to be gone before reporting the end.
+const KILLED_EXIT_WAIT: Duration = Duration::from_secs(5);
 
 /// The shell that runs every job.
 const SHELL: &str = "/bin/sh";
+
+/// Put before the job's command (same line, so the shell's line numbers stay the job's): block
+/// until the runner writes a line to stdin; on end of file (the runner died or refused the start)
+/// exit without running the command. Then stdin is `/dev/null`, as for any job.
+const GATE: &str = "read -r RUNNER_GATE || exit 125; unset RUNNER_GATE; exec </dev/null; ";
 
 /// Everything needed to start one job.
 #[derive(Debug, Clone)]
 pub struct JobSpec {
     pub command: String,
     pub workdir: Option<PathBuf>,
+    /// Added to the runner's environment; must include the `marker` entries.
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
     /// SIGTERM → SIGKILL delay.
@@ -47,6 +59,10 @@ pub struct JobSpec {
     pub pipe_leak_timeout: Duration,
     /// Also copy output live to our stdout/stderr.
     pub stream_output: bool,
+    /// What to do with processes left behind when the shell exits on its own.
+    pub leftovers: Leftovers,
+    /// The environment entries that identify this job's processes.
+    pub marker: Marker,
 }
 
 /// Why a job could not be started.
@@ -75,7 +91,7 @@ pub enum Outcome {
     Signalled(i32),
     /// We killed it for exceeding the timeout.
     TimedOut,
-    /// We killed it because the caller asked (cancel / lease lost).
+    /// We killed it because the caller asked (cancel / lease lost / shutdown).
     Killed,
 }
 
@@ -87,170 +103,13 @@ pub struct Finished {
     pub stderr_tail: Vec<u8>,
     pub stdout_total: u64,
     pub stderr_total: u64,
-    /// From spawn until the shell was seen to have exited.
+    /// From the release until the shell was seen to have exited.
     pub duration: Duration,
+    /// `pid comm` of the processes still alive when the shell exited: its process group and the
+    /// escaped processes carrying its marker. Terminated unless the policy is `keep` (and the
+    /// job was not stopped by a timeout or a cancel, which stop everything).
+    pub leftovers: Vec<String>,
 }
-
-// ---------------------------------------------------------------------------
-// Output capture
-// ---------------------------------------------------------------------------
-
-/// Keeps the last `cap` bytes written to it.
-#[derive(Debug)]
-struct TailBuffer {
-    cap: usize,
-    buf: Vec<u8>,
-    /// When `buf` is full: index of the oldest byte (= next write position).
-    pos: usize,
-}
-
-impl TailBuffer {
-    fn new(cap: usize) -> TailBuffer {
-        TailBuffer {
-            cap,
-            buf: Vec::new(),
-            pos: 0,
-        }
-    }
-
-    fn push(&mut self, mut data: &[u8]) {
-        if self.cap == 0 {
-            return;
-        }
-        if data.len() >= self.cap {
-            self.buf.clear();
-            self.buf.extend_from_slice(&data[data.len() - self.cap..]);
-            self.pos = 0;
-            return;
-        }
-        if self.buf.len() < self.cap {
-            let n = (self.cap - self.buf.len()).min(data.len());
-            self.buf.extend_from_slice(&data[..n]);
-            data = &data[n..];
-        }
-        while !data.is_empty() {
-            let n = (self.cap - self.pos).min(data.len());
-            self.buf[self.pos..self.pos + n].copy_from_slice(&data[..n]);
-            self.pos = (self.pos + n) % self.cap;
-            data = &data[n..];
-        }
-    }
-
-    fn to_vec(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.buf.len());
-        out.extend_from_slice(&self.buf[self.pos..]);
-        out.extend_from_slice(&self.buf[..self.pos]);
-        out
-    }
-}
-
-#[derive(Debug)]
-struct Capture {
-    tail: TailBuffer,
-    total: u64,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum StreamTo {
-    Stdout,
-    Stderr,
-}
-
-fn stream_chunk(to: StreamTo, data: &[u8]) {
-    // Errors (e.g. our stdout is a closed pipe) must not stop the capture.
-    match to {
-        StreamTo::Stdout => {
-            let mut out = io::stdout().lock();
-            let _ = out.write_all(data);
-            let _ = out.flush();
-        }
-        StreamTo::Stderr => {
-            let mut err = io::stderr().lock();
-            let _ = err.write_all(data);
-            let _ = err.flush();
-        }
-    }
-}
-
-fn lock(capture: &Mutex<Capture>) -> MutexGuard<'_, Capture> {
-    capture
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn drain<R: Read>(mut src: R, capture: &Mutex<Capture>, stream: Option<StreamTo>) {
-    let mut buf = vec![0u8; READ_CHUNK];
-    loop {
-        match src.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let chunk = &buf[..n];
-                {
-                    let mut c = lock(capture);
-                    c.tail.push(chunk);
-                    c.total += n as u64;
-                }
-                if let Some(to) = stream {
-                    stream_chunk(to, chunk);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        }
-    }
-}
-
-/// One pipe's reader thread and what it has captured so far.
-struct Reader {
-    capture: Arc<Mutex<Capture>>,
-    handle: Option<JoinHandle<()>>,
-    abandoned: bool,
-}
-
-impl Reader {
-    fn spawn<R: Read + Send + 'static>(
-        name: &str,
-        src: R,
-        stream: Option<StreamTo>,
-    ) -> io::Result<Reader> {
-        let capture = Arc::new(Mutex::new(Capture {
-            tail: TailBuffer::new(OUTPUT_TAIL_BYTES),
-            total: 0,
-        }));
-        let shared = Arc::clone(&capture);
-        let handle = std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || drain(src, &shared, stream))?;
-        Ok(Reader {
-            capture,
-            handle: Some(handle),
-            abandoned: false,
-        })
-    }
-
-    /// True once the reader reached EOF (joined) or was abandoned. Never blocks.
-    fn settled(&mut self) -> bool {
-        if let Some(handle) = &self.handle {
-            if handle.is_finished() {
-                if let Some(handle) = self.handle.take() {
-                    // Finished: join returns at once. A panic is ignored (the
-                    // captured data so far is still in `capture`).
-                    let _ = handle.join();
-                }
-            }
-        }
-        self.handle.is_none() || self.abandoned
-    }
-
-    fn snapshot(&self) -> (Vec<u8>, u64) {
-        let c = lock(&self.capture);
-        (c.tail.to_vec(), c.total)
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Running job
-// ---------------------------------------------------------------------------
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StopCause {
@@ -269,15 +128,26 @@ enum ExitKind {
 pub struct RunningJob {
     child: Child,
     pgid: i32,
+    /// The gate: `Some` until the job is released (or aborted).
+    gate: Option<ChildStdin>,
     started: Instant,
     deadline: Option<Instant>,
+    timeout: Duration,
     kill_grace: Duration,
     pipe_leak_timeout: Duration,
+    policy: Leftovers,
+    marker: Marker,
     cause: Option<StopCause>,
     term_sent_at: Option<Instant>,
-    /// SIGKILL escalation done (sent, or found unnecessary).
-    kill_done: bool,
+    kill_sent_at: Option<Instant>,
+    /// Nothing is left to signal: the group and the escaped processes are gone (or SIGKILLed and
+    /// waited for as long as it is worth).
+    settled: bool,
     exit: Option<(ExitKind, Instant)>,
+    /// What was left behind when the shell exited (`None` until then).
+    leftovers: Option<Vec<String>>,
+    /// Adopted processes that escaped the group but carry the marker.
+    escapees: Vec<i32>,
     leak_kill_at: Option<Instant>,
     stdout: Reader,
     stderr: Reader,
@@ -325,25 +195,16 @@ fn spawn_error(workdir: Option<&Path>, command: &str, err: &io::Error) -> SpawnE
     }
 }
 
-fn signal_group(pgid: i32, sig: Signal) -> bool {
-    // pgid <= 1 would address our own group (0) or be meaningless; never do it.
-    pgid > 1 && killpg(Pid::from_raw(pgid), sig).is_ok()
-}
-
-/// Whether the process group still has members we can signal.
-fn group_alive(pgid: i32) -> bool {
-    pgid > 1 && killpg(Pid::from_raw(pgid), None).is_ok()
-}
-
 impl RunningJob {
-    /// Start `/bin/sh -c COMMAND` in a new process group.
+    /// Start `/bin/sh -c COMMAND` in a new process group, held at the gate: nothing of the
+    /// command runs before [`release`](Self::release).
     pub fn spawn(spec: &JobSpec) -> Result<RunningJob, SpawnError> {
         let mut cmd = Command::new(SHELL);
         cmd.arg("-c")
-            .arg(&spec.command)
+            .arg(format!("{GATE}{}", spec.command))
             .process_group(0)
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(dir) = &spec.workdir {
@@ -352,15 +213,15 @@ impl RunningJob {
         let mut child = cmd
             .spawn()
             .map_err(|e| spawn_error(spec.workdir.as_deref(), &spec.command, &e))?;
-        let started = Instant::now();
         let pgid = i32::try_from(child.id()).unwrap_or(0);
+        let gate = child.stdin.take();
 
         let readers = Self::start_readers(&mut child, spec.stream_output);
         let (stdout, stderr) = match readers {
             Ok(r) => r,
             Err(err) => {
                 // Cannot supervise it: do not leave it running.
-                signal_group(pgid, Signal::SIGKILL);
+                procfs::signal_group(pgid, Signal::SIGKILL);
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(SpawnError {
@@ -373,14 +234,21 @@ impl RunningJob {
         Ok(RunningJob {
             child,
             pgid,
-            started,
-            deadline: started.checked_add(spec.timeout),
+            gate,
+            started: Instant::now(),
+            deadline: None,
+            timeout: spec.timeout,
             kill_grace: spec.kill_grace,
             pipe_leak_timeout: spec.pipe_leak_timeout,
+            policy: spec.leftovers,
+            marker: spec.marker.clone(),
             cause: None,
             term_sent_at: None,
-            kill_done: false,
+            kill_sent_at: None,
+            settled: false,
             exit: None,
+            leftovers: None,
+            escapees: Vec::new(),
             leak_kill_at: None,
             stdout,
             stderr,
@@ -407,6 +275,28 @@ impl RunningJob {
         self.child.id()
     }
 
+    /// How long since the job was released (or spawned, before that).
+    pub fn age(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Open the gate: the command runs from now on, and its timeout counts from now.
+    pub fn release(&mut self) {
+        if let Some(mut gate) = self.gate.take() {
+            // A failed write means the shell is gone already; poll reports how it ended.
+            let _ = gate.write_all(b"go\n");
+            self.started = Instant::now();
+            self.deadline = self.started.checked_add(self.timeout);
+        }
+    }
+
+    /// Never open the gate: the shell exits without running the command. Waits for it.
+    pub fn abort(mut self) {
+        drop(self.gate.take());
+        procfs::signal_group(self.pgid, Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+
     fn reap(&mut self, now: Instant) {
         if self.exit.is_some() {
             return;
@@ -418,24 +308,94 @@ impl RunningJob {
         }
     }
 
+    /// Whether escaped processes are this job's business: always when the runner stops the job
+    /// (timeout, cancel), and on a normal end unless the policy keeps them.
+    fn contains_escapees(&self) -> bool {
+        self.policy == Leftovers::Kill || self.cause.is_some()
+    }
+
+    /// Live adopted children (orphans re-parented to this runner) that carry this job's marker;
+    /// dead orphans of the job's group are collected on the way, or the group never empties.
+    fn marked_children(&self) -> Vec<i32> {
+        let mut marked = Vec::new();
+        for pid in procfs::children() {
+            if pid == self.pgid {
+                continue;
+            }
+            match procfs::stat(pid) {
+                Some(stat) if stat.is_live() && self.marker.is_carried_by(pid) => marked.push(pid),
+                Some(stat) if !stat.is_live() && stat.pgrp == self.pgid => {
+                    procfs::reap_adopted(pid)
+                }
+                _ => {}
+            }
+        }
+        marked
+    }
+
+    /// Whether anything of the job is left: its group, or (when they are ours to stop) escaped
+    /// processes. Refreshes the escapees, so orphans of killed ones are found too, and collects
+    /// the ones that died.
+    fn anything_left(&mut self) -> bool {
+        let marked = self.marked_children();
+        for &pid in &self.escapees {
+            if !marked.contains(&pid) {
+                procfs::reap_adopted(pid);
+            }
+        }
+        self.escapees = if self.contains_escapees() {
+            marked
+        } else {
+            Vec::new()
+        };
+        procfs::group_exists(self.pgid) || !self.escapees.is_empty()
+    }
+
+    fn signal_all(&mut self, signal: Signal) {
+        procfs::signal_group(self.pgid, signal);
+        if self.contains_escapees() {
+            self.anything_left();
+            for &pid in &self.escapees {
+                procfs::signal_process_and_its_group(pid, signal);
+            }
+        }
+    }
+
     fn send_term(&mut self, now: Instant) {
         if self.term_sent_at.is_none() {
-            signal_group(self.pgid, Signal::SIGTERM);
+            self.signal_all(Signal::SIGTERM);
             self.term_sent_at = Some(now);
         }
     }
 
-    fn send_kill(&mut self) {
-        signal_group(self.pgid, Signal::SIGKILL);
-        self.kill_done = true;
+    fn send_kill(&mut self, now: Instant) {
+        self.signal_all(Signal::SIGKILL);
+        self.kill_sent_at.get_or_insert(now);
+    }
+
+    /// What is alive once the shell has exited, for the record: its group's members and the
+    /// escaped processes carrying its marker, whether or not they are ours to stop. The `/proc`
+    /// scan of the group runs only when the cheap check found it non-empty.
+    fn note_leftovers(&mut self) {
+        let mut found: Vec<i32> = Vec::new();
+        if self.anything_left() && procfs::group_exists(self.pgid) {
+            found.extend(procfs::group_members(self.pgid));
+        }
+        for pid in self.marked_children() {
+            if !found.contains(&pid) {
+                found.push(pid);
+            }
+        }
+        self.leftovers = Some(found.into_iter().map(procfs::describe).collect());
     }
 
     /// Non-blocking: reaps the child if it exited, enforces the timeout
-    /// (TERM, then KILL after grace) and pipe-leak handling. Returns
-    /// `Some(Finished)` exactly once, when the child is reaped and both readers
+    /// (TERM, then KILL after grace), terminates leftovers and handles pipe
+    /// leaks. Returns `Some(Finished)` exactly once, when the child is reaped,
+    /// what it left behind is gone (or kept by policy), and both readers
     /// finished (or were abandoned after the leak timeout).
     pub fn poll(&mut self, now: Instant) -> Option<Finished> {
-        if self.finished {
+        if self.finished || self.gate.is_some() {
             return None;
         }
         self.reap(now);
@@ -446,15 +406,32 @@ impl RunningJob {
             self.send_term(now);
         }
 
-        // Escalation: SIGKILL the group `kill_grace` after SIGTERM. Once the
-        // shell is gone, only wait for the grace if the group still has members.
-        if let Some(term_at) = self.term_sent_at {
-            if !self.kill_done {
-                if self.exit.is_some() && !group_alive(self.pgid) {
-                    self.kill_done = true;
-                } else if now.saturating_duration_since(term_at) >= self.kill_grace {
-                    self.send_kill();
+        // The shell exited: what did it leave behind? Like systemd at the end of a service,
+        // terminate it (TERM now, KILL after the grace), unless the policy keeps it.
+        if self.exit.is_some() && self.leftovers.is_none() {
+            self.note_leftovers();
+            let any = self.leftovers.as_ref().is_some_and(|l| !l.is_empty());
+            if any && self.contains_escapees() {
+                self.send_term(now);
+            }
+        }
+
+        // Escalation: SIGKILL `kill_grace` after SIGTERM; then wait until all is gone.
+        if let (Some(term_at), false) = (self.term_sent_at, self.settled) {
+            let gone = self.exit.is_some() && !self.anything_left();
+            match self.kill_sent_at {
+                _ if gone => self.settled = true,
+                None => {
+                    if now.saturating_duration_since(term_at) >= self.kill_grace {
+                        self.send_kill(now);
+                    }
                 }
+                // Unkillable (uninterruptible sleep): stop waiting, it is on record.
+                Some(killed_at) if now.saturating_duration_since(killed_at) >= KILLED_EXIT_WAIT => {
+                    self.settled = true
+                }
+                // Orphans of what was killed are adopted only now: kill them too.
+                Some(_) => self.send_kill(now),
             }
         }
 
@@ -465,13 +442,15 @@ impl RunningJob {
                 match self.leak_kill_at {
                     None => {
                         if now.saturating_duration_since(exited_at) >= self.pipe_leak_timeout {
-                            self.send_kill();
+                            if self.policy == Leftovers::Kill {
+                                self.send_kill(now);
+                            }
                             self.leak_kill_at = Some(now);
                         }
                     }
                     Some(killed_at) => {
                         if now.saturating_duration_since(killed_at) >= LEAK_DRAIN {
-                            // Something outside the group holds the pipe: give up
+                            // Something outside our reach holds the pipe: give up
                             // on it (the thread ends whenever the pipe closes).
                             self.stdout.abandoned = true;
                             self.stderr.abandoned = true;
@@ -483,7 +462,7 @@ impl RunningJob {
         }
 
         let (exit, exited_at) = self.exit?;
-        let escalation_pending = self.term_sent_at.is_some() && !self.kill_done;
+        let escalation_pending = self.term_sent_at.is_some() && !self.settled;
         if !readers_done || escalation_pending {
             return None;
         }
@@ -508,13 +487,13 @@ impl RunningJob {
             stdout_total,
             stderr_total,
             duration: exited_at.saturating_duration_since(self.started),
+            leftovers: self.leftovers.take().unwrap_or_default(),
         })
     }
 
-    /// Ask to stop the job: SIGTERM to the group now, SIGKILL after
-    /// `kill_grace` (enforced by [`poll`](Self::poll)). The outcome becomes
-    /// `Killed` unless the shell already exited on its own (or timed out);
-    /// leftover group members are signalled either way.
+    /// Ask to stop the job: SIGTERM to the group (and its escaped processes) now, SIGKILL after
+    /// `kill_grace` (enforced by [`poll`](Self::poll)). The outcome becomes `Killed` unless the
+    /// shell already exited on its own (or timed out); leftovers are signalled either way.
     pub fn kill(&mut self, now: Instant) {
         if self.finished {
             return;
@@ -523,101 +502,10 @@ impl RunningJob {
         if self.exit.is_none() && self.cause.is_none() {
             self.cause = Some(StopCause::Killed);
         }
-        if self.exit.is_none() || group_alive(self.pgid) {
+        if self.exit.is_none() || self.anything_left() {
             self.send_term(now);
         }
     }
-}
-
-// ---------------------------------------------------------------------------
-// /proc helpers and leftovers
-// ---------------------------------------------------------------------------
-
-/// Field 22 (`starttime`) of a `/proc/<pid>/stat` line.
-fn parse_start_time(stat: &[u8]) -> Option<u64> {
-    // "pid (comm) state ppid ...": comm may contain spaces and ')', so split
-    // at the last ')'. Fields after it start at field 3 (state).
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
-    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
-}
-
-/// starttime (field 22, clock ticks since boot) of `/proc/<pid>/stat`; `None`
-/// if there is no such process or it is unreadable.
-pub fn process_start_time(pid: u32) -> Option<u64> {
-    if pid == 0 {
-        return None;
-    }
-    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
-    parse_start_time(&stat)
-}
-
-/// `(state, pgrp)`: fields 3 and 5 of a `/proc/<pid>/stat` line.
-fn parse_state_pgrp(stat: &[u8]) -> Option<(u8, i32)> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
-    let mut fields = rest.split_ascii_whitespace();
-    let state = *fields.next()?.as_bytes().first()?;
-    let pgrp = fields.nth(1)?.parse().ok()?;
-    Some((state, pgrp))
-}
-
-/// Whether a process that is not yet dead (a zombie is dead: it holds no files, no locks)
-/// belongs to process group `pgid`, per `/proc`. False where `/proc` cannot be read.
-fn group_has_live_members(pgid: i32) -> bool {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return false;
-    };
-    entries.flatten().any(|entry| {
-        entry
-            .file_name()
-            .to_str()
-            .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|pid| fs::read(format!("/proc/{pid}/stat")).ok())
-            .and_then(|stat| parse_state_pgrp(&stat))
-            .is_some_and(|(state, pgrp)| pgrp == pgid && state != b'Z' && state != b'X')
-    })
-}
-
-/// How long [`kill_leftover_group`] waits for the killed group to be gone.
-const LEFTOVER_EXIT_WAIT: Duration = Duration::from_secs(5);
-
-/// Kill a leftover process group of a crashed runner's attempt, if and only if
-/// it is safe: if `/proc/<pgid>` exists its start time must equal
-/// `expected_start` (otherwise the pid was reused, or cannot be verified: do
-/// nothing and return false); if the leader is gone, `killpg(pgid, SIGKILL)`
-/// anyway. Returns true if a signal was delivered to something.
-///
-/// SIGKILL is asynchronous: `killpg` returns before the processes are gone and
-/// have released what they hold (files, locks). So wait (up to
-/// [`LEFTOVER_EXIT_WAIT`]) until no member is alive; only then may the caller
-/// start the run's next attempt without the two overlapping.
-pub fn kill_leftover_group(pgid: u32, expected_start: Option<u64>) -> bool {
-    let killed = kill_leftover_group_now(pgid, expected_start);
-    if killed {
-        let raw = pgid as i32; // checked by kill_leftover_group_now
-        let deadline = Instant::now() + LEFTOVER_EXIT_WAIT;
-        while group_has_live_members(raw) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-    killed
-}
-
-fn kill_leftover_group_now(pgid: u32, expected_start: Option<u64>) -> bool {
-    let Ok(raw) = i32::try_from(pgid) else {
-        return false;
-    };
-    if raw <= 1 || getpgrp().as_raw() == raw {
-        return false;
-    }
-    if Path::new(&format!("/proc/{pgid}")).exists() {
-        match (process_start_time(pgid), expected_start) {
-            (Some(actual), Some(expected)) if actual == expected => {}
-            _ => return false,
-        }
-    }
-    signal_group(raw, Signal::SIGKILL)
 }
 
 /// Human signal name: 9 → "SIGKILL", 15 → "SIGTERM", unknown → "SIG<n>".
@@ -632,17 +520,32 @@ pub fn signal_name(signo: i32) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use std::fs;
 
+    /// A job with a marker of its own (a fresh token, as each attempt gets).
     fn spec(command: &str) -> JobSpec {
+        let token = format!("RUNNER_TEST_TOKEN={:016x}", fastrand::u64(..));
+        let (key, value) = token.split_once('=').unwrap();
         JobSpec {
             command: command.to_string(),
             workdir: None,
-            env: Vec::new(),
+            env: vec![(key.to_string(), value.to_string())],
             timeout: Duration::from_secs(30),
             kill_grace: Duration::from_millis(500),
             pipe_leak_timeout: Duration::from_millis(300),
             stream_output: false,
+            leftovers: Leftovers::Kill,
+            marker: Marker {
+                entries: vec![token.clone()],
+            },
         }
+    }
+
+    /// Spawn and release at once.
+    fn started(s: &JobSpec) -> RunningJob {
+        let mut job = RunningJob::spawn(s).unwrap();
+        job.release();
+        job
     }
 
     /// Poll until finished; panics after `limit`.
@@ -663,7 +566,7 @@ mod tests {
     }
 
     fn run(s: &JobSpec) -> Finished {
-        let mut job = RunningJob::spawn(s).unwrap();
+        let mut job = started(s);
         run_until(&mut job, Duration::from_secs(20))
     }
 
@@ -701,27 +604,6 @@ mod tests {
             assert!(start.elapsed() < limit, "pid file never written");
             std::thread::sleep(Duration::from_millis(10));
         }
-    }
-
-    #[test]
-    fn tail_buffer_keeps_last_bytes_in_order() {
-        let mut t = TailBuffer::new(5);
-        t.push(b"ab");
-        assert_eq!(t.to_vec(), b"ab");
-        t.push(b"cde");
-        assert_eq!(t.to_vec(), b"abcde");
-        t.push(b"fg");
-        assert_eq!(t.to_vec(), b"cdefg");
-        t.push(b"hijk");
-        assert_eq!(t.to_vec(), b"ghijk");
-        t.push(b"0123456789");
-        assert_eq!(t.to_vec(), b"56789");
-        t.push(b"x");
-        assert_eq!(t.to_vec(), b"6789x");
-        for b in b"abcdefghijklmnopq" {
-            t.push(&[*b]);
-        }
-        assert_eq!(t.to_vec(), b"mnopq");
     }
 
     #[test]
@@ -793,7 +675,7 @@ mod tests {
         ));
         s.timeout = Duration::from_millis(400);
         s.kill_grace = Duration::from_millis(300);
-        let mut job = RunningJob::spawn(&s).unwrap();
+        let mut job = started(&s);
         let grandchild = read_pid(&pidfile, Duration::from_secs(5));
         let f = run_until(&mut job, Duration::from_secs(10));
         assert_eq!(f.outcome, Outcome::TimedOut);
@@ -812,7 +694,7 @@ mod tests {
             pidfile.display()
         ));
         s.timeout = Duration::from_millis(300);
-        let mut job = RunningJob::spawn(&s).unwrap();
+        let mut job = started(&s);
         let grandchild = read_pid(&pidfile, Duration::from_secs(5));
         let f = run_until(&mut job, Duration::from_secs(10));
         assert_eq!(f.outcome, Outcome::TimedOut);
@@ -832,7 +714,7 @@ mod tests {
         ));
         s.pipe_leak_timeout = Duration::from_millis(300);
         let start = Instant::now();
-        let mut job = RunningJob::spawn(&s).unwrap();
+        let mut job = started(&s);
         let f = run_until(&mut job, Duration::from_secs(5));
         assert!(
             start.elapsed() < Duration::from_millis(300 + 1500),
@@ -879,7 +761,7 @@ mod tests {
             pidfile.display()
         ));
         s.kill_grace = Duration::from_millis(300);
-        let mut job = RunningJob::spawn(&s).unwrap();
+        let mut job = started(&s);
         let grandchild = read_pid(&pidfile, Duration::from_secs(5));
         assert!(job.poll(Instant::now()).is_none());
         let start = Instant::now();
@@ -895,7 +777,7 @@ mod tests {
 
     #[test]
     fn kill_after_exit_keeps_exit_code() {
-        let mut job = RunningJob::spawn(&spec("exit 4")).unwrap();
+        let mut job = started(&spec("exit 4"));
         let start = Instant::now();
         while !dead(job.pid()) {
             assert!(start.elapsed() < Duration::from_secs(5));
@@ -933,76 +815,146 @@ mod tests {
     }
 
     #[test]
-    fn start_time_of_self() {
-        let t = process_start_time(std::process::id());
-        assert!(t.is_some());
-        assert_eq!(process_start_time(std::process::id()), t);
-        assert_eq!(process_start_time(0), None);
-        assert_eq!(process_start_time(u32::MAX), None);
-    }
-
-    #[test]
-    fn parse_start_time_with_odd_comm() {
-        let fields: Vec<String> = (3..=30).map(|i| i.to_string()).collect();
-        let line = format!("123 (a) b (c)) {}\n", fields.join(" "));
-        assert_eq!(parse_start_time(line.as_bytes()), Some(22));
-        assert_eq!(parse_start_time(b"123 (x) S 1 2"), None);
-        assert_eq!(parse_start_time(b"garbage"), None);
-    }
-
-    #[test]
-    fn kill_leftover_group_checks_start_time() {
-        let mut job = RunningJob::spawn(&spec("sleep 30")).unwrap();
-        let pid = job.pid();
-        let start = process_start_time(pid).unwrap();
-        assert!(!kill_leftover_group(pid, Some(start + 1)));
-        assert!(!kill_leftover_group(pid, None));
-        assert!(job.poll(Instant::now()).is_none());
-        assert!(!dead(pid));
-        assert!(!kill_leftover_group(0, Some(0)));
-        assert!(!kill_leftover_group(1, None));
-        assert!(kill_leftover_group(pid, Some(start)));
-        let f = run_until(&mut job, Duration::from_secs(5));
-        assert_eq!(f.outcome, Outcome::Signalled(9));
-    }
-
-    #[test]
-    fn kill_leftover_group_waits_until_the_group_is_gone() {
-        let dir = tempfile::tempdir().unwrap();
-        let pidfile = dir.path().join("pid");
-        let mut job = RunningJob::spawn(&spec(&format!(
-            "sleep 60 & echo $! > {}; sleep 30",
-            pidfile.display()
-        )))
-        .unwrap();
-        let grandchild = read_pid(&pidfile, Duration::from_secs(5));
-        let pgid = job.pid();
-        assert!(group_has_live_members(pgid as i32));
-        assert!(kill_leftover_group(pgid, process_start_time(pgid)));
-        // Both are dead when it returns, not merely signalled.
-        assert!(!group_has_live_members(pgid as i32));
-        assert!(dead(grandchild) && dead(pgid));
-        let f = run_until(&mut job, Duration::from_secs(5));
-        assert_eq!(f.outcome, Outcome::Signalled(9));
-    }
-
-    #[test]
-    fn parse_state_and_group() {
-        let fields: Vec<String> = (6..=30).map(|i| i.to_string()).collect();
-        let line = format!("123 (a) b (c)) S 1 777 {}\n", fields.join(" "));
-        assert_eq!(parse_state_pgrp(line.as_bytes()), Some((b'S', 777)));
-        assert_eq!(parse_state_pgrp(b"123 (x) Z 1"), None);
-        let own = fs::read(format!("/proc/{}/stat", std::process::id())).unwrap();
-        assert_eq!(
-            parse_state_pgrp(&own).map(|(_, pgrp)| pgrp),
-            Some(getpgrp().as_raw())
-        );
-    }
-
-    #[test]
     fn signal_names() {
         assert_eq!(signal_name(9), "SIGKILL");
         assert_eq!(signal_name(15), "SIGTERM");
         assert_eq!(signal_name(1000), "SIG1000");
+    }
+
+    #[test]
+    fn nothing_runs_before_release_and_nothing_after_abort() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let s = spec(&format!("touch {}", marker.display()));
+        let job = RunningJob::spawn(&s).unwrap();
+        let pid = job.pid();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!marker.exists(), "the command ran before its release");
+        job.abort();
+        assert!(dead(pid));
+        assert!(!marker.exists(), "the command ran after an abort");
+
+        let f = run(&s);
+        assert_eq!(f.outcome, Outcome::Exited(0));
+        assert!(marker.exists());
+    }
+
+    #[test]
+    fn a_closed_gate_exits_without_running_the_command() {
+        // The runner dying closes the gate's pipe: the same as dropping it here.
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let mut job = RunningJob::spawn(&spec(&format!("touch {}", marker.display()))).unwrap();
+        drop(job.gate.take());
+        let status = job.child.wait().unwrap();
+        assert_eq!(status.code(), Some(125));
+        assert!(!marker.exists());
+    }
+
+    #[test]
+    fn the_gate_keeps_the_shells_arguments_and_line_numbers() {
+        let f = run(&spec("echo \"$# $0\"; nosuchcommand-for-runner"));
+        assert_eq!(f.outcome, Outcome::Exited(127));
+        assert_eq!(String::from_utf8_lossy(&f.stdout_tail), "0 /bin/sh\n");
+        let stderr = String::from_utf8_lossy(&f.stderr_tail);
+        assert!(stderr.starts_with("/bin/sh: 1: nosuchcommand"), "{stderr}");
+    }
+
+    #[test]
+    fn leftovers_in_the_group_are_terminated_when_the_shell_exits() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let s = spec(&format!(
+            "sleep 60 >/dev/null 2>&1 & echo $! > {}; exit 1",
+            pidfile.display()
+        ));
+        let f = run(&s);
+        let leftover = read_pid(&pidfile, Duration::from_secs(1));
+        assert_eq!(f.outcome, Outcome::Exited(1));
+        assert_eq!(f.leftovers, vec![format!("{leftover} sleep")]);
+        assert!(dead(leftover), "the leftover outlived the job's end");
+    }
+
+    #[test]
+    fn leftovers_are_kept_when_the_policy_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let mut s = spec(&format!(
+            "sleep 60 >/dev/null 2>&1 & echo $! > {}",
+            pidfile.display()
+        ));
+        s.leftovers = Leftovers::Keep;
+        let f = run(&s);
+        let leftover = read_pid(&pidfile, Duration::from_secs(1));
+        assert_eq!(f.outcome, Outcome::Exited(0));
+        assert_eq!(f.leftovers, vec![format!("{leftover} sleep")]);
+        assert!(!dead(leftover), "a kept leftover was killed");
+        procfs::signal_group(job_group(leftover), Signal::SIGKILL);
+        assert!(wait_dead(leftover, Duration::from_secs(5)));
+    }
+
+    fn job_group(pid: u32) -> i32 {
+        procfs::stat(pid as i32).unwrap().pgrp
+    }
+
+    #[test]
+    fn escaped_processes_are_found_by_their_marker() {
+        procfs::become_subreaper();
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let s = spec(&format!(
+            "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {}",
+            pidfile.display()
+        ));
+        let f = run(&s);
+        let escaped = read_pid(&pidfile, Duration::from_secs(1));
+        assert_eq!(f.outcome, Outcome::Exited(0));
+        assert_eq!(f.leftovers, vec![format!("{escaped} sleep")]);
+        assert!(wait_dead(escaped, Duration::from_secs(5)), "escaped");
+    }
+
+    #[test]
+    fn kill_attempt_checks_start_time_and_marker() {
+        let s = spec("sleep 30");
+        let mut job = started(&s);
+        let pid = job.pid();
+        let start_time = process_start_time(pid).unwrap();
+        let other = Marker {
+            entries: vec!["RUNNER_TEST_TOKEN=someone-else".to_string()],
+        };
+        // A reused pid (another start time) or another attempt's marker: never signalled.
+        let spared = procfs::kill_attempt(&other, Some((pid, Some(start_time))), None);
+        assert!(spared.processes.is_empty() && spared.all_gone, "{spared:?}");
+        assert!(!dead(pid));
+        let spared = procfs::kill_attempt(&other, Some((pid, Some(start_time + 1))), None);
+        assert!(spared.processes.is_empty());
+        assert!(job.poll(Instant::now()).is_none());
+
+        let killed = procfs::kill_attempt(&s.marker, Some((pid, Some(start_time))), None);
+        assert!(killed.all_gone, "{killed:?}");
+        // The shell waiting for its `sleep`, and the sleep.
+        assert_eq!(killed.processes.len(), 2, "{killed:?}");
+        assert_eq!(killed.processes[0], format!("{pid} sh"));
+        let f = run_until(&mut job, Duration::from_secs(5));
+        assert_eq!(f.outcome, Outcome::Signalled(9));
+    }
+
+    #[test]
+    fn kill_attempt_waits_until_the_group_and_escapees_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let s = spec(&format!(
+            "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {}; sleep 30",
+            pidfile.display()
+        ));
+        let mut job = started(&s);
+        let escaped = read_pid(&pidfile, Duration::from_secs(5));
+        let pgid = job.pid();
+        let killed = procfs::kill_attempt(&s.marker, Some((pgid, process_start_time(pgid))), None);
+        // Both are dead when it returns, not merely signalled.
+        assert!(killed.all_gone, "{killed:?}");
+        assert!(dead(escaped) && dead(pgid));
+        let f = run_until(&mut job, Duration::from_secs(5));
+        assert_eq!(f.outcome, Outcome::Signalled(9));
     }
 }

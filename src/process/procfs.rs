@@ -1,0 +1,294 @@
+//! What `/proc` says about processes: start times (so a reused pid is never signalled), process
+//! groups, the environment marker every job process carries, and the children this runner
+//! adopted as a subreaper. Linux only, like the rest of the runner.
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::{getpgrp, Pid};
+
+/// What `/proc/<pid>/stat` says of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// `R`, `S`, `D`, `Z`, ...
+    pub state: u8,
+    pub pgrp: i32,
+    /// Field 22, clock ticks since boot: with the pid, it names one process for good.
+    pub start_time: u64,
+}
+
+impl Stat {
+    /// A zombie is dead: it holds no files, no locks, and runs nothing.
+    pub fn is_live(&self) -> bool {
+        self.state != b'Z' && self.state != b'X'
+    }
+}
+
+/// Parse a `/proc/<pid>/stat` line. The command name may contain spaces and `)`, so the fields
+/// are counted from the last `)`.
+pub fn parse_stat(stat: &[u8]) -> Option<Stat> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    // fields[0] is field 3 (state), fields[2] field 5 (pgrp), fields[19] field 22 (starttime).
+    Some(Stat {
+        state: *fields.first()?.as_bytes().first()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+pub fn stat(pid: i32) -> Option<Stat> {
+    if pid <= 0 {
+        return None;
+    }
+    parse_stat(&fs::read(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The start time of a process; `None` if there is no such process or it is unreadable.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    stat(i32::try_from(pid).ok()?).map(|s| s.start_time)
+}
+
+/// Whether the process `pid` that started at `start_time` is still alive (not a zombie). An
+/// unknown start time proves nothing: such a process is taken to be alive.
+pub fn is_alive(pid: u32, start_time: Option<u64>) -> bool {
+    let Some(stat) = i32::try_from(pid).ok().and_then(stat) else {
+        return false;
+    };
+    stat.is_live() && start_time.is_none_or(|t| t == stat.start_time)
+}
+
+/// `pid comm`, for saying which process was found (`1234 sleep`).
+pub fn describe(pid: i32) -> String {
+    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    format!("{pid} {}", comm.trim_end())
+}
+
+/// The environment entries (`KEY=VALUE`) that mark one attempt's processes: every process a job
+/// starts inherits them, wherever it moves (another process group, another session), unless it
+/// deliberately clears its environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    pub entries: Vec<String>,
+}
+
+impl Marker {
+    /// Whether the process's initial environment holds every entry of the marker. Unreadable
+    /// (gone, a zombie, another user's): false.
+    pub fn is_carried_by(&self, pid: i32) -> bool {
+        let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
+            return false;
+        };
+        self.entries.iter().all(|entry| {
+            environ
+                .split(|&b| b == 0)
+                .any(|item| item == entry.as_bytes())
+        })
+    }
+}
+
+/// Every process id in `/proc`.
+fn all_pids() -> Vec<i32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Live processes carrying `marker`, anywhere on this host (a scan of `/proc`: for recovery and
+/// cancel, not for every job).
+pub fn processes_carrying(marker: &Marker) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    all_pids()
+        .into_iter()
+        .filter(|&pid| pid != me && stat(pid).is_some_and(|s| s.is_live()))
+        .filter(|&pid| marker.is_carried_by(pid))
+        .collect()
+}
+
+/// Live members of process group `pgid`, per `/proc`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    all_pids()
+        .into_iter()
+        .filter(|&pid| stat(pid).is_some_and(|s| s.pgrp == pgid && s.is_live()))
+        .collect()
+}
+
+/// Whether any process (even a zombie) is still in group `pgid`: one cheap system call.
+pub fn group_exists(pgid: i32) -> bool {
+    pgid > 1 && killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+/// Signal a whole group; never our own group or pid 0/1.
+pub fn signal_group(pgid: i32, signal: Signal) -> bool {
+    pgid > 1 && pgid != getpgrp().as_raw() && killpg(Pid::from_raw(pgid), signal).is_ok()
+}
+
+/// Signal one process and, when it leads a group of its own (it escaped with `setsid`), that
+/// group too.
+pub fn signal_process_and_its_group(pid: i32, signal: Signal) {
+    if stat(pid).is_some_and(|s| s.pgrp == pid) {
+        signal_group(pid, signal);
+    }
+    if pid > 1 {
+        let _ = kill(Pid::from_raw(pid), signal);
+    }
+}
+
+/// Become the reaper of orphaned descendants: a job's processes that outlive their shell (a
+/// daemon that double-forked, a `setsid` child) are re-parented to this runner instead of init,
+/// so they can be found among its children, cheaply, when the shell exits. Not inherited by jobs.
+pub fn become_subreaper() {
+    // Best effort: without it, escaped processes are still found by recovery's /proc scan.
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+}
+
+/// This process's children (those the main thread spawned and the orphans it adopted).
+pub fn children() -> Vec<i32> {
+    let me = std::process::id();
+    fs::read_to_string(format!("/proc/{me}/task/{me}/children"))
+        .map(|text| {
+            text.split_ascii_whitespace()
+                .filter_map(|pid| pid.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Collect the exit status of an adopted child that died, so it does not linger as a zombie.
+/// Only for pids this runner adopted (never a job shell, whose `Child` handle reaps it).
+pub fn reap_adopted(pid: i32) {
+    if pid > 1 {
+        let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+    }
+}
+
+/// What a verified kill found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Killed {
+    /// `pid comm` of each process signalled.
+    pub processes: Vec<String>,
+    /// Nothing carrying the marker is alive any more (or nothing was).
+    pub all_gone: bool,
+}
+
+/// How long a verified kill waits for what it killed to be gone.
+pub const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// Kill every process of one attempt on this host and wait until they are gone (SIGKILL is
+/// asynchronous: until then they may still hold files and locks, and the run's next attempt must
+/// not overlap them).
+///
+/// A process is the attempt's only if it carries `marker` (its run id, lease token and database);
+/// the recorded process group `recorded` = (pgid, start time) is signalled as a group only if its
+/// leader is still that very process (same start time) and carries the marker, so a reused pid,
+/// or a job of another database (a restored copy), is never touched.
+///
+/// `term_first`: SIGTERM, then SIGKILL after `grace`; otherwise SIGKILL at once.
+pub fn kill_attempt(
+    marker: &Marker,
+    recorded: Option<(u32, Option<u64>)>,
+    term_first: Option<Duration>,
+) -> Killed {
+    let verified_group = recorded.and_then(|(pgid, start)| {
+        let pgid = i32::try_from(pgid).ok().filter(|&p| p > 1)?;
+        let leader = stat(pgid)?;
+        (leader.is_live() && Some(leader.start_time) == start && marker.is_carried_by(pgid))
+            .then_some(pgid)
+    });
+    let mut killed = Killed::default();
+    let signal_all = |signal: Signal, killed: &mut Killed| -> bool {
+        let mut found = false;
+        if let Some(pgid) = verified_group.filter(|&g| group_exists(g)) {
+            for pid in group_members(pgid) {
+                note(killed, pid);
+                found = true;
+            }
+            signal_group(pgid, signal);
+        }
+        for pid in processes_carrying(marker) {
+            note(killed, pid);
+            found = true;
+            signal_process_and_its_group(pid, signal);
+        }
+        found
+    };
+    let mut signal = if term_first.is_some() {
+        Signal::SIGTERM
+    } else {
+        Signal::SIGKILL
+    };
+    let started = Instant::now();
+    let mut escalate_at = started + term_first.unwrap_or_default();
+    loop {
+        if !signal_all(signal, &mut killed) {
+            killed.all_gone = true;
+            return killed;
+        }
+        if started.elapsed() >= KILL_WAIT + term_first.unwrap_or_default() {
+            return killed;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        if signal == Signal::SIGTERM && Instant::now() >= escalate_at {
+            signal = Signal::SIGKILL;
+            escalate_at = Instant::now();
+        }
+    }
+}
+
+fn note(killed: &mut Killed, pid: i32) {
+    let prefix = format!("{pid} ");
+    if !killed.processes.iter().any(|p| p.starts_with(&prefix)) {
+        killed.processes.push(describe(pid));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_stat_with_odd_comm() {
+        let fields: Vec<String> = (6..=30).map(|i| i.to_string()).collect();
+        let line = format!("123 (a) b (c)) S 1 777 {}\n", fields.join(" "));
+        let parsed = parse_stat(line.as_bytes()).expect("parses");
+        assert_eq!(
+            (parsed.state, parsed.pgrp, parsed.start_time),
+            (b'S', 777, 22)
+        );
+        assert_eq!(parse_stat(b"123 (x) Z 1"), None);
+        assert_eq!(parse_stat(b"garbage"), None);
+    }
+
+    #[test]
+    fn own_stat_and_start_time() {
+        let me = std::process::id();
+        let own = stat(me as i32).expect("own stat");
+        assert_eq!(own.pgrp, getpgrp().as_raw());
+        assert!(own.is_live());
+        assert_eq!(process_start_time(me), Some(own.start_time));
+        assert_eq!(process_start_time(0), None);
+        assert_eq!(process_start_time(u32::MAX), None);
+    }
+
+    #[test]
+    fn marker_matches_whole_entries_only() {
+        let me = std::process::id() as i32;
+        let path = std::env::var("PATH").unwrap_or_default();
+        let present = Marker {
+            entries: vec![format!("PATH={path}")],
+        };
+        assert!(present.is_carried_by(me));
+        let partial = Marker {
+            entries: vec![format!("PATH={path}"), "PATH=".to_string()],
+        };
+        assert!(!partial.is_carried_by(me));
+        assert!(!present.is_carried_by(0));
+    }
+}

@@ -1,0 +1,593 @@
+//! Never twice, never dropped, nothing left behind: the edges where crashes, cancels and
+//! leftovers used to break the promise. Races are made deterministic with the test-only
+//! `RUNNER_TEST_HOOK` (kill or stall the tick at a named point) or with forged database state;
+//! no test relies on a sleep winning a race.
+
+use std::fs;
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use super::common::{process_alive, processes_of_run, stderr, wait_until, Env};
+use super::execution::{last_run_id, one_i64, one_opt_string, read_pid, sh_quote, Bg, Strays};
+
+const LONG: Duration = Duration::from_secs(120);
+
+fn add(env: &Env, name: &str, flags: &[&str], command: &str) {
+    let mut args = vec!["schedule", "add", name, "--cron", "0 0 1 1 *"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--", command]);
+    env.ok(&args);
+}
+
+fn enqueue(env: &Env, name: &str) -> i64 {
+    env.ok(&["run", name]);
+    last_run_id(env, name)
+}
+
+fn status(env: &Env, run: i64) -> String {
+    one_opt_string(env, "SELECT status FROM job_runs WHERE id = ?1", [run]).unwrap_or_default()
+}
+
+fn lines(path: &std::path::Path) -> Vec<String> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A time far enough ahead that every lease written now has expired.
+#[allow(clippy::disallowed_methods)] // the test's own clock, not the runner's
+fn an_hour_later() -> String {
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    later.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+// ---------------------------------------------------------------------------
+// A tick keeps executing due work, whatever order jobs finish in
+// ---------------------------------------------------------------------------
+
+/// A forbid schedule yields one run at a time; a quick job of another schedule ending first
+/// used to make the tick believe nothing was due, leaving 9 of 10 runs to later ticks.
+#[test]
+fn one_tick_drains_a_forbid_queue_whatever_order_jobs_end() {
+    let env = Env::init();
+    let log = env.path("log");
+    env.ok(&[
+        "schedule",
+        "add",
+        "queue",
+        "--cron",
+        "* * * * *",
+        "--catch-up",
+        "all",
+        "--now",
+        "2026-01-01T00:00:30Z",
+        "--",
+        &format!("sleep 0.3; echo $RUNNER_RUN_ID >> {}", sh_quote(&log)),
+    ]);
+    env.ok(&[
+        "schedule",
+        "add",
+        "quick",
+        "--cron",
+        "* * * * *",
+        "--now",
+        "2026-01-01T00:00:30Z",
+        "--",
+        "true",
+    ]);
+    // Ten minutes later: ten due instants of `queue`, one (latest) of `quick`.
+    let out = env.run(&["tick", "--max-tick", "10m", "--now", "2026-01-01T00:10:30Z"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let count = |status: &str| {
+        one_i64(
+            &env,
+            "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+             WHERE d.name = 'queue' AND r.status = ?1",
+            [status],
+        )
+    };
+    assert_eq!(
+        count("succeeded"),
+        10,
+        "one tick must drain the whole queue"
+    );
+    assert_eq!(count("pending"), 0);
+    let mut ran = lines(&log);
+    ran.sort();
+    ran.dedup();
+    assert_eq!(ran.len(), 10, "each run once: {:?}", lines(&log));
+}
+
+// ---------------------------------------------------------------------------
+// The start gate: a command runs only after its attempt is durably recorded
+// ---------------------------------------------------------------------------
+
+/// The tick dies after spawning the job's shell (held at its gate) but before recording its
+/// start, and again after recording but before opening the gate: either way the command never
+/// runs; recovery retries the run and it executes exactly once.
+#[test]
+fn a_job_never_starts_unless_its_attempt_is_recorded_first() {
+    for point in ["spawned", "recorded"] {
+        let env = Env::init();
+        let log = env.path("log");
+        add(
+            &env,
+            "once",
+            &["--backoff-base", "0s", "--backoff-max", "0s"],
+            &format!("echo \"attempt $RUNNER_ATTEMPT\" >> {}", sh_quote(&log)),
+        );
+        let run = enqueue(&env, "once");
+        let out = env
+            .cmd()
+            .args(["tick", "--lease", "3s"])
+            .env("RUNNER_TEST_HOOK", format!("{point}:kill"))
+            .output()
+            .expect("tick");
+        assert_eq!(
+            out.status.code(),
+            None,
+            "{point}: the hook kills the tick: {}",
+            stderr(&out)
+        );
+        // The shell at the gate sees its pipe close and exits without running anything.
+        wait_until(LONG, "the gated shell to exit", || {
+            processes_of_run(&env, run).is_empty()
+        });
+        assert!(
+            lines(&log).is_empty(),
+            "{point}: the command ran: {:?}",
+            lines(&log)
+        );
+        let recorded_pid = one_opt_string(
+            &env,
+            "SELECT CAST(child_pid AS TEXT) FROM job_attempts WHERE run_id = ?1 AND attempt = 1",
+            [run],
+        );
+        assert_eq!(
+            recorded_pid.is_some(),
+            point == "recorded",
+            "{point}: the pid is recorded exactly when the start landed"
+        );
+
+        // Once the lease has expired, a tick recovers the run and executes it, once.
+        let out = env.run(&["tick", "--now", &an_hour_later()]);
+        assert!(out.status.success(), "{point}: {}", stderr(&out));
+        assert_eq!(status(&env, run), "succeeded", "{point}");
+        assert_eq!(lines(&log), vec!["attempt 2".to_string()], "{point}");
+    }
+}
+
+/// A tick stalls between its claim and starting the job; meanwhile the lease expires and
+/// another tick recovers and executes the run. When the stalled tick wakes, its start is
+/// refused: the command runs once, not twice.
+#[test]
+fn a_tick_that_stalls_after_claiming_never_starts_a_run_taken_over() {
+    let env = Env::init();
+    let log = env.path("log");
+    let go = env.path("go");
+    add(
+        &env,
+        "once",
+        &["--backoff-base", "0s", "--backoff-max", "0s"],
+        &format!("echo \"attempt $RUNNER_ATTEMPT\" >> {}", sh_quote(&log)),
+    );
+    let run = enqueue(&env, "once");
+    let mut stalled = {
+        let mut cmd = env.cmd();
+        cmd.args(["tick", "--lease", "3s"])
+            .env("RUNNER_TEST_HOOK", format!("claimed:wait={}", go.display()));
+        StalledTick::spawn(cmd, &env)
+    };
+    wait_until(LONG, "the stalled tick to claim the run", || {
+        status(&env, run) == "running"
+    });
+    let out = env.run(&["tick", "--now", &an_hour_later()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(status(&env, run), "succeeded");
+    fs::write(&go, "").expect("release the stalled tick");
+    let out = stalled.finish();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(lines(&log), vec!["attempt 2".to_string()]);
+    assert_eq!(status(&env, run), "succeeded");
+}
+
+/// A tick stalls after claiming until its lease has expired (forged: nobody took it over yet).
+/// It must not start the command: recovery may retry the run at any moment.
+#[test]
+fn a_tick_that_stalls_past_its_lease_never_starts_the_run() {
+    let env = Env::init();
+    let log = env.path("log");
+    let go = env.path("go");
+    add(
+        &env,
+        "once",
+        &["--backoff-base", "0s", "--backoff-max", "0s"],
+        &format!("echo \"attempt $RUNNER_ATTEMPT\" >> {}", sh_quote(&log)),
+    );
+    let run = enqueue(&env, "once");
+    let mut stalled = {
+        let mut cmd = env.cmd();
+        cmd.args(["tick", "--lease", "3s"])
+            .env("RUNNER_TEST_HOOK", format!("claimed:wait={}", go.display()));
+        StalledTick::spawn(cmd, &env)
+    };
+    wait_until(LONG, "the stalled tick to claim the run", || {
+        status(&env, run) == "running"
+    });
+    env.conn()
+        .execute(
+            "UPDATE job_runs SET lease_expires_at = 1 WHERE id = ?1",
+            [run],
+        )
+        .expect("expire the lease");
+    fs::write(&go, "").expect("release the stalled tick");
+    let out = stalled.finish();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        lines(&log).is_empty(),
+        "started on an expired lease: {:?}",
+        lines(&log)
+    );
+    // Recovery retries it, once.
+    let out = env.run(&["tick", "--now", &an_hour_later()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(lines(&log), vec!["attempt 2".to_string()]);
+}
+
+/// A tick started with a test hook, in the background.
+struct StalledTick(Option<std::process::Child>);
+
+impl StalledTick {
+    fn spawn(mut cmd: std::process::Command, env: &Env) -> StalledTick {
+        let child = cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(fs::File::create(env.path("stalled.out")).expect("out"))
+            .stderr(fs::File::create(env.path("stalled.err")).expect("err"))
+            .spawn()
+            .expect("spawn tick");
+        StalledTick(Some(child))
+    }
+
+    fn finish(&mut self) -> std::process::Output {
+        let mut child = self.0.take().expect("running");
+        let mut status = None;
+        wait_until(LONG, "the stalled tick to exit", || {
+            status = child.try_wait().expect("try_wait");
+            status.is_some()
+        });
+        std::process::Output {
+            status: status.expect("exited"),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        }
+    }
+}
+
+impl Drop for StalledTick {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Ctrl-C on `run --wait` cancels the run
+// ---------------------------------------------------------------------------
+
+#[test]
+fn ctrl_c_on_run_wait_cancels_the_run_and_exits_130() {
+    let env = Env::init();
+    let started = env.path("started");
+    add(
+        &env,
+        "long",
+        &["--backoff-base", "0s", "--backoff-max", "0s"],
+        &format!("echo $$ > {}; exec sleep 60", sh_quote(&started)),
+    );
+    let mut strays = Strays::default();
+    let waiting = Bg::spawn(&env, "wait", &["run", "long", "--wait"]);
+    let job = read_pid(&started, LONG);
+    strays.group(job);
+    kill(Pid::from_raw(waiting.pid() as i32), Signal::SIGINT).expect("SIGINT");
+    let out = waiting.finish(LONG);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(!process_alive(job), "the job outlived the interrupt");
+    let run = last_run_id(&env, "long");
+    assert_eq!(status(&env, run), "cancelled");
+    assert_eq!(
+        one_i64(
+            &env,
+            "SELECT count(*) FROM job_events WHERE run_id = ?1 AND kind = 'CANCELLED'",
+            [run]
+        ),
+        1
+    );
+    // The next tick does not run what the user just interrupted.
+    let out = env.run(&["tick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(status(&env, run), "cancelled");
+    assert_eq!(
+        one_i64(
+            &env,
+            "SELECT count(*) FROM job_attempts WHERE run_id = ?1",
+            [run]
+        ),
+        1
+    );
+}
+
+// ---------------------------------------------------------------------------
+// cancel and recovery stop what a dead tick left running
+// ---------------------------------------------------------------------------
+
+/// `kill -9` the tick, then `cancel` the run: cancel itself terminates the orphaned job (the
+/// tick that would have is gone), closes its attempt, and the schedule can run again.
+#[test]
+fn cancel_stops_a_run_whose_tick_died() {
+    let env = Env::init();
+    let started = env.path("started");
+    add(
+        &env,
+        "orphan",
+        &[],
+        &format!("echo $$ > {}; exec sleep 60", sh_quote(&started)),
+    );
+    let run = enqueue(&env, "orphan");
+    let mut strays = Strays::default();
+    let mut tick = Bg::spawn(&env, "tick", &["tick"]);
+    let job = read_pid(&started, LONG);
+    strays.group(job);
+    tick.kill9();
+    assert!(process_alive(job));
+
+    let said = env.ok(&["cancel", &run.to_string()]);
+    assert!(said.contains("terminated"), "{said}");
+    assert!(!process_alive(job), "cancel left the orphan running");
+    assert!(processes_of_run(&env, run).is_empty());
+    assert_eq!(status(&env, run), "cancelled");
+    let (finished, code) = env
+        .conn()
+        .query_row(
+            "SELECT finished_at IS NOT NULL, error_code FROM job_attempts WHERE run_id = ?1",
+            [run],
+            |r| Ok((r.get::<_, bool>(0)?, r.get::<_, Option<String>>(1)?)),
+        )
+        .expect("attempt");
+    assert!(finished, "the attempt stays open");
+    assert_eq!(code.as_deref(), Some("CANCELLED"));
+    let status_text = env.ok(&["status"]);
+    assert!(
+        status_text.contains("running:         none"),
+        "{status_text}"
+    );
+
+    // A new run of the (forbid) schedule starts, alone.
+    fs::remove_file(&started).expect("rm");
+    let next = enqueue(&env, "orphan");
+    let mut tick = Bg::spawn(&env, "tick-2", &["tick", "--max-tick", "1s"]);
+    let job = read_pid(&started, LONG);
+    strays.group(job);
+    assert_eq!(status(&env, next), "running");
+    tick.kill9();
+}
+
+/// A run cancelled (here: forged, as by a runner of another host) while its tick was dead and
+/// its job alive: the next tick on the job's host stops the job and closes the attempt, and never
+/// closes it while the job lives.
+#[test]
+fn the_next_tick_stops_an_attempt_left_open_under_a_cancelled_run() {
+    let env = Env::init();
+    let started = env.path("started");
+    add(
+        &env,
+        "orphan",
+        &[],
+        &format!("echo $$ > {}; exec sleep 60", sh_quote(&started)),
+    );
+    let run = enqueue(&env, "orphan");
+    let mut strays = Strays::default();
+    let mut tick = Bg::spawn(&env, "tick", &["tick"]);
+    let job = read_pid(&started, LONG);
+    strays.group(job);
+    tick.kill9();
+    env.conn()
+        .execute(
+            "UPDATE job_runs SET status = 'cancelled', owner = NULL, lease_token = NULL,
+                 lease_expires_at = NULL, heartbeat_at = NULL, finished_at = strftime('%s', 'now')
+             WHERE id = ?1",
+            [run],
+        )
+        .expect("forge a cancel");
+    assert!(process_alive(job));
+    let out = env.run(&["tick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!process_alive(job), "the orphan outlived the sweep");
+    let detail = one_opt_string(
+        &env,
+        "SELECT error_detail FROM job_attempts WHERE run_id = ?1 AND finished_at IS NOT NULL",
+        [run],
+    )
+    .unwrap_or_default();
+    assert!(detail.contains(&format!("{job} sleep")), "{detail}");
+}
+
+// ---------------------------------------------------------------------------
+// Processes do not outlive the record
+// ---------------------------------------------------------------------------
+
+/// `cmd >>f 2>&1 & exit 1` with immediate retries: each attempt's background process is killed
+/// when its shell exits, before the next attempt starts, so no two are ever alive at once, and
+/// nothing is left when the run is dead.
+#[test]
+fn background_processes_die_with_their_attempt_before_the_next_one() {
+    let env = Env::init();
+    let lock = env.path("lock");
+    let log = env.path("log");
+    let violations = env.path("violations");
+    add(
+        &env,
+        "bg",
+        &["--backoff-base", "0s", "--backoff-max", "0s"],
+        &format!(
+            "sh -c 'exec 9>{lock}; flock -n 9 || echo \"$RUNNER_ATTEMPT\" >> {violations}; \
+             echo \"start $RUNNER_ATTEMPT\" >> {log}; sleep 30; echo \"end $RUNNER_ATTEMPT\" >> {log}' \
+             >/dev/null 2>&1 & sleep 0.2; exit 1",
+            lock = sh_quote(&lock),
+            log = sh_quote(&log),
+            violations = sh_quote(&violations),
+        ),
+    );
+    let run = enqueue(&env, "bg");
+    let out = env.run(&["tick", "--max-tick", "10m"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(status(&env, run), "dead");
+    assert!(
+        processes_of_run(&env, run).is_empty(),
+        "leftovers outlived the dead run"
+    );
+    assert!(!violations.exists(), "two attempts were alive at once");
+    assert!(
+        !lines(&log).iter().any(|l| l.starts_with("end")),
+        "{:?}",
+        lines(&log)
+    );
+    let events = one_i64(
+        &env,
+        "SELECT count(*) FROM job_events WHERE run_id = ?1 AND kind = 'LEFTOVERS'
+           AND json_extract(detail, '$.killed') = 1",
+        [run],
+    );
+    assert_eq!(events, 3, "one LEFTOVERS event per attempt");
+}
+
+/// `(sleep 4; echo done >>marker) & echo started` succeeds, and what it left running is killed
+/// at once and said so in `show`.
+#[test]
+fn leftovers_after_success_are_killed_and_shown() {
+    let env = Env::init();
+    let marker = env.path("marker");
+    add(
+        &env,
+        "quick",
+        &[],
+        &format!(
+            "(sleep 4; echo done >> {}) & echo started",
+            sh_quote(&marker)
+        ),
+    );
+    let run = enqueue(&env, "quick");
+    let out = env.run(&["tick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(status(&env, run), "succeeded");
+    assert!(processes_of_run(&env, run).is_empty());
+    let shown = env.ok(&["show", &run.to_string()]);
+    // The subshell, and its `sleep` once it started: "killed 2 leftover processes: ...".
+    assert!(shown.contains("leftovers:  killed "), "{shown}");
+    assert!(shown.contains(" leftover process"), "{shown}");
+    assert!(!marker.exists());
+}
+
+// ---------------------------------------------------------------------------
+// Only the recorded process, and only if it is still the job's
+// ---------------------------------------------------------------------------
+
+/// A copy of the database restored elsewhere sees the live job's lease as expired; its tick must
+/// not kill the live job (another database's), even with the same pid and start time on record.
+#[test]
+fn a_restored_copy_never_kills_the_live_databases_job() {
+    let env = Env::init();
+    let started = env.path("started");
+    add(
+        &env,
+        "live",
+        &[],
+        &format!("echo $$ > {}; exec sleep 60", sh_quote(&started)),
+    );
+    let run = enqueue(&env, "live");
+    let mut strays = Strays::default();
+    let tick = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]);
+    let job = read_pid(&started, LONG);
+    strays.group(job);
+    wait_until(LONG, "the start to be recorded", || {
+        one_opt_string(
+            &env,
+            "SELECT CAST(child_pid AS TEXT) FROM job_attempts WHERE run_id = ?1",
+            [run],
+        )
+        .is_some()
+    });
+    let copy = env.path("restored.db");
+    env.conn()
+        .execute("VACUUM INTO ?1", [copy.to_string_lossy()])
+        .expect("copy");
+    let out = env
+        .cmd()
+        .env("RUNNER_DB", &copy)
+        // Recover only: the copy's retry of the run is not this test's business.
+        .args(["tick", "--max-tick", "0s", "--now", &an_hour_later()])
+        .output()
+        .expect("tick on the copy");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        process_alive(job),
+        "a tick on a restored copy killed the live job"
+    );
+    drop(tick);
+}
+
+/// The recorded pid belongs to another process now (forged: an unrelated process, with its real
+/// start time on record): recovery must not signal it, since it does not carry the job's marker.
+#[test]
+fn a_recorded_pid_that_is_not_the_jobs_is_never_signalled() {
+    let env = Env::init();
+    add(
+        &env,
+        "victim",
+        &["--backoff-base", "0s", "--backoff-max", "0s"],
+        "true",
+    );
+    let run = enqueue(&env, "victim");
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("sleep");
+    let pid = bystander.id();
+    let start = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let (_, rest) = s.rsplit_once(')')?;
+            rest.split_whitespace().nth(19)?.parse::<i64>().ok()
+        })
+        .expect("start time");
+    let conn = env.conn();
+    conn.execute(
+        "UPDATE job_runs SET status = 'running', attempt = 1, owner = 'gone:1', lease_token = 'tok',
+             lease_expires_at = 1, heartbeat_at = 1, started_at = 1 WHERE id = ?1",
+        [run],
+    )
+    .expect("forge running");
+    let host = nix::unistd::gethostname()
+        .expect("hostname")
+        .into_string()
+        .expect("utf-8");
+    conn.execute(
+        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, child_pid,
+             child_start_time, started_at)
+         VALUES (?1, 1, 'gone:1', ?2, 1, 'tok', ?3, ?4, 1)",
+        rusqlite::params![run, host, pid, start],
+    )
+    .expect("forge attempt");
+    let out = env.run(&["tick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let alive = bystander.try_wait().expect("try_wait").is_none();
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+    assert!(alive, "recovery killed a process that was not the job's");
+    assert_eq!(status(&env, run), "succeeded", "recovered and retried");
+}
