@@ -8,7 +8,13 @@
 //! every attempt's start and end, so sequential re-runs (a killed runner's run executed again
 //! after its lease expired: at-least-once) are counted, and overlaps checked a second way.
 //!
-//! `RUNNER_CRASH_SECS` (default 60) bounds the killing phase.
+//! Meanwhile another process holds the database's write lock in short bursts (50 ms), so ticks are
+//! also killed while they wait for it: between spawning a job and recording its start, above all.
+//! Every job that started must have had its start recorded first (the start gate), and when all is
+//! over no process carrying a run's marker may be left on the host.
+//!
+//! `RUNNER_CRASH_SECS` (default 60) bounds the killing phase; the soak before a release runs it
+//! for 5 minutes or more: `RUNNER_CRASH_SECS=300 cargo test --release --test integration crash`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -41,12 +47,16 @@ if [ $rc -eq 76 ]; then echo "violation schedule $RUNNER_JOB $RUNNER_RUN_ID $RUN
 exit $rc
 "#;
 
-/// Runs for 0.2 to 0.9 s (dash has no $RANDOM; the pid is random enough).
+/// Runs for 0.2 to 0.9 s (dash has no $RANDOM; the pid is random enough). Log lines are
+/// appended under `flock`, so lines of concurrent jobs never interleave.
 const BODY_SH: &str = r#"D=$(dirname "$0")
-echo "start $RUNNER_RUN_ID $RUNNER_ATTEMPT $(date +%s%N)" >> "$D/log"
+flock "$D/log" sh -c 'echo "start $RUNNER_RUN_ID $RUNNER_ATTEMPT $(date +%s%N)" >> "$1"' sh "$D/log"
 sleep 0.$(( $$ % 8 + 2 ))
-echo "end $RUNNER_RUN_ID $RUNNER_ATTEMPT $(date +%s%N)" >> "$D/log"
+flock "$D/log" sh -c 'echo "end $RUNNER_RUN_ID $RUNNER_ATTEMPT $(date +%s%N)" >> "$1"' sh "$D/log"
 "#;
+
+/// The write lock is held this long per burst, with a random pause of up to twice that between.
+const LOCK_BURST: Duration = Duration::from_millis(50);
 
 /// Every tick process still alive is killed when the test ends, however it ends.
 struct Ticks(Vec<(Child, Instant, Option<Instant>, usize)>);
@@ -155,6 +165,23 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
             fed
         };
         let feeders = [scope.spawn(feed), scope.spawn(feed)];
+        // Another process of the database (here, a thread with its own connection) takes the
+        // write lock in short bursts, so claims, starts and results wait for it, and ticks are
+        // killed while they wait.
+        let lock_holder = scope.spawn(|| {
+            let conn = env.conn();
+            let mut rng = fastrand::Rng::new();
+            let mut bursts = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                if conn.execute_batch("BEGIN IMMEDIATE").is_ok() {
+                    std::thread::sleep(LOCK_BURST);
+                    conn.execute_batch("COMMIT").expect("commit");
+                    bursts += 1;
+                }
+                std::thread::sleep(LOCK_BURST * rng.u32(0..=2));
+            }
+            bursts
+        });
 
         let deadline = Instant::now() + Duration::from_secs(secs);
         while Instant::now() < deadline {
@@ -207,7 +234,8 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
             .into_iter()
             .map(|f| f.join().expect("feeder thread"))
             .sum();
-        println!("crash loop: fed {fed} manual runs in {secs}s");
+        let bursts = lock_holder.join().expect("lock holder thread");
+        println!("crash loop: fed {fed} manual runs in {secs}s; the write lock was held {bursts} times");
     });
     // Stop killing: the last ticks die like the others (their runs are recovered below).
     for (child, ..) in &mut ticks.0 {
@@ -393,6 +421,30 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
         }
     }
     let never_started = attempts - by_run.values().map(|a| a.len() as i64).sum::<i64>();
+    // The start gate: a job that started had its start (pid, start time) recorded before.
+    let recorded: BTreeSet<String> = env
+        .strings("SELECT run_id || '/' || attempt FROM job_attempts WHERE child_pid IS NOT NULL")
+        .into_iter()
+        .collect();
+    let untracked: Vec<String> = by_run
+        .iter()
+        .flat_map(|(run, attempts)| attempts.keys().map(move |a| format!("{run}/{a}")))
+        .filter(|key| !recorded.contains(key))
+        .collect();
+    // Nothing a job started outlives the crash loop.
+    let database = std::fs::canonicalize(&env.db).expect("database path");
+    let marked = format!("RUNNER_DATABASE={}", database.display());
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| crate::common::process_alive(pid))
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|e| e == marked.as_bytes()))
+        })
+        .map(|pid| pid.to_string())
+        .collect();
 
     println!(
         "crash loop: {secs}s, {spawned} ticks started, {kills} killed with SIGKILL, {natural} ended \
@@ -406,6 +458,11 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
         "concurrent executions: {violations:#?}"
     );
     assert!(overlaps.is_empty(), "overlapping attempts: {overlaps:#?}");
+    assert!(
+        untracked.is_empty(),
+        "jobs that started without their start recorded first: {untracked:#?}"
+    );
+    assert!(left.is_empty(), "processes carrying a run marker left: {left:?}");
     assert!(
         twice_started.is_empty(),
         "an attempt (one claim) executed twice: {twice_started:#?}"
