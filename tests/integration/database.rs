@@ -424,6 +424,8 @@ fn normalise_sql(sql: &str) -> String {
         .join(" ")
         .replace("( ", "(")
         .replace(" )", ")")
+        // ALTER TABLE ADD COLUMN appends ", col ..." on the line after the last column.
+        .replace(" ,", ",")
 }
 
 fn schema_of(conn: &Connection) -> Vec<(String, String, String, String)> {

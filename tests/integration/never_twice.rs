@@ -414,7 +414,7 @@ fn the_next_tick_stops_an_attempt_left_open_under_a_cancelled_run() {
         [run],
     )
     .unwrap_or_default();
-    assert!(detail.contains(&format!("{job} sleep")), "{detail}");
+    assert!(detail.contains(&format!("{job} ")), "{detail}");
 }
 
 // ---------------------------------------------------------------------------
