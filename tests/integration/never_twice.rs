@@ -167,24 +167,7 @@ fn a_job_never_starts_unless_its_attempt_is_recorded_first() {
 #[test]
 fn a_tick_that_stalls_after_claiming_never_starts_a_run_taken_over() {
     let env = Env::init();
-    let log = env.path("log");
-    let go = env.path("go");
-    add(
-        &env,
-        "once",
-        &["--backoff-base", "0s", "--backoff-max", "0s"],
-        &format!("echo \"attempt $RUNNER_ATTEMPT\" >> {}", sh_quote(&log)),
-    );
-    let run = enqueue(&env, "once");
-    let mut stalled = {
-        let mut cmd = env.cmd();
-        cmd.args(["tick", "--lease", "3s"])
-            .env("RUNNER_TEST_HOOK", format!("claimed:wait={}", go.display()));
-        StalledTick::spawn(cmd, &env)
-    };
-    wait_until(LONG, "the stalled tick to claim the run", || {
-        status(&env, run) == "running"
-    });
+    let (run, log, go, mut stalled) = claim_and_stall(&env);
     let out = env.run(&["tick", "--now", &an_hour_later()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(status(&env, run), "succeeded");
@@ -200,24 +183,7 @@ fn a_tick_that_stalls_after_claiming_never_starts_a_run_taken_over() {
 #[test]
 fn a_tick_that_stalls_past_its_lease_never_starts_the_run() {
     let env = Env::init();
-    let log = env.path("log");
-    let go = env.path("go");
-    add(
-        &env,
-        "once",
-        &["--backoff-base", "0s", "--backoff-max", "0s"],
-        &format!("echo \"attempt $RUNNER_ATTEMPT\" >> {}", sh_quote(&log)),
-    );
-    let run = enqueue(&env, "once");
-    let mut stalled = {
-        let mut cmd = env.cmd();
-        cmd.args(["tick", "--lease", "3s"])
-            .env("RUNNER_TEST_HOOK", format!("claimed:wait={}", go.display()));
-        StalledTick::spawn(cmd, &env)
-    };
-    wait_until(LONG, "the stalled tick to claim the run", || {
-        status(&env, run) == "running"
-    });
+    let (run, log, go, mut stalled) = claim_and_stall(&env);
     env.conn()
         .execute(
             "UPDATE job_runs SET lease_expires_at = 1 WHERE id = ?1",
@@ -236,6 +202,28 @@ fn a_tick_that_stalls_past_its_lease_never_starts_the_run() {
     let out = env.run(&["tick", "--now", &an_hour_later()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(lines(&log), vec!["attempt 2".to_string()]);
+}
+
+/// A run whose command logs its attempt; a tick that claimed it and stalls right after the claim
+/// until the file `go` exists. Returns the run, the log, `go` and the stalled tick.
+fn claim_and_stall(env: &Env) -> (i64, std::path::PathBuf, std::path::PathBuf, StalledTick) {
+    let log = env.path("log");
+    let go = env.path("go");
+    add(
+        env,
+        "once",
+        &["--backoff-base", "0s", "--backoff-max", "0s"],
+        &format!("echo \"attempt $RUNNER_ATTEMPT\" >> {}", sh_quote(&log)),
+    );
+    let run = enqueue(env, "once");
+    let mut cmd = env.cmd();
+    cmd.args(["tick", "--lease", "3s"])
+        .env("RUNNER_TEST_HOOK", format!("claimed:wait={}", go.display()));
+    let stalled = StalledTick::spawn(cmd, env);
+    wait_until(LONG, "the stalled tick to claim the run", || {
+        status(env, run) == "running"
+    });
+    (run, log, go, stalled)
 }
 
 /// A tick started with a test hook, in the background.
