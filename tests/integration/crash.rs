@@ -235,7 +235,9 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
             .map(|f| f.join().expect("feeder thread"))
             .sum();
         let bursts = lock_holder.join().expect("lock holder thread");
-        println!("crash loop: fed {fed} manual runs in {secs}s; the write lock was held {bursts} times");
+        println!(
+            "crash loop: fed {fed} manual runs in {secs}s; the write lock was held {bursts} times"
+        );
     });
     // Stop killing: the last ticks die like the others (their runs are recovered below).
     for (child, ..) in &mut ticks.0 {
@@ -462,7 +464,10 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
         untracked.is_empty(),
         "jobs that started without their start recorded first: {untracked:#?}"
     );
-    assert!(left.is_empty(), "processes carrying a run marker left: {left:?}");
+    assert!(
+        left.is_empty(),
+        "processes carrying a run marker left: {left:?}"
+    );
     assert!(
         twice_started.is_empty(),
         "an attempt (one claim) executed twice: {twice_started:#?}"
