@@ -8,8 +8,10 @@ macro_rules! say {
     };
 }
 
+mod completions;
 mod history;
 mod init;
+mod man;
 mod metrics;
 mod prune;
 mod run;
@@ -113,6 +115,16 @@ pub enum Command {
     ///
     /// The database file does not shrink: SQLite reuses the freed pages.
     Prune(prune::Args),
+    /// Print a completion script for bash, zsh or fish.
+    ///
+    /// Generated from this command line, so it offers exactly runner's commands and flags. Needs
+    /// no database.
+    Completions(completions::Args),
+    /// Print the man page (roff, section 1).
+    ///
+    /// Generated from this command line: the global options, then every command with its
+    /// summary. Needs no database.
+    Man(man::Args),
 }
 
 /// What every command gets: where the database is, the clock, and who we are.
@@ -139,27 +151,34 @@ impl Ctx {
 }
 
 pub fn dispatch(cli: Cli) -> Result<()> {
-    let location = match cli.db.as_deref().filter(|v| !v.is_empty()) {
-        Some(value) => Location::parse(value),
-        None => Location::Sqlite(Location::default_path()?),
-    };
-    let ctx = Ctx {
-        location,
-        clock: Clock::new(cli.now),
-        verbose: cli.verbose,
+    let clock = Clock::new(cli.now);
+    // The database's location is worked out only for commands that use a database, so
+    // `completions` and `man` work with no HOME, RUNNER_DB or database at all.
+    let ctx = || -> Result<Ctx> {
+        let location = match cli.db.as_deref().filter(|v| !v.is_empty()) {
+            Some(value) => Location::parse(value),
+            None => Location::Sqlite(Location::default_path()?),
+        };
+        Ok(Ctx {
+            location,
+            clock,
+            verbose: cli.verbose,
+        })
     };
     match cli.command {
-        Command::Init(args) => init::run(args, &ctx),
-        Command::Tick(args) => tick::run(args, &ctx),
-        Command::Schedule(command) => schedule::run(command, &ctx),
-        Command::Run(args) => run::run(args, &ctx),
-        Command::History(args) => history::run(args, &ctx),
-        Command::Show(args) => show::run(args, &ctx),
-        Command::Status(args) => status::run(args, &ctx),
-        Command::Metrics(args) => metrics::run(args, &ctx),
-        Command::Retry(args) => steer::retry(args, &ctx),
-        Command::Cancel(args) => steer::cancel(args, &ctx),
-        Command::Prune(args) => prune::run(args, &ctx),
+        Command::Init(args) => init::run(args, &ctx()?),
+        Command::Tick(args) => tick::run(args, &ctx()?),
+        Command::Schedule(command) => schedule::run(command, &ctx()?),
+        Command::Run(args) => run::run(args, &ctx()?),
+        Command::History(args) => history::run(args, &ctx()?),
+        Command::Show(args) => show::run(args, &ctx()?),
+        Command::Status(args) => status::run(args, &ctx()?),
+        Command::Metrics(args) => metrics::run(args, &ctx()?),
+        Command::Retry(args) => steer::retry(args, &ctx()?),
+        Command::Cancel(args) => steer::cancel(args, &ctx()?),
+        Command::Prune(args) => prune::run(args, &ctx()?),
+        Command::Completions(args) => completions::run(args),
+        Command::Man(args) => man::run(args),
     }
 }
 

@@ -1,6 +1,7 @@
 //! One integration crate: every test drives the real `runner` binary on temp databases.
 
 mod common;
+mod completions;
 mod crash;
 mod database;
 mod execution;

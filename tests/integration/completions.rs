@@ -1,0 +1,329 @@
+//! `runner completions bash|zsh|fish` and `runner man`: loaded by the real shells and rendered by
+//! the real `man` where installed (CI installs them: .ci/run), and never touching a database.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use super::common::{stderr, stdout, Env, BIN};
+
+/// The binary's directory first on PATH, so shells find it as `runner`.
+fn path_with_runner() -> String {
+    let dir = Path::new(BIN).parent().expect("binary directory");
+    let path = std::env::var("PATH").unwrap_or_default();
+    format!("{}:{path}", dir.display())
+}
+
+/// `runner` (and shells that run it) with RUNNER_DB in a directory that does not exist: opening
+/// the database would fail, creating it would make the directory. HOME is the env's directory.
+fn nowhere_db(env: &Env) -> std::path::PathBuf {
+    env.path("nowhere/runner.db")
+}
+
+fn command(env: &Env, program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env("RUNNER_DB", nowhere_db(env))
+        .env("HOME", env.dir.path())
+        .env("PATH", path_with_runner())
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("ZDOTDIR")
+        .current_dir(env.dir.path());
+    cmd
+}
+
+/// No database was opened or created, neither at RUNNER_DB nor at the default location.
+fn assert_no_database(env: &Env) {
+    let db_dir = nowhere_db(env);
+    let db_dir = db_dir.parent().expect("parent");
+    assert!(!db_dir.exists(), "{} was created", db_dir.display());
+    let default = env.path(".local/state/runner");
+    assert!(!default.exists(), "{} was created", default.display());
+}
+
+/// Run `runner ARGS` without a database; require exit 0 and silence on stderr.
+fn runner(env: &Env, args: &[&str]) -> String {
+    let out = command(env, BIN).args(args).output().expect("spawn runner");
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "runner {args:?}: {:?}\nstderr: {}",
+        out.status.code(),
+        stderr(&out)
+    );
+    assert_no_database(env);
+    stdout(&out)
+}
+
+/// Run a shell script; require exit 0 and nothing on stderr (the script loaded cleanly).
+fn shell(env: &Env, program: &str, args: &[&str]) -> String {
+    let out = command(env, program)
+        .args(args)
+        .output()
+        .expect("spawn shell");
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{program} {args:?}: {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_no_database(env);
+    stdout(&out)
+}
+
+/// Whether `program` can be run. Under CI=true it must be: .ci/run installs it.
+fn installed(program: &str, package: &str) -> bool {
+    let found = Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !found {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "CI must check this with the real `{program}` (apt-get install {package}; .ci/run does)"
+        );
+        eprintln!("note: `{program}` is not installed; checking the output's shape only");
+    }
+    found
+}
+
+/// The command names listed under "Commands:" in `runner ARGS --help` (clap's `help` aside).
+fn commands_in_help(env: &Env, args: &[&str]) -> Vec<String> {
+    let help = runner(env, &[args, &["--help"]].concat());
+    let names: Vec<String> = help
+        .lines()
+        .skip_while(|line| *line != "Commands:")
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_string)
+        .collect();
+    assert!(
+        names.len() > 1,
+        "no commands in `runner {args:?} --help`:\n{help}"
+    );
+    names
+}
+
+#[test]
+fn bash_completion_loads_and_completes_commands_and_shells() {
+    let env = Env::new();
+    let script = runner(&env, &["completions", "bash"]);
+    assert!(script.contains("_runner()"), "{script}");
+    assert!(script.contains("schedule"), "no `schedule` in the script");
+
+    let registered = shell(
+        &env,
+        "bash",
+        &[
+            "-c",
+            "source <(runner completions bash) && complete -p runner",
+        ],
+    );
+    assert!(
+        registered.starts_with("complete ")
+            && registered.contains("-F _runner")
+            && registered.trim_end().ends_with(" runner"),
+        "complete -p runner: {registered:?}"
+    );
+
+    // Complete as bash would: `runner sch<TAB>`, `runner schedule a<TAB>`, `runner completions <TAB>`.
+    let complete = |words: &str| -> Vec<String> {
+        let program = format!(
+            "source <(runner completions bash)\n\
+             COMP_WORDS=({words}); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))\n\
+             _runner runner \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"\n\
+             printf '%s\\n' \"${{COMPREPLY[@]}}\""
+        );
+        shell(&env, "bash", &["-c", &program])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(complete("runner sch"), ["schedule"]);
+    assert_eq!(complete("runner schedule a"), ["add"]);
+    // An empty word offers the flags too; the values are the three shells.
+    let shells: Vec<String> = complete("runner completions ''")
+        .into_iter()
+        .filter(|word| !word.starts_with('-'))
+        .collect();
+    assert_eq!(shells, ["bash", "zsh", "fish"]);
+}
+
+#[test]
+fn zsh_completion_loads() {
+    let env = Env::new();
+    let script = runner(&env, &["completions", "zsh"]);
+    assert!(script.starts_with("#compdef runner\n"), "{script}");
+    assert!(script.contains("schedule"), "no `schedule` in the script");
+    if !installed("zsh", "zsh") {
+        return;
+    }
+    // -f: no rc files. compinit writes its dump in HOME, the env's directory.
+    let registered = shell(
+        &env,
+        "zsh",
+        &[
+            "-f",
+            "-c",
+            "autoload -U compinit; compinit -u; source <(runner completions zsh); \
+             print -r -- $_comps[runner]",
+        ],
+    );
+    assert_eq!(
+        registered.trim(),
+        "_runner",
+        "compdef did not register runner"
+    );
+}
+
+#[test]
+fn fish_completion_loads_and_completes_commands() {
+    let env = Env::new();
+    let script = runner(&env, &["completions", "fish"]);
+    assert!(script.contains("complete -c runner"), "{script}");
+    assert!(script.contains("schedule"), "no `schedule` in the script");
+    if !installed("fish", "fish") {
+        return;
+    }
+    let completed = shell(
+        &env,
+        "fish",
+        &[
+            "--no-config",
+            "-c",
+            "runner completions fish | source; complete -C 'runner sch'",
+        ],
+    );
+    let names: Vec<&str> = completed
+        .lines()
+        .filter_map(|line| line.split('\t').next())
+        .collect();
+    assert_eq!(
+        names,
+        ["schedule"],
+        "complete -C 'runner sch': {completed:?}"
+    );
+}
+
+#[test]
+fn an_unknown_shell_is_a_usage_error_naming_the_accepted_ones() {
+    let env = Env::new();
+    let out: Output = command(&env, BIN)
+        .args(["completions", "tcsh"])
+        .output()
+        .expect("spawn runner");
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(&out));
+    let message = stderr(&out);
+    assert!(
+        message.contains("tcsh") && ["bash", "zsh", "fish"].iter().all(|s| message.contains(s)),
+        "{message}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn man_page_names_every_command_and_renders() {
+    let env = Env::new();
+    let page = runner(&env, &["man"]);
+    // roff's apostrophe preamble (`.ie`/`.el` defining \*(Aq) may come first; then the title.
+    let mut lines = page
+        .lines()
+        .skip_while(|line| line.starts_with(".ie ") || line.starts_with(".el "));
+    let title = lines.next().unwrap_or_default();
+    assert!(title.starts_with(".TH RUNNER 1 "), "first line: {title:?}");
+    assert_eq!(page.matches("\n.TH ").count(), 1, "one page, one .TH");
+    assert_eq!(page.matches(".ds Aq").count(), 2, "one preamble");
+
+    let top = commands_in_help(&env, &[]);
+    assert!(top.iter().any(|c| c == "completions") && top.iter().any(|c| c == "man"));
+    let typed: Vec<String> = top
+        .iter()
+        .map(|c| format!("runner {c}"))
+        .chain(
+            commands_in_help(&env, &["schedule"])
+                .iter()
+                .map(|c| format!("runner schedule {c}")),
+        )
+        .collect();
+    for name in &typed {
+        let roff = format!("\\fB{}\\fR", name.replace('-', "\\-"));
+        assert!(page.contains(&roff), "{name:?} missing from the man page");
+    }
+
+    if !installed("man", "man-db") {
+        return;
+    }
+    let mut man = command(&env, "man")
+        .args(["--warnings", "-l", "-"])
+        .env("MANWIDTH", "80")
+        .env("MANPAGER", "cat")
+        .env("PAGER", "cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn man");
+    man.stdin
+        .take()
+        .expect("stdin")
+        .write_all(page.as_bytes())
+        .expect("write the page to man");
+    let out = man.wait_with_output().expect("man");
+    let rendered = stdout(&out);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "man -l: {:?}\nstderr: {}",
+        out.status.code(),
+        stderr(&out)
+    );
+    assert!(rendered.starts_with("RUNNER(1)"), "{rendered}");
+    for heading in ["NAME", "SYNOPSIS", "OPTIONS", "COMMANDS"] {
+        assert!(
+            rendered.lines().any(|line| line == heading),
+            "no {heading} section:\n{rendered}"
+        );
+    }
+    for name in &typed {
+        assert!(
+            rendered.lines().any(|line| line.trim() == name),
+            "{name:?} not rendered:\n{rendered}"
+        );
+    }
+    assert!(
+        rendered.contains("RUNNER_DB"),
+        "the man page does not mention RUNNER_DB"
+    );
+}
+
+#[test]
+fn completions_and_man_need_no_home_or_database_setting() {
+    let env = Env::new();
+    let bare = |args: &[&str]| -> Output {
+        command(&env, BIN)
+            .args(args)
+            .env_remove("RUNNER_DB")
+            .env_remove("HOME")
+            .output()
+            .expect("spawn runner")
+    };
+    // Where database commands cannot even say where the database would be...
+    assert_eq!(bare(&["status"]).status.code(), Some(2));
+    // ...these work.
+    for args in [&["completions", "bash"][..], &["man"]] {
+        let out = bare(args);
+        assert!(
+            out.status.success() && !out.stdout.is_empty(),
+            "runner {args:?}: {:?}\nstderr: {}",
+            out.status.code(),
+            stderr(&out)
+        );
+    }
+    assert_no_database(&env);
+}
