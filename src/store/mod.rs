@@ -218,7 +218,11 @@ pub struct Health {
     /// Runs that went dead since `recent_since`: how many, and the latest few.
     pub dead_recent: i64,
     pub dead_recent_runs: Vec<RunBrief>,
+    /// When the latest tick ran, by its own clock.
     pub last_tick_at: Option<i64>,
+    /// The latest time any tick's clock read. Ahead of now: this clock stepped back, or a tick
+    /// ran with a clock ahead.
+    pub clock_high_water: Option<i64>,
     pub last_prune_at: Option<i64>,
     /// Runs that ever went dead in this database (retry and prune never lower it).
     pub dead_runs_total: i64,
@@ -327,7 +331,11 @@ pub trait Store {
     fn last_result(&self, definition_id: i64) -> Result<Option<LastResult>>;
 
     // ---- the tick ----
-    fn record_tick(&mut self, now: i64) -> Result<()>;
+    /// Record that a tick ran at `now` (its clock's reading): `last_tick_at` becomes `now`, the
+    /// latest tick whatever its clock said, and the clock high-water mark (the latest time any
+    /// tick's clock read) rises to `now` if it was lower. Returns the high-water mark as it was
+    /// before, so the tick can tell whether its clock is behind what the database has seen.
+    fn record_tick(&mut self, now: i64) -> Result<Option<i64>>;
     /// Enabled definitions whose next fire time is at or before `now`.
     fn due_definitions(&self, now: i64) -> Result<Vec<Definition>>;
     /// In one transaction: if the cursor is still where `cursor` expects, insert the runs that

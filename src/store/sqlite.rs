@@ -424,6 +424,11 @@ ORDER BY r.finished_at DESC, r.id DESC LIMIT ?2"
 const RUNNER_STATE: &str = "
 SELECT key, value FROM runner_state
 WHERE key IN ('last_tick_at', 'last_prune_at', 'dead_runs_total')";
+/// The latest time any tick's clock read. Databases from before `clock_high_water` existed kept
+/// `last_tick_at` as a maximum, which is the same thing.
+const CLOCK_HIGH_WATER: &str = "
+SELECT coalesce((SELECT value FROM runner_state WHERE key = 'clock_high_water'),
+                (SELECT value FROM runner_state WHERE key = 'last_tick_at'))";
 /// The oldest run kept (`job_runs_history`, read backwards).
 const OLDEST_RUN: &str = concat!(
     run_brief!(),
@@ -622,15 +627,16 @@ impl Store for SqliteStore {
             .optional()?)
     }
 
-    fn record_tick(&mut self, now: i64) -> Result<()> {
+    fn record_tick(&mut self, now: i64) -> Result<Option<i64>> {
         let tx = self.write()?;
+        let high_water: Option<i64> = tx.query_row(CLOCK_HIGH_WATER, [], |r| r.get(0))?;
         tx.execute(
-            "INSERT INTO runner_state (key, value) VALUES ('last_tick_at', ?1)
-             ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
-            [now],
+            "INSERT INTO runner_state (key, value) VALUES ('last_tick_at', ?1), ('clock_high_water', ?2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [now, high_water.map_or(now, |high| high.max(now))],
         )?;
         tx.commit()?;
-        Ok(())
+        Ok(high_water)
     }
 
     fn due_definitions(&self, now: i64) -> Result<Vec<Definition>> {
@@ -1162,6 +1168,8 @@ impl Store for SqliteStore {
             }
         }
 
+        let clock_high_water: Option<i64> = tx.query_row(CLOCK_HIGH_WATER, [], |r| r.get(0))?;
+
         let oldest_run = tx
             .query_row(OLDEST_RUN, [], run_brief_from_row)
             .optional()?;
@@ -1185,6 +1193,7 @@ impl Store for SqliteStore {
             dead_recent,
             dead_recent_runs,
             last_tick_at,
+            clock_high_water,
             last_prune_at,
             dead_runs_total,
             oldest_run,

@@ -1,4 +1,5 @@
-//! Clock steps (issue 9, item 6): a wall clock that steps forward under a running tick.
+//! Clock steps (issue 9, item 6): a wall clock that steps forward under a running tick, and a
+//! tick whose clock is ahead (`--now` in the future) followed by ticks on the real clock.
 //!
 //! The tests compare the binary's clock with the real one, so they read the real clock too.
 //! Nothing here depends on the machine's speed: every wait polls to a generous deadline.
@@ -7,7 +8,10 @@ use std::fs;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::common::{stderr, wait_until, Env};
+use serde_json::Value;
+
+use super::common::{stderr, stdout, wait_until, Env};
+use super::observe::{parse_exposition, promtool_check, sample};
 
 /// The test-only hook in `src/clock.rs`: every clock reading adds the seconds in this file.
 const STEP_FILE_ENV: &str = "RUNNER_TEST_CLOCK_STEP_FILE";
@@ -19,8 +23,50 @@ fn real_now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
+fn time_at(epoch: i64) -> String {
+    chrono::DateTime::from_timestamp(epoch, 0)
+        .expect("a valid time")
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
 fn one(env: &Env, sql: &str) -> i64 {
     env.count(sql)
+}
+
+/// A tick on the real clock; it must succeed. Returns its stderr.
+fn tick(env: &Env) -> String {
+    let out = env.run(&["tick"]);
+    assert!(out.status.success(), "tick: {}", stderr(&out));
+    stderr(&out)
+}
+
+/// A tick with `--now TIME`; it must succeed. Returns its stderr.
+fn tick_at(env: &Env, at: i64) -> String {
+    let out = env.run(&["--now", &time_at(at), "tick"]);
+    assert!(
+        out.status.success(),
+        "tick at {}: {}",
+        time_at(at),
+        stderr(&out)
+    );
+    stderr(&out)
+}
+
+/// A yearly schedule: due only if a test's clock passes a new year.
+fn add_yearly(env: &Env, name: &str, command: &str) {
+    env.ok(&[
+        "schedule",
+        "add",
+        name,
+        "--cron",
+        "0 0 1 1 *",
+        "--",
+        command,
+    ]);
 }
 
 /// A paused schedule: it only runs when `runner run NAME` asks, whatever the clock says.
@@ -35,6 +81,26 @@ fn add_paused(env: &Env, name: &str, command: &str) {
         "--",
         command,
     ]);
+}
+
+fn runs(env: &Env, name: &str, status: &str) -> i64 {
+    one(
+        env,
+        &format!(
+            "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+             WHERE d.name = '{name}' AND r.status = '{status}'"
+        ),
+    )
+}
+
+/// `runner metrics`, validated by the strict parser and `promtool check metrics` (see
+/// `observe.rs`); returns a metric's value.
+fn metric(env: &Env, name: &str) -> f64 {
+    let text = env.ok(&["metrics"]);
+    promtool_check(&text);
+    let (types, samples) = parse_exposition(&text);
+    assert_eq!(types.get(name).map(String::as_str), Some("gauge"), "{text}");
+    sample(&samples, name, &[]).unwrap_or_else(|| panic!("no sample {name} in\n{text}"))
 }
 
 /// Creates the file a test's job waits for when dropped, so that a failing test does not leave
@@ -155,5 +221,193 @@ fn heartbeats_after_a_forward_clock_step_write_leases_by_the_stepped_clock() {
             "SELECT count(*) FROM job_events WHERE kind IN ('RECOVERED', 'LEASE_LOST', 'FAILED')"
         ),
         0
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A tick with a clock ahead
+// ---------------------------------------------------------------------------------------------
+
+/// A tick 45 days ahead (`--now`) must not apply the retention by its clock: the history stays.
+/// An explicit `prune` with `--now` does what it is asked, with a warning.
+#[test]
+fn a_tick_45_days_ahead_does_not_prune_history() {
+    let env = Env::init();
+    add_paused(&env, "job", "true");
+    for _ in 0..3 {
+        env.ok(&["run", "job"]);
+    }
+    assert_eq!(tick(&env), "");
+    assert_eq!(runs(&env, "job", "succeeded"), 3);
+
+    let ahead = real_now() + 45 * DAY;
+    assert_eq!(tick_at(&env, ahead), "", "the tick ahead says nothing");
+    assert_eq!(
+        runs(&env, "job", "succeeded"),
+        3,
+        "the tick ahead pruned history"
+    );
+    // Back on the real clock: behind the latest tick, so still no pruning (and a warning).
+    let err = tick(&env);
+    assert!(err.contains("behind"), "{err}");
+    assert_eq!(runs(&env, "job", "succeeded"), 3);
+
+    // Asked for explicitly: done, but said.
+    let out = env.run(&["--now", &time_at(ahead), "prune", "--dry-run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("would remove 3 runs"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).starts_with("runner: warning: the clock is shifted by --now"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.run(&["--now", &time_at(ahead), "prune"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("shifted by --now"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(runs(&env, "job", "succeeded"), 0);
+    // On the real clock, no warning.
+    let out = env.run(&["prune", "--dry-run"]);
+    assert_eq!(stderr(&out), "");
+}
+
+/// After a tick 45 days ahead, a tick on the real clock says so in one stderr line (and exits
+/// 0), `status` warns in text and JSON, and `metrics` shows how far behind the clock is.
+#[test]
+fn a_tick_behind_the_latest_tick_warns_once_and_status_and_metrics_say_so() {
+    let env = Env::init();
+    add_yearly(&env, "yearly", "true");
+    assert_eq!(tick(&env), "");
+    assert_eq!(tick(&env), "", "ticks on one clock do not warn");
+    // Half an hour more than 45 days, so that the gap reads "45d" however long the ticks take.
+    let ahead = real_now() + 45 * DAY + 1800;
+    assert_eq!(tick_at(&env, ahead), "");
+
+    let err = tick(&env);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line for cron to mail: {err}");
+    assert!(
+        lines[0].starts_with("runner: warning: this host's clock (")
+            && lines[0].contains(&format!(
+                "is 45d behind the latest time a tick saw ({})",
+                time_at(ahead)
+            ))
+            && lines[0].contains("runner schedule reanchor"),
+        "{err}"
+    );
+
+    let text = env.ok(&["status"]);
+    assert!(
+        text.contains("WARNING: this host's clock (") && text.contains("45d behind"),
+        "{text}"
+    );
+    assert!(
+        text.contains("WARNING: 1 schedule(s) will not fire until the clock reaches their cursor")
+            && text.contains(&format!("yearly (cursor at {})", time_at(ahead))),
+        "{text}"
+    );
+    let report = json(&env.ok(&["status", "--json"]));
+    let warnings: Vec<&str> = report["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .map(|w| w.as_str().expect("text"))
+        .collect();
+    assert!(
+        warnings.iter().any(|w| w.contains("45d behind")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings.iter().any(|w| w.contains("yearly (cursor at")),
+        "{warnings:?}"
+    );
+
+    let behind = metric(&env, "runner_clock_behind_seconds");
+    let now = real_now();
+    assert!(
+        behind >= (ahead - now) as f64 && behind <= (45 * DAY + 1800 + 600) as f64,
+        "runner_clock_behind_seconds {behind}"
+    );
+    assert_eq!(metric(&env, "runner_schedules_ahead_of_clock"), 1.0);
+
+    // The warning is a warning, every tick until the clock gets there or is re-anchored.
+    let err = tick(&env);
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// A last tick in the future (it ran with a clock ahead) makes `status` warn; after a tick on
+/// the real clock, `status` and `metrics` show that tick, and its age grows as time passes (the
+/// last tick is no longer a maximum that stays "0s ago" forever).
+#[test]
+fn status_warns_about_a_last_tick_in_the_future_then_shows_the_real_one() {
+    let env = Env::init();
+    let far = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
+        .expect("time")
+        .timestamp();
+    assert_eq!(tick_at(&env, far), "");
+
+    let text = env.ok(&["status"]);
+    assert!(
+        text.starts_with("WARNING: the last tick ran at 2099-01-01T00:00:00Z, ")
+            && text.contains("ahead of this host's clock"),
+        "{text}"
+    );
+    assert!(
+        text.contains("last tick:       2099-01-01T00:00:00Z ("),
+        "{text}"
+    );
+    assert!(text.contains("in the future of this clock)"), "{text}");
+    let report = json(&env.ok(&["status", "--json"]));
+    assert_eq!(report["last_tick_at"], "2099-01-01T00:00:00Z");
+    assert!(
+        report["last_tick_age_secs"].as_i64().expect("age") < 0,
+        "{report}"
+    );
+    assert!(report["warnings"][0]
+        .as_str()
+        .expect("warning")
+        .contains("ahead of this host's clock"));
+    assert_eq!(
+        metric(&env, "runner_last_tick_timestamp_seconds"),
+        far as f64
+    );
+
+    let before = real_now();
+    tick(&env);
+    let after = real_now();
+    let report = json(&env.ok(&["status", "--json"]));
+    let at = report["last_tick_at_epoch"].as_i64().expect("last tick");
+    assert!((before..=after).contains(&at), "{report}");
+    assert!(
+        report["warnings"]
+            .as_array()
+            .expect("warnings")
+            .iter()
+            .all(|w| !w.as_str().expect("text").contains("the last tick ran")),
+        "{report}"
+    );
+    let text = env.ok(&["status"]);
+    assert!(
+        text.contains(&format!("last tick:       {} (", time_at(at))) && !text.contains("future"),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&env, "runner_last_tick_timestamp_seconds"),
+        at as f64
+    );
+    // Ten minutes on, the real last tick is ten minutes old: the "is cron running?" warning
+    // works again.
+    let later = time_at(at + 600);
+    let text = env.ok(&["--now", &later, "status"]);
+    assert!(
+        text.starts_with("WARNING: the last tick ran 10m 0s ago"),
+        "{text}"
     );
 }
