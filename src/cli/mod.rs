@@ -12,6 +12,7 @@ mod history;
 mod init;
 mod metrics;
 mod prune;
+mod reanchor;
 mod run;
 mod schedule;
 mod show;

@@ -103,6 +103,16 @@ pub struct CursorMove {
     pub next_fire_at: Option<i64>,
 }
 
+/// What moving a schedule's cursor back did besides (see `Store::reanchor_definition`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reanchored {
+    /// Skipped instants after the new cursor, deleted so they are decided again when they come.
+    pub skips_forgotten: u64,
+    /// Other runs of instants after the new cursor (run early, or pending until their time):
+    /// kept, and those instants are not materialised again.
+    pub runs_kept: u64,
+}
+
 /// Which runs `history` lists: newest first (by scheduled time), at most `limit`.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
@@ -378,6 +388,17 @@ pub trait Store {
     fn finish_attempt(&mut self, result: &AttemptResult, actor: &Actor) -> Result<Fenced>;
     /// Enqueue a manual run due now; returns its id.
     fn enqueue_manual(&mut self, definition: &Definition, now: i64, actor: &Actor) -> Result<i64>;
+
+    /// `schedule reanchor`: in one transaction, if the schedule's cursor and revision are still
+    /// what `cursor` expects, move the cursor to `cursor.new_through` (back: that is the point)
+    /// and its next fire time to `cursor.next_fire_at`, bump the revision, and delete the
+    /// schedule's `skipped` schedule runs scheduled after the new cursor (a tick whose clock was
+    /// ahead decided them before their time; they are decided again when they come). Returns
+    /// `None`, having changed nothing, when the schedule changed meanwhile.
+    fn reanchor_definition(&mut self, cursor: CursorMove, now: i64) -> Result<Option<Reanchored>>;
+    /// Lower the clock high-water mark to `now` if it is higher (`schedule reanchor --all`: the
+    /// clock that saw it was wrong). Returns the mark it replaced, if it did.
+    fn lower_clock_high_water(&mut self, now: i64) -> Result<Option<i64>>;
 
     // ---- see what ran ----
     /// Runs matching `filter`, newest first.

@@ -14,8 +14,9 @@ use rusqlite::{
 use serde_json::json;
 
 use super::{
-    AttemptView, CursorMove, EventView, Health, LastResult, OpenMode, PruneCounts, RunBrief,
-    RunFilter, RunView, RunningView, Steer, Steered, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    AttemptView, CursorMove, EventView, Health, LastResult, OpenMode, PruneCounts, Reanchored,
+    RunBrief, RunFilter, RunView, RunningView, Steer, Steered, Storage, Store, RECENT_LISTED,
+    RUNNING_LISTED,
 };
 use crate::exit::Failure;
 use crate::model::{
@@ -1019,6 +1020,61 @@ impl Store for SqliteStore {
         )?;
         tx.commit()?;
         Ok(run_id)
+    }
+
+    fn reanchor_definition(&mut self, cursor: CursorMove, now: i64) -> Result<Option<Reanchored>> {
+        let tx = self.write()?;
+        let moved = tx.execute(
+            "UPDATE job_definitions SET materialized_through = ?4, next_fire_at = ?5, updated_at = ?6,
+                 revision = revision + 1
+             WHERE id = ?1 AND materialized_through = ?2 AND revision = ?3",
+            params![
+                cursor.definition_id,
+                cursor.expected_through,
+                cursor.expected_revision,
+                cursor.new_through,
+                cursor.next_fire_at,
+                now
+            ],
+        )?;
+        if moved == 0 {
+            return Ok(None);
+        }
+        // Cascades to their events (a skipped run has no attempts).
+        let skips_forgotten = tx.execute(
+            "DELETE FROM job_runs
+             WHERE definition_id = ?1 AND trigger = 'schedule' AND status = 'skipped' AND scheduled_for > ?2",
+            params![cursor.definition_id, cursor.new_through],
+        )?;
+        let runs_kept: i64 = tx.query_row(
+            "SELECT count(*) FROM job_runs
+             WHERE definition_id = ?1 AND trigger = 'schedule' AND scheduled_for > ?2",
+            params![cursor.definition_id, cursor.new_through],
+            |r| r.get(0),
+        )?;
+        tx.commit()?;
+        Ok(Some(Reanchored {
+            skips_forgotten: skips_forgotten as u64,
+            runs_kept: runs_kept as u64,
+        }))
+    }
+
+    fn lower_clock_high_water(&mut self, now: i64) -> Result<Option<i64>> {
+        let tx = self.write()?;
+        let high_water: Option<i64> = tx.query_row(CLOCK_HIGH_WATER, [], |r| r.get(0))?;
+        let lowered = match high_water {
+            Some(high) if high > now => {
+                tx.execute(
+                    "INSERT INTO runner_state (key, value) VALUES ('clock_high_water', ?1)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    [now],
+                )?;
+                Some(high)
+            }
+            _ => None,
+        };
+        tx.commit()?;
+        Ok(lowered)
     }
 
     fn history(&self, filter: &RunFilter) -> Result<Vec<RunView>> {

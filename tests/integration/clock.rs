@@ -1,5 +1,6 @@
-//! Clock steps (issue 9, item 6): a wall clock that steps forward under a running tick, and a
-//! tick whose clock is ahead (`--now` in the future) followed by ticks on the real clock.
+//! Clock steps (issue 9, item 6): a wall clock that steps forward under a running tick, a tick
+//! whose clock is ahead (`--now` in the future) followed by ticks on the real clock, and
+//! schedules pushed into the future and re-anchored.
 //!
 //! The tests compare the binary's clock with the real one, so they read the real clock too.
 //! Nothing here depends on the machine's speed: every wait polls to a generous deadline.
@@ -410,4 +411,144 @@ fn status_warns_about_a_last_tick_in_the_future_then_shows_the_real_one() {
         text.starts_with("WARNING: the last tick ran 10m 0s ago"),
         "{text}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Re-anchoring schedules pushed into the future
+// ---------------------------------------------------------------------------------------------
+
+/// A tick in 2099 moves an every-minute schedule's cursor there; on the real clock it never
+/// fires. `schedule reanchor` brings it back, and the next tick on the real clock fires it.
+#[test]
+fn reanchor_brings_a_schedule_pushed_to_2099_back_and_the_next_real_tick_fires_it() {
+    let env = Env::init();
+    // Added just before 2099, so the tick there has one hour of instants to look at.
+    env.ok(&[
+        "--now",
+        "2098-12-31T23:00:00Z",
+        "schedule",
+        "add",
+        "minutely",
+        "--cron",
+        "* * * * *",
+        "--",
+        "true",
+    ]);
+    add_yearly(&env, "yearly", "true");
+    assert_eq!(tick(&env), "");
+    let far = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:30Z")
+        .expect("time")
+        .timestamp();
+    assert_eq!(tick_at(&env, far), "");
+    let executed = runs(&env, "minutely", "succeeded");
+    assert_eq!(executed, 1, "the tick in 2099 ran its latest instant");
+
+    // On the real clock: nothing fires, and the schedule says when it would.
+    let err = tick(&env);
+    assert!(err.contains("behind"), "{err}");
+    assert_eq!(runs(&env, "minutely", "succeeded"), executed);
+    let listed = json(&env.ok(&["schedule", "show", "minutely", "--json"]));
+    assert_eq!(listed["next_fire_at"], "2099-01-01T00:01:00Z");
+
+    // Re-anchored as of two minutes ago, so that the next real tick has instants to fire without
+    // this test waiting for the next minute.
+    let anchor = real_now() - 120;
+    let out = env.ok(&[
+        "--now",
+        &time_at(anchor),
+        "schedule",
+        "reanchor",
+        "minutely",
+    ]);
+    assert!(
+        out.starts_with("reanchored minutely: next fire 2099-01-01T00:01:00+00:00 -> "),
+        "{out}"
+    );
+    let stored = one(
+        &env,
+        "SELECT materialized_through FROM job_definitions WHERE name = 'minutely'",
+    );
+    assert!((anchor..anchor + 60).contains(&stored), "cursor {stored}");
+    // The clock is still behind the latest tick: the tick warns, and fires the schedule.
+    let err = tick(&env);
+    assert!(err.contains("behind"), "{err}");
+    assert_eq!(
+        runs(&env, "minutely", "succeeded"),
+        executed + 1,
+        "catch-up latest: the newest instant since the re-anchor ran"
+    );
+    let newest = one(
+        &env,
+        "SELECT max(scheduled_for) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+         WHERE d.name = 'minutely' AND r.status = 'succeeded' AND r.scheduled_for < 4000000000",
+    );
+    assert!(newest > anchor && newest <= real_now(), "ran {newest}");
+
+    // --all on the real clock: the yearly schedule comes back; minutely is not ahead any more;
+    // the latest time a tick saw comes back to now, so ticks stop warning.
+    let out = env.ok(&["schedule", "reanchor", "--all"]);
+    assert!(
+        out.contains("minutely: left alone, its cursor is not ahead of now"),
+        "{out}"
+    );
+    assert!(
+        out.contains("reanchored yearly: next fire 2100-01-01T00:00:00+00:00 -> "),
+        "{out}"
+    );
+    assert!(
+        out.contains("the latest time a tick saw was 2099-01-01T00:00:3"),
+        "{out}"
+    );
+    assert_eq!(tick(&env), "", "no more warnings");
+    let report = json(&env.ok(&["status", "--json"]));
+    assert_eq!(report["warnings"], Value::Array(vec![]), "{report}");
+    assert_eq!(metric(&env, "runner_clock_behind_seconds"), 0.0);
+    assert_eq!(metric(&env, "runner_schedules_ahead_of_clock"), 0.0);
+    // Again: nothing left to move.
+    let out = env.ok(&["schedule", "reanchor", "yearly"]);
+    assert!(out.starts_with("yearly: left alone"), "{out}");
+    // A name that does not exist: exit 3, nothing moved.
+    let err = env.fails(3, &["schedule", "reanchor", "yearly", "nope"]);
+    assert!(err.contains("no schedule named \"nope\""), "{err}");
+    let err = env.fails(2, &["schedule", "reanchor"]);
+    assert!(err.contains("--all"), "{err}");
+}
+
+/// A tick 45 days ahead recorded the daily instants in between as skipped (catch-up latest).
+/// Re-anchoring forgets those skips, so each instant is decided again when it comes; the one
+/// instant that tick ran keeps its run.
+#[test]
+fn reanchor_forgets_instants_skipped_ahead_of_their_time() {
+    let env = Env::init();
+    env.ok(&[
+        "schedule",
+        "add",
+        "daily",
+        "--cron",
+        "0 3 * * *",
+        "--",
+        "true",
+    ]);
+    let now = real_now();
+    assert_eq!(tick_at(&env, now + 45 * DAY), "");
+    let skipped_ahead = runs(&env, "daily", "skipped");
+    assert!((43..=45).contains(&skipped_ahead), "{skipped_ahead}");
+    assert_eq!(runs(&env, "daily", "succeeded"), 1);
+
+    let out = env.ok(&["schedule", "reanchor", "daily"]);
+    assert!(out.starts_with("reanchored daily: next fire "), "{out}");
+    assert!(
+        out.contains(&format!(
+            "forgot {skipped_ahead} skipped instant(s) after now"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("kept 1 run(s) of instants after now"), "{out}");
+    assert_eq!(runs(&env, "daily", "skipped"), 0);
+    assert_eq!(runs(&env, "daily", "succeeded"), 1);
+
+    // A day and a bit later, that day's 03:00 instant runs (it is not blocked by a skip).
+    let out = env.run(&["--now", &time_at(now + DAY + 3600), "tick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(runs(&env, "daily", "succeeded"), 2);
 }
