@@ -1,6 +1,6 @@
 //! Clock steps (issue 9, item 6): a wall clock that steps forward under a running tick, a tick
-//! whose clock is ahead (`--now` in the future) followed by ticks on the real clock, and
-//! schedules pushed into the future and re-anchored.
+//! whose clock is ahead (`--now` in the future) followed by ticks on the real clock, schedules
+//! pushed into the future and re-anchored, and a database restored from a snapshot.
 //!
 //! The tests compare the binary's clock with the real one, so they read the real clock too.
 //! Nothing here depends on the machine's speed: every wait polls to a generous deadline.
@@ -551,4 +551,121 @@ fn reanchor_forgets_instants_skipped_ahead_of_their_time() {
     let out = env.run(&["--now", &time_at(now + DAY + 3600), "tick"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(runs(&env, "daily", "succeeded"), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A VM restored from a snapshot
+// ---------------------------------------------------------------------------------------------
+
+/// The database goes back to a snapshot taken while a job ran. Its cursor goes back with it:
+/// the instants after the snapshot are materialised again by the catch-up policy, and the run
+/// that was running at snapshot time (its runner is gone) is recovered once its lease expired.
+#[test]
+fn a_database_restored_from_a_snapshot_catches_up_and_recovers_its_running_run() {
+    let env = Env::init();
+    let started = env.path("started");
+    let release = env.path("release");
+    let _release_on_failure = ReleaseOnDrop(release.clone());
+    let t0 = "2030-01-01T00:00:30Z";
+    let base = chrono::DateTime::parse_from_rfc3339(t0)
+        .expect("time")
+        .timestamp();
+    env.ok(&[
+        "--now",
+        "2030-01-01T00:00:00Z",
+        "schedule",
+        "add",
+        "every5",
+        "--cron",
+        "*/5 * * * *",
+        "--max-attempts",
+        "2",
+        // The retry is due the moment recovery closes attempt 1, in the same tick.
+        "--backoff-base",
+        "0s",
+        "--backoff-max",
+        "0s",
+        "--",
+        &format!(
+            "touch '{}'; [ \"$RUNNER_ATTEMPT\" = 2 ] || while [ ! -e '{}' ]; do sleep 0.05; done",
+            started.display(),
+            release.display()
+        ),
+    ]);
+    env.ok(&[
+        "--now",
+        "2030-01-01T00:00:00Z",
+        "schedule",
+        "add",
+        "all-of-them",
+        "--cron",
+        "*/5 * * * *",
+        "--catch-up",
+        "all",
+        "--",
+        "true",
+    ]);
+    // The tick at 00:05:30 runs both 00:05 instants; the snapshot is taken while every5 runs.
+    let first = env
+        .cmd()
+        .args(["--now", &time_at(base + 300), "tick", "--lease", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tick");
+    wait_until(DEADLINE, "the job to start", || started.exists());
+    wait_until(DEADLINE, "all-of-them to finish", || {
+        runs(&env, "all-of-them", "succeeded") == 1
+    });
+    let snapshot = env.path("snapshot.db");
+    env.conn()
+        .execute("VACUUM INTO ?1", [snapshot.to_str().expect("path")])
+        .expect("snapshot");
+    fs::write(&release, "").expect("release the job");
+    let out = finish(first, "the first tick");
+    assert!(out.status.success(), "{}", stderr(&out));
+    fs::remove_file(&started).expect("reset");
+
+    // Restore: the snapshot replaces the database (and its WAL).
+    for suffix in ["-wal", "-shm"] {
+        let mut path = env.db.clone().into_os_string();
+        path.push(suffix);
+        let _ = fs::remove_file(path);
+    }
+    fs::rename(&snapshot, &env.db).expect("restore");
+    assert_eq!(
+        runs(&env, "every5", "running"),
+        1,
+        "running at snapshot time"
+    );
+
+    // The host comes back 30 minutes later.
+    let err = tick_at(&env, base + 1800);
+    assert_eq!(
+        err, "",
+        "nothing to warn about: the clock is ahead of the snapshot"
+    );
+    // The run that was running: its lease expired, so it was recovered and retried (attempt 2).
+    let (status, attempt): (String, i64) = env
+        .conn()
+        .query_row(
+            "SELECT status, attempt FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+             WHERE d.name = 'every5' AND r.scheduled_for = ?1",
+            [base - 30 + 300],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the 00:05 run");
+    assert_eq!((status.as_str(), attempt), ("succeeded", 2));
+    assert_eq!(
+        one(
+            &env,
+            "SELECT count(*) FROM job_attempts WHERE error_code = 'LEASE:EXPIRED'"
+        ),
+        1
+    );
+    // The instants after the snapshot (00:10 .. 00:30): catch-up latest runs the newest and
+    // skips the others; catch-up all runs each.
+    assert_eq!(runs(&env, "every5", "skipped"), 4);
+    assert_eq!(runs(&env, "every5", "succeeded"), 2);
+    assert_eq!(runs(&env, "all-of-them", "succeeded"), 1 + 5);
 }
