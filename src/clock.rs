@@ -1,38 +1,126 @@
-//! The only place that reads the wall clock. `--now TIME` shifts it: time starts at TIME and
-//! advances in real time, so tests and replays control "now" without faking sleeps.
+//! The only place that reads the wall clock, and what the runner makes of clock steps.
+//!
+//! Every reading is the system's wall clock *at that moment* plus a fixed offset: zero normally;
+//! with `--now TIME`, TIME minus the wall time when the command started, so the clock starts at
+//! TIME and advances in real time. Reading the wall clock each time (not "start time plus
+//! monotonic time") matters for a long tick: after a wall-clock step, its heartbeats write leases
+//! by the stepped clock, which is the clock the next tick judges them by, so a step forward does
+//! not make a healthy job's lease look expired.
 
-use chrono::{DateTime, TimeZone, Utc};
-use std::time::Instant;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+
+/// How far clocks may disagree before the runner calls it a clock step: ticks on several hosts
+/// race, and their clocks are only as close as NTP keeps them.
+pub const CLOCK_TOLERANCE_SECS: i64 = 60;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
-    /// The wall time this clock read when the process started, and when that was.
-    start_wall: DateTime<Utc>,
-    started: Instant,
+    /// Added to the wall clock at every reading: `--now` minus the wall time at start, or zero.
+    offset: TimeDelta,
+    shifted: bool,
 }
 
 impl Clock {
     /// The system clock, or one starting at `now` when given.
-    #[allow(clippy::disallowed_methods)] // this module is the clock
     pub fn new(now: Option<DateTime<Utc>>) -> Clock {
-        Clock {
-            start_wall: now.unwrap_or_else(Utc::now),
-            started: Instant::now(),
+        match now {
+            Some(start) => Clock {
+                offset: start.signed_duration_since(wall_clock()),
+                shifted: true,
+            },
+            None => Clock {
+                offset: TimeDelta::zero(),
+                shifted: false,
+            },
         }
     }
 
     pub fn now(&self) -> DateTime<Utc> {
-        let elapsed = chrono::Duration::from_std(self.started.elapsed()).unwrap_or_default();
-        self.start_wall + elapsed
+        let wall = wall_clock();
+        wall.checked_add_signed(self.offset).unwrap_or(wall)
     }
 
     /// Now as UTC epoch seconds, the unit of every time stored in the database.
     pub fn epoch(&self) -> i64 {
         self.now().timestamp()
     }
+
+    /// Whether `--now` moved this clock away from the system clock. A shifted clock is a test or
+    /// a replay: it must not do what only the real clock may decide (automatic pruning).
+    pub fn is_shifted(&self) -> bool {
+        self.shifted
+    }
+}
+
+/// How far `now` lies behind `high_water` (the latest time a tick's clock read), if by more than
+/// the tolerance: the clock stepped back, or a tick ran with a clock ahead.
+pub fn behind_by(now: i64, high_water: Option<i64>) -> Option<i64> {
+    high_water
+        .map(|high| high.saturating_sub(now))
+        .filter(|behind| *behind > CLOCK_TOLERANCE_SECS)
 }
 
 /// Epoch seconds back to a UTC time (out-of-range values clamp to the epoch).
 pub fn from_epoch(secs: i64) -> DateTime<Utc> {
     Utc.timestamp_opt(secs, 0).single().unwrap_or_default()
+}
+
+#[allow(clippy::disallowed_methods)] // this module is the clock
+fn wall_clock() -> DateTime<Utc> {
+    let wall = Utc::now();
+    wall.checked_add_signed(test_clock_step()).unwrap_or(wall)
+}
+
+/// TEST-ONLY HOOK, not a feature, and not documented for users: when the environment variable
+/// `RUNNER_TEST_CLOCK_STEP_FILE` names a file, every wall-clock reading adds the whole seconds
+/// written in that file (a missing, empty or unreadable file adds 0). The integration tests
+/// (`tests/integration/clock.rs`) use it to step the "system clock" under a running tick, which
+/// they cannot do to the machine's real clock. It can do nothing `--now` cannot already do.
+const TEST_CLOCK_STEP_FILE: &str = "RUNNER_TEST_CLOCK_STEP_FILE";
+
+fn test_clock_step() -> TimeDelta {
+    static STEP_FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let step_file = STEP_FILE.get_or_init(|| {
+        std::env::var_os(TEST_CLOCK_STEP_FILE)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    });
+    step_file
+        .as_ref()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| text.trim().parse::<i64>().ok())
+        .and_then(TimeDelta::try_seconds)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn now_starts_at_the_given_time_and_advances() {
+        let start = Utc
+            .with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
+            .single()
+            .expect("a valid time");
+        let clock = Clock::new(Some(start));
+        assert!(clock.is_shifted());
+        let read = clock.now();
+        assert!(
+            read >= start && read < start + TimeDelta::seconds(60),
+            "{read}"
+        );
+        assert!(!Clock::new(None).is_shifted());
+    }
+
+    #[test]
+    fn behind_only_beyond_the_tolerance() {
+        assert_eq!(behind_by(1000, None), None);
+        assert_eq!(behind_by(1000, Some(900)), None);
+        assert_eq!(behind_by(1000, Some(1000 + CLOCK_TOLERANCE_SECS)), None);
+        assert_eq!(behind_by(1000, Some(1000 + 86_400)), Some(86_400));
+    }
 }

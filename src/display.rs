@@ -43,6 +43,19 @@ pub fn short_duration(ms: i64) -> String {
     }
 }
 
+/// How far apart two clocks are, for people: `45s`, `3m 5s`, `5h 2m`, then whole days and hours
+/// (`45d`, `26960d 12h`) for the gaps a clock step makes.
+pub fn clock_gap(secs: i64) -> String {
+    let secs = secs.saturating_abs();
+    if secs < 2 * 86_400 {
+        return short_duration(secs.saturating_mul(1000));
+    }
+    match (secs / 86_400, (secs % 86_400) / 3600) {
+        (days, 0) => format!("{days}d"),
+        (days, hours) => format!("{days}d {hours}h"),
+    }
+}
+
 /// Captured job output made safe for a terminal: valid UTF-8 text passes, except control
 /// characters and escape sequences, which are shown escaped (`\x1b`, `\r`), never interpreted.
 /// Newlines and tabs are kept.

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 
-use super::status::RECENT_SECS;
+use super::status::{schedules_ahead, RECENT_SECS};
 use super::{emit, Ctx};
 use crate::store::{Health, OpenMode};
 
@@ -32,12 +32,14 @@ pub fn run(_args: Args, ctx: &Ctx) -> Result<()> {
     let since = now - RECENT_SECS;
     let health = store.health(now, since)?;
     let durations = store.attempt_durations(since)?;
-    emit(&exposition(&health, &durations, now)?)
+    let ahead = schedules_ahead(&store.definitions()?, now).len();
+    emit(&exposition(&health, &durations, ahead, now)?)
 }
 
 fn exposition(
     h: &Health,
     durations: &[(String, i64)],
+    schedules_ahead: usize,
     now: i64,
 ) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
@@ -93,13 +95,33 @@ fn exposition(
         &mut out,
         "runner_last_tick_timestamp_seconds",
         "gauge",
-        "When the last tick started (Unix time; 0 if none ever ran). Alert when it falls behind.",
+        "When the last tick started, by its clock (Unix time; 0 if none ever ran). Alert when it \
+         falls behind.",
     )?;
     writeln!(
         out,
         "runner_last_tick_timestamp_seconds {}",
         h.last_tick_at.unwrap_or(0)
     )?;
+
+    family(
+        &mut out,
+        "runner_clock_behind_seconds",
+        "gauge",
+        "How far this host's clock is behind the latest time a tick's clock read (0 when it is \
+         not). Over a minute: the clock stepped back, or a tick ran with a clock ahead.",
+    )?;
+    let behind = h.clock_high_water.map_or(0, |high| (high - now).max(0));
+    writeln!(out, "runner_clock_behind_seconds {behind}")?;
+
+    family(
+        &mut out,
+        "runner_schedules_ahead_of_clock",
+        "gauge",
+        "Schedules whose cursor lies more than a minute ahead of this host's clock: they do not \
+         fire until the clock gets there (see runner schedule reanchor).",
+    )?;
+    writeln!(out, "runner_schedules_ahead_of_clock {schedules_ahead}")?;
 
     family(
         &mut out,

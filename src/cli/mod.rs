@@ -14,6 +14,7 @@ mod init;
 mod man;
 mod metrics;
 mod prune;
+mod reanchor;
 mod run;
 mod schedule;
 mod show;
@@ -54,7 +55,7 @@ pub struct Cli {
     pub verbose: u8,
 
     /// Pretend the clock starts at TIME (RFC 3339) and advances in real time. For tests and
-    /// replays.
+    /// replays: a tick with --now never prunes by itself.
     #[arg(long, global = true, value_name = "TIME", value_parser = parse_time)]
     pub now: Option<DateTime<Utc>>,
 

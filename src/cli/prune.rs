@@ -35,6 +35,15 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         .epoch()
         .saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX));
     let before = utc_time(cutoff);
+    if ctx.clock.is_shifted() {
+        // Explicitly asked for, so done; but a shifted clock is how history gets deleted by
+        // mistake, so say what it means.
+        crate::complain!(
+            "runner: warning: the clock is shifted by --now to {}: the retention counts from \
+             there, so runs that finished before {before} are pruned",
+            utc_time(ctx.clock.epoch())
+        );
+    }
     if args.dry_run {
         let counts = store.prunable(cutoff)?;
         return emit(&format!(

@@ -36,6 +36,23 @@ pub enum Command {
     Resume(Name),
     /// Preview fire times after now (`--now` applies).
     Next(NextArgs),
+    /// Move schedules that a clock ahead pushed into the future back to now.
+    ///
+    /// A tick whose clock was ahead (`--now` in the future, or a host clock that was wrong and
+    /// was corrected) moves each schedule's cursor to its time; with the clock right again, such
+    /// a schedule does not fire until the clock catches up with its cursor. `status` lists these
+    /// schedules, and ticks print a warning while their clock is behind.
+    ///
+    /// For each schedule whose cursor lies more than a minute ahead of now, reanchor moves the
+    /// cursor back to now: its next fire time becomes the first instant after now. It records
+    /// no run. Instants after now that the tick with the clock ahead recorded as skipped are
+    /// forgotten, so they are decided again when they come; instants it ran (or left pending
+    /// until their time) keep their run and are not materialised again. A schedule whose cursor
+    /// is not ahead is left alone (and says so). Safe while ticks run.
+    ///
+    /// `--all` re-anchors every schedule and also lowers the latest time a tick saw to now, so
+    /// ticks stop warning that this clock is behind: use it once the clock is known to be right.
+    Reanchor(super::reanchor::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -169,6 +186,7 @@ pub fn run(command: Command, ctx: &Ctx) -> Result<()> {
         Command::Pause(args) => set_paused(args, ctx, true),
         Command::Resume(args) => set_paused(args, ctx, false),
         Command::Next(args) => next(args, ctx),
+        Command::Reanchor(args) => super::reanchor::run(args, ctx),
     }
 }
 

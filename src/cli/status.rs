@@ -1,7 +1,8 @@
 //! `runner status`: health at a glance. Run counts, the oldest due-but-unclaimed run, running
 //! runs and their leases, retries in flight, the last day's failures, when cron last ran a tick,
-//! and the database's size. Warnings (no recent tick, expired leases) never change the exit code:
-//! the command worked, and what it found is in its output (and in `warnings` in JSON).
+//! and the database's size. Warnings (no recent tick, expired leases, a clock behind or ahead)
+//! never change the exit code: the command worked, and what it found is in its output (and in
+//! `warnings` in JSON).
 
 use std::fmt::Write as _;
 
@@ -9,13 +10,17 @@ use anyhow::Result;
 use serde_json::{json, Map, Value};
 
 use super::{emit, emit_json, secs_text, zone, Ctx};
-use crate::display::{local_time, put_time, utc_time};
+use crate::clock::{behind_by, CLOCK_TOLERANCE_SECS};
+use crate::display::{clock_gap, local_time, put_time, utc_time};
+use crate::model::Definition;
 use crate::store::{Health, OpenMode, RunBrief, RunningView};
 
 /// A tick older than this means cron is not running `runner tick` every minute.
 pub const STALE_TICK_SECS: i64 = 120;
 /// "Recent" failures: the last 24 hours.
 pub const RECENT_SECS: i64 = 86_400;
+/// Schedules named in the "cursor ahead of the clock" warning at most (all are counted).
+const AHEAD_LISTED: usize = 5;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -28,16 +33,29 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
     let now = ctx.clock.epoch();
     let health = store.health(now, now - RECENT_SECS)?;
-    let warnings = warnings(&health, now);
+    let definitions = store.definitions()?;
+    let warnings = warnings(&health, &schedules_ahead(&definitions, now), now);
     if args.json {
         return emit_json(&json_report(&health, &warnings, now, &store.describe()));
     }
     emit(&render(&health, &warnings, now, &store.describe())?)
 }
 
+/// Schedules whose cursor lies ahead of now by more than the clock tolerance, the furthest
+/// first: a tick with a clock ahead moved it there, and they do not fire until the clock gets
+/// there (or `runner schedule reanchor` moves them back).
+pub fn schedules_ahead(definitions: &[Definition], now: i64) -> Vec<&Definition> {
+    let mut ahead: Vec<&Definition> = definitions
+        .iter()
+        .filter(|d| d.materialized_through - now > CLOCK_TOLERANCE_SECS)
+        .collect();
+    ahead.sort_by_key(|d| std::cmp::Reverse(d.materialized_through));
+    ahead
+}
+
 /// What an operator must act on. The tick is the only thing that moves work, so "no tick
-/// lately" comes first.
-pub fn warnings(h: &Health, now: i64) -> Vec<String> {
+/// lately" (or a last tick in the future) comes first.
+pub fn warnings(h: &Health, ahead: &[&Definition], now: i64) -> Vec<String> {
     let mut warnings = Vec::new();
     match h.last_tick_at {
         None => warnings.push(
@@ -48,7 +66,47 @@ pub fn warnings(h: &Health, now: i64) -> Vec<String> {
             secs_text(now - at),
             utc_time(at)
         )),
+        Some(at) if at - now > CLOCK_TOLERANCE_SECS => warnings.push(format!(
+            "the last tick ran at {}, {} ahead of this host's clock ({}): it ran with a clock \
+             ahead (--now, or a wrong host clock)",
+            utc_time(at),
+            clock_gap(at - now),
+            utc_time(now)
+        )),
         Some(_) => {}
+    }
+    if let (Some(behind), Some(high)) = (behind_by(now, h.clock_high_water), h.clock_high_water) {
+        warnings.push(format!(
+            "this host's clock ({}) is {} behind the latest time a tick saw ({}): the clock \
+             stepped back, or a tick ran with a clock ahead; ticks warn and skip automatic \
+             pruning until the clock gets there (see `runner schedule reanchor --help`)",
+            utc_time(now),
+            clock_gap(behind),
+            utc_time(high)
+        ));
+    }
+    if !ahead.is_empty() {
+        let mut names: Vec<String> = ahead
+            .iter()
+            .take(AHEAD_LISTED)
+            .map(|d| {
+                format!(
+                    "{} (cursor at {})",
+                    d.name,
+                    utc_time(d.materialized_through)
+                )
+            })
+            .collect();
+        if ahead.len() > AHEAD_LISTED {
+            names.push(format!("and {} more", ahead.len() - AHEAD_LISTED));
+        }
+        warnings.push(format!(
+            "{} schedule(s) will not fire until the clock reaches their cursor, which a tick \
+             with a clock ahead moved there: {}; `runner schedule reanchor NAME... | --all` \
+             moves them back to now",
+            ahead.len(),
+            names.join(", ")
+        ));
     }
     if h.expired_leases > 0 {
         warnings.push(format!(
@@ -140,9 +198,10 @@ fn json_report(h: &Health, warnings: &[String], now: i64, location: &str) -> Val
     );
     o.insert("last_24h".into(), Value::Object(recent));
     put_time(&mut o, "last_tick_at", h.last_tick_at);
+    // Negative when the last tick ran with a clock ahead of this one (a warning says so).
     o.insert(
         "last_tick_age_secs".into(),
-        json!(h.last_tick_at.map(|at| (now - at).max(0))),
+        json!(h.last_tick_at.map(|at| now - at)),
     );
     put_time(&mut o, "last_prune_at", h.last_prune_at);
     let mut database = Map::new();
@@ -275,6 +334,12 @@ fn render(
     }
 
     match h.last_tick_at {
+        Some(at) if at - now > CLOCK_TOLERANCE_SECS => writeln!(
+            out,
+            "last tick:       {} ({} in the future of this clock)",
+            utc_time(at),
+            clock_gap(at - now)
+        )?,
         Some(at) => writeln!(
             out,
             "last tick:       {} ({} ago)",

@@ -76,6 +76,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             report.executed.len(),
             report.errors
         );
+        if let Some(why) = report.auto_prune_skipped {
+            crate::complain!("runner: automatic pruning skipped: {why}");
+        }
     }
     if report.errors > 0 {
         // Each error was printed as it happened; the exit code tells cron and scripts.

@@ -113,6 +113,16 @@ pub struct CursorMove {
     pub next_fire_at: Option<i64>,
 }
 
+/// What moving a schedule's cursor back did besides (see `Store::reanchor_definition`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reanchored {
+    /// Skipped instants after the new cursor, deleted so they are decided again when they come.
+    pub skips_forgotten: u64,
+    /// Other runs of instants after the new cursor (run early, or pending until their time):
+    /// kept, and those instants are not materialised again.
+    pub runs_kept: u64,
+}
+
 /// Which runs `history` lists: newest first (by scheduled time), at most `limit`.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
@@ -228,7 +238,11 @@ pub struct Health {
     /// Runs that went dead since `recent_since`: how many, and the latest few.
     pub dead_recent: i64,
     pub dead_recent_runs: Vec<RunBrief>,
+    /// When the latest tick ran, by its own clock.
     pub last_tick_at: Option<i64>,
+    /// The latest time any tick's clock read. Ahead of now: this clock stepped back, or a tick
+    /// ran with a clock ahead.
+    pub clock_high_water: Option<i64>,
     pub last_prune_at: Option<i64>,
     /// Runs that ever went dead in this database (retry and prune never lower it).
     pub dead_runs_total: i64,
@@ -338,7 +352,11 @@ pub trait Store {
     fn last_result(&self, definition_id: i64) -> Result<Option<LastResult>>;
 
     // ---- the tick ----
-    fn record_tick(&mut self, now: i64) -> Result<()>;
+    /// Record that a tick ran at `now` (its clock's reading): `last_tick_at` becomes `now`, the
+    /// latest tick whatever its clock said, and the clock high-water mark (the latest time any
+    /// tick's clock read) rises to `now` if it was lower. Returns the high-water mark as it was
+    /// before, so the tick can tell whether its clock is behind what the database has seen.
+    fn record_tick(&mut self, now: i64) -> Result<Option<i64>>;
     /// Enabled definitions whose next fire time is at or before `now`.
     fn due_definitions(&self, now: i64) -> Result<Vec<Definition>>;
     /// In one transaction: if the cursor is still where `cursor` expects, insert the runs that
@@ -399,6 +417,17 @@ pub trait Store {
     ) -> Result<bool>;
     /// Enqueue a manual run due now; returns its id.
     fn enqueue_manual(&mut self, definition: &Definition, now: i64, actor: &Actor) -> Result<i64>;
+
+    /// `schedule reanchor`: in one transaction, if the schedule's cursor and revision are still
+    /// what `cursor` expects, move the cursor to `cursor.new_through` (back: that is the point)
+    /// and its next fire time to `cursor.next_fire_at`, bump the revision, and delete the
+    /// schedule's `skipped` schedule runs scheduled after the new cursor (a tick whose clock was
+    /// ahead decided them before their time; they are decided again when they come). Returns
+    /// `None`, having changed nothing, when the schedule changed meanwhile.
+    fn reanchor_definition(&mut self, cursor: CursorMove, now: i64) -> Result<Option<Reanchored>>;
+    /// Lower the clock high-water mark to `now` if it is higher (`schedule reanchor --all`: the
+    /// clock that saw it was wrong). Returns the mark it replaced, if it did.
+    fn lower_clock_high_water(&mut self, now: i64) -> Result<Option<i64>>;
 
     // ---- see what ran ----
     /// Runs matching `filter`, newest first.

@@ -15,8 +15,8 @@ use serde_json::json;
 
 use super::{
     AttemptView, Claimed, CursorMove, EventView, Health, LastResult, OpenMode, PruneCounts,
-    RunBrief, RunFilter, RunView, RunningView, Steer, Steered, Storage, Store, RECENT_LISTED,
-    RUNNING_LISTED,
+    Reanchored, RunBrief, RunFilter, RunView, RunningView, Steer, Steered, Storage, Store,
+    RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::exit::Failure;
 use crate::model::{
@@ -431,6 +431,11 @@ ORDER BY r.finished_at DESC, r.id DESC LIMIT ?2"
 const RUNNER_STATE: &str = "
 SELECT key, value FROM runner_state
 WHERE key IN ('last_tick_at', 'last_prune_at', 'dead_runs_total')";
+/// The latest time any tick's clock read. Databases from before `clock_high_water` existed kept
+/// `last_tick_at` as a maximum, which is the same thing.
+const CLOCK_HIGH_WATER: &str = "
+SELECT coalesce((SELECT value FROM runner_state WHERE key = 'clock_high_water'),
+                (SELECT value FROM runner_state WHERE key = 'last_tick_at'))";
 /// The oldest run kept (`job_runs_history`, read backwards).
 const OLDEST_RUN: &str = concat!(
     run_brief!(),
@@ -663,15 +668,16 @@ impl Store for SqliteStore {
             .optional()?)
     }
 
-    fn record_tick(&mut self, now: i64) -> Result<()> {
+    fn record_tick(&mut self, now: i64) -> Result<Option<i64>> {
         let tx = self.write()?;
+        let high_water: Option<i64> = tx.query_row(CLOCK_HIGH_WATER, [], |r| r.get(0))?;
         tx.execute(
-            "INSERT INTO runner_state (key, value) VALUES ('last_tick_at', ?1)
-             ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
-            [now],
+            "INSERT INTO runner_state (key, value) VALUES ('last_tick_at', ?1), ('clock_high_water', ?2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [now, high_water.map_or(now, |high| high.max(now))],
         )?;
         tx.commit()?;
-        Ok(())
+        Ok(high_water)
     }
 
     fn due_definitions(&self, now: i64) -> Result<Vec<Definition>> {
@@ -1179,6 +1185,61 @@ impl Store for SqliteStore {
         Ok(run_id)
     }
 
+    fn reanchor_definition(&mut self, cursor: CursorMove, now: i64) -> Result<Option<Reanchored>> {
+        let tx = self.write()?;
+        let moved = tx.execute(
+            "UPDATE job_definitions SET materialized_through = ?4, next_fire_at = ?5, updated_at = ?6,
+                 revision = revision + 1
+             WHERE id = ?1 AND materialized_through = ?2 AND revision = ?3",
+            params![
+                cursor.definition_id,
+                cursor.expected_through,
+                cursor.expected_revision,
+                cursor.new_through,
+                cursor.next_fire_at,
+                now
+            ],
+        )?;
+        if moved == 0 {
+            return Ok(None);
+        }
+        // Cascades to their events (a skipped run has no attempts).
+        let skips_forgotten = tx.execute(
+            "DELETE FROM job_runs
+             WHERE definition_id = ?1 AND trigger = 'schedule' AND status = 'skipped' AND scheduled_for > ?2",
+            params![cursor.definition_id, cursor.new_through],
+        )?;
+        let runs_kept: i64 = tx.query_row(
+            "SELECT count(*) FROM job_runs
+             WHERE definition_id = ?1 AND trigger = 'schedule' AND scheduled_for > ?2",
+            params![cursor.definition_id, cursor.new_through],
+            |r| r.get(0),
+        )?;
+        tx.commit()?;
+        Ok(Some(Reanchored {
+            skips_forgotten: skips_forgotten as u64,
+            runs_kept: runs_kept as u64,
+        }))
+    }
+
+    fn lower_clock_high_water(&mut self, now: i64) -> Result<Option<i64>> {
+        let tx = self.write()?;
+        let high_water: Option<i64> = tx.query_row(CLOCK_HIGH_WATER, [], |r| r.get(0))?;
+        let lowered = match high_water {
+            Some(high) if high > now => {
+                tx.execute(
+                    "INSERT INTO runner_state (key, value) VALUES ('clock_high_water', ?1)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    [now],
+                )?;
+                Some(high)
+            }
+            _ => None,
+        };
+        tx.commit()?;
+        Ok(lowered)
+    }
+
     fn history(&self, filter: &RunFilter) -> Result<Vec<RunView>> {
         let (sql, values) = history_query(filter);
         let values: Vec<(&str, &dyn rusqlite::ToSql)> = values
@@ -1326,6 +1387,8 @@ impl Store for SqliteStore {
             }
         }
 
+        let clock_high_water: Option<i64> = tx.query_row(CLOCK_HIGH_WATER, [], |r| r.get(0))?;
+
         let oldest_run = tx
             .query_row(OLDEST_RUN, [], run_brief_from_row)
             .optional()?;
@@ -1349,6 +1412,7 @@ impl Store for SqliteStore {
             dead_recent,
             dead_recent_runs,
             last_tick_at,
+            clock_high_water,
             last_prune_at,
             dead_runs_total,
             oldest_run,

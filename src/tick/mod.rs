@@ -52,6 +52,8 @@ pub struct TickReport {
     pub executed: Vec<record::Executed>,
     /// Runner errors that did not stop the tick (one stderr line each was printed).
     pub errors: usize,
+    /// Why automatic pruning did not run, when the clock may not decide it.
+    pub auto_prune_skipped: Option<&'static str>,
 }
 
 /// What the steps of a tick share: the store, the clock, the options (who we are), randomness
@@ -71,6 +73,12 @@ pub fn tick(
     rng: &mut fastrand::Rng,
 ) -> Result<TickReport> {
     let mut report = TickReport::default();
+    let now = clock.epoch();
+    let high_water = store.record_tick(now)?;
+    let clock_behind = crate::clock::behind_by(now, high_water);
+    if let (Some(behind), Some(high)) = (clock_behind, high_water) {
+        warn_clock_behind(now, high, behind);
+    }
     let mut tick = Tick {
         store,
         clock,
@@ -78,7 +86,6 @@ pub fn tick(
         rng,
         report: &mut report,
     };
-    tick.store.record_tick(clock.epoch())?;
     recover::recover_expired(&mut tick)?;
     recover::stop_orphaned_attempts(&mut tick)?;
     tick.report.materialized = materialize::materialize_due(
@@ -88,8 +95,34 @@ pub fn tick(
         &mut tick.report.errors,
     )?;
     execute::execute_due(&mut tick)?;
-    prune::auto_prune(tick.store, clock, &mut tick.report.errors);
+    // Retention is measured from now: only the real clock, and one that is not behind what the
+    // database has seen, may decide what is old enough to delete.
+    tick.report.auto_prune_skipped = if clock.is_shifted() {
+        Some("the clock is shifted by --now")
+    } else if clock_behind.is_some() {
+        Some("the clock is behind the latest time a tick saw")
+    } else {
+        None
+    };
+    if tick.report.auto_prune_skipped.is_none() {
+        prune::auto_prune(tick.store, clock, &mut tick.report.errors);
+    }
     Ok(report)
+}
+
+/// One stderr line (cron mails it) when this tick's clock is behind the latest time a tick saw:
+/// the host's clock stepped back, or an earlier tick ran with a clock ahead (`--now`, a wrong
+/// clock). Not a runner error: the tick does its work; schedules whose cursor moved past now
+/// wait until the clock gets there, or until `runner schedule reanchor`.
+fn warn_clock_behind(now: i64, high_water: i64, behind: i64) {
+    crate::complain!(
+        "runner: warning: this host's clock ({}) is {} behind the latest time a tick saw ({}); \
+         schedules whose cursor moved past now will not fire until then - see \
+         'runner schedule reanchor --help'",
+        crate::display::utc_time(now),
+        crate::display::clock_gap(behind),
+        crate::display::utc_time(high_water),
+    );
 }
 
 /// The environment entries every process of one attempt carries (`RUNNER_RUN_ID`,
