@@ -10,7 +10,7 @@ use comfy_table::Table;
 use serde_json::{json, Value};
 
 use super::{actor, duration_secs, find_definition, parse_duration, unknown_schedule, Ctx};
-use crate::display::{local_time, put_time};
+use crate::display::{escape_line, is_bidi_control, local_time, put_time};
 use crate::exit::Failure;
 use crate::model::{Definition, Overlap, Settings};
 use crate::schedule::{parse_zone, CatchUp};
@@ -176,15 +176,18 @@ pub fn validate_name(name: &str) -> Result<()> {
         Some(format!("is longer than {NAME_MAX_CHARS} characters"))
     } else if name.starts_with('-') {
         Some("must not start with '-'".to_string())
-    } else if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        Some("must not contain spaces or control characters".to_string())
+    } else if name
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || is_bidi_control(c))
+    {
+        Some("must not contain spaces, control characters or bidi controls".to_string())
     } else {
         None
     };
     match problem {
         Some(problem) => Err(Failure::usage(format!(
-            "schedule name {:?} {problem}; e.g. nightly-backup, reports.daily",
-            crate::model::truncate_detail(name, 60)
+            "schedule name \"{}\" {problem}; e.g. nightly-backup, reports.daily",
+            escape_line(&crate::model::truncate_detail(name, 60))
         ))),
         None => Ok(()),
     }
@@ -538,9 +541,9 @@ fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {
     table.set_header(["NAME", "CRON", "ZONE", "STATE", "NEXT FIRE", "LAST RESULT"]);
     for d in &definitions {
         table.add_row([
-            d.name.clone(),
-            d.settings.cron.clone(),
-            d.settings.timezone.clone(),
+            escape_line(&d.name),
+            escape_line(&d.settings.cron),
+            escape_line(&d.settings.timezone),
             if d.settings.paused {
                 "paused"
             } else {
@@ -573,12 +576,18 @@ fn show(args: NameJson, ctx: &Ctx) -> Result<()> {
     } else {
         "fixed-time"
     };
-    say!("name:         {}", d.name);
-    say!("cron:         {} ({kind}, {})", s.cron, s.timezone);
-    say!("command:      {}", s.command);
+    say!("name:         {}", escape_line(&d.name));
+    say!(
+        "cron:         {} ({kind}, {})",
+        escape_line(&s.cron),
+        escape_line(&s.timezone)
+    );
+    say!("command:      {}", escape_line(&s.command));
     say!(
         "workdir:      {}",
-        s.workdir.as_deref().unwrap_or("(the tick's)")
+        s.workdir
+            .as_deref()
+            .map_or_else(|| "(the tick's)".to_string(), escape_line)
     );
     say!(
         "state:        {}",

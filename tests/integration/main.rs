@@ -2,6 +2,7 @@
 
 mod common;
 mod crash;
+mod damage;
 mod database;
 mod execution;
 mod faults;

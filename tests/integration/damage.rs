@@ -1,0 +1,75 @@
+//! Damage and the smaller defects of issue 9: a damaged schedule row stops its own schedule only;
+//! read-only users can read; durations are whole seconds; stored text is shown escaped; a bad
+//! RUNNER_RETENTION says what it accepts; `schedule rm` does not kill a running run unasked.
+//!
+//! Damaged rows are forged with raw SQL, as a bad migration, a hand edit or another tool would
+//! leave them. Tests that need another user run the binary as `nobody` with setpriv when they
+//! run as root (permission bits do not bind root), and say so and return when they cannot.
+
+use crate::common::Env;
+
+/// A cron expression that never fires during a test: runs come from `runner run`.
+const NEVER: &str = "0 0 1 1 *";
+
+fn forge(env: &Env, sql: &str) {
+    env.conn()
+        .execute_batch(&format!("PRAGMA ignore_check_constraints = ON; {sql}"))
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// stored text is shown escaped (item 9)
+// ---------------------------------------------------------------------------------------------
+
+/// `schedule show` used to print a command's escape sequences, newlines and bidi overrides raw.
+#[test]
+fn stored_commands_and_names_are_shown_escaped() {
+    let env = Env::init();
+    let command = "printf '\u{1b}[2J'\necho \u{202e}txt.exe\u{2066}";
+    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", command]);
+    let shown = env.ok(&["schedule", "show", "a"]);
+    let line = shown
+        .lines()
+        .find(|l| l.starts_with("command:"))
+        .expect("command line");
+    assert_eq!(
+        line, "command:      printf '\\x1b[2J'\\necho \\u{202e}txt.exe\\u{2066}",
+        "{shown}"
+    );
+    for raw in ['\u{1b}', '\u{202e}', '\u{2066}'] {
+        assert!(!shown.contains(raw), "{raw:?} raw in {shown:?}");
+    }
+
+    // A name forged with a bidi override and an escape is escaped wherever it is printed.
+    forge(
+        &env,
+        "UPDATE job_definitions SET name = 'evil' || char(8238) || 'gpj' || char(27) WHERE name = 'a'",
+    );
+    env.ok(&["run", "evil\u{202e}gpj\u{1b}"]);
+    for args in [&["schedule", "list"][..], &["history"], &["show", "1"]] {
+        let out = env.ok(args);
+        assert!(out.contains("evil\\u{202e}gpj\\x1b"), "{args:?}: {out}");
+        assert!(
+            !out.contains('\u{202e}') && !out.contains('\u{1b}'),
+            "{args:?}: {out:?}"
+        );
+    }
+    let out = env.ok(&["show", "1"]);
+    assert!(out.contains("printf '\\x1b[2J'\\necho"), "{out}");
+
+    // New names with bidi controls are refused.
+    let err = env.fails(
+        2,
+        &[
+            "schedule",
+            "add",
+            "a\u{202e}b",
+            "--cron",
+            NEVER,
+            "--",
+            "true",
+        ],
+    );
+    assert!(err.contains("bidi"), "{err}");
+    assert!(!err.contains('\u{202e}'), "{err:?}");
+}
