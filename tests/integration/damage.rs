@@ -6,7 +6,7 @@
 //! leave them. Tests that need another user run the binary as `nobody` with setpriv when they
 //! run as root (permission bits do not bind root), and say so and return when they cannot.
 
-use crate::common::Env;
+use crate::common::{stderr, Env};
 
 /// A cron expression that never fires during a test: runs come from `runner run`.
 const NEVER: &str = "0 0 1 1 *";
@@ -15,6 +15,10 @@ fn forge(env: &Env, sql: &str) {
     env.conn()
         .execute_batch(&format!("PRAGMA ignore_check_constraints = ON; {sql}"))
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+fn lines_with<'a>(text: &'a str, needle: &str) -> Vec<&'a str> {
+    text.lines().filter(|l| l.contains(needle)).collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -72,4 +76,43 @@ fn stored_commands_and_names_are_shown_escaped() {
     );
     assert!(err.contains("bidi"), "{err}");
     assert!(!err.contains('\u{202e}'), "{err:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// RUNNER_RETENTION (item 9)
+// ---------------------------------------------------------------------------------------------
+
+/// An invalid RUNNER_RETENTION used to fail every tick with humantime's "(expected number at
+/// 0)". Now the one line about it names the variable, its value and what it accepts.
+#[test]
+fn an_invalid_runner_retention_names_the_variable_and_its_syntax() {
+    let env = Env::init();
+    let out = env
+        .cmd()
+        .env("RUNNER_RETENTION", "soon")
+        .arg("tick")
+        .output()
+        .expect("tick");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    let lines = lines_with(&err, "RUNNER_RETENTION");
+    assert_eq!(lines.len(), 1, "{err}");
+    for needle in ["RUNNER_RETENTION=\"soon\"", "30d", "2160h", "off"] {
+        assert!(lines[0].contains(needle), "{needle}: {err}");
+    }
+    assert!(!err.contains("expected number"), "{err}");
+
+    let out = env
+        .cmd()
+        .env("RUNNER_RETENTION", "soon")
+        .args(["prune", "--dry-run"])
+        .output()
+        .expect("prune");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("RUNNER_RETENTION=\"soon\""),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("30d"), "{}", stderr(&out));
 }
