@@ -235,6 +235,19 @@ pub fn parse_duration(value: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{value:?} is not a duration ({e}); use e.g. 90s, 10m, 1h30m"))
 }
 
+/// A duration stored in whole seconds (`--timeout`, `--backoff-base`, `--backoff-max`,
+/// `--grace`): a fraction of a second is refused rather than silently cut off.
+pub fn parse_whole_seconds(value: &str) -> Result<Duration, String> {
+    let duration = parse_duration(value)?;
+    if duration.subsec_nanos() != 0 {
+        return Err(format!(
+            "{value:?} has a fraction of a second ({}); durations are whole seconds, e.g. 2s, 90s, 1h30m",
+            humantime::format_duration(duration)
+        ));
+    }
+    Ok(duration)
+}
+
 pub fn parse_time(value: &str) -> Result<DateTime<Utc>, String> {
     DateTime::parse_from_rfc3339(value)
         .map(|t| t.with_timezone(&Utc))

@@ -9,7 +9,7 @@ use chrono_tz::Tz;
 use comfy_table::Table;
 use serde_json::{json, Value};
 
-use super::{actor, duration_secs, find_definition, parse_duration, unknown_schedule, Ctx};
+use super::{actor, duration_secs, find_definition, parse_whole_seconds, unknown_schedule, Ctx};
 use crate::display::{escape_line, is_bidi_control, local_time, put_time};
 use crate::exit::Failure;
 use crate::model::{Definition, Overlap, Settings};
@@ -92,14 +92,14 @@ pub struct SettingsFlags {
     /// Attempts before a run is dead [add: 3].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_attempts: Option<i64>,
-    /// Maximum runtime of one attempt [add: 1h].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    /// Maximum runtime of one attempt, in whole seconds like every duration here [add: 1h].
+    #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub timeout: Option<Duration>,
     /// First retry delay, doubled each attempt [add: 30s].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub backoff_base: Option<Duration>,
     /// Longest retry delay [add: 1h].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub backoff_max: Option<Duration>,
     /// While a run is running, skip (forbid) or also run (allow) a newly due one [add: forbid].
     #[arg(long, value_name = "POLICY", value_parser = parse_overlap)]
@@ -108,7 +108,7 @@ pub struct SettingsFlags {
     #[arg(long, value_name = "POLICY", value_parser = parse_catch_up)]
     pub catch_up: Option<CatchUp>,
     /// How late an instant may start before it counts as missed (catch-up none) [add: 5m].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub grace: Option<Duration>,
     /// Working directory of the job [add: the tick's].
     #[arg(long, value_name = "DIR")]

@@ -116,3 +116,50 @@ fn an_invalid_runner_retention_names_the_variable_and_its_syntax() {
     );
     assert!(stderr(&out).contains("30d"), "{}", stderr(&out));
 }
+
+// ---------------------------------------------------------------------------------------------
+// durations are whole seconds (item 9)
+// ---------------------------------------------------------------------------------------------
+
+/// `--timeout 1.5s` used to be stored as 1 s. Every duration stored in whole seconds now refuses
+/// a fraction with exit 2, naming the flag.
+#[test]
+fn sub_second_durations_are_refused_for_every_flag_stored_in_seconds() {
+    let env = Env::init();
+    for (flag, value) in [
+        ("--timeout", "1.5s"),
+        ("--backoff-base", "2500ms"),
+        ("--backoff-max", "90.5s"),
+        ("--grace", "500ms"),
+    ] {
+        let err = env.fails(
+            2,
+            &[
+                "schedule", "add", "x", "--cron", NEVER, flag, value, "--", "true",
+            ],
+        );
+        assert!(err.contains(flag), "{flag}: {err}");
+        assert!(err.contains("whole seconds"), "{flag}: {err}");
+    }
+    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 0);
+    env.ok(&[
+        "schedule",
+        "add",
+        "x",
+        "--cron",
+        NEVER,
+        "--timeout",
+        "2s",
+        "--",
+        "true",
+    ]);
+    let err = env.fails(2, &["schedule", "edit", "x", "--timeout", "1.5s"]);
+    assert!(
+        err.contains("--timeout") && err.contains("whole seconds"),
+        "{err}"
+    );
+    assert_eq!(
+        env.count("SELECT timeout_secs FROM job_definitions WHERE name = 'x'"),
+        2
+    );
+}
