@@ -2,6 +2,7 @@
 //! commands speak only to `Store`; a backend is chosen from the `--db` location.
 
 mod sqlite;
+pub(crate) mod sqlite_files;
 
 use std::path::{Path, PathBuf};
 

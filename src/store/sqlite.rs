@@ -13,6 +13,7 @@ use rusqlite::{
 };
 use serde_json::json;
 
+use super::sqlite_files as files;
 use super::{
     AttemptView, CursorMove, EventView, Health, LastResult, OpenMode, PruneCounts, RunBrief,
     RunFilter, RunView, RunningView, Steer, Steered, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
@@ -60,11 +61,57 @@ impl SqliteStore {
                 "{shown} is an empty file, not a runner database; create one with `runner init`"
             )));
         }
+        // A user who cannot write the database only reads it. Read it in SQLite's immutable mode
+        // when nobody has it open and its -wal is empty: otherwise SQLite would create -wal and
+        // -shm files next to it with the database's (read-only) mode, and leave them behind to
+        // block its owner's next write.
+        if mode == OpenMode::MustExist
+            && !files::writable(path)
+            && !files::maybe_in_use(path)
+            && files::immutable_read_sees_everything(path)
+        {
+            return Self::open_immutable(path);
+        }
         // READ_WRITE without CREATE: SQLite opens a read-only file read-only, so reads still work
         // and writes fail with a clear error.
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags)
             .map_err(|e| Failure::database(format!("cannot open database {shown}: {e}")))?;
+        let mut store = SqliteStore {
+            conn,
+            path: path.to_path_buf(),
+        };
+        match store.configure() {
+            Ok(()) => {}
+            // Reading a WAL database needs its -shm file; in a directory this user cannot write,
+            // SQLite cannot create it ("attempt to write a readonly database"). Without changes
+            // waiting in the -wal, the database file alone is the whole database: read it
+            // immutable. Otherwise say exactly why it cannot be read.
+            Err(e) if is_read_only(&e) => {
+                drop(store);
+                if files::immutable_read_sees_everything(path) {
+                    return Self::open_immutable(path).map_err(|_| open_error(path, e));
+                }
+                return Err(match files::unreadable_wal(path) {
+                    Some(why) => Failure::database(why),
+                    None => read_only_error(path, e),
+                });
+            }
+            Err(e) => return Err(open_error(path, e)),
+        }
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// Open read-only through `file:PATH?immutable=1`: no locks, no -shm, no -wal. Only for a
+    /// database whose -wal is empty (see `files::immutable_read_sees_everything`).
+    fn open_immutable(path: &Path) -> Result<SqliteStore> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(immutable_uri(path), flags).map_err(|e| {
+            Failure::database(format!("cannot open database {}: {e}", path.display()))
+        })?;
         let mut store = SqliteStore {
             conn,
             path: path.to_path_buf(),
@@ -160,15 +207,18 @@ impl SqliteStore {
     /// Begin a write transaction (`BEGIN IMMEDIATE`: take the write lock now, not mid-way).
     fn write(&mut self) -> Result<Transaction<'_>> {
         if self.conn.is_readonly(rusqlite::MAIN_DB)? {
-            return Err(Failure::database(format!(
-                "{} is read-only for this user: reading works, but this command must write; \
-                 make the file and its directory writable by this user",
-                self.path.display()
-            )));
+            return Err(cannot_write(&self.path, None));
         }
-        Ok(self
+        match self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?)
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+        {
+            Ok(tx) => Ok(tx),
+            // The database file is writable, but a -wal or -shm file (or the directory) is not:
+            // name the file at fault, not the database.
+            Err(e) if is_read_only(&e) => Err(cannot_write(&self.path, Some(e))),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -211,6 +261,58 @@ fn open_error(path: &Path, error: rusqlite::Error) -> anyhow::Error {
         .into(),
         _ => anyhow::Error::new(error).context(format!("opening database {}", path.display())),
     }
+}
+
+/// SQLite could not read or write because a file or directory is read-only for this user.
+fn is_read_only(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+    )
+}
+
+/// A read that failed on a read-only file: name the files at fault when they can be seen.
+fn read_only_error(path: &Path, error: rusqlite::Error) -> anyhow::Error {
+    let problems = files::write_problems(path);
+    if problems.is_empty() {
+        return open_error(path, error);
+    }
+    Failure::database(format!(
+        "cannot read {} ({error}): {}",
+        path.display(),
+        problems.join("; ")
+    ))
+}
+
+/// This command must write, and this user cannot: say which file or directory stops it.
+fn cannot_write(path: &Path, error: Option<rusqlite::Error>) -> anyhow::Error {
+    let problems = files::write_problems(path);
+    let why = if problems.is_empty() {
+        "make the file, its -wal and -shm files and its directory writable by this user".to_string()
+    } else {
+        problems.join("; ")
+    };
+    let cause = error.map(|e| format!(" ({e})")).unwrap_or_default();
+    Failure::database(format!(
+        "{} is read-only for this user{cause}: reading works, but this command must write; {why}",
+        path.display()
+    ))
+}
+
+/// `file:` URI of `path` with `immutable=1`, percent-encoding what a URI path cannot hold.
+fn immutable_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file:");
+    for &byte in path.as_os_str().as_bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => {
+                uri.push(byte as char)
+            }
+            other => uri.push_str(&format!("%{other:02X}")),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
 }
 
 fn not_a_database(path: &Path, error: &dyn std::fmt::Display) -> anyhow::Error {
@@ -1399,6 +1501,18 @@ mod tests {
                     && !l.starts_with("SCAN doomed")
             })
             .collect()
+    }
+
+    #[test]
+    fn immutable_uris_escape_what_a_uri_path_cannot_hold() {
+        assert_eq!(
+            immutable_uri(Path::new("/srv/runner.db")),
+            "file:/srv/runner.db?immutable=1"
+        );
+        assert_eq!(
+            immutable_uri(Path::new("/a b/x?#%.db")),
+            "file:/a%20b/x%3F%23%25.db?immutable=1"
+        );
     }
 
     #[test]

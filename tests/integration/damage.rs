@@ -6,7 +6,14 @@
 //! leave them. Tests that need another user run the binary as `nobody` with setpriv when they
 //! run as root (permission bits do not bind root), and say so and return when they cannot.
 
-use crate::common::{stderr, Env};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rusqlite::config::DbConfig;
+use rusqlite::{Connection, OpenFlags};
+
+use crate::common::{stderr, Env, BIN};
 
 /// A cron expression that never fires during a test: runs come from `runner run`.
 const NEVER: &str = "0 0 1 1 *";
@@ -162,4 +169,208 @@ fn sub_second_durations_are_refused_for_every_flag_stored_in_seconds() {
         env.count("SELECT timeout_secs FROM job_definitions WHERE name = 'x'"),
         2
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// read-only databases (item 9)
+// ---------------------------------------------------------------------------------------------
+
+/// Another user whose permission bits bind: `nobody` through setpriv when the tests run as root,
+/// else this user. `None`, with a note on stdout, when neither works here.
+struct Stranger {
+    /// The directory the database lives in, owned by the stranger.
+    dir: PathBuf,
+    db: PathBuf,
+    as_root: bool,
+}
+
+impl Stranger {
+    /// Copy `env`'s database into a fresh directory of the stranger's.
+    fn with_copy_of(env: &Env, test: &str) -> Option<Stranger> {
+        let as_root = nix::unistd::geteuid().is_root();
+        if as_root && !Path::new("/usr/bin/setpriv").exists() {
+            println!("{test}: running as root without setpriv: skipped");
+            return None;
+        }
+        chmod(env.dir.path(), 0o711);
+        let dir = env.path("stranger");
+        std::fs::create_dir(&dir).expect("mkdir");
+        let db = dir.join("runner.db");
+        std::fs::copy(&env.db, &db).expect("copy");
+        if as_root {
+            for path in [&dir, &db] {
+                std::os::unix::fs::chown(path, Some(65534), Some(65534)).expect("chown");
+            }
+        }
+        Some(Stranger { dir, db, as_root })
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = if self.as_root {
+            let mut cmd = Command::new("setpriv");
+            cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN]);
+            cmd
+        } else {
+            Command::new(BIN)
+        };
+        cmd.arg("--db")
+            .arg(&self.db)
+            .env_remove("RUNNER_DB")
+            .env("HOME", &self.dir)
+            .current_dir("/");
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().expect("spawn")
+    }
+
+    fn files(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.dir)
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for Stranger {
+    fn drop(&mut self) {
+        // Let the temp dir be removed.
+        chmod(&self.dir, 0o755);
+    }
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// A database 0444 in a directory 0555: reads used to fail with exit 4 ("attempt to write a
+/// readonly database"). They work now, leave no file behind, and a write says which file and
+/// directory stop it.
+#[test]
+fn a_read_only_database_in_a_read_only_directory_can_be_read() {
+    let env = Env::init();
+    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "echo hi"]);
+    env.ok(&["run", "a"]);
+    env.ok(&["tick"]);
+    let Some(stranger) = Stranger::with_copy_of(&env, "read-only reads") else {
+        return;
+    };
+    chmod(&stranger.db, 0o444);
+    chmod(&stranger.dir, 0o555);
+    for args in [
+        &["history"][..],
+        &["show", "1"],
+        &["status"],
+        &["schedule", "list"],
+        &["schedule", "show", "a"],
+        &["metrics"],
+    ] {
+        let out = stranger.run(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+    assert!(stranger.run(&["history"]).stdout.starts_with(b" RUN"));
+    assert_eq!(stranger.files(), ["runner.db"], "nothing left behind");
+
+    let out = stranger.run(&["run", "a"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("read-only for this user"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "directory {} is not writable",
+            stranger.dir.display()
+        )),
+        "names the directory: {err}"
+    );
+}
+
+/// A -wal with changes not yet in the database file cannot be read without creating -shm: the
+/// message says exactly that instead of "attempt to write a readonly database".
+#[test]
+fn a_pending_wal_in_a_read_only_directory_is_explained() {
+    let env = Env::init();
+    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "true"]);
+    let Some(stranger) = Stranger::with_copy_of(&env, "pending wal") else {
+        return;
+    };
+    // A writer that stopped without checkpointing: its -wal holds a committed change.
+    {
+        let conn = Connection::open(&stranger.db).expect("open");
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .expect("no checkpoint on close");
+        conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
+            .expect("no checkpoints");
+        conn.execute(
+            "UPDATE job_definitions SET command = 'echo changed' WHERE name = 'a'",
+            [],
+        )
+        .expect("write");
+    }
+    let _ = std::fs::remove_file(format!("{}-shm", stranger.db.display()));
+    let wal = PathBuf::from(format!("{}-wal", stranger.db.display()));
+    assert!(
+        std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0),
+        "{:?}",
+        stranger.files()
+    );
+    chmod(&stranger.db, 0o444);
+    chmod(&stranger.dir, 0o555);
+    let out = stranger.run(&["schedule", "list"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("is not writable"), "{err}");
+    assert!(
+        err.contains("runner.db-shm"),
+        "names the file it needs: {err}"
+    );
+    assert!(err.contains("WAL mode"), "{err}");
+    assert!(
+        !err.contains("attempt to write a readonly database"),
+        "{err}"
+    );
+}
+
+/// -shm and -wal files left read-only (here by another program's read-only read) used to block
+/// the owner's writes with a hint blaming the database file. Now the message names the -shm file.
+#[test]
+fn stale_read_only_sidecar_files_are_named_when_writes_fail() {
+    let env = Env::init();
+    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "true"]);
+    let Some(stranger) = Stranger::with_copy_of(&env, "stale sidecars") else {
+        return;
+    };
+    // runner's own read of a read-only database leaves nothing behind.
+    chmod(&stranger.db, 0o444);
+    let out = stranger.run(&["schedule", "list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stranger.files(), ["runner.db"]);
+    // A read-only SQLite connection (the sqlite3 shell, a backup tool) leaves -shm and -wal with
+    // the database's read-only mode (SQLite gives them its owner when it runs as root).
+    {
+        let conn = Connection::open_with_flags(&stranger.db, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("open");
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM job_definitions", [], |r| r.get(0))
+            .expect("read");
+        assert_eq!(n, 1);
+    }
+    let shm = format!("{}-shm", stranger.db.display());
+    assert!(Path::new(&shm).exists(), "{:?}", stranger.files());
+    chmod(&stranger.db, 0o600);
+    let out = stranger.run(&["schedule", "add", "b", "--cron", NEVER, "--", "true"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(&format!("{shm} is not writable")), "{err}");
+    assert!(
+        !err.contains(&format!("{} is not writable", stranger.db.display())),
+        "the database file is writable: {err}"
+    );
+    assert!(!err.contains("check that the database file"), "{err}");
+    // The fix it names works.
+    chmod(Path::new(&shm), 0o600);
+    let out = stranger.run(&["schedule", "add", "b", "--cron", NEVER, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
