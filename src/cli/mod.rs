@@ -202,8 +202,14 @@ pub fn zone(name: &str) -> Tz {
     crate::schedule::parse_zone(name).unwrap_or(Tz::UTC)
 }
 
-/// The schedule named `name`, or exit 3 saying how to list them.
+/// The schedule named `name`, to act on: exit 3 if there is none (saying how to list them), exit
+/// 4 if its row is damaged (naming the column and the repair).
 pub fn find_definition(store: &dyn Store, name: &str) -> Result<crate::model::Definition> {
+    find_definition_row(store, name)?.map_err(Failure::database)
+}
+
+/// The schedule named `name`, damaged or not; exit 3 if there is none.
+pub fn find_definition_row(store: &dyn Store, name: &str) -> Result<store::DefinitionRow> {
     store
         .definition(name)?
         .ok_or_else(|| unknown_schedule(name))

@@ -10,7 +10,8 @@ use anyhow::Result;
 
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AttemptResult, ClaimedRun, Definition, ExpiredLease, Fenced, NewRun, RunStatus, Settings,
+    Actor, AttemptResult, ClaimedRun, DamagedDefinition, Definition, ExpiredLease, Fenced, NewRun,
+    RunStatus, Settings,
 };
 
 pub use sqlite::SqliteStore;
@@ -83,6 +84,9 @@ pub fn open(location: &Location, mode: OpenMode) -> Result<Box<dyn Store>> {
         ))),
     }
 }
+
+/// A `job_definitions` row as read: sound, or damaged (its problems named, the others unaffected).
+pub type DefinitionRow = std::result::Result<Definition, Box<DamagedDefinition>>;
 
 /// A run as listed by `schedule list` ("last result").
 #[derive(Debug, Clone)]
@@ -323,14 +327,18 @@ pub trait Store {
     /// Rewrites settings and the cursor (pause/resume/edit). Fails if the definition vanished.
     fn update_definition(&mut self, definition: &Definition, now: i64) -> Result<()>;
     fn remove_definition(&mut self, name: &str) -> Result<bool>;
-    fn definition(&self, name: &str) -> Result<Option<Definition>>;
-    fn definitions(&self) -> Result<Vec<Definition>>;
+    /// The schedule named `name`; a damaged row comes back as such, never as an error.
+    fn definition(&self, name: &str) -> Result<Option<DefinitionRow>>;
+    /// Every schedule, by name; damaged rows come back as such, never failing the others.
+    fn definitions(&self) -> Result<Vec<DefinitionRow>>;
     fn last_result(&self, definition_id: i64) -> Result<Option<LastResult>>;
 
     // ---- the tick ----
     fn record_tick(&mut self, now: i64) -> Result<()>;
-    /// Enabled definitions whose next fire time is at or before `now`.
-    fn due_definitions(&self, now: i64) -> Result<Vec<Definition>>;
+    /// Enabled definitions whose next fire time is at or before `now`, and damaged rows whose
+    /// pause flag or next fire time cannot be read (so a tick reports them instead of never
+    /// seeing them).
+    fn due_definitions(&self, now: i64) -> Result<Vec<DefinitionRow>>;
     /// In one transaction: if the cursor is still where `cursor` expects, insert the runs that
     /// `plan` returns (given the id of a run of this schedule that is running now, if any) and
     /// move the cursor. Returns the runs inserted; 0 if another tick got there first.

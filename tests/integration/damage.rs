@@ -12,8 +12,9 @@ use std::process::{Command, Output};
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
+use serde_json::Value;
 
-use crate::common::{stderr, Env, BIN};
+use crate::common::{stderr, stdout, Env, BIN};
 
 /// A cron expression that never fires during a test: runs come from `runner run`.
 const NEVER: &str = "0 0 1 1 *";
@@ -373,4 +374,262 @@ fn stale_read_only_sidecar_files_are_named_when_writes_fail() {
     chmod(Path::new(&shm), 0o600);
     let out = stranger.run(&["schedule", "add", "b", "--cron", NEVER, "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+// ---------------------------------------------------------------------------------------------
+// one bad row stops everything (item 8)
+// ---------------------------------------------------------------------------------------------
+
+const T0: &str = "2030-01-01T00:00:30Z";
+const T1: &str = "2030-01-01T00:05:30Z";
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
+}
+
+/// Two every-minute schedules, `a` and `b`, added at T0.
+fn two_schedules() -> Env {
+    let env = Env::init();
+    for name in ["a", "b"] {
+        env.ok(&[
+            "--now",
+            T0,
+            "schedule",
+            "add",
+            name,
+            "--cron",
+            "* * * * *",
+            "--",
+            "true",
+        ]);
+    }
+    env
+}
+
+fn runs_of(env: &Env, name: &str) -> i64 {
+    env.count(&format!(
+        "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+         WHERE d.name = '{name}' AND r.status = 'succeeded'"
+    ))
+}
+
+/// `runner --now T tick`: its exit code and stderr.
+fn tick_at(env: &Env, now: &str) -> (Option<i32>, String) {
+    let out = env.run(&["--now", now, "tick"]);
+    (out.status.code(), stderr(&out))
+}
+
+/// The `schedule list` row of `name` (its first column).
+fn list_row(listed: &str, name: &str) -> String {
+    listed
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name} in:\n{listed}"))
+        .to_string()
+}
+
+/// max_attempts beyond u32 used to fail every tick ("Integer 5000000000 out of range at index 6")
+/// and `schedule list`. Now the tick runs `b`, says one line about `a` naming the column, exits 1;
+/// `list` marks `a` damaged; `edit --max-attempts` repairs it and it runs again.
+#[test]
+fn an_out_of_range_max_attempts_stops_only_its_schedule() {
+    let env = two_schedules();
+    forge(
+        &env,
+        "UPDATE job_definitions SET max_attempts = 5000000000 WHERE name = 'a'",
+    );
+
+    let (code, err) = tick_at(&env, T1);
+    assert_eq!(code, Some(1), "a damaged schedule is a runner error: {err}");
+    assert!(!err.contains("at index"), "no raw conversion error: {err}");
+    let about_a = lines_with(&err, "schedule a ");
+    assert_eq!(about_a.len(), 1, "one line about a: {err}");
+    assert!(
+        about_a[0].contains("max_attempts") && about_a[0].contains("5000000000"),
+        "names the column and value: {err}"
+    );
+    assert!(
+        about_a[0].contains("runner schedule edit a --max-attempts"),
+        "says how to repair it: {err}"
+    );
+    assert_eq!(runs_of(&env, "b"), 1, "b still ran: {err}");
+    assert_eq!(runs_of(&env, "a"), 0);
+
+    let out = env.run(&["--now", T1, "schedule", "list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let listed = stdout(&out);
+    let row = list_row(&listed, "a");
+    assert!(
+        row.contains("damaged") && row.contains("max_attempts"),
+        "{listed}"
+    );
+    assert!(list_row(&listed, "b").contains("active"), "{listed}");
+
+    let items = json(&env.ok(&["--now", T1, "schedule", "list", "--json"]));
+    let a = &items[0];
+    assert_eq!(a["name"], "a", "{items:#}");
+    assert_eq!(a["state"], "damaged");
+    assert!(a["problem"].as_str().unwrap_or("").contains("max_attempts"));
+    assert_eq!(a["max_attempts"], Value::Null, "no placeholder shown");
+    assert_eq!(a["next_fire_at"], Value::Null);
+    assert_eq!(items[1]["state"], "active");
+    assert_eq!(items[1]["max_attempts"], 3);
+
+    // Commands that act on it refuse with exit 4 naming the column; history still works.
+    for args in [
+        &["run", "a"][..],
+        &["schedule", "next", "a"],
+        &["schedule", "pause", "a"],
+    ] {
+        let err = env.fails(4, args);
+        assert!(err.contains("max_attempts"), "{args:?}: {err}");
+    }
+    env.ok(&["history", "a"]);
+
+    // Repair: the edit sets the bad column; the schedule runs at the next tick.
+    let out = env.ok(&["--now", T1, "schedule", "edit", "a", "--max-attempts", "3"]);
+    assert!(out.contains("repaired max_attempts"), "{out}");
+    assert_eq!(
+        env.count("SELECT max_attempts FROM job_definitions WHERE name = 'a'"),
+        3
+    );
+    let (code, err) = tick_at(&env, "2030-01-01T00:07:30Z");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(runs_of(&env, "a"), 1);
+}
+
+/// A bogus zone used to make `schedule list` fail for all schedules with exit 2.
+#[test]
+fn a_bogus_timezone_is_listed_as_damaged_and_shown_with_exit_4() {
+    let env = two_schedules();
+    forge(
+        &env,
+        "UPDATE job_definitions SET timezone = 'Mars/Olympus' WHERE name = 'a'",
+    );
+
+    let listed = env.ok(&["--now", T1, "schedule", "list"]);
+    let row = list_row(&listed, "a");
+    assert!(row.contains("damaged"), "{listed}");
+    assert!(
+        row.contains("timezone") && row.contains("Mars/Olympus"),
+        "{listed}"
+    );
+    assert!(
+        list_row(&listed, "b").contains("2030-01-01T00:06:00"),
+        "{listed}"
+    );
+
+    // show: what can be read, marked damaged, and exit 4 naming the column.
+    let out = env.run(&["--now", T1, "schedule", "show", "a"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("state:        damaged"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("command:      true"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("timezone"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--tz ZONE"), "{}", stderr(&out));
+    let out = env.run(&["--now", T1, "schedule", "show", "a", "--json"]);
+    assert_eq!(out.status.code(), Some(4));
+    let shown = json(&stdout(&out));
+    assert_eq!(shown["state"], "damaged");
+    assert_eq!(shown["timezone"], Value::Null);
+    assert_eq!(shown["damaged_columns"], serde_json::json!(["timezone"]));
+    env.ok(&["--now", T1, "schedule", "show", "b"]);
+
+    let (code, err) = tick_at(&env, T1);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(lines_with(&err, "timezone").len(), 1, "{err}");
+    assert!(err.contains("schedule a "), "{err}");
+    assert_eq!(runs_of(&env, "b"), 1, "{err}");
+
+    env.ok(&["--now", T1, "schedule", "edit", "a", "--tz", "UTC"]);
+    let listed = env.ok(&["--now", T1, "schedule", "list"]);
+    assert!(list_row(&listed, "a").contains("active"), "{listed}");
+}
+
+/// Every kind of damage is named by column: unknown policy text, text in an integer column, a
+/// flag that is neither 0 nor 1, an unreadable name (then by id). Rows whose due time cannot be
+/// read are reported by the tick too (they would otherwise never be due).
+#[test]
+fn every_kind_of_damage_is_named_and_the_rest_keep_running() {
+    let env = Env::init();
+    for name in ["a", "b", "c", "d", "e"] {
+        env.ok(&[
+            "--now",
+            T0,
+            "schedule",
+            "add",
+            name,
+            "--cron",
+            "* * * * *",
+            "--",
+            "true",
+        ]);
+    }
+    forge(
+        &env,
+        "UPDATE job_definitions SET overlap = 'sometimes' WHERE name = 'a';
+         UPDATE job_definitions SET grace_secs = 'soon' WHERE name = 'b';
+         UPDATE job_definitions SET paused = 7, next_fire_at = 'later' WHERE name = 'c';
+         UPDATE job_definitions SET name = X'ff00' WHERE name = 'd';",
+    );
+    let damaged_id = env.count("SELECT id FROM job_definitions WHERE typeof(name) = 'blob'");
+
+    let out = env.run(&["--now", T1, "schedule", "list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let listed = stdout(&out);
+    for (name, column) in [("a", "overlap"), ("b", "grace_secs"), ("c", "paused")] {
+        let row = list_row(&listed, name);
+        assert!(
+            row.contains("damaged") && row.contains(column),
+            "{name}: {listed}"
+        );
+    }
+    assert!(list_row(&listed, "c").contains("next_fire_at"), "{listed}");
+    let by_id = format!("(id {damaged_id})");
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains(&by_id) && l.contains("damaged") && l.contains("name")),
+        "{listed}"
+    );
+    assert!(list_row(&listed, "e").contains("active"), "{listed}");
+
+    let (code, err) = tick_at(&env, T1);
+    assert_eq!(code, Some(1), "{err}");
+    for needle in [
+        "schedule a ",
+        "schedule b ",
+        "schedule c ",
+        &format!("schedule with id {damaged_id} "),
+    ] {
+        assert_eq!(lines_with(&err, needle).len(), 1, "{needle}: {err}");
+    }
+    assert_eq!(runs_of(&env, "e"), 1, "{err}");
+
+    // Two damaged columns: an edit that sets only one leaves it damaged and changes nothing.
+    let before = env.strings("SELECT quote(paused) || quote(next_fire_at) || revision FROM job_definitions WHERE name = 'c'");
+    let err = env.fails(4, &["schedule", "edit", "c", "--max-attempts", "4"]);
+    assert!(
+        err.contains("paused") && err.contains("--active|--paused"),
+        "{err}"
+    );
+    let after = env.strings("SELECT quote(paused) || quote(next_fire_at) || revision FROM job_definitions WHERE name = 'c'");
+    assert_eq!(before, after);
+    // --active sets paused; every edit rewrites next_fire_at.
+    env.ok(&["--now", T1, "schedule", "edit", "c", "--active"]);
+    env.ok(&["--now", T1, "schedule", "edit", "a", "--overlap", "allow"]);
+    env.ok(&["--now", T1, "schedule", "edit", "b", "--grace", "1m"]);
+    let listed = env.ok(&["--now", T1, "schedule", "list"]);
+    assert_eq!(
+        listed.matches("damaged").count(),
+        1,
+        "only d is left: {listed}"
+    );
 }
