@@ -17,7 +17,7 @@ use crate::display::{escape_line, is_bidi_control, local_time, put_time};
 use crate::exit::Failure;
 use crate::model::{repair_flag, DamagedDefinition, Definition, Overlap, RepairFlag, Settings};
 use crate::schedule::{parse_zone, CatchUp};
-use crate::store::{DefinitionRow, OpenMode, Store};
+use crate::store::{DefinitionRow, OpenMode, Removal, Steer, Steered, Store};
 use crate::tick::materialize::materialize_definition;
 use crate::timing::Timing;
 
@@ -39,7 +39,12 @@ pub enum Command {
     /// that passed while it was damaged are not replayed.
     Edit(EditArgs),
     /// Delete a schedule with its runs and their history.
-    Rm(Name),
+    ///
+    /// Refused (exit 2) while a run of the schedule is running: removing the schedule kills that
+    /// run's job. With --force, each running run is cancelled first, as `runner cancel` does (the
+    /// tick holding it terminates its process group at its next heartbeat), and then the
+    /// schedule is removed.
+    Rm(RmArgs),
     /// Stop materialising runs for a schedule.
     Pause(Name),
     /// Materialise again, from now on (the paused period is not replayed).
@@ -52,6 +57,15 @@ pub enum Command {
 pub struct Name {
     /// Schedule name.
     pub name: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RmArgs {
+    /// Schedule name.
+    pub name: String,
+    /// Also when a run of it is running: cancel that run (its job is killed), then remove.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -444,13 +458,68 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-fn remove(args: Name, ctx: &Ctx) -> Result<()> {
+fn remove(args: RmArgs, ctx: &Ctx) -> Result<()> {
     let mut store = ctx.open(OpenMode::MustExist)?;
-    if !store.remove_definition(&args.name)? {
-        return Err(unknown_schedule(&args.name));
+    let me = actor(None);
+    let mut cancelled = Vec::new();
+    // With --force, a run that starts between the cancel and the removal is cancelled in turn;
+    // a schedule whose runs keep starting that fast is given up on after a few rounds.
+    for _ in 0..5 {
+        let running = match store.remove_definition(&args.name)? {
+            Removal::Removed => {
+                for line in &cancelled {
+                    say!("{line}");
+                }
+                say!("removed schedule {} and its runs", escape_line(&args.name));
+                return Ok(());
+            }
+            Removal::NotFound => return Err(unknown_schedule(&args.name)),
+            Removal::Running(running) => running,
+        };
+        let runs = running
+            .iter()
+            .map(|id| store.run(*id))
+            .collect::<Result<Vec<_>>>()?;
+        let runs: Vec<_> = runs.into_iter().flatten().collect();
+        if !args.force {
+            let listed: Vec<String> = runs
+                .iter()
+                .map(|r| {
+                    format!(
+                        "run {} (attempt {}, held by {})",
+                        r.id,
+                        r.attempt,
+                        escape_line(r.owner.as_deref().unwrap_or("?"))
+                    )
+                })
+                .collect();
+            let name = escape_line(&args.name);
+            return Err(Failure::usage(format!(
+                "schedule {name} has {} running: {}; removing the schedule kills its job (the run is \
+                 cancelled and the tick holding it terminates its process group at its next \
+                 heartbeat). Wait for it to finish, or use `runner schedule rm {name} --force`",
+                if listed.len() == 1 { "a run" } else { "runs" },
+                listed.join(", ")
+            )));
+        }
+        for run in runs {
+            if let Steered::Done { attempt, .. } =
+                store.steer(run.id, Steer::Cancel, ctx.clock.epoch(), &me)?
+            {
+                cancelled.push(format!(
+                    "cancelled running run {} (attempt {attempt}, held by {}): the tick holding it \
+                     terminates its process group at its next heartbeat",
+                    run.id,
+                    escape_line(run.owner.as_deref().unwrap_or("?"))
+                ));
+            }
+        }
     }
-    say!("removed schedule {} and its runs", escape_line(&args.name));
-    Ok(())
+    Err(anyhow::anyhow!(
+        "schedule {} keeps starting runs while being removed; pause it first (`runner schedule pause {}`), then remove it",
+        escape_line(&args.name),
+        escape_line(&args.name)
+    ))
 }
 
 fn set_paused(args: Name, ctx: &Ctx, paused: bool) -> Result<()> {

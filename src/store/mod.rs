@@ -88,6 +88,17 @@ pub fn open(location: &Location, mode: OpenMode) -> Result<Box<dyn Store>> {
 /// A `job_definitions` row as read: sound, or damaged (its problems named, the others unaffected).
 pub type DefinitionRow = std::result::Result<Definition, Box<DamagedDefinition>>;
 
+/// What removing a schedule did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    /// The schedule and its runs are gone.
+    Removed,
+    NotFound,
+    /// Nothing removed: these runs of the schedule are running (removing the schedule would
+    /// take their lease and so kill their jobs). Cancel them first.
+    Running(Vec<i64>),
+}
+
 /// A run as listed by `schedule list` ("last result").
 #[derive(Debug, Clone)]
 pub struct LastResult {
@@ -326,7 +337,8 @@ pub trait Store {
     ) -> Result<Definition>;
     /// Rewrites settings and the cursor (pause/resume/edit). Fails if the definition vanished.
     fn update_definition(&mut self, definition: &Definition, now: i64) -> Result<()>;
-    fn remove_definition(&mut self, name: &str) -> Result<bool>;
+    /// Delete a schedule with its runs, unless a run of it is running.
+    fn remove_definition(&mut self, name: &str) -> Result<Removal>;
     /// The schedule named `name`; a damaged row comes back as such, never as an error.
     fn definition(&self, name: &str) -> Result<Option<DefinitionRow>>;
     /// Every schedule, by name; damaged rows come back as such, never failing the others.

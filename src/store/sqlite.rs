@@ -16,8 +16,8 @@ use serde_json::json;
 use super::sqlite_files as files;
 use super::{
     AttemptView, CursorMove, DefinitionRow, EventView, Health, LastResult, OpenMode, PruneCounts,
-    RunBrief, RunFilter, RunView, RunningView, Steer, Steered, Storage, Store, RECENT_LISTED,
-    RUNNING_LISTED,
+    Removal, RunBrief, RunFilter, RunView, RunningView, Steer, Steered, Storage, Store,
+    RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::exit::Failure;
 use crate::model::{
@@ -780,11 +780,27 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn remove_definition(&mut self, name: &str) -> Result<bool> {
+    fn remove_definition(&mut self, name: &str) -> Result<Removal> {
         let tx = self.write()?;
+        // Checked under the write lock: no run of it can start between the check and the delete.
+        let running: Vec<i64> = {
+            let mut stmt = tx.prepare(
+                "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+                 WHERE d.name = ?1 AND r.status = 'running' ORDER BY r.id",
+            )?;
+            let rows = stmt.query_map([name], |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        if !running.is_empty() {
+            return Ok(Removal::Running(running));
+        }
         let removed = tx.execute("DELETE FROM job_definitions WHERE name = ?1", [name])?;
         tx.commit()?;
-        Ok(removed > 0)
+        Ok(if removed > 0 {
+            Removal::Removed
+        } else {
+            Removal::NotFound
+        })
     }
 
     fn definition(&self, name: &str) -> Result<Option<DefinitionRow>> {

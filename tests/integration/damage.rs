@@ -8,13 +8,14 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
-use crate::common::{stderr, stdout, Env, BIN};
+use crate::common::{process_alive, stderr, stdout, wait_until, Env, BIN};
 
 /// A cron expression that never fires during a test: runs come from `runner run`.
 const NEVER: &str = "0 0 1 1 *";
@@ -631,5 +632,111 @@ fn every_kind_of_damage_is_named_and_the_rest_keep_running() {
         listed.matches("damaged").count(),
         1,
         "only d is left: {listed}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// schedule rm of a running schedule (item 9)
+// ---------------------------------------------------------------------------------------------
+
+/// A tick running in the background, killed (with its job's group) if the test ends early.
+struct Background {
+    child: Option<Child>,
+    pidfile: PathBuf,
+}
+
+impl Background {
+    fn job_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(&self.pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(pid) = self.job_pid().filter(|p| *p > 1 && process_alive(*p)) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// `schedule rm` used to delete a schedule whose run was running, killing its job without a word.
+/// Now it refuses (exit 2) saying it would kill it; `--force` cancels the run (the tick holding it
+/// kills the job at its next heartbeat) and says so.
+#[test]
+fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
+    let env = Env::init();
+    let pidfile = env.path("job.pid");
+    let command = format!("echo $$ > '{}'; sleep 300", pidfile.display());
+    env.ok(&[
+        "schedule", "add", "sleeper", "--cron", NEVER, "--", &command,
+    ]);
+    env.ok(&["run", "sleeper"]);
+    let mut bg = Background {
+        child: Some(
+            env.cmd()
+                .args(["tick", "--lease", "3s"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("tick"),
+        ),
+        pidfile: pidfile.clone(),
+    };
+    wait_until(Duration::from_secs(30), "the job to run", || {
+        bg.job_pid().is_some()
+            && env.count("SELECT count(*) FROM job_runs WHERE status = 'running'") == 1
+    });
+    let job = bg.job_pid().expect("pid");
+
+    let err = env.fails(2, &["schedule", "rm", "sleeper"]);
+    assert!(err.contains("running"), "{err}");
+    assert!(err.contains("kills"), "says it would kill the job: {err}");
+    assert!(err.contains("--force"), "{err}");
+    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 1);
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE status = 'running'"),
+        1
+    );
+    assert!(process_alive(job));
+
+    let out = env.ok(&["schedule", "rm", "sleeper", "--force"]);
+    assert!(out.contains("cancelled running run 1"), "{out}");
+    assert!(out.contains("terminates its process group"), "{out}");
+    assert!(out.contains("removed schedule sleeper"), "{out}");
+    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 0);
+    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    wait_until(Duration::from_secs(60), "the job to be killed", || {
+        !process_alive(job)
+    });
+    let mut child = bg.child.take().expect("tick");
+    wait_until(Duration::from_secs(60), "the tick to exit", || {
+        child.try_wait().expect("try_wait").is_some()
+    });
+}
+
+/// `schedule rm` of a schedule with nothing running is unchanged; its help mentions --force.
+#[test]
+fn rm_without_running_runs_removes_and_help_mentions_force() {
+    let env = Env::init();
+    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "true"]);
+    env.ok(&["run", "a"]);
+    let out = env.ok(&["schedule", "rm", "a"]);
+    assert!(out.contains("removed schedule a"), "{out}");
+    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    env.fails(3, &["schedule", "rm", "a"]);
+    let help = env.ok(&["schedule", "rm", "--help"]);
+    assert!(
+        help.contains("--force") && help.contains("running"),
+        "{help}"
     );
 }
