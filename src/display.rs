@@ -57,16 +57,36 @@ pub fn clock_gap(secs: i64) -> String {
 }
 
 /// Captured job output made safe for a terminal: valid UTF-8 text passes, except control
-/// characters and escape sequences, which are shown escaped (`\x1b`, `\r`), never interpreted.
-/// Newlines and tabs are kept.
+/// characters, escape sequences and bidirectional-text controls, which are shown escaped (`\x1b`,
+/// `\r`, `\u{202e}`), never interpreted. Newlines and tabs are kept.
 pub fn escape_output(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
+    escape(&String::from_utf8_lossy(bytes), true)
+}
+
+/// A stored value (a command, a name, a directory) made safe for one line of a table or a
+/// `key: value` listing: like `escape_output`, and newlines and tabs are escaped too (`\n`, `\t`),
+/// so a value never breaks the layout it is printed in.
+pub fn escape_line(text: &str) -> String {
+    escape(text, false)
+}
+
+/// Bidirectional-text controls: embeddings and overrides (U+202A–U+202E), isolates
+/// (U+2066–U+2069) and marks (U+200E, U+200F, U+061C). Not control characters to Unicode, but they
+/// reorder what a terminal shows ("Trojan Source"), so a command could display as something else.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
+}
+
+fn escape(text: &str, keep_layout: bool) -> String {
     let mut shown = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
-            '\n' | '\t' => shown.push(c),
+            '\n' | '\t' if keep_layout => shown.push(c),
+            '\n' => shown.push_str("\\n"),
+            '\t' => shown.push_str("\\t"),
             '\r' => shown.push_str("\\r"),
             c if c.is_control() => shown.push_str(&format!("\\x{:02x}", c as u32)),
+            c if is_bidi_control(c) => shown.push_str(&format!("\\u{{{:x}}}", c as u32)),
             c => shown.push(c),
         }
     }
@@ -84,6 +104,35 @@ mod tests {
         assert_eq!(
             escape_output("caf\u{e9} \u{9b}".as_bytes()),
             "caf\u{e9} \\x9b"
+        );
+    }
+
+    #[test]
+    fn escapes_bidi_controls() {
+        for c in [
+            '\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}', '\u{200e}', '\u{200f}',
+        ] {
+            let shown = escape_output(format!("a{c}b").as_bytes());
+            assert_eq!(shown, format!("a\\u{{{:x}}}b", c as u32));
+            assert_eq!(escape_line(&format!("a{c}b")), shown);
+        }
+        assert_eq!(escape_output("x\u{202e}y\n".as_bytes()), "x\\u{202e}y\n");
+        // Ordinary right-to-left text is text, not a control.
+        assert_eq!(
+            escape_line("\u{5e9}\u{5dc}\u{5d5}\u{5dd}"),
+            "\u{5e9}\u{5dc}\u{5d5}\u{5dd}"
+        );
+    }
+
+    #[test]
+    fn escape_line_keeps_everything_on_one_line() {
+        assert_eq!(
+            escape_line("printf '\x1b[31m'\nrm -rf /\tx\r"),
+            "printf '\\x1b[31m'\\nrm -rf /\\tx\\r"
+        );
+        assert_eq!(
+            escape_line("plain /usr/bin/backup --full"),
+            "plain /usr/bin/backup --full"
         );
     }
 

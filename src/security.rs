@@ -8,14 +8,12 @@
 //! database), and existing sidecar files must be ours and private too.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Result;
 
 use crate::exit::Failure;
-
-/// SQLite's sidecar files next to a database: what they contain, SQLite reads as the database.
-const SIDECARS: [&str; 3] = ["-wal", "-shm", "-journal"];
+use crate::store::sqlite_files::{sidecar, SIDECARS};
 
 /// Refuse a database file that is group- or world-writable or owned by another user, that lives
 /// in a directory others can write (sticky or not) or that another user (other than root) owns,
@@ -82,12 +80,6 @@ pub fn check_executable_database(path: &Path) -> Result<()> {
         check_sidecar(&sidecar(&real, suffix), me)?;
     }
     Ok(())
-}
-
-fn sidecar(db: &Path, suffix: &str) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
 }
 
 /// A sidecar file that exists must be a regular file of ours that nobody else can write.

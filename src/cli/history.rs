@@ -7,8 +7,10 @@ use chrono::{DateTime, Utc};
 use comfy_table::{Cell, Color, ContentArrangement, Table};
 use serde_json::{json, Map, Value};
 
-use super::{colour_wanted, emit, emit_json, find_definition, parse_time, secs_text, zone, Ctx};
-use crate::display::{escape_output, local_time, put_time, short_duration};
+use super::{
+    colour_wanted, emit, emit_json, find_definition_row, parse_time, secs_text, zone, Ctx,
+};
+use crate::display::{escape_line, local_time, put_time, short_duration};
 use crate::model::{truncate_detail, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
 
@@ -59,7 +61,11 @@ fn parse_since(value: &str) -> Result<Since, String> {
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
     let definition_id = match &args.name {
-        Some(name) => Some(find_definition(store.as_ref(), name)?.id),
+        // A damaged schedule's runs are listed too: only its id is needed.
+        Some(name) => Some(match find_definition_row(store.as_ref(), name)? {
+            Ok(definition) => definition.id,
+            Err(damaged) => damaged.definition.id,
+        }),
         None => None,
     };
     let now = ctx.clock.epoch();
@@ -109,7 +115,7 @@ fn table(runs: &[RunView], now: i64, colour: bool) -> String {
         }
         table.add_row(vec![
             Cell::new(r.id),
-            Cell::new(&r.job),
+            Cell::new(escape_line(&r.job)),
             Cell::new(local_time(r.scheduled_for, zone(&r.timezone))),
             status,
             Cell::new(format!("{}/{}", r.attempt, r.max_attempts)),
@@ -146,7 +152,7 @@ fn result_text(r: &RunView) -> String {
     match r.status {
         RunStatus::Skipped => r.skip_reason.as_deref().map_or_else(
             || "skipped".to_string(),
-            |reason| truncate_detail(&escape_output(reason.as_bytes()), 60),
+            |reason| truncate_detail(&escape_line(reason), 60),
         ),
         RunStatus::Pending if r.attempt >= 1 => format!(
             "{}, retry at {}",

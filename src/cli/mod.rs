@@ -222,8 +222,14 @@ pub fn zone(name: &str) -> Tz {
     crate::schedule::parse_zone(name).unwrap_or(Tz::UTC)
 }
 
-/// The schedule named `name`, or exit 3 saying how to list them.
+/// The schedule named `name`, to act on: exit 3 if there is none (saying how to list them), exit
+/// 4 if its row is damaged (naming the column and the repair).
 pub fn find_definition(store: &dyn Store, name: &str) -> Result<crate::model::Definition> {
+    find_definition_row(store, name)?.map_err(Failure::database)
+}
+
+/// The schedule named `name`, damaged or not; exit 3 if there is none.
+pub fn find_definition_row(store: &dyn Store, name: &str) -> Result<store::DefinitionRow> {
     store
         .definition(name)?
         .ok_or_else(|| unknown_schedule(name))
@@ -254,6 +260,19 @@ pub fn actor(owner: Option<String>) -> Actor {
 pub fn parse_duration(value: &str) -> Result<Duration, String> {
     humantime::parse_duration(value)
         .map_err(|e| format!("{value:?} is not a duration ({e}); use e.g. 90s, 10m, 1h30m"))
+}
+
+/// A duration stored in whole seconds (`--timeout`, `--backoff-base`, `--backoff-max`,
+/// `--grace`): a fraction of a second is refused rather than silently cut off.
+pub fn parse_whole_seconds(value: &str) -> Result<Duration, String> {
+    let duration = parse_duration(value)?;
+    if duration.subsec_nanos() != 0 {
+        return Err(format!(
+            "{value:?} has a fraction of a second ({}); durations are whole seconds, e.g. 2s, 90s, 1h30m",
+            humantime::format_duration(duration)
+        ));
+    }
+    Ok(duration)
 }
 
 pub fn parse_time(value: &str) -> Result<DateTime<Utc>, String> {

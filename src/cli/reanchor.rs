@@ -42,7 +42,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let now = ctx.clock.epoch();
     // Every name first: a typo fails (exit 3) before anything moves.
     let definitions = if args.all {
-        store.definitions()?
+        // A damaged schedule is repaired with `schedule edit` first; its cursor is not moved.
+        store
+            .definitions()?
+            .into_iter()
+            .filter_map(Result::ok)
+            .collect()
     } else {
         args.names
             .iter()

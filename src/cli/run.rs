@@ -35,7 +35,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     if !args.wait {
         say!(
             "enqueued run {run_id} of {}; the next tick executes it",
-            definition.name
+            crate::display::escape_line(&definition.name)
         );
         return Ok(());
     }
@@ -62,7 +62,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         return Err(anyhow::anyhow!(
             "run {run_id} is queued but could not start now: the schedule {} forbids overlap and \
              another of its runs is running or due before this one; the next tick executes it",
-            definition.name
+            crate::display::escape_line(&definition.name)
         ));
     };
     if let Some(code) = &executed.error_code {

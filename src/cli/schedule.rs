@@ -9,12 +9,17 @@ use chrono_tz::Tz;
 use comfy_table::Table;
 use serde_json::{json, Value};
 
-use super::{actor, duration_secs, find_definition, parse_duration, unknown_schedule, Ctx};
-use crate::display::{local_time, put_time};
+use super::{
+    actor, duration_secs, find_definition, find_definition_row, parse_whole_seconds,
+    unknown_schedule, Ctx,
+};
+use crate::display::{escape_line, is_bidi_control, local_time, put_time};
 use crate::exit::Failure;
-use crate::model::{Definition, Leftovers, Overlap, Settings};
+use crate::model::{
+    repair_flag, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
+};
 use crate::schedule::{parse_zone, CatchUp};
-use crate::store::{OpenMode, Store};
+use crate::store::{DefinitionRow, OpenMode, Removal, Steer, Steered, Store};
 use crate::tick::materialize::materialize_definition;
 use crate::timing::Timing;
 
@@ -25,11 +30,23 @@ pub enum Command {
     /// All schedules with their next fire time and last result.
     List(JsonFlag),
     /// One schedule in full.
+    ///
+    /// A damaged schedule (a stored value this runner cannot act on) is shown with what could be
+    /// read, marked damaged with the problem and the repair, and the command exits 4.
     Show(NameJson),
     /// Change a schedule; takes effect from its next fire time.
+    ///
+    /// Also repairs a damaged schedule: give a flag for each damaged column (`schedule list`
+    /// names them), e.g. `--tz UTC` or `--max-attempts 3`. It fires again from now on; instants
+    /// that passed while it was damaged are not replayed.
     Edit(EditArgs),
     /// Delete a schedule with its runs and their history.
-    Rm(Name),
+    ///
+    /// Refused (exit 2) while a run of the schedule is running: removing the schedule kills that
+    /// run's job. With --force, each running run is cancelled first, as `runner cancel` does (the
+    /// tick holding it terminates its process group at its next heartbeat), and then the
+    /// schedule is removed.
+    Rm(RmArgs),
     /// Stop materialising runs for a schedule.
     Pause(Name),
     /// Materialise again, from now on (the paused period is not replayed).
@@ -59,6 +76,15 @@ pub enum Command {
 pub struct Name {
     /// Schedule name.
     pub name: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RmArgs {
+    /// Schedule name.
+    pub name: String,
+    /// Also when a run of it is running: cancel that run (its job is killed), then remove.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -109,14 +135,14 @@ pub struct SettingsFlags {
     /// Attempts before a run is dead [add: 3].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_attempts: Option<i64>,
-    /// Maximum runtime of one attempt [add: 1h].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    /// Maximum runtime of one attempt, in whole seconds like every duration here [add: 1h].
+    #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub timeout: Option<Duration>,
     /// First retry delay, doubled each attempt [add: 30s].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub backoff_base: Option<Duration>,
     /// Longest retry delay [add: 1h].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub backoff_max: Option<Duration>,
     /// While a run is running, skip (forbid) or also run (allow) a newly due one [add: forbid].
     #[arg(long, value_name = "POLICY", value_parser = parse_overlap)]
@@ -125,7 +151,7 @@ pub struct SettingsFlags {
     #[arg(long, value_name = "POLICY", value_parser = parse_catch_up)]
     pub catch_up: Option<CatchUp>,
     /// How late an instant may start before it counts as missed (catch-up none) [add: 5m].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub grace: Option<Duration>,
     /// Working directory of the job [add: the tick's].
     #[arg(long, value_name = "DIR")]
@@ -203,21 +229,43 @@ pub fn validate_name(name: &str) -> Result<()> {
         Some(format!("is longer than {NAME_MAX_CHARS} characters"))
     } else if name.starts_with('-') {
         Some("must not start with '-'".to_string())
-    } else if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        Some("must not contain spaces or control characters".to_string())
+    } else if name
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || is_bidi_control(c))
+    {
+        Some("must not contain spaces, control characters or bidi controls".to_string())
     } else {
         None
     };
     match problem {
         Some(problem) => Err(Failure::usage(format!(
-            "schedule name {:?} {problem}; e.g. nightly-backup, reports.daily",
-            crate::model::truncate_detail(name, 60)
+            "schedule name \"{}\" {problem}; e.g. nightly-backup, reports.daily",
+            escape_line(&crate::model::truncate_detail(name, 60))
         ))),
         None => Ok(()),
     }
 }
 
 impl SettingsFlags {
+    /// Whether these flags set the `job_definitions` column (for repairing a damaged one).
+    fn sets(&self, column: &str) -> bool {
+        match column {
+            "cron" => self.cron.is_some(),
+            "timezone" => self.tz.is_some(),
+            "command" => !self.command.is_empty(),
+            "workdir" => self.workdir.is_some(),
+            "max_attempts" => self.max_attempts.is_some(),
+            "timeout_secs" => self.timeout.is_some(),
+            "backoff_base_secs" => self.backoff_base.is_some(),
+            "backoff_max_secs" => self.backoff_max.is_some(),
+            "overlap" => self.overlap.is_some(),
+            "catch_up" => self.catch_up.is_some(),
+            "grace_secs" => self.grace.is_some(),
+            "paused" => self.paused,
+            _ => false,
+        }
+    }
+
     /// The settings with these flags applied over `base`, all validated.
     fn apply(&self, base: Settings) -> Result<Settings> {
         let mut s = base;
@@ -386,7 +434,25 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
         ));
     }
     let mut store = ctx.open(OpenMode::MustExist)?;
-    let mut definition = find_definition(store.as_ref(), &args.name)?;
+    let (mut definition, repaired) = match find_definition_row(store.as_ref(), &args.name)? {
+        Ok(definition) => (definition, None),
+        Err(damaged) => {
+            let repairs = |column: &str| match repair_flag(column) {
+                Some(RepairFlag::Flag(_)) => {
+                    args.flags.sets(column) || (column == "paused" && args.active)
+                }
+                Some(RepairFlag::AnyEdit) => true,
+                None => false,
+            };
+            if !damaged.problems.iter().all(|p| repairs(p.column)) {
+                return Err(Failure::database(format!(
+                    "this edit leaves it damaged: {damaged}"
+                )));
+            }
+            let columns: Vec<&str> = damaged.problems.iter().map(|p| p.column).collect();
+            (damaged.definition.clone(), Some(columns.join(", ")))
+        }
+    };
     let mut settings = args.flags.apply(definition.settings.clone())?;
     if args.active {
         settings.paused = false;
@@ -395,8 +461,9 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     let now = ctx.clock.now();
     // The edit takes effect from the next fire time after now. Instants that came due before the
     // edit belong to the old settings: materialise them as the next tick would have (unless the
-    // schedule is or becomes paused: pausing stops materialising at once, as `pause` does).
-    let earlier = if !definition.settings.paused && !settings.paused {
+    // schedule is or becomes paused: pausing stops materialising at once, as `pause` does; or
+    // it was damaged: there are no old settings to run them with).
+    let earlier = if !definition.settings.paused && !settings.paused && repaired.is_none() {
         let n = materialize_definition(store.as_mut(), &definition, now, &actor(None))?;
         definition = find_definition(store.as_ref(), &args.name)?;
         n
@@ -404,12 +471,20 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
         0
     };
     definition.settings = settings;
-    // Instants up to now are handled (or, for a paused schedule, never replayed); the next one
-    // follows the new timing.
+    // Instants up to now are handled (or, for a paused or damaged schedule, never replayed); the
+    // next one follows the new timing.
     definition.materialized_through = definition.materialized_through.max(now.timestamp());
     definition.next_fire_at = timing.next_after(definition.materialized_through);
     store.update_definition(&definition, now.timestamp())?;
-    say!("updated schedule {}", definition.name);
+    let name = escape_line(&definition.name);
+    match &repaired {
+        Some(columns) => {
+            // Read it back: the row must now be sound (exit 4 naming what is still wrong).
+            find_definition(store.as_ref(), &args.name)?;
+            say!("updated schedule {name}: repaired {columns}; it fires again from now on");
+        }
+        None => say!("updated schedule {name}"),
+    }
     if earlier > 0 {
         say!("({earlier} instant(s) already due were materialised under the previous settings first)");
     }
@@ -417,13 +492,69 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-fn remove(args: Name, ctx: &Ctx) -> Result<()> {
+fn remove(args: RmArgs, ctx: &Ctx) -> Result<()> {
     let mut store = ctx.open(OpenMode::MustExist)?;
-    if !store.remove_definition(&args.name)? {
-        return Err(unknown_schedule(&args.name));
+    let me = actor(None);
+    let mut cancelled = Vec::new();
+    // With --force, a run that starts between the cancel and the removal is cancelled in turn;
+    // a schedule whose runs keep starting that fast is given up on after a few rounds.
+    for _ in 0..5 {
+        let running = match store.remove_definition(&args.name)? {
+            Removal::Removed => {
+                for line in &cancelled {
+                    say!("{line}");
+                }
+                say!("removed schedule {} and its runs", escape_line(&args.name));
+                return Ok(());
+            }
+            Removal::NotFound => return Err(unknown_schedule(&args.name)),
+            Removal::Running(running) => running,
+        };
+        let runs = running
+            .iter()
+            .map(|id| store.run(*id))
+            .collect::<Result<Vec<_>>>()?;
+        let runs: Vec<_> = runs.into_iter().flatten().collect();
+        if !args.force {
+            let listed: Vec<String> = runs
+                .iter()
+                .map(|r| {
+                    format!(
+                        "run {} (attempt {}, held by {})",
+                        r.id,
+                        r.attempt,
+                        escape_line(r.owner.as_deref().unwrap_or("?"))
+                    )
+                })
+                .collect();
+            let name = escape_line(&args.name);
+            return Err(Failure::usage(format!(
+                "schedule {name} has {} running: {}; removing the schedule kills its job (the run is \
+                 cancelled and the tick holding it terminates its process group at its next \
+                 heartbeat). Wait for it to finish, or use `runner schedule rm {name} --force`",
+                if listed.len() == 1 { "a run" } else { "runs" },
+                listed.join(", ")
+            )));
+        }
+        for run in runs {
+            if let Steered::Done { attempt, .. } =
+                store.steer(run.id, Steer::Cancel, ctx.clock.epoch(), &me)?
+            {
+                // Before the schedule (and so the attempt's record) is gone: if its runner died,
+                // nobody else could find and stop the job afterwards.
+                let how = super::steer::stop_cancelled(store.as_mut(), ctx, &me, &run, attempt)?;
+                cancelled.push(format!(
+                    "cancelled running run {} (attempt {attempt}); {how}",
+                    run.id
+                ));
+            }
+        }
     }
-    say!("removed schedule {} and its runs", args.name);
-    Ok(())
+    Err(anyhow::anyhow!(
+        "schedule {} keeps starting runs while being removed; pause it first (`runner schedule pause {}`), then remove it",
+        escape_line(&args.name),
+        escape_line(&args.name)
+    ))
 }
 
 fn set_paused(args: Name, ctx: &Ctx, paused: bool) -> Result<()> {
@@ -495,7 +626,28 @@ fn last_result_text(store: &dyn Store, definition: &Definition) -> Result<String
     })
 }
 
-fn definition_json(store: &dyn Store, d: &Definition, now: i64) -> Result<Value> {
+/// A row as read, split into what could be read and, when damaged, what is wrong with it.
+fn split(row: &DefinitionRow) -> (&Definition, Option<&DamagedDefinition>) {
+    match row {
+        Ok(definition) => (definition, None),
+        Err(damaged) => (&damaged.definition, Some(damaged.as_ref())),
+    }
+}
+
+/// The state `list` and `show` print: active, paused, or damaged.
+fn state_text(row: &DefinitionRow) -> &'static str {
+    match row {
+        Err(_) => "damaged",
+        Ok(d) if d.settings.paused => "paused",
+        Ok(_) => "active",
+    }
+}
+
+/// A schedule as JSON: the shape of each `schedule list --json` entry and of `schedule show
+/// --json`. A damaged one has `"state": "damaged"`, `problem`, `damaged_columns` and `repair`,
+/// and null in place of every value it could not read.
+fn definition_json(store: &dyn Store, row: &DefinitionRow, now: i64) -> Result<Value> {
+    let (d, damaged) = split(row);
     let s = &d.settings;
     let mut object = serde_json::Map::new();
     object.insert("name".into(), json!(d.name));
@@ -503,10 +655,7 @@ fn definition_json(store: &dyn Store, d: &Definition, now: i64) -> Result<Value>
     object.insert("timezone".into(), json!(s.timezone));
     object.insert("command".into(), json!(s.command));
     object.insert("workdir".into(), json!(s.workdir));
-    object.insert(
-        "state".into(),
-        json!(if s.paused { "paused" } else { "active" }),
-    );
+    object.insert("state".into(), json!(state_text(row)));
     object.insert("max_attempts".into(), json!(s.max_attempts));
     object.insert("timeout_secs".into(), json!(s.timeout_secs));
     object.insert("backoff_base_secs".into(), json!(s.backoff_base_secs));
@@ -518,10 +667,9 @@ fn definition_json(store: &dyn Store, d: &Definition, now: i64) -> Result<Value>
     put_time(
         &mut object,
         "next_fire_at",
-        if s.paused {
-            None
-        } else {
-            upcoming_fire(d, now)?
+        match row {
+            Ok(d) if !d.settings.paused => upcoming_fire(d, now)?,
+            _ => None,
         },
     );
     put_time(&mut object, "created_at", Some(d.created_at));
@@ -534,6 +682,26 @@ fn definition_json(store: &dyn Store, d: &Definition, now: i64) -> Result<Value>
         Value::Object(last)
     });
     object.insert("last_result".into(), last.unwrap_or(Value::Null));
+    if let Some(damaged) = damaged {
+        // The keys are the columns' names: a damaged column's placeholder is never shown.
+        for problem in &damaged.problems {
+            if problem.column == "created_at" {
+                put_time(&mut object, "created_at", None);
+            } else if object.contains_key(problem.column) {
+                object.insert(problem.column.into(), Value::Null);
+            }
+        }
+        object.insert("problem".into(), json!(damaged.problem_text()));
+        object.insert(
+            "damaged_columns".into(),
+            json!(damaged
+                .problems
+                .iter()
+                .map(|p| p.column)
+                .collect::<Vec<_>>()),
+        );
+        object.insert("repair".into(), json!(damaged.repair_hint()));
+    }
     Ok(Value::Object(object))
 }
 
@@ -543,98 +711,164 @@ fn upcoming_fire(d: &Definition, now: i64) -> Result<Option<i64>> {
     Ok(Timing::of(&d.settings)?.next_after(d.materialized_through.max(now)))
 }
 
-fn next_fire_text(d: &Definition, now: i64) -> Result<String> {
-    if d.settings.paused {
-        return Ok("(paused)".to_string());
-    }
+/// NEXT FIRE: a time, `never`, `(paused)`, or what is wrong with a damaged schedule.
+fn next_fire_text(row: &DefinitionRow, now: i64) -> Result<String> {
+    let d = match row {
+        Err(damaged) => return Ok(damaged.problem_text()),
+        Ok(d) if d.settings.paused => return Ok("(paused)".to_string()),
+        Ok(d) => d,
+    };
     let tz = parse_zone(&d.settings.timezone).map_err(Failure::usage)?;
     Ok(upcoming_fire(d, now)?.map_or_else(|| "never".to_string(), |t| local_time(t, tz)))
 }
 
+/// A stored text column for a table or listing: escaped, or `?` when the row's value is damaged.
+fn column_text(damaged: Option<&DamagedDefinition>, column: &str, value: &str) -> String {
+    if damaged.is_some_and(|d| d.is_damaged(column)) {
+        "?".to_string()
+    } else {
+        escape_line(value)
+    }
+}
+
 fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
-    let definitions = store.definitions()?;
+    let rows = store.definitions()?;
     if args.json {
-        let list = definitions
+        let list = rows
             .iter()
-            .map(|d| definition_json(store.as_ref(), d, ctx.clock.epoch()))
+            .map(|row| definition_json(store.as_ref(), row, ctx.clock.epoch()))
             .collect::<Result<Vec<_>>>()?;
         say!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
     }
-    if definitions.is_empty() {
+    if rows.is_empty() {
         say!("no schedules yet; add one with `runner schedule add NAME --cron EXPR -- COMMAND`");
         return Ok(());
     }
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
     table.set_header(["NAME", "CRON", "ZONE", "STATE", "NEXT FIRE", "LAST RESULT"]);
-    for d in &definitions {
+    for row in &rows {
+        let (d, damaged) = split(row);
+        let name = match damaged {
+            Some(damaged) if damaged.name().is_none() => format!("(id {})", d.id),
+            _ => escape_line(&d.name),
+        };
         table.add_row([
-            d.name.clone(),
-            d.settings.cron.clone(),
-            d.settings.timezone.clone(),
-            if d.settings.paused {
-                "paused"
-            } else {
-                "active"
-            }
-            .to_string(),
-            next_fire_text(d, ctx.clock.epoch())?,
+            name,
+            column_text(damaged, "cron", &d.settings.cron),
+            column_text(damaged, "timezone", &d.settings.timezone),
+            state_text(row).to_string(),
+            next_fire_text(row, ctx.clock.epoch())?,
             last_result_text(store.as_ref(), d)?,
         ]);
     }
     say!("{}", table.trim_fmt());
+    for damaged in rows.iter().filter_map(|row| row.as_ref().err()) {
+        crate::complain!("runner: warning: {damaged}");
+    }
     Ok(())
 }
 
 fn show(args: NameJson, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
-    let d = find_definition(store.as_ref(), &args.name)?;
+    let row = find_definition_row(store.as_ref(), &args.name)?;
     if args.json {
         say!(
             "{}",
-            serde_json::to_string_pretty(&definition_json(store.as_ref(), &d, ctx.clock.epoch())?)?
+            serde_json::to_string_pretty(&definition_json(
+                store.as_ref(),
+                &row,
+                ctx.clock.epoch()
+            )?)?
         );
-        return Ok(());
-    }
-    let s = &d.settings;
-    let timing = Timing::of(s)?;
-    let secs = |n: i64| humantime::format_duration(Duration::from_secs(n as u64)).to_string();
-    let kind = if timing.cron.is_wildcard() {
-        "wildcard"
     } else {
-        "fixed-time"
+        show_text(store.as_ref(), &row, ctx.clock.epoch())?;
+    }
+    // A damaged schedule is shown, and the exit code says it cannot run (4: the stored row is bad).
+    match row {
+        Ok(_) => Ok(()),
+        Err(damaged) => Err(Failure::database(damaged)),
+    }
+}
+
+fn show_text(store: &dyn Store, row: &DefinitionRow, now: i64) -> Result<()> {
+    let (d, damaged) = split(row);
+    let s = &d.settings;
+    let is_damaged =
+        |columns: &[&str]| damaged.is_some_and(|x| columns.iter().any(|c| x.is_damaged(c)));
+    let secs = |n: i64| humantime::format_duration(Duration::from_secs(n as u64)).to_string();
+    let or_damaged = |columns: &[&str], text: String| {
+        if is_damaged(columns) {
+            "? (damaged)".to_string()
+        } else {
+            text
+        }
     };
-    say!("name:         {}", d.name);
-    say!("cron:         {} ({kind}, {})", s.cron, s.timezone);
-    say!("command:      {}", s.command);
+    say!("name:         {}", column_text(damaged, "name", &d.name));
+    let kind = match row {
+        Ok(_) => {
+            if Timing::of(s)?.cron.is_wildcard() {
+                "wildcard, "
+            } else {
+                "fixed-time, "
+            }
+        }
+        Err(_) => "",
+    };
+    say!(
+        "cron:         {} ({kind}{})",
+        column_text(damaged, "cron", &s.cron),
+        column_text(damaged, "timezone", &s.timezone)
+    );
+    say!(
+        "command:      {}",
+        column_text(damaged, "command", &s.command)
+    );
     say!(
         "workdir:      {}",
-        s.workdir.as_deref().unwrap_or("(the tick's)")
+        match &s.workdir {
+            _ if is_damaged(&["workdir"]) => "?".to_string(),
+            Some(dir) => escape_line(dir),
+            None => "(the tick's)".to_string(),
+        }
     );
-    say!(
-        "state:        {}",
-        if s.paused { "paused" } else { "active" }
-    );
+    say!("state:        {}", state_text(row));
+    if let Some(damaged) = damaged {
+        // How to repair it follows on stderr, with the exit code.
+        say!("problem:      {}", damaged.problem_text());
+    }
     say!(
         "attempts:     {} max, timeout {}",
-        s.max_attempts,
-        secs(s.timeout_secs)
+        or_damaged(&["max_attempts"], s.max_attempts.to_string()),
+        or_damaged(&["timeout_secs"], secs(s.timeout_secs))
     );
     say!(
         "backoff:      {} doubling, at most {}, jittered",
-        secs(s.backoff_base_secs),
-        secs(s.backoff_max_secs)
+        or_damaged(&["backoff_base_secs"], secs(s.backoff_base_secs)),
+        or_damaged(&["backoff_max_secs"], secs(s.backoff_max_secs))
     );
-    say!("overlap:      {}", s.overlap);
-    say!("leftovers:    {}", s.leftovers);
+    say!(
+        "overlap:      {}",
+        or_damaged(&["overlap"], s.overlap.to_string())
+    );
+    say!(
+        "leftovers:    {}",
+        or_damaged(&["leftovers"], s.leftovers.to_string())
+    );
     say!(
         "catch-up:     {} (grace {})",
-        s.catch_up,
-        secs(s.grace_secs)
+        or_damaged(&["catch_up"], s.catch_up.to_string()),
+        or_damaged(&["grace_secs"], secs(s.grace_secs))
     );
-    say!("next fire:    {}", next_fire_text(&d, ctx.clock.epoch())?);
-    say!("last result:  {}", last_result_text(store.as_ref(), &d)?);
+    say!(
+        "next fire:    {}",
+        match row {
+            Ok(_) => next_fire_text(row, now)?,
+            Err(_) => "(none while damaged)".to_string(),
+        }
+    );
+    say!("last result:  {}", last_result_text(store, d)?);
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! `runner show RUN_ID`: one run, every attempt with its output tails, every event.
-//! Captured output is escaped (`display::escape_output`): a job's control characters and escape
-//! sequences are shown, never interpreted by the terminal.
+//! Captured output is escaped (`display::escape_output`), stored values such as the command on one
+//! line (`display::escape_line`): control characters, escape sequences and bidi controls are
+//! shown, never interpreted by the terminal.
 
 use std::fmt::Write as _;
 
@@ -10,7 +11,7 @@ use serde_json::{json, Map, Value};
 
 use super::history::run_json;
 use super::{emit, emit_json, secs_text, zone, Ctx};
-use crate::display::{escape_output, local_time, put_time, short_duration};
+use crate::display::{escape_line, escape_output, local_time, put_time, short_duration};
 use crate::exit::Failure;
 use crate::model::RunStatus;
 use crate::store::{AttemptView, EventView, OpenMode, RunView, Store};
@@ -92,9 +93,9 @@ fn event_json(e: &EventView) -> Value {
     Value::Object(o)
 }
 
-/// Text a job (or its command line) produced, safe to print.
+/// A stored value (command, name, detail) safe to print on one line.
 fn safe(text: &str) -> String {
-    escape_output(text.as_bytes())
+    escape_line(text)
 }
 
 fn render(
@@ -109,7 +110,10 @@ fn render(
     writeln!(
         out,
         "run {} of {} ({} run, times in {})",
-        run.id, run.job, run.trigger, run.timezone
+        run.id,
+        safe(&run.job),
+        run.trigger,
+        safe(&run.timezone)
     )?;
     writeln!(out, "  status:     {}", status_line(run, tz, now))?;
     if let Some(detail) = &run.error_detail {

@@ -13,7 +13,7 @@ use super::{emit, emit_json, secs_text, zone, Ctx};
 use crate::clock::{behind_by, CLOCK_TOLERANCE_SECS};
 use crate::display::{clock_gap, local_time, put_time, utc_time};
 use crate::model::Definition;
-use crate::store::{Health, OpenMode, RunBrief, RunningView};
+use crate::store::{DefinitionRow, Health, OpenMode, RunBrief, RunningView};
 
 /// A tick older than this means cron is not running `runner tick` every minute.
 pub const STALE_TICK_SECS: i64 = 120;
@@ -44,9 +44,11 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
 /// Schedules whose cursor lies ahead of now by more than the clock tolerance, the furthest
 /// first: a tick with a clock ahead moved it there, and they do not fire until the clock gets
 /// there (or `runner schedule reanchor` moves them back).
-pub fn schedules_ahead(definitions: &[Definition], now: i64) -> Vec<&Definition> {
+pub fn schedules_ahead(definitions: &[DefinitionRow], now: i64) -> Vec<&Definition> {
+    // A damaged row's cursor cannot be trusted; `schedule list` shows it as damaged.
     let mut ahead: Vec<&Definition> = definitions
         .iter()
+        .filter_map(|row| row.as_ref().ok())
         .filter(|d| d.materialized_through - now > CLOCK_TOLERANCE_SECS)
         .collect();
     ahead.sort_by_key(|d| std::cmp::Reverse(d.materialized_through));

@@ -7,8 +7,9 @@ use super::show::find_run;
 use super::{actor, emit, Ctx};
 use crate::display::local_time;
 use crate::exit::Failure;
+use crate::model::Actor;
 use crate::model::RunStatus;
-use crate::store::{OpenMode, Steer, Steered};
+use crate::store::{OpenMode, RunView, Steer, Steered, Store};
 use crate::tick::recover::{runner_alive, stop_attempt, Stopped};
 
 #[derive(Debug, clap::Args)]
@@ -75,44 +76,7 @@ pub fn cancel(args: CancelArgs, ctx: &Ctx) -> Result<()> {
             attempt,
             ..
         } => {
-            let how = match store.open_attempt(run.id)? {
-                None => "its attempt had already ended".to_string(),
-                Some(holder) if holder.host != me.host => format!(
-                    "attempt {attempt} runs on host {}: the tick there terminates it at its next \
-                     heartbeat, or, if that runner is gone, the next tick on {} does",
-                    holder.host, holder.host
-                ),
-                Some(holder) if runner_alive(&holder) => format!(
-                    "the tick running attempt {attempt} (owner {}, pid {}) terminates its process \
-                     group at its next heartbeat",
-                    run.owner.as_deref().unwrap_or("?"),
-                    holder.runner_pid
-                ),
-                Some(holder) => match stop_attempt(store.as_mut(), &ctx.clock, &me, &holder)? {
-                    Stopped::Closed(killed) if killed.is_empty() => format!(
-                        "its runner (pid {}) was gone and nothing of attempt {attempt} was left; \
-                         the attempt is closed",
-                        holder.runner_pid
-                    ),
-                    Stopped::Closed(killed) => format!(
-                        "its runner (pid {}) was gone, so this command terminated what was left of \
-                         attempt {attempt}: {}",
-                        holder.runner_pid,
-                        killed.join(", ")
-                    ),
-                    Stopped::StillAlive(alive) => {
-                        return Err(anyhow::anyhow!(
-                            "cancelled run {} of {}, but its runner (pid {}) is gone and these \
-                             processes of attempt {attempt} would not die: {}; the attempt stays \
-                             open and the next tick tries again",
-                            run.id,
-                            run.job,
-                            holder.runner_pid,
-                            alive.join(", ")
-                        ))
-                    }
-                },
-            };
+            let how = stop_cancelled(store.as_mut(), ctx, &me, &run, attempt)?;
             emit(&format!("cancelled run {} of {}; {how}\n", run.id, run.job))
         }
         Steered::Done { .. } => emit(&format!(
@@ -127,6 +91,56 @@ pub fn cancel(args: CancelArgs, ctx: &Ctx) -> Result<()> {
             run.id
         ))),
     }
+}
+
+/// After a running run was cancelled: say who stops its job, or, when the runner holding it is
+/// gone (same host), stop the job's processes here and close the attempt. Errors if they would
+/// not die (the attempt stays open; the next tick on this host tries again).
+pub fn stop_cancelled(
+    store: &mut dyn Store,
+    ctx: &Ctx,
+    me: &Actor,
+    run: &RunView,
+    attempt: u32,
+) -> Result<String> {
+    Ok(match store.open_attempt(run.id)? {
+        None => "its attempt had already ended".to_string(),
+        Some(holder) if holder.host != me.host => format!(
+            "attempt {attempt} runs on host {}: the tick there terminates it at its next \
+             heartbeat, or, if that runner is gone, the next tick on {} does",
+            holder.host, holder.host
+        ),
+        Some(holder) if runner_alive(&holder) => format!(
+            "the tick running attempt {attempt} (owner {}, pid {}) terminates its process \
+             group at its next heartbeat",
+            run.owner.as_deref().unwrap_or("?"),
+            holder.runner_pid
+        ),
+        Some(holder) => match stop_attempt(store, &ctx.clock, me, &holder)? {
+            Stopped::Closed(killed) if killed.is_empty() => format!(
+                "its runner (pid {}) was gone and nothing of attempt {attempt} was left; \
+                 the attempt is closed",
+                holder.runner_pid
+            ),
+            Stopped::Closed(killed) => format!(
+                "its runner (pid {}) was gone, so this command terminated what was left of \
+                 attempt {attempt}: {}",
+                holder.runner_pid,
+                killed.join(", ")
+            ),
+            Stopped::StillAlive(alive) => {
+                return Err(anyhow::anyhow!(
+                    "cancelled run {} of {}, but its runner (pid {}) is gone and these \
+                     processes of attempt {attempt} would not die: {}; the attempt stays \
+                     open and the next tick tries again",
+                    run.id,
+                    run.job,
+                    holder.runner_pid,
+                    alive.join(", ")
+                ))
+            }
+        },
+    })
 }
 
 /// The run vanished between reading and steering it (pruned, or its schedule removed).

@@ -2,6 +2,7 @@
 //! commands speak only to `Store`; a backend is chosen from the `--db` location.
 
 mod sqlite;
+pub(crate) mod sqlite_files;
 
 use std::path::{Path, PathBuf};
 
@@ -9,8 +10,8 @@ use anyhow::Result;
 
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AttemptHolder, AttemptResult, ClaimedRun, Definition, ErrorCode, ExpiredLease, Fenced,
-    NewRun, RunStatus, Settings, StartRecord,
+    Actor, AttemptHolder, AttemptResult, ClaimedRun, DamagedDefinition, Definition, ErrorCode,
+    ExpiredLease, Fenced, NewRun, RunStatus, Settings, StartRecord,
 };
 
 pub use sqlite::SqliteStore;
@@ -91,6 +92,20 @@ pub fn open(location: &Location, mode: OpenMode) -> Result<Box<dyn Store>> {
 pub struct Claimed {
     pub runs: Vec<ClaimedRun>,
     pub more_due: bool,
+}
+
+/// A `job_definitions` row as read: sound, or damaged (its problems named, the others unaffected).
+pub type DefinitionRow = std::result::Result<Definition, Box<DamagedDefinition>>;
+
+/// What removing a schedule did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    /// The schedule and its runs are gone.
+    Removed,
+    NotFound,
+    /// Nothing removed: these runs of the schedule are running (removing the schedule would
+    /// take their lease and so kill their jobs). Cancel them first.
+    Running(Vec<i64>),
 }
 
 /// A run as listed by `schedule list` ("last result").
@@ -346,9 +361,12 @@ pub trait Store {
     ) -> Result<Definition>;
     /// Rewrites settings and the cursor (pause/resume/edit). Fails if the definition vanished.
     fn update_definition(&mut self, definition: &Definition, now: i64) -> Result<()>;
-    fn remove_definition(&mut self, name: &str) -> Result<bool>;
-    fn definition(&self, name: &str) -> Result<Option<Definition>>;
-    fn definitions(&self) -> Result<Vec<Definition>>;
+    /// Delete a schedule with its runs, unless a run of it is running.
+    fn remove_definition(&mut self, name: &str) -> Result<Removal>;
+    /// The schedule named `name`; a damaged row comes back as such, never as an error.
+    fn definition(&self, name: &str) -> Result<Option<DefinitionRow>>;
+    /// Every schedule, by name; damaged rows come back as such, never failing the others.
+    fn definitions(&self) -> Result<Vec<DefinitionRow>>;
     fn last_result(&self, definition_id: i64) -> Result<Option<LastResult>>;
 
     // ---- the tick ----
@@ -357,8 +375,10 @@ pub trait Store {
     /// tick's clock read) rises to `now` if it was lower. Returns the high-water mark as it was
     /// before, so the tick can tell whether its clock is behind what the database has seen.
     fn record_tick(&mut self, now: i64) -> Result<Option<i64>>;
-    /// Enabled definitions whose next fire time is at or before `now`.
-    fn due_definitions(&self, now: i64) -> Result<Vec<Definition>>;
+    /// Enabled definitions whose next fire time is at or before `now`, and damaged rows whose
+    /// pause flag or next fire time cannot be read (so a tick reports them instead of never
+    /// seeing them).
+    fn due_definitions(&self, now: i64) -> Result<Vec<DefinitionRow>>;
     /// In one transaction: if the cursor is still where `cursor` expects, insert the runs that
     /// `plan` returns (given the id of a run of this schedule that is running now, if any) and
     /// move the cursor. Returns the runs inserted; 0 if another tick got there first.

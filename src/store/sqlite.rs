@@ -13,16 +13,19 @@ use rusqlite::{
 };
 use serde_json::json;
 
+use super::sqlite_files as files;
 use super::{
-    AttemptView, Claimed, CursorMove, EventView, Health, LastResult, OpenMode, PruneCounts,
-    Reanchored, RunBrief, RunFilter, RunView, RunningView, Steer, Steered, Storage, Store,
-    RECENT_LISTED, RUNNING_LISTED,
+    AttemptView, Claimed, CursorMove, DefinitionRow, EventView, Health, LastResult, OpenMode,
+    PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView, RunningView, Steer, Steered,
+    Storage, Store, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AfterFailure, AttemptHolder, AttemptResult, ClaimedRun, Definition, ErrorCode,
-    ExpiredLease, Fenced, Leftovers, NewRun, RunStatus, Settings, StartRecord, Trigger,
+    Actor, AfterFailure, AttemptHolder, AttemptResult, ClaimedRun, ColumnProblem,
+    DamagedDefinition, Definition, ErrorCode, ExpiredLease, Fenced, Leftovers, NewRun, Overlap,
+    RunStatus, Settings, StartRecord, Trigger,
 };
+use crate::schedule::CatchUp;
 
 /// `PRAGMA application_id`: marks a file as a runner database ("RUNR").
 const APPLICATION_ID: i64 = 0x5255_4E52;
@@ -62,11 +65,57 @@ impl SqliteStore {
                 "{shown} is an empty file, not a runner database; create one with `runner init`"
             )));
         }
+        // A user who cannot write the database only reads it. Read it in SQLite's immutable mode
+        // when nobody has it open and its -wal is empty: otherwise SQLite would create -wal and
+        // -shm files next to it with the database's (read-only) mode, and leave them behind to
+        // block its owner's next write.
+        if mode == OpenMode::MustExist
+            && !files::writable(path)
+            && !files::maybe_in_use(path)
+            && files::immutable_read_sees_everything(path)
+        {
+            return Self::open_immutable(path);
+        }
         // READ_WRITE without CREATE: SQLite opens a read-only file read-only, so reads still work
         // and writes fail with a clear error.
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags)
             .map_err(|e| Failure::database(format!("cannot open database {shown}: {e}")))?;
+        let mut store = SqliteStore {
+            conn,
+            path: path.to_path_buf(),
+        };
+        match store.configure() {
+            Ok(()) => {}
+            // Reading a WAL database needs its -shm file; in a directory this user cannot write,
+            // SQLite cannot create it ("attempt to write a readonly database"). Without changes
+            // waiting in the -wal, the database file alone is the whole database: read it
+            // immutable. Otherwise say exactly why it cannot be read.
+            Err(e) if is_read_only(&e) => {
+                drop(store);
+                if files::immutable_read_sees_everything(path) {
+                    return Self::open_immutable(path).map_err(|_| open_error(path, e));
+                }
+                return Err(match files::unreadable_wal(path) {
+                    Some(why) => Failure::database(why),
+                    None => read_only_error(path, e),
+                });
+            }
+            Err(e) => return Err(open_error(path, e)),
+        }
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// Open read-only through `file:PATH?immutable=1`: no locks, no -shm, no -wal. Only for a
+    /// database whose -wal is empty (see `files::immutable_read_sees_everything`).
+    fn open_immutable(path: &Path) -> Result<SqliteStore> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(immutable_uri(path), flags).map_err(|e| {
+            Failure::database(format!("cannot open database {}: {e}", path.display()))
+        })?;
         let mut store = SqliteStore {
             conn,
             path: path.to_path_buf(),
@@ -162,15 +211,18 @@ impl SqliteStore {
     /// Begin a write transaction (`BEGIN IMMEDIATE`: take the write lock now, not mid-way).
     fn write(&mut self) -> Result<Transaction<'_>> {
         if self.conn.is_readonly(rusqlite::MAIN_DB)? {
-            return Err(Failure::database(format!(
-                "{} is read-only for this user: reading works, but this command must write; \
-                 make the file and its directory writable by this user",
-                self.path.display()
-            )));
+            return Err(cannot_write(&self.path, None));
         }
-        Ok(self
+        match self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?)
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+        {
+            Ok(tx) => Ok(tx),
+            // The database file is writable, but a -wal or -shm file (or the directory) is not:
+            // name the file at fault, not the database.
+            Err(e) if is_read_only(&e) => Err(cannot_write(&self.path, Some(e))),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -215,6 +267,58 @@ fn open_error(path: &Path, error: rusqlite::Error) -> anyhow::Error {
     }
 }
 
+/// SQLite could not read or write because a file or directory is read-only for this user.
+fn is_read_only(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+    )
+}
+
+/// A read that failed on a read-only file: name the files at fault when they can be seen.
+fn read_only_error(path: &Path, error: rusqlite::Error) -> anyhow::Error {
+    let problems = files::write_problems(path);
+    if problems.is_empty() {
+        return open_error(path, error);
+    }
+    Failure::database(format!(
+        "cannot read {} ({error}): {}",
+        path.display(),
+        problems.join("; ")
+    ))
+}
+
+/// This command must write, and this user cannot: say which file or directory stops it.
+fn cannot_write(path: &Path, error: Option<rusqlite::Error>) -> anyhow::Error {
+    let problems = files::write_problems(path);
+    let why = if problems.is_empty() {
+        "make the file, its -wal and -shm files and its directory writable by this user".to_string()
+    } else {
+        problems.join("; ")
+    };
+    let cause = error.map(|e| format!(" ({e})")).unwrap_or_default();
+    Failure::database(format!(
+        "{} is read-only for this user{cause}: reading works, but this command must write; {why}",
+        path.display()
+    ))
+}
+
+/// `file:` URI of `path` with `immutable=1`, percent-encoding what a URI path cannot hold.
+fn immutable_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file:");
+    for &byte in path.as_os_str().as_bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => {
+                uri.push(byte as char)
+            }
+            other => uri.push_str(&format!("%{other:02X}")),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
 fn not_a_database(path: &Path, error: &dyn std::fmt::Display) -> anyhow::Error {
     Failure::database(format!(
         "{} is not a usable runner database ({error}); restore it from a backup or point --db elsewhere",
@@ -256,50 +360,134 @@ const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, ma
      backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, materialized_through, \
      next_fire_at, created_at, updated_at, revision, leftovers";
 
-fn definition_from_row(row: &Row<'_>) -> rusqlite::Result<Definition> {
-    let text_enum = |index: usize, value: String| -> rusqlite::Result<_> {
-        Err(rusqlite::Error::FromSqlConversionFailure(
-            index,
-            rusqlite::types::Type::Text,
-            format!("unexpected value {value:?}").into(),
-        ))
+/// The one conversion of a `job_definitions` row (selected with `DEFINITION_COLUMNS`). A row
+/// whose columns do not convert (an out-of-range integer, unknown policy text, a NULL, a blob) or
+/// whose settings a runner cannot act on (`Settings::problems`) comes back as a
+/// `DamagedDefinition` naming every bad column, so it never fails a query for the other rows.
+fn definition_from_row(row: &Row<'_>) -> DefinitionRow {
+    let mut columns = Columns {
+        row,
+        problems: Vec::new(),
     };
-    let overlap: String = row.get(10)?;
-    let catch_up: String = row.get(11)?;
-    let leftovers: String = row.get(19)?;
-    Ok(Definition {
-        id: row.get(0)?,
-        name: row.get(1)?,
+    let definition = Definition {
+        id: columns.get("id"),
+        name: columns.get("name"),
         settings: Settings {
-            cron: row.get(2)?,
-            timezone: row.get(3)?,
-            command: row.get(4)?,
-            workdir: row.get(5)?,
-            max_attempts: row.get(6)?,
-            timeout_secs: row.get(7)?,
-            backoff_base_secs: row.get(8)?,
-            backoff_max_secs: row.get(9)?,
-            overlap: match overlap.parse() {
-                Ok(v) => v,
-                Err(_) => return text_enum(10, overlap),
-            },
-            catch_up: match catch_up.parse() {
-                Ok(v) => v,
-                Err(_) => return text_enum(11, catch_up),
-            },
-            grace_secs: row.get(12)?,
-            leftovers: match leftovers.parse() {
-                Ok(v) => v,
-                Err(_) => return text_enum(19, leftovers),
-            },
-            paused: row.get(13)?,
+            cron: columns.get("cron"),
+            timezone: columns.get("timezone"),
+            command: columns.get("command"),
+            workdir: columns.get("workdir"),
+            max_attempts: columns.get("max_attempts"),
+            timeout_secs: columns.get("timeout_secs"),
+            backoff_base_secs: columns.get("backoff_base_secs"),
+            backoff_max_secs: columns.get("backoff_max_secs"),
+            overlap: columns.parsed("overlap", Overlap::Forbid),
+            catch_up: columns.parsed("catch_up", CatchUp::Latest),
+            grace_secs: columns.get("grace_secs"),
+            leftovers: columns.parsed("leftovers", Leftovers::Kill),
+            paused: columns.flag("paused"),
         },
-        materialized_through: row.get(14)?,
-        next_fire_at: row.get(15)?,
-        created_at: row.get(16)?,
-        updated_at: row.get(17)?,
-        revision: row.get(18)?,
-    })
+        materialized_through: columns.get("materialized_through"),
+        next_fire_at: columns.get("next_fire_at"),
+        created_at: columns.get("created_at"),
+        updated_at: columns.get("updated_at"),
+        revision: columns.get("revision"),
+    };
+    let mut problems = columns.problems;
+    problems.extend(definition.settings.problems(&problems));
+    if problems.is_empty() {
+        Ok(definition)
+    } else {
+        Err(Box::new(DamagedDefinition {
+            definition,
+            problems,
+        }))
+    }
+}
+
+/// Reads a row column by column, noting each column that does not convert (with a placeholder in
+/// its place) instead of failing the whole row.
+struct Columns<'a, 'r> {
+    row: &'a Row<'r>,
+    problems: Vec<ColumnProblem>,
+}
+
+impl Columns<'_, '_> {
+    fn get<T: rusqlite::types::FromSql + Default>(&mut self, column: &'static str) -> T {
+        match self.row.get::<_, T>(column) {
+            Ok(value) => value,
+            Err(error) => {
+                let problem = self.describe(column, &error);
+                self.problems.push(ColumnProblem { column, problem });
+                T::default()
+            }
+        }
+    }
+
+    /// A policy stored as text (`FromStr` at the boundary).
+    fn parsed<T: std::str::FromStr>(&mut self, column: &'static str, placeholder: T) -> T
+    where
+        T::Err: std::fmt::Display,
+    {
+        let noted = self.problems.len();
+        let text: String = self.get(column);
+        if self.problems.len() > noted {
+            return placeholder;
+        }
+        text.parse().unwrap_or_else(|e: T::Err| {
+            self.problems.push(ColumnProblem {
+                column,
+                problem: e.to_string(),
+            });
+            placeholder
+        })
+    }
+
+    /// A 0/1 flag: anything else is damage, not "true".
+    fn flag(&mut self, column: &'static str) -> bool {
+        let noted = self.problems.len();
+        let value: i64 = self.get(column);
+        match value {
+            _ if self.problems.len() > noted => false,
+            0 => false,
+            1 => true,
+            other => {
+                self.problems.push(ColumnProblem {
+                    column,
+                    problem: format!("holds {other}, not 0 or 1"),
+                });
+                false
+            }
+        }
+    }
+
+    /// What is wrong with a column's value, for a person.
+    fn describe(&self, column: &str, error: &rusqlite::Error) -> String {
+        use rusqlite::types::ValueRef;
+        let shown = match self.row.get_ref(column) {
+            Ok(ValueRef::Null) => return "is NULL, but a value is required".to_string(),
+            Ok(ValueRef::Integer(i)) => i.to_string(),
+            Ok(ValueRef::Real(r)) => format!("{r} (a real number)"),
+            Ok(ValueRef::Text(t)) => format!(
+                "{:?}",
+                crate::model::truncate_detail(&String::from_utf8_lossy(t), 60)
+            ),
+            Ok(ValueRef::Blob(b)) => format!("a blob of {} bytes", b.len()),
+            Err(e) => return e.to_string(),
+        };
+        // The text columns; all others hold integers (times, counts, seconds).
+        let wanted = match column {
+            "name" | "cron" | "timezone" | "command" | "workdir" | "overlap" | "catch_up" => "text",
+            _ => "an integer",
+        };
+        match error {
+            rusqlite::Error::IntegralValueOutOfRange(..) => {
+                format!("{shown} is out of range (at most {})", u32::MAX)
+            }
+            rusqlite::Error::InvalidColumnType(..) => format!("holds {shown}, not {wanted}"),
+            other => format!("holds {shown}, which is not valid {wanted} ({other})"),
+        }
+    }
 }
 
 fn insert_event(
@@ -592,24 +780,31 @@ impl Store for SqliteStore {
                 "a schedule named {name:?} already exists; use `runner schedule edit {name}` to change it"
             )));
         }
-        let definition = tx.query_row(
-            &format!("SELECT {DEFINITION_COLUMNS} FROM job_definitions WHERE name = ?1"),
-            [name],
-            definition_from_row,
-        )?;
+        let definition = tx
+            .query_row(
+                &format!("SELECT {DEFINITION_COLUMNS} FROM job_definitions WHERE name = ?1"),
+                [name],
+                |row| Ok(definition_from_row(row)),
+            )?
+            .map_err(Failure::database)?;
         tx.commit()?;
         Ok(definition)
     }
 
     fn update_definition(&mut self, d: &Definition, now: i64) -> Result<()> {
         let s = &d.settings;
+        // The cursor never moves back. Cursor columns that cannot be read (a damaged row being
+        // repaired by `schedule edit`) are rewritten from `d` and `now`.
         let tx = self.write()?;
         let changed = tx.execute(
             "UPDATE job_definitions SET cron = ?2, timezone = ?3, command = ?4, workdir = ?5, max_attempts = ?6,
                  timeout_secs = ?7, backoff_base_secs = ?8, backoff_max_secs = ?9, overlap = ?10, catch_up = ?11,
-                 grace_secs = ?12, paused = ?13, materialized_through = max(materialized_through, ?14),
+                 grace_secs = ?12, paused = ?13,
+                 materialized_through = CASE typeof(materialized_through)
+                     WHEN 'integer' THEN max(materialized_through, ?14) ELSE ?14 END,
                  next_fire_at = ?15, updated_at = ?16, leftovers = ?17,
-                 revision = revision + 1
+                 created_at = CASE typeof(created_at) WHEN 'integer' THEN created_at ELSE ?16 END,
+                 revision = CASE typeof(revision) WHEN 'integer' THEN revision + 1 ELSE 1 END
              WHERE id = ?1",
             params![
                 d.id, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
@@ -627,29 +822,45 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn remove_definition(&mut self, name: &str) -> Result<bool> {
+    fn remove_definition(&mut self, name: &str) -> Result<Removal> {
         let tx = self.write()?;
+        // Checked under the write lock: no run of it can start between the check and the delete.
+        let running: Vec<i64> = {
+            let mut stmt = tx.prepare(
+                "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+                 WHERE d.name = ?1 AND r.status = 'running' ORDER BY r.id",
+            )?;
+            let rows = stmt.query_map([name], |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        if !running.is_empty() {
+            return Ok(Removal::Running(running));
+        }
         let removed = tx.execute("DELETE FROM job_definitions WHERE name = ?1", [name])?;
         tx.commit()?;
-        Ok(removed > 0)
+        Ok(if removed > 0 {
+            Removal::Removed
+        } else {
+            Removal::NotFound
+        })
     }
 
-    fn definition(&self, name: &str) -> Result<Option<Definition>> {
+    fn definition(&self, name: &str) -> Result<Option<DefinitionRow>> {
         Ok(self
             .conn
             .query_row(
                 &format!("SELECT {DEFINITION_COLUMNS} FROM job_definitions WHERE name = ?1"),
                 [name],
-                definition_from_row,
+                |row| Ok(definition_from_row(row)),
             )
             .optional()?)
     }
 
-    fn definitions(&self) -> Result<Vec<Definition>> {
+    fn definitions(&self) -> Result<Vec<DefinitionRow>> {
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT {DEFINITION_COLUMNS} FROM job_definitions ORDER BY name"
+            "SELECT {DEFINITION_COLUMNS} FROM job_definitions ORDER BY name, id"
         ))?;
-        let rows = stmt.query_map([], definition_from_row)?;
+        let rows = stmt.query_map([], |row| Ok(definition_from_row(row)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -680,12 +891,20 @@ impl Store for SqliteStore {
         Ok(high_water)
     }
 
-    fn due_definitions(&self, now: i64) -> Result<Vec<Definition>> {
+    fn due_definitions(&self, now: i64) -> Result<Vec<DefinitionRow>> {
+        // The first half is served by `job_definitions_due`. The second reads the (small) table
+        // for rows whose due-ness cannot be judged, so a damaged one is reported every tick
+        // rather than silently never due; `definition_from_row` reports them damaged.
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {DEFINITION_COLUMNS} FROM job_definitions
-             WHERE paused = 0 AND next_fire_at <= ?1 ORDER BY next_fire_at, id"
+             WHERE paused = 0 AND next_fire_at <= ?1
+             UNION
+             SELECT {DEFINITION_COLUMNS} FROM job_definitions
+             WHERE typeof(paused) <> 'integer' OR paused NOT IN (0, 1)
+                OR typeof(next_fire_at) NOT IN ('integer', 'null')
+             ORDER BY next_fire_at, id"
         ))?;
-        let rows = stmt.query_map([now], definition_from_row)?;
+        let rows = stmt.query_map([now], |row| Ok(definition_from_row(row)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -1609,6 +1828,69 @@ mod tests {
                     && !l.starts_with("SCAN doomed")
             })
             .collect()
+    }
+
+    #[test]
+    fn immutable_uris_escape_what_a_uri_path_cannot_hold() {
+        assert_eq!(
+            immutable_uri(Path::new("/srv/runner.db")),
+            "file:/srv/runner.db?immutable=1"
+        );
+        assert_eq!(
+            immutable_uri(Path::new("/a b/x?#%.db")),
+            "file:/a%20b/x%3F%23%25.db?immutable=1"
+        );
+    }
+
+    /// Rows forged past the schema's checks come back damaged, one problem per bad column, and
+    /// never fail the read of the others.
+    #[test]
+    fn damaged_rows_name_their_columns() {
+        let (_dir, mut store) = store();
+        let settings = Settings {
+            cron: "* * * * *".to_string(),
+            timezone: "UTC".to_string(),
+            command: "true".to_string(),
+            workdir: None,
+            max_attempts: 3,
+            timeout_secs: 60,
+            backoff_base_secs: 30,
+            backoff_max_secs: 60,
+            overlap: Overlap::Forbid,
+            catch_up: CatchUp::Latest,
+            grace_secs: 300,
+            leftovers: Leftovers::Kill,
+            paused: false,
+        };
+        for name in ["a", "b", "c"] {
+            store
+                .add_definition(name, &settings, 0, Some(60))
+                .expect("add");
+        }
+        store
+            .conn
+            .execute_batch(
+                "PRAGMA ignore_check_constraints = ON;
+                 UPDATE job_definitions SET max_attempts = 5000000000, catch_up = 'some' WHERE name = 'a';
+                 UPDATE job_definitions SET cron = '* * *', backoff_max_secs = 1 WHERE name = 'b';",
+            )
+            .expect("forge");
+        let rows = store.definitions().expect("definitions");
+        let columns = |row: &DefinitionRow| -> Vec<&'static str> {
+            match row {
+                Ok(_) => Vec::new(),
+                Err(damaged) => damaged.problems.iter().map(|p| p.column).collect(),
+            }
+        };
+        assert_eq!(columns(&rows[0]), ["max_attempts", "catch_up"]);
+        assert_eq!(columns(&rows[1]), ["cron", "backoff_max_secs"]);
+        assert!(rows[2].is_ok());
+        let due = store.due_definitions(60).expect("due");
+        assert_eq!(due.iter().filter(|row| row.is_err()).count(), 2);
+        assert!(matches!(
+            store.definition("a").expect("read"),
+            Some(Err(damaged)) if damaged.name() == Some("a")
+        ));
     }
 
     #[test]

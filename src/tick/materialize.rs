@@ -22,7 +22,17 @@ pub fn materialize_due(
     errors: &mut usize,
 ) -> Result<usize> {
     let mut inserted = 0;
-    for definition in store.due_definitions(now.timestamp())? {
+    for row in store.due_definitions(now.timestamp())? {
+        let definition = match row {
+            Ok(definition) => definition,
+            Err(damaged) => {
+                // A damaged row stops its own schedule only: one line naming it, the column and
+                // the repair; the others still run.
+                *errors += 1;
+                crate::complain!("runner: error: {damaged}");
+                continue;
+            }
+        };
         match materialize_one(store, &definition, now, actor) {
             Ok(n) => inserted += n,
             Err(e) => {

@@ -31,19 +31,26 @@ pub fn retention_from_env() -> Result<Option<Duration>, String> {
     match std::env::var("RUNNER_RETENTION") {
         Ok(value) if !value.trim().is_empty() => parse_retention(value.trim()),
         Ok(_) | Err(std::env::VarError::NotPresent) => Ok(Some(DEFAULT_RETENTION)),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            Err("RUNNER_RETENTION is not valid UTF-8; use e.g. 30d, or off".to_string())
-        }
+        Err(std::env::VarError::NotUnicode(value)) => Err(format!(
+            "RUNNER_RETENTION={:?} is not valid UTF-8; {RETENTION_SYNTAX}",
+            value.to_string_lossy()
+        )),
     }
 }
+
+/// What RUNNER_RETENTION accepts, for messages.
+const RETENTION_SYNTAX: &str = "set it to a duration such as 30d or 2160h (a number and a unit: \
+     s, m, h, d, w; combined like 1d12h), or to off to disable automatic pruning";
 
 fn parse_retention(value: &str) -> Result<Option<Duration>, String> {
     if value.eq_ignore_ascii_case("off") {
         return Ok(None);
     }
-    humantime::parse_duration(value).map(Some).map_err(|e| {
-        format!("RUNNER_RETENTION={value:?} is not a duration ({e}); use e.g. 30d, 2160h, or off")
-    })
+    // Not humantime's own message ("expected number at 0"): it names neither the variable nor
+    // what it accepts.
+    humantime::parse_duration(value)
+        .map(Some)
+        .map_err(|_| format!("RUNNER_RETENTION={value:?} is not a retention; {RETENTION_SYNTAX}"))
 }
 
 /// Delete finished runs older than `cutoff`, batch by batch, until none is left or `budget`
@@ -111,8 +118,12 @@ mod tests {
             parse_retention("90d"),
             Ok(Some(Duration::from_secs(90 * 86_400)))
         );
-        assert!(parse_retention("soon")
-            .expect_err("not a duration")
-            .contains("RUNNER_RETENTION"));
+        let message = parse_retention("soon").expect_err("not a duration");
+        assert!(message.contains("RUNNER_RETENTION=\"soon\""), "{message}");
+        assert!(
+            message.contains("30d") && message.contains("off"),
+            "{message}"
+        );
+        assert!(!message.contains("expected number"), "{message}");
     }
 }

@@ -4,6 +4,7 @@ mod clock;
 mod common;
 mod completions;
 mod crash;
+mod damage;
 mod database;
 mod execution;
 mod faults;
