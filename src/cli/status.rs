@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 
 use super::{emit, emit_json, secs_text, zone, Ctx};
 use crate::clock::{behind_by, CLOCK_TOLERANCE_SECS};
-use crate::display::{clock_gap, local_time, put_time, utc_time};
+use crate::display::{clock_gap, escape_line, local_time, put_time, utc_time};
 use crate::model::Definition;
 use crate::store::{DefinitionRow, Health, OpenMode, RunBrief, RunningView};
 
@@ -249,7 +249,7 @@ fn render(
             out,
             "oldest due:      run {} ({}), due {}, waiting {}",
             run.id,
-            run.job,
+            escape_line(&run.job),
             local_time(run.run_at, zone(&run.timezone)),
             secs_text(now - run.run_at)
         )?,
@@ -281,11 +281,11 @@ fn render(
                 out,
                 "  run {} ({}) attempt {}/{}, owner {} on {}, {lease}",
                 r.run.id,
-                r.run.job,
+                escape_line(&r.run.job),
                 r.run.attempt,
                 r.run.max_attempts,
-                r.owner,
-                r.host.as_deref().unwrap_or("?"),
+                escape_line(&r.owner),
+                escape_line(r.host.as_deref().unwrap_or("?")),
             )?;
         }
     }
@@ -328,7 +328,7 @@ fn render(
             out,
             "  run {} ({}) {} at {}",
             run.id,
-            run.job,
+            escape_line(&run.job),
             run.error_code.as_deref().unwrap_or("?"),
             run.finished_at
                 .map_or_else(|| "?".to_string(), |t| local_time(t, zone(&run.timezone)))
@@ -364,7 +364,7 @@ fn render(
             out,
             "oldest run kept: run {} ({}), scheduled {}",
             run.id,
-            run.job,
+            escape_line(&run.job),
             local_time(run.scheduled_for, zone(&run.timezone))
         )?,
         None => writeln!(out, "oldest run kept: none")?,

@@ -59,7 +59,13 @@ fn stored_commands_and_names_are_shown_escaped() {
         "UPDATE job_definitions SET name = 'evil' || char(8238) || 'gpj' || char(27) WHERE name = 'a'",
     );
     env.ok(&["run", "evil\u{202e}gpj\u{1b}"]);
-    for args in [&["schedule", "list"][..], &["history"], &["show", "1"]] {
+    // `status` names it too, as the oldest due run.
+    for args in [
+        &["schedule", "list"][..],
+        &["history"],
+        &["show", "1"],
+        &["status"],
+    ] {
         let out = env.ok(args);
         assert!(out.contains("evil\\u{202e}gpj\\x1b"), "{args:?}: {out}");
         assert!(
