@@ -358,7 +358,7 @@ fn cancel_stops_a_run_whose_tick_died() {
     // A new run of the (forbid) schedule starts, alone.
     fs::remove_file(&started).expect("rm");
     let next = enqueue(&env, "orphan");
-    let mut tick = Bg::spawn(&env, "tick-2", &["tick", "--max-tick", "1s"]);
+    let mut tick = Bg::spawn(&env, "tick-2", &["tick"]);
     let job = read_pid(&started, LONG);
     strays.group(job);
     assert_eq!(status(&env, next), "running");
