@@ -163,7 +163,7 @@ impl SqliteStore {
     /// Bring the schema up to date, or refuse a database that is not ours or is newer.
     fn migrate(&mut self) -> Result<()> {
         let shown = self.path.display().to_string();
-        let (app_id, version) = self.header().map_err(|e| open_error(&self.path, e))?;
+        let (app_id, version, tables) = self.header().map_err(|e| open_error(&self.path, e))?;
         let known = MIGRATIONS.len() as i64;
         if version > known {
             return Err(Failure::database(format!(
@@ -171,15 +171,11 @@ impl SqliteStore {
                  upgrade runner"
             )));
         }
-        if app_id != APPLICATION_ID {
-            let tables: i64 =
-                self.conn
-                    .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
-            if app_id != 0 || tables > 0 {
-                return Err(Failure::database(format!(
-                    "{shown} is a SQLite database but not a runner database; point --db elsewhere"
-                )));
-            }
+        // Not ours: marked by another application, or holding tables without our mark.
+        if app_id != APPLICATION_ID && (app_id != 0 || tables > 0) {
+            return Err(Failure::database(format!(
+                "{shown} is a SQLite database but not a runner database; point --db elsewhere"
+            )));
         }
         if version == known {
             return Ok(());
@@ -198,14 +194,17 @@ impl SqliteStore {
         Ok(())
     }
 
-    fn header(&self) -> rusqlite::Result<(i64, i64)> {
-        let app_id = self
-            .conn
-            .query_row("PRAGMA application_id", [], |r| r.get(0))?;
-        let version = self
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        Ok((app_id, version))
+    /// The application id, schema version and number of schema objects, read in one statement,
+    /// so from one snapshot: read one by one, a process migrating the file meanwhile could make
+    /// a brand-new runner database look like someone else's (tables, but no application id yet).
+    fn header(&self) -> rusqlite::Result<(i64, i64, i64)> {
+        self.conn.query_row(
+            "SELECT (SELECT application_id FROM pragma_application_id),
+                    (SELECT user_version FROM pragma_user_version),
+                    (SELECT count(*) FROM sqlite_master)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
     }
 
     /// Begin a write transaction (`BEGIN IMMEDIATE`: take the write lock now, not mid-way).
