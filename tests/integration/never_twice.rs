@@ -314,24 +314,31 @@ fn ctrl_c_on_run_wait_cancels_the_run_and_exits_130() {
 // cancel and recovery stop what a dead tick left running
 // ---------------------------------------------------------------------------
 
+/// A run of the `orphan` schedule whose tick was killed with `kill -9` while its job (`exec sleep
+/// 60`, pid returned) runs on. The job's group is killed when the returned `Strays` drops.
+fn orphaned_job(env: &Env) -> (i64, u32, std::path::PathBuf, Strays) {
+    let started = env.path("started");
+    add(
+        env,
+        "orphan",
+        &[],
+        &format!("echo $$ > {}; exec sleep 60", sh_quote(&started)),
+    );
+    let run = enqueue(env, "orphan");
+    let mut strays = Strays::default();
+    let mut tick = Bg::spawn(env, "tick", &["tick"]);
+    let job = read_pid(&started, LONG);
+    strays.group(job);
+    tick.kill9();
+    (run, job, started, strays)
+}
+
 /// `kill -9` the tick, then `cancel` the run: cancel itself terminates the orphaned job (the
 /// tick that would have is gone), closes its attempt, and the schedule can run again.
 #[test]
 fn cancel_stops_a_run_whose_tick_died() {
     let env = Env::init();
-    let started = env.path("started");
-    add(
-        &env,
-        "orphan",
-        &[],
-        &format!("echo $$ > {}; exec sleep 60", sh_quote(&started)),
-    );
-    let run = enqueue(&env, "orphan");
-    let mut strays = Strays::default();
-    let mut tick = Bg::spawn(&env, "tick", &["tick"]);
-    let job = read_pid(&started, LONG);
-    strays.group(job);
-    tick.kill9();
+    let (run, job, started, mut strays) = orphaned_job(&env);
     assert!(process_alive(job));
 
     let said = env.ok(&["cancel", &run.to_string()]);
@@ -371,19 +378,7 @@ fn cancel_stops_a_run_whose_tick_died() {
 #[test]
 fn the_next_tick_stops_an_attempt_left_open_under_a_cancelled_run() {
     let env = Env::init();
-    let started = env.path("started");
-    add(
-        &env,
-        "orphan",
-        &[],
-        &format!("echo $$ > {}; exec sleep 60", sh_quote(&started)),
-    );
-    let run = enqueue(&env, "orphan");
-    let mut strays = Strays::default();
-    let mut tick = Bg::spawn(&env, "tick", &["tick"]);
-    let job = read_pid(&started, LONG);
-    strays.group(job);
-    tick.kill9();
+    let (run, job, _, _strays) = orphaned_job(&env);
     env.conn()
         .execute(
             "UPDATE job_runs SET status = 'cancelled', owner = NULL, lease_token = NULL,
