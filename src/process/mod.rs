@@ -37,6 +37,9 @@ const LEAK_DRAIN: Duration = Duration::from_millis(250);
 /// After SIGKILL, how long to wait for what was killed to be gone before reporting the end.
 const KILLED_EXIT_WAIT: Duration = Duration::from_secs(5);
 
+/// How many polls look for leftovers after the shell exited.
+const LEFTOVER_LOOKS: u8 = 2;
+
 /// The shell that runs every job.
 const SHELL: &str = "/bin/sh";
 
@@ -146,6 +149,8 @@ pub struct RunningJob {
     exit: Option<(ExitKind, Instant)>,
     /// What was left behind when the shell exited (`None` until then).
     leftovers: Option<Vec<String>>,
+    /// How many times the leftovers were looked for since the shell exited.
+    leftover_looks: u8,
     /// Adopted processes that escaped the group but carry the marker.
     escapees: Vec<i32>,
     leak_kill_at: Option<Instant>,
@@ -248,6 +253,7 @@ impl RunningJob {
             settled: false,
             exit: None,
             leftovers: None,
+            leftover_looks: 0,
             escapees: Vec::new(),
             leak_kill_at: None,
             stdout,
@@ -376,7 +382,8 @@ impl RunningJob {
     /// What is alive once the shell has exited, for the record: its group's members and the
     /// escaped processes carrying its marker, whether or not they are ours to stop. The `/proc`
     /// scan of the group runs only when the cheap check found it non-empty.
-    fn note_leftovers(&mut self) {
+    /// Returns whether this look found a process the earlier ones had not.
+    fn note_leftovers(&mut self) -> bool {
         let mut found: Vec<i32> = Vec::new();
         if self.anything_left() && procfs::group_exists(self.pgid) {
             found.extend(procfs::group_members(self.pgid));
@@ -386,7 +393,17 @@ impl RunningJob {
                 found.push(pid);
             }
         }
-        self.leftovers = Some(found.into_iter().map(procfs::describe).collect());
+        self.leftover_looks += 1;
+        let seen = self.leftovers.get_or_insert_with(Vec::new);
+        let mut new = false;
+        for pid in found {
+            let named = format!("{pid} ");
+            if !seen.iter().any(|d| d.starts_with(&named)) {
+                seen.push(procfs::describe(pid));
+                new = true;
+            }
+        }
+        new
     }
 
     /// Non-blocking: reaps the child if it exited, enforces the timeout
@@ -408,12 +425,17 @@ impl RunningJob {
 
         // The shell exited: what did it leave behind? Like systemd at the end of a service,
         // terminate it (TERM now, KILL after the grace), unless the policy keeps it.
-        if self.exit.is_some() && self.leftovers.is_none() {
-            self.note_leftovers();
-            let any = self.leftovers.as_ref().is_some_and(|l| !l.is_empty());
-            if any && self.contains_escapees() {
-                self.send_term(now);
+        // Two looks, a poll apart: a process caught in passing by the first (between `setsid`
+        // and its exec) is seen by the second.
+        if self.exit.is_some() && self.leftover_looks < LEFTOVER_LOOKS {
+            if self.note_leftovers() && self.contains_escapees() {
+                if self.term_sent_at.is_none() {
+                    self.send_term(now);
+                } else {
+                    self.signal_all(Signal::SIGTERM);
+                }
             }
+            return None;
         }
 
         // Escalation: SIGKILL `kill_grace` after SIGTERM; then wait until all is gone.

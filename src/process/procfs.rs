@@ -9,11 +9,16 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::{getpgrp, Pid};
 
+/// How often an empty environment is read again (1 ms apart) before it counts as empty.
+const EXEC_RETRIES: usize = 50;
+
 /// What `/proc/<pid>/stat` says of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stat {
     /// `R`, `S`, `D`, `Z`, ...
     pub state: u8,
+    /// The parent: 2 (kthreadd) for kernel threads.
+    pub ppid: i32,
     pub pgrp: i32,
     /// Field 22, clock ticks since boot: with the pid, it names one process for good.
     pub start_time: u64,
@@ -32,9 +37,11 @@ pub fn parse_stat(stat: &[u8]) -> Option<Stat> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
     let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // fields[0] is field 3 (state), fields[2] field 5 (pgrp), fields[19] field 22 (starttime).
+    // fields[0] is field 3 (state), [1] field 4 (ppid), [2] field 5 (pgrp), [19] field 22
+    // (starttime).
     Some(Stat {
         state: *fields.first()?.as_bytes().first()?,
+        ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
@@ -79,14 +86,26 @@ impl Marker {
     /// Whether the process's initial environment holds every entry of the marker. Unreadable
     /// (gone, a zombie, another user's): false.
     pub fn is_carried_by(&self, pid: i32) -> bool {
-        let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
-            return false;
-        };
-        self.entries.iter().all(|entry| {
-            environ
-                .split(|&b| b == 0)
-                .any(|item| item == entry.as_bytes())
-        })
+        // A process in the middle of an exec (a job's `setsid` becoming its daemon) shows an
+        // empty environment for a moment: look again, rather than take it for a stranger.
+        for _ in 0..EXEC_RETRIES {
+            let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
+                return false;
+            };
+            if !environ.is_empty() {
+                return self.entries.iter().all(|entry| {
+                    environ
+                        .split(|&b| b == 0)
+                        .any(|item| item == entry.as_bytes())
+                });
+            }
+            // Kernel threads and zombies have no environment at all.
+            if !stat(pid).is_some_and(|s| s.is_live() && s.ppid != 2) || pid == 2 {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
     }
 }
 
