@@ -1,7 +1,7 @@
 //! Bad input: every invalid name, expression, number, duration or flag exits 2 with a message and
 //! writes nothing.
 
-use crate::common::{snapshot, stderr, Env};
+use crate::common::{stderr, Env};
 
 // ---------------------------------------------------------------------------------------------
 // bad input
@@ -111,7 +111,7 @@ fn bad_input_is_exit_2_with_a_message_and_nothing_written() {
     ] {
         cases.push(add_with(&["--tz", zone]));
     }
-    let before = snapshot(&env.db);
+    let before = env.sql.snapshot();
     for args in &cases {
         let out = env.cmd().args(args).output().expect("spawn");
         let shown: Vec<String> = args
@@ -131,7 +131,11 @@ fn bad_input_is_exit_2_with_a_message_and_nothing_written() {
             "{shown:?}: {}",
             stderr(&out)
         );
-        assert_eq!(snapshot(&env.db), before, "{shown:?} wrote to the database");
+        assert_eq!(
+            env.sql.snapshot(),
+            before,
+            "{shown:?} wrote to the database"
+        );
     }
     // Nothing created either, when the database does not exist yet.
     let fresh = Env::new();
@@ -142,7 +146,11 @@ fn bad_input_is_exit_2_with_a_message_and_nothing_written() {
     {
         let out = fresh.cmd().args(args).output().expect("spawn");
         assert_ne!(out.status.code(), Some(0), "{:?}", &args[..3]);
-        assert!(!fresh.db.exists(), "{:?} created the database", &args[..3]);
+        assert!(
+            !fresh.sql.created(),
+            "{:?} created the database",
+            &args[..3]
+        );
     }
 }
 

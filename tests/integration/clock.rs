@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::common::{json, real_now, stderr, stdout, utc, wait_until, Env};
 use super::observe::{parse_exposition, promtool_check, sample};
+use crate::common::{json, real_now, stderr, stdout, utc, wait_until, Env};
+use crate::sqlite_only;
 
 /// The test-only hook in `src/clock.rs`: every clock reading adds the seconds in this file.
 const STEP_FILE_ENV: &str = "RUNNER_TEST_CLOCK_STEP_FILE";
@@ -21,10 +22,13 @@ const DAY: i64 = 86_400;
 const DEADLINE: Duration = Duration::from_secs(120);
 
 fn runs(env: &Env, name: &str, status: &str) -> i64 {
-    env.count(&format!(
-        "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+    env.sql.query_i64(
+        &format!(
+            "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
              WHERE d.name = '{name}' AND r.status = '{status}'"
-    ))
+        ),
+        &[],
+    )
 }
 
 /// `runner metrics`, validated by the strict parser and `promtool check metrics` (see
@@ -105,13 +109,11 @@ fn heartbeats_after_a_forward_clock_step_write_leases_by_the_stepped_clock() {
     fs::rename(env.path("clock-step.tmp"), &step_file).expect("step the clock");
     let stepped = before_step + DAY;
     let lease_row = || -> (String, Option<i64>, Option<i64>) {
-        env.conn()
-            .query_row(
-                "SELECT status, heartbeat_at, lease_expires_at FROM job_runs",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .expect("the run")
+        let run = env.sql.query_row(
+            "SELECT status, heartbeat_at, lease_expires_at FROM job_runs",
+            &[],
+        );
+        (run[0].string(), run[1].opt_i64(), run[2].opt_i64())
     };
     wait_until(DEADLINE, "a heartbeat by the stepped clock", || {
         lease_row().1.is_some_and(|at| at >= stepped)
@@ -135,14 +137,16 @@ fn heartbeats_after_a_forward_clock_step_write_leases_by_the_stepped_clock() {
     let out = finish(first, "the first tick");
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stderr(&out), "", "the first tick had nothing to say");
-    let (status, attempt, error_code, finished_at): (String, i64, Option<String>, i64) = env
-        .conn()
-        .query_row(
-            "SELECT status, attempt, error_code, finished_at FROM job_runs",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .expect("the run");
+    let run = env.sql.query_row(
+        "SELECT status, attempt, error_code, finished_at FROM job_runs",
+        &[],
+    );
+    let (status, attempt, error_code, finished_at) = (
+        run[0].string(),
+        run[1].i64(),
+        run[2].opt_string(),
+        run[3].i64(),
+    );
     assert_eq!(
         (status.as_str(), attempt, error_code),
         ("succeeded", 1, None),
@@ -150,8 +154,9 @@ fn heartbeats_after_a_forward_clock_step_write_leases_by_the_stepped_clock() {
     );
     assert!(finished_at >= stepped, "recorded by the stepped clock");
     assert_eq!(
-        env.count(
-            "SELECT count(*) FROM job_events WHERE kind IN ('RECOVERED', 'LEASE_LOST', 'FAILED')"
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_events WHERE kind IN ('RECOVERED', 'LEASE_LOST', 'FAILED')",
+            &[]
         ),
         0
     );
@@ -390,8 +395,10 @@ fn reanchor_brings_a_schedule_pushed_to_2099_back_and_the_next_real_tick_fires_i
         out.starts_with("reanchored minutely: next fire 2099-01-01T00:01:00+00:00 -> "),
         "{out}"
     );
-    let stored =
-        env.count("SELECT materialized_through FROM job_definitions WHERE name = 'minutely'");
+    let stored = env.sql.query_i64(
+        "SELECT materialized_through FROM job_definitions WHERE name = 'minutely'",
+        &[],
+    );
     assert!((anchor..anchor + 60).contains(&stored), "cursor {stored}");
     // The clock is still behind the latest tick: the tick warns, and fires the schedule.
     let err = env.tick(&[]);
@@ -401,9 +408,10 @@ fn reanchor_brings_a_schedule_pushed_to_2099_back_and_the_next_real_tick_fires_i
         executed + 1,
         "catch-up latest: the newest instant since the re-anchor ran"
     );
-    let newest = env.count(
+    let newest = env.sql.query_i64(
         "SELECT max(scheduled_for) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
          WHERE d.name = 'minutely' AND r.status = 'succeeded' AND r.scheduled_for < 4000000000",
+        &[],
     );
     assert!(newest > anchor && newest <= real_now(), "ran {newest}");
 
@@ -485,6 +493,7 @@ fn reanchor_forgets_instants_skipped_ahead_of_their_time() {
 /// that was running at snapshot time (its runner is gone) is recovered once its lease expired.
 #[test]
 fn a_database_restored_from_a_snapshot_catches_up_and_recovers_its_running_run() {
+    sqlite_only!("restores a copy of the database file");
     let env = Env::init();
     let started = env.path("started");
     let release = env.path("release");
@@ -541,7 +550,8 @@ fn a_database_restored_from_a_snapshot_catches_up_and_recovers_its_running_run()
         runs(&env, "all-of-them", "succeeded") == 1
     });
     let snapshot = env.path("snapshot.db");
-    env.conn()
+    env.sql
+        .sqlite()
         .execute("VACUUM INTO ?1", [snapshot.to_str().expect("path")])
         .expect("snapshot");
     fs::write(&release, "").expect("release the job");
@@ -569,18 +579,18 @@ fn a_database_restored_from_a_snapshot_catches_up_and_recovers_its_running_run()
         "nothing to warn about: the clock is ahead of the snapshot"
     );
     // The run that was running: its lease expired, so it was recovered and retried (attempt 2).
-    let (status, attempt): (String, i64) = env
-        .conn()
-        .query_row(
-            "SELECT status, attempt FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-             WHERE d.name = 'every5' AND r.scheduled_for = ?1",
-            [base - 30 + 300],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .expect("the 00:05 run");
+    let run = env.sql.query_row(
+        "SELECT status, attempt FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+         WHERE d.name = 'every5' AND r.scheduled_for = $1",
+        &[&(base - 30 + 300)],
+    );
+    let (status, attempt) = (run[0].string(), run[1].i64());
     assert_eq!((status.as_str(), attempt), ("succeeded", 2));
     assert_eq!(
-        env.count("SELECT count(*) FROM job_attempts WHERE error_code = 'LEASE:EXPIRED'"),
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_attempts WHERE error_code = 'LEASE:EXPIRED'",
+            &[]
+        ),
         1
     );
     // The instants after the snapshot (00:10 .. 00:30): catch-up latest runs the newest and
@@ -639,9 +649,9 @@ fn clock_jumps_create_no_duplicate_instants() {
     tick_at("2030-01-02T02:00:30Z"); // 02:00 due
     tick_at("2030-01-02T02:00:40Z"); // again: nothing new
 
-    let count = |sql: &str| env.count(sql);
+    let count = |sql: &str| env.sql.query_i64(sql, &[]);
     assert_eq!(
-        count("SELECT count(*) FROM (SELECT definition_id, scheduled_for FROM job_runs GROUP BY 1, 2 HAVING count(*) > 1)"),
+        count("SELECT count(*) FROM (SELECT definition_id, scheduled_for FROM job_runs GROUP BY 1, 2 HAVING count(*) > 1) AS duplicates"),
         0,
         "duplicate instants"
     );

@@ -1,5 +1,17 @@
 //! The harness: each test gets its own temp directory and database, and drives the real
 //! `runner` binary the way cron and users do.
+//!
+//! One suite, two backends. `RUNNER_TEST_BACKEND` picks the database each test gets:
+//! - `sqlite` (the default): a temp SQLite file, `cargo test --release --test integration`;
+//! - `postgres`: a fresh database per test on the server at `RUNNER_TEST_PG`, a URL on which
+//!   the tests may CREATE DATABASE (dropped when the test ends), e.g.
+//!   `RUNNER_TEST_BACKEND=postgres RUNNER_TEST_PG=postgres://postgres@127.0.0.1:5433/postgres
+//!   cargo test --release --test integration`.
+//!
+//! Tests read and forge state through [`TestDb`], whose SQL (`$1` placeholders, no
+//! backend-only functions) means the same on both. Tests about a database file (permissions,
+//! corruption, WAL, PRAGMAs, the `schema.sql` match) begin with `sqlite_only!("why")` and say
+//! on stdout that they were skipped under PostgreSQL.
 
 #![allow(dead_code)]
 
@@ -8,12 +20,14 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
+use postgres::types::Type as PgType;
 use rusqlite::Connection;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -22,18 +36,23 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_runner");
 
 pub struct Env {
     pub dir: TempDir,
+    /// The SQLite file (under PostgreSQL a path nothing uses: tests of files are SQLite-only).
     pub db: PathBuf,
+    /// The database the binary is given, and the test's queries of it.
+    pub sql: TestDb,
 }
 
 impl Env {
-    /// A fresh temp directory; the database path inside it does not exist yet.
+    /// A fresh temp directory and database: under SQLite the file does not exist yet; under
+    /// PostgreSQL the database exists, empty.
     pub fn new() -> Env {
         let dir = tempfile::Builder::new()
             .prefix("runner-test-")
             .tempdir()
             .expect("tempdir");
         let db = dir.path().join("runner.db");
-        Env { dir, db }
+        let sql = TestDb::new(dir.path());
+        Env { dir, db, sql }
     }
 
     /// A fresh database, initialised.
@@ -50,7 +69,7 @@ impl Env {
     /// The binary with this env's database, a private HOME, and no inherited RUNNER_DB.
     pub fn cmd(&self) -> Command {
         let mut cmd = Command::new(BIN);
-        cmd.env("RUNNER_DB", &self.db)
+        cmd.env("RUNNER_DB", self.sql.location())
             .env("HOME", self.dir.path())
             .env_remove("XDG_STATE_HOME")
             .env_remove("NO_COLOR")
@@ -87,25 +106,6 @@ impl Env {
         );
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
-
-    /// A read-only connection for assertions (the binary does all writes).
-    pub fn conn(&self) -> Connection {
-        let conn = Connection::open(&self.db).expect("open db");
-        conn.busy_timeout(Duration::from_secs(30))
-            .expect("busy timeout");
-        conn
-    }
-
-    pub fn count(&self, sql: &str) -> i64 {
-        self.conn().query_row(sql, [], |r| r.get(0)).expect(sql)
-    }
-
-    pub fn strings(&self, sql: &str) -> Vec<String> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(sql).expect(sql);
-        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).expect(sql);
-        rows.map(|r| r.expect("row")).collect()
-    }
 }
 
 /// Poll `check` until it is true or `timeout` passes; panics with `what` on timeout.
@@ -138,14 +138,25 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// The database a job's `RUNNER_DATABASE` names: the canonical path of the SQLite file, or the
+/// PostgreSQL URL.
+pub fn database_marker(env: &Env) -> String {
+    match env.sql.backend() {
+        Backend::Sqlite => fs::canonicalize(&env.db)
+            .unwrap_or_else(|_| env.db.clone())
+            .display()
+            .to_string(),
+        Backend::Postgres => env.sql.location().to_string(),
+    }
+}
+
 /// Live processes on this host carrying the marker of a run of this env's database
 /// (`RUNNER_RUN_ID` and `RUNNER_DATABASE` in their environment), whatever group or session they
 /// moved to.
 pub fn processes_of_run(env: &Env, run_id: i64) -> Vec<u32> {
-    let database = std::fs::canonicalize(&env.db).unwrap_or_else(|_| env.db.clone());
     let wanted = [
         format!("RUNNER_RUN_ID={run_id}"),
-        format!("RUNNER_DATABASE={}", database.display()),
+        format!("RUNNER_DATABASE={}", database_marker(env)),
     ];
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -257,32 +268,22 @@ pub fn timed(mut cmd: Command, limit: Duration) -> (Output, Duration) {
 // Reading what the binary wrote
 // ---------------------------------------------------------------------------------------------
 
-pub fn one_i64(env: &Env, sql: &str, p: impl rusqlite::Params) -> i64 {
-    env.conn().query_row(sql, p, |r| r.get(0)).expect(sql)
-}
-
-pub fn one_opt_string(env: &Env, sql: &str, p: impl rusqlite::Params) -> Option<String> {
-    env.conn().query_row(sql, p, |r| r.get(0)).expect(sql)
-}
-
 /// The status of a run ("" if there is no such run).
 pub fn status_of(env: &Env, run_id: i64) -> String {
-    one_opt_string(env, "SELECT status FROM job_runs WHERE id = ?1", [run_id]).unwrap_or_default()
+    env.sql
+        .query_column("SELECT status FROM job_runs WHERE id = $1", &[&run_id])
+        .first()
+        .map(Val::string)
+        .unwrap_or_default()
 }
 
 /// The ids of a schedule's runs, oldest first.
 pub fn run_ids(env: &Env, job: &str) -> Vec<i64> {
-    let conn = env.conn();
-    let mut stmt = conn
-        .prepare(
-            "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-             WHERE d.name = ?1 ORDER BY r.id",
-        )
-        .expect("prepare");
-    let rows = stmt
-        .query_map([job], |r| r.get::<_, i64>(0))
-        .expect("query");
-    rows.map(|r| r.expect("row")).collect()
+    env.sql.query_i64s(
+        "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+         WHERE d.name = $1 ORDER BY r.id",
+        &[&job],
+    )
 }
 
 /// The id of the newest run of a schedule.
@@ -295,36 +296,31 @@ pub fn last_run_id(env: &Env, name: &str) -> i64 {
 /// Insert `count` runs of schedule `job` that finished (succeeded) `age_secs` before `now`, each
 /// with one attempt and two events: one fast INSERT ... SELECT per table.
 pub fn insert_finished_runs(env: &Env, job: &str, count: i64, now: i64, age_secs: i64) {
-    let conn = env.conn();
-    conn.execute_batch("PRAGMA foreign_keys = ON;").expect("fk");
     let done = now - age_secs;
-    conn.execute(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+    env.sql.exec(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $2)
          INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, attempt, command,
              max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
              created_at, started_at, finished_at)
-         SELECT d.id, 'manual', ?3 - i, 'succeeded', ?3 - i, 1, 'true', 3, 60, 30, 60,
-                d.name || '@bulk:' || ?3 || ':' || i, ?3 - i, ?3 - i, ?3 - i + 1
-         FROM n, job_definitions d WHERE d.name = ?1",
-        rusqlite::params![job, count, done],
-    )
-    .expect("insert runs");
-    conn.execute(
+         SELECT d.id, 'manual', $3 - i, 'succeeded', $3 - i, 1, 'true', 3, 60, 30, 60,
+                d.name || '@bulk:' || $3 || ':' || i, $3 - i, $3 - i, $3 - i + 1
+         FROM n, job_definitions d WHERE d.name = $1",
+        &[&job, &count, &done],
+    );
+    env.sql.exec(
         "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, started_at,
              finished_at, duration_ms, outcome, exit_code)
          SELECT id, 1, 'bulk', 'bulk', 1, 'bulk-' || id, started_at, finished_at, 1000, 'succeeded', 0
-         FROM job_runs WHERE idempotency_key LIKE '%@bulk:' || ?1 || ':%'",
-        [done],
-    )
-    .expect("insert attempts");
-    conn.execute(
+         FROM job_runs WHERE idempotency_key LIKE '%@bulk:' || $1 || ':%'",
+        &[&done],
+    );
+    env.sql.exec(
         "INSERT INTO job_events (run_id, at, kind, actor, detail)
          SELECT id, created_at, k.kind, 'bulk', '{}'
          FROM job_runs, (SELECT 'ENQUEUED' AS kind UNION ALL SELECT 'SUCCEEDED') k
-         WHERE idempotency_key LIKE '%@bulk:' || ?1 || ':%'",
-        [done],
-    )
-    .expect("insert events");
+         WHERE idempotency_key LIKE '%@bulk:' || $1 || ':%'",
+        &[&done],
+    );
 }
 
 /// A run's status and error, as `job_runs` holds them.
@@ -335,19 +331,15 @@ pub struct RunRow {
 }
 
 pub fn run_row(env: &Env, id: i64) -> RunRow {
-    env.conn()
-        .query_row(
-            "SELECT status, error_code, error_detail FROM job_runs WHERE id = ?1",
-            [id],
-            |r| {
-                Ok(RunRow {
-                    status: r.get(0)?,
-                    error_code: r.get(1)?,
-                    error_detail: r.get(2)?,
-                })
-            },
-        )
-        .expect("run row")
+    let row = env.sql.query_row(
+        "SELECT status, error_code, error_detail FROM job_runs WHERE id = $1",
+        &[&id],
+    );
+    RunRow {
+        status: row[0].string(),
+        error_code: row[1].opt_string(),
+        error_detail: row[2].opt_string(),
+    }
 }
 
 pub struct AttemptRow {
@@ -359,59 +351,18 @@ pub struct AttemptRow {
 }
 
 pub fn last_attempt(env: &Env, run: i64) -> AttemptRow {
-    env.conn()
-        .query_row(
-            "SELECT duration_ms, stdout_tail, stderr_tail, stdout_bytes, stderr_bytes
-             FROM job_attempts WHERE run_id = ?1 ORDER BY attempt DESC LIMIT 1",
-            [run],
-            |r| {
-                Ok(AttemptRow {
-                    duration_ms: r.get(0)?,
-                    stdout_tail: r.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
-                    stderr_tail: r.get::<_, Option<Vec<u8>>>(2)?.unwrap_or_default(),
-                    stdout_bytes: r.get(3)?,
-                    stderr_bytes: r.get(4)?,
-                })
-            },
-        )
-        .expect("attempt row")
-}
-
-/// Everything a command could have written, in one comparable string.
-pub fn snapshot(db: &Path) -> String {
-    let conn = Connection::open(db).expect("open");
-    let mut out = String::new();
-    let tables: Vec<String> = {
-        let mut stmt = conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-            .expect("tables");
-        let rows = stmt.query_map([], |r| r.get(0)).expect("tables");
-        rows.map(|r| r.expect("row")).collect()
-    };
-    for table in tables {
-        // Every column of every row, quoted: any change shows.
-        let columns: Vec<String> = {
-            let mut stmt = conn
-                .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
-                .expect("columns");
-            let rows = stmt.query_map([], |r| r.get(0)).expect("columns");
-            rows.map(|r| r.expect("row")).collect()
-        };
-        let quoted = columns
-            .iter()
-            .map(|c| format!("quote(\"{c}\")"))
-            .collect::<Vec<_>>()
-            .join(" || ',' || ");
-        let dump: Option<String> = conn
-            .query_row(
-                &format!("SELECT group_concat({quoted}, ';') FROM \"{table}\""),
-                [],
-                |r| r.get(0),
-            )
-            .expect("dump");
-        out.push_str(&format!("{table}: {}\n", dump.unwrap_or_default()));
+    let row = env.sql.query_row(
+        "SELECT duration_ms, stdout_tail, stderr_tail, stdout_bytes, stderr_bytes
+         FROM job_attempts WHERE run_id = $1 ORDER BY attempt DESC LIMIT 1",
+        &[&run],
+    );
+    AttemptRow {
+        duration_ms: row[0].i64(),
+        stdout_tail: row[1].opt_bytes().unwrap_or_default(),
+        stderr_tail: row[2].opt_bytes().unwrap_or_default(),
+        stdout_bytes: row[3].i64(),
+        stderr_bytes: row[4].i64(),
     }
-    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -631,4 +582,604 @@ pub fn subcommands() -> BTreeSet<String> {
         .take_while(|l| l.starts_with("  "))
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The test's database, on either backend
+// ---------------------------------------------------------------------------------------------
+
+/// Which backend the suite runs against: `RUNNER_TEST_BACKEND=sqlite` (the default) or
+/// `postgres` (with `RUNNER_TEST_PG`, a server URL on which the tests may CREATE DATABASE).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn current() -> Backend {
+        match std::env::var("RUNNER_TEST_BACKEND").as_deref() {
+            Err(_) | Ok("") | Ok("sqlite") => Backend::Sqlite,
+            Ok("postgres") => Backend::Postgres,
+            Ok(other) => panic!("RUNNER_TEST_BACKEND={other:?}: expected sqlite or postgres"),
+        }
+    }
+}
+
+/// Ends a test that only makes sense on SQLite (a database file: its permissions, corruption,
+/// WAL, PRAGMAs) when the suite runs against another backend, saying so on stdout.
+#[macro_export]
+macro_rules! sqlite_only {
+    ($why:expr) => {
+        if $crate::common::Backend::current() != $crate::common::Backend::Sqlite {
+            println!("skipped: SQLite only ({})", $why);
+            return;
+        }
+    };
+}
+
+/// A value passed to or read from the test's database.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Val {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl Val {
+    pub fn opt_i64(&self) -> Option<i64> {
+        match self {
+            Val::Null => None,
+            Val::Int(i) => Some(*i),
+            other => panic!("not an integer: {other:?}"),
+        }
+    }
+
+    pub fn i64(&self) -> i64 {
+        self.opt_i64().expect("an integer, not NULL")
+    }
+
+    pub fn opt_string(&self) -> Option<String> {
+        match self {
+            Val::Null => None,
+            Val::Text(s) => Some(s.clone()),
+            other => panic!("not text: {other:?}"),
+        }
+    }
+
+    pub fn string(&self) -> String {
+        self.opt_string().expect("text, not NULL")
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        self.opt_bytes().expect("bytes, not NULL")
+    }
+
+    pub fn opt_bytes(&self) -> Option<Vec<u8>> {
+        match self {
+            Val::Null => None,
+            Val::Bytes(b) => Some(b.clone()),
+            other => panic!("not bytes: {other:?}"),
+        }
+    }
+}
+
+/// What a query's `$1`, `$2`, ... may be bound to, and the type PostgreSQL is told it has
+/// (every integer column is a bigint).
+pub trait Param {
+    fn val(&self) -> Val;
+    fn pg_type(&self) -> PgType;
+}
+
+impl Param for i64 {
+    fn val(&self) -> Val {
+        Val::Int(*self)
+    }
+    fn pg_type(&self) -> PgType {
+        PgType::INT8
+    }
+}
+
+impl Param for u32 {
+    fn val(&self) -> Val {
+        Val::Int((*self).into())
+    }
+    fn pg_type(&self) -> PgType {
+        PgType::INT8
+    }
+}
+
+impl Param for str {
+    fn val(&self) -> Val {
+        Val::Text(self.to_string())
+    }
+    fn pg_type(&self) -> PgType {
+        PgType::TEXT
+    }
+}
+
+impl Param for String {
+    fn val(&self) -> Val {
+        Val::Text(self.clone())
+    }
+    fn pg_type(&self) -> PgType {
+        PgType::TEXT
+    }
+}
+
+impl Param for Vec<u8> {
+    fn val(&self) -> Val {
+        Val::Bytes(self.clone())
+    }
+    fn pg_type(&self) -> PgType {
+        PgType::BYTEA
+    }
+}
+
+impl<T: Param + ?Sized> Param for &T {
+    fn val(&self) -> Val {
+        (**self).val()
+    }
+    fn pg_type(&self) -> PgType {
+        (**self).pg_type()
+    }
+}
+
+/// NULL, typed as `T`.
+impl<T: Param + Default> Param for Option<T> {
+    fn val(&self) -> Val {
+        self.as_ref().map_or(Val::Null, Param::val)
+    }
+    fn pg_type(&self) -> PgType {
+        self.as_ref()
+            .map_or_else(|| T::default().pg_type(), Param::pg_type)
+    }
+}
+
+/// The database one test works on, and the queries the test makes of it. Placeholders are
+/// `$1`, `$2`, ...; the SQL must mean the same on SQLite and PostgreSQL (the schemas match:
+/// every integer a 64-bit integer, times epoch seconds, flags 0/1, event details JSON text).
+pub struct TestDb {
+    location: String,
+    kind: Kind,
+}
+
+enum Kind {
+    Sqlite(PathBuf),
+    Postgres {
+        server: String,
+        name: String,
+        client: Mutex<Option<Box<postgres::Client>>>,
+    },
+}
+
+impl TestDb {
+    /// A fresh database for one test: under SQLite the file `dir/runner.db` (not created yet),
+    /// under PostgreSQL a new, empty database on the server at `RUNNER_TEST_PG`, dropped again
+    /// when the handle is.
+    pub fn new(dir: &Path) -> TestDb {
+        match Backend::current() {
+            Backend::Sqlite => {
+                let path = dir.join("runner.db");
+                TestDb {
+                    location: path.display().to_string(),
+                    kind: Kind::Sqlite(path),
+                }
+            }
+            Backend::Postgres => {
+                static NEXT: AtomicUsize = AtomicUsize::new(0);
+                let server = std::env::var("RUNNER_TEST_PG")
+                    .expect("RUNNER_TEST_BACKEND=postgres needs RUNNER_TEST_PG, a server URL");
+                let name = format!(
+                    "runner_test_{}_{}_{}",
+                    std::process::id(),
+                    NEXT.fetch_add(1, Ordering::Relaxed),
+                    fastrand::u32(..)
+                );
+                pg_admin(&server, &format!("CREATE DATABASE {name}"));
+                TestDb {
+                    location: with_database(&server, &name),
+                    kind: Kind::Postgres {
+                        server,
+                        name,
+                        client: Mutex::new(None),
+                    },
+                }
+            }
+        }
+    }
+
+    /// What to give the binary as `--db` or `RUNNER_DB`.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self.kind {
+            Kind::Sqlite(_) => Backend::Sqlite,
+            Kind::Postgres { .. } => Backend::Postgres,
+        }
+    }
+
+    /// Whether anything created the database (SQLite: the file; PostgreSQL: any table).
+    pub fn created(&self) -> bool {
+        match &self.kind {
+            Kind::Sqlite(path) => path.exists(),
+            Kind::Postgres { .. } => {
+                self.query_i64(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+                    &[],
+                ) > 0
+            }
+        }
+    }
+
+    /// A connection to the SQLite file, for what only SQLite has (PRAGMAs, its WAL, forging past
+    /// CHECK constraints). Tests that use it start with `sqlite_only!`.
+    pub fn sqlite(&self) -> Connection {
+        let Kind::Sqlite(path) = &self.kind else {
+            panic!(
+                "a SQLite-only step ran under {:?}: mark its test sqlite_only!",
+                self.backend()
+            );
+        };
+        let conn = Connection::open(path).expect("open db");
+        conn.busy_timeout(Duration::from_secs(30))
+            .expect("busy timeout");
+        conn
+    }
+
+    /// Every row of a query, each as its columns' values.
+    pub fn query_rows(&self, sql: &str, params: &[&dyn Param]) -> Vec<Vec<Val>> {
+        let values: Vec<Val> = params.iter().map(|p| p.val()).collect();
+        let types: Vec<PgType> = params.iter().map(|p| p.pg_type()).collect();
+        match &self.kind {
+            Kind::Sqlite(_) => {
+                let conn = self.sqlite();
+                let mut stmt = conn.prepare(&sqlite_placeholders(sql)).expect(sql);
+                let columns = stmt.column_count();
+                let rows = stmt
+                    .query_map(
+                        rusqlite::params_from_iter(values.iter().map(sqlite_value)),
+                        |r| {
+                            (0..columns)
+                                .map(|i| r.get_ref(i).map(from_sqlite))
+                                .collect()
+                        },
+                    )
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                rows.map(|r| r.expect("row")).collect()
+            }
+            Kind::Postgres { .. } => self.with_client(|client| {
+                let typed = postgres_params(&values, &types);
+                client
+                    .query_typed(sql, &typed)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                    .iter()
+                    .map(|row| (0..row.len()).map(|i| from_postgres(row, i)).collect())
+                    .collect()
+            }),
+        }
+    }
+
+    /// The only row of a query.
+    pub fn query_row(&self, sql: &str, params: &[&dyn Param]) -> Vec<Val> {
+        let mut rows = self.query_rows(sql, params);
+        assert_eq!(rows.len(), 1, "expected one row: {sql}");
+        rows.pop().expect("one row")
+    }
+
+    /// The only value of a query: one row, one column.
+    pub fn query_val(&self, sql: &str, params: &[&dyn Param]) -> Val {
+        let row = self.query_row(sql, params);
+        assert_eq!(row.len(), 1, "expected one column: {sql}");
+        row.into_iter().next().expect("one column")
+    }
+
+    pub fn query_i64(&self, sql: &str, params: &[&dyn Param]) -> i64 {
+        self.query_val(sql, params).i64()
+    }
+
+    pub fn query_opt_string(&self, sql: &str, params: &[&dyn Param]) -> Option<String> {
+        self.query_val(sql, params).opt_string()
+    }
+
+    pub fn query_string(&self, sql: &str, params: &[&dyn Param]) -> String {
+        self.query_val(sql, params).string()
+    }
+
+    /// The first column of every row.
+    pub fn query_column(&self, sql: &str, params: &[&dyn Param]) -> Vec<Val> {
+        self.query_rows(sql, params)
+            .into_iter()
+            .map(|row| row.into_iter().next().expect("a column"))
+            .collect()
+    }
+
+    pub fn query_strings(&self, sql: &str, params: &[&dyn Param]) -> Vec<String> {
+        self.query_column(sql, params)
+            .iter()
+            .map(Val::string)
+            .collect()
+    }
+
+    pub fn query_i64s(&self, sql: &str, params: &[&dyn Param]) -> Vec<i64> {
+        self.query_column(sql, params)
+            .iter()
+            .map(Val::i64)
+            .collect()
+    }
+
+    /// Run one statement that writes (forged state); returns how many rows it changed.
+    pub fn exec(&self, sql: &str, params: &[&dyn Param]) -> u64 {
+        let values: Vec<Val> = params.iter().map(|p| p.val()).collect();
+        let types: Vec<PgType> = params.iter().map(|p| p.pg_type()).collect();
+        match &self.kind {
+            Kind::Sqlite(_) => {
+                let conn = self.sqlite();
+                conn.execute_batch("PRAGMA foreign_keys = ON;")
+                    .expect("foreign keys");
+                conn.execute(
+                    &sqlite_placeholders(sql),
+                    rusqlite::params_from_iter(values.iter().map(sqlite_value)),
+                )
+                .unwrap_or_else(|e| panic!("{sql}: {e}")) as u64
+            }
+            Kind::Postgres { .. } => self.with_client(|client| {
+                let typed = postgres_params(&values, &types);
+                let statement = client
+                    .prepare_typed(
+                        sql,
+                        &typed.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
+                    )
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let values: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                    typed.iter().map(|(v, _)| *v).collect();
+                client
+                    .execute(&statement, &values)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            }),
+        }
+    }
+
+    /// Hold the write lock on every table for `hold`, as another writer would; false if it could
+    /// not be had.
+    pub fn hold_write_lock(&self, hold: Duration) -> bool {
+        match &self.kind {
+            Kind::Sqlite(_) => {
+                let conn = self.sqlite();
+                if conn.execute_batch("BEGIN IMMEDIATE").is_err() {
+                    return false;
+                }
+                std::thread::sleep(hold);
+                conn.execute_batch("COMMIT").expect("commit");
+                true
+            }
+            Kind::Postgres { .. } => self.with_client(|client| {
+                let mut tx = client.transaction().expect("begin");
+                let tables: Vec<String> = tx
+                    .query(
+                        "SELECT quote_ident(table_name) FROM information_schema.tables
+                         WHERE table_schema = 'public' AND table_type = 'BASE TABLE'",
+                        &[],
+                    )
+                    .expect("tables")
+                    .iter()
+                    .map(|row| row.get(0))
+                    .collect();
+                // EXCLUSIVE: readers go on, every writer waits, as behind SQLite's write lock.
+                if !tables.is_empty() {
+                    tx.batch_execute(&format!(
+                        "LOCK TABLE {} IN EXCLUSIVE MODE",
+                        tables.join(", ")
+                    ))
+                    .expect("lock");
+                }
+                std::thread::sleep(hold);
+                tx.commit().expect("commit");
+                true
+            }),
+        }
+    }
+
+    /// Everything a command could have written, in one comparable string: every column of every
+    /// row of every table.
+    pub fn snapshot(&self) -> String {
+        let mut out = String::new();
+        match &self.kind {
+            Kind::Sqlite(_) => {
+                let tables = self.query_strings(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+                    &[],
+                );
+                for table in tables {
+                    let columns = self.query_strings(
+                        &format!("SELECT name FROM pragma_table_info('{table}')"),
+                        &[],
+                    );
+                    let quoted = columns
+                        .iter()
+                        .map(|c| format!("quote(\"{c}\")"))
+                        .collect::<Vec<_>>()
+                        .join(" || ',' || ");
+                    let dump = self.query_opt_string(
+                        &format!("SELECT group_concat({quoted}, ';') FROM \"{table}\""),
+                        &[],
+                    );
+                    out.push_str(&format!("{table}: {}\n", dump.unwrap_or_default()));
+                }
+            }
+            Kind::Postgres { .. } => {
+                let tables = self.query_strings(
+                    "SELECT table_name::text FROM information_schema.tables
+                     WHERE table_schema = 'public' ORDER BY 1",
+                    &[],
+                );
+                for table in tables {
+                    let dump = self.query_opt_string(
+                        &format!(
+                            "SELECT string_agg(t::text, ';' ORDER BY t::text) FROM \"{table}\" t"
+                        ),
+                        &[],
+                    );
+                    out.push_str(&format!("{table}: {}\n", dump.unwrap_or_default()));
+                }
+            }
+        }
+        out
+    }
+
+    fn with_client<T>(&self, f: impl FnOnce(&mut postgres::Client) -> T) -> T {
+        let Kind::Postgres { client, .. } = &self.kind else {
+            unreachable!("a PostgreSQL client for a SQLite database");
+        };
+        let mut guard = client.lock().expect("client lock");
+        let client = guard.get_or_insert_with(|| {
+            Box::new(
+                postgres::Client::connect(&self.location, postgres::NoTls)
+                    .unwrap_or_else(|e| panic!("connect to the test database: {e}")),
+            )
+        });
+        f(client)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Kind::Postgres {
+            server,
+            name,
+            client,
+        } = &mut self.kind
+        {
+            if let Ok(client) = client.get_mut() {
+                client.take();
+            }
+            // FORCE: a runner a failed test left behind may still be connected.
+            let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+            if let Err(e) = postgres::Client::connect(server, postgres::NoTls)
+                .and_then(|mut admin| admin.batch_execute(&drop))
+            {
+                eprintln!("could not drop the test database {name}: {e}");
+            }
+        }
+    }
+}
+
+/// Run one statement on the server itself (not a test's database).
+fn pg_admin(server: &str, sql: &str) {
+    let mut admin = postgres::Client::connect(server, postgres::NoTls)
+        .unwrap_or_else(|e| panic!("connect to RUNNER_TEST_PG: {e}"));
+    admin
+        .batch_execute(sql)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// The server URL with its database replaced by `name`.
+fn with_database(server: &str, name: &str) -> String {
+    let (scheme, rest) = server
+        .split_once("://")
+        .unwrap_or_else(|| panic!("RUNNER_TEST_PG={server:?} is not a postgres:// URL"));
+    let (authority, query) = match rest.find(['/', '?']) {
+        Some(i) => {
+            let after = &rest[i..];
+            let query = after.find('?').map_or("", |q| &after[q..]);
+            (&rest[..i], query)
+        }
+        None => (rest, ""),
+    };
+    format!("{scheme}://{authority}/{name}{query}")
+}
+
+/// SQLite reads `$1` as a named parameter numbered by first appearance; `?1` is positional.
+fn sqlite_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
+            out.push('?');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn sqlite_value(v: &Val) -> rusqlite::types::Value {
+    use rusqlite::types::Value;
+    match v {
+        Val::Null => Value::Null,
+        Val::Int(i) => Value::Integer(*i),
+        Val::Real(f) => Value::Real(*f),
+        Val::Text(s) => Value::Text(s.clone()),
+        Val::Bytes(b) => Value::Blob(b.clone()),
+    }
+}
+
+fn from_sqlite(v: rusqlite::types::ValueRef<'_>) -> Val {
+    use rusqlite::types::ValueRef;
+    match v {
+        ValueRef::Null => Val::Null,
+        ValueRef::Integer(i) => Val::Int(i),
+        ValueRef::Real(f) => Val::Real(f),
+        ValueRef::Text(t) => Val::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => Val::Bytes(b.to_vec()),
+    }
+}
+
+/// Each value with the type it is sent as.
+fn postgres_params<'a>(
+    values: &'a [Val],
+    types: &[PgType],
+) -> Vec<(&'a (dyn postgres::types::ToSql + Sync), PgType)> {
+    const NULL_INT: Option<i64> = None;
+    const NULL_TEXT: Option<String> = None;
+    const NULL_BYTES: Option<Vec<u8>> = None;
+    values
+        .iter()
+        .zip(types)
+        .map(|(v, t)| -> (&(dyn postgres::types::ToSql + Sync), PgType) {
+            let value: &(dyn postgres::types::ToSql + Sync) = match v {
+                Val::Null if *t == PgType::TEXT => &NULL_TEXT,
+                Val::Null if *t == PgType::BYTEA => &NULL_BYTES,
+                Val::Null => &NULL_INT,
+                Val::Int(i) => i,
+                Val::Real(f) => f,
+                Val::Text(s) => s,
+                Val::Bytes(b) => b,
+            };
+            (value, t.clone())
+        })
+        .collect()
+}
+
+/// A column as the same value SQLite would give: booleans (what a comparison yields) as 0/1.
+fn from_postgres(row: &postgres::Row, i: usize) -> Val {
+    let ty = row.columns()[i].type_().clone();
+    let get = |r: Result<Option<Val>, postgres::Error>| {
+        r.unwrap_or_else(|e| panic!("column {i} ({ty}): {e}"))
+            .unwrap_or(Val::Null)
+    };
+    match ty {
+        PgType::INT8 => get(row.try_get::<_, Option<i64>>(i).map(|v| v.map(Val::Int))),
+        PgType::INT4 => get(row
+            .try_get::<_, Option<i32>>(i)
+            .map(|v| v.map(|v| Val::Int(v.into())))),
+        PgType::INT2 => get(row
+            .try_get::<_, Option<i16>>(i)
+            .map(|v| v.map(|v| Val::Int(v.into())))),
+        PgType::BOOL => get(row
+            .try_get::<_, Option<bool>>(i)
+            .map(|v| v.map(|v| Val::Int(v.into())))),
+        PgType::FLOAT8 => get(row.try_get::<_, Option<f64>>(i).map(|v| v.map(Val::Real))),
+        PgType::BYTEA => get(row
+            .try_get::<_, Option<Vec<u8>>>(i)
+            .map(|v| v.map(Val::Bytes))),
+        PgType::TEXT | PgType::VARCHAR | PgType::NAME | PgType::BPCHAR => get(row
+            .try_get::<_, Option<String>>(i)
+            .map(|v| v.map(Val::Text))),
+        other => panic!("column {i}: type {other} has no counterpart in the SQLite schema"),
+    }
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use super::common::{stderr, stdout, Env, BIN};
+use crate::common::{stderr, stdout, Env, BIN};
 
 /// The binary's directory first on PATH, so shells find it as `runner`.
 fn path_with_runner() -> String {

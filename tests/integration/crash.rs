@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::common::Env;
+use crate::common::{database_marker, Backend, Env};
 
 const LEASE: &str = "3s";
 /// Ticks alive at once during the killing phase.
@@ -144,10 +144,10 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
                 // `forbid` runs one at a time: keep its queue short, or it alone fills the
                 // backlog while the other schedules starve.
                 let backlog = if name == "forbid" { 2 } else { BACKLOG };
-                let due = env.count(&format!(
+                let due = env.sql.query_i64(&format!(
                     "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
                      WHERE r.status = 'pending' AND d.name = '{name}'"
-                ));
+                ), &[]);
                 if due < backlog {
                     let out = env.run(&["run", name]);
                     if out.status.success() {
@@ -169,13 +169,10 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
         // write lock in short bursts, so claims, starts and results wait for it, and ticks are
         // killed while they wait.
         let lock_holder = scope.spawn(|| {
-            let conn = env.conn();
             let mut rng = fastrand::Rng::new();
             let mut bursts = 0usize;
             while !stop.load(Ordering::Relaxed) {
-                if conn.execute_batch("BEGIN IMMEDIATE").is_ok() {
-                    std::thread::sleep(LOCK_BURST);
-                    conn.execute_batch("COMMIT").expect("commit");
+                if env.sql.hold_write_lock(LOCK_BURST) {
                     bursts += 1;
                 }
                 std::thread::sleep(LOCK_BURST * rng.u32(0..=2));
@@ -253,8 +250,10 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
     let drain_deadline = Instant::now() + Duration::from_secs(120);
     let mut drain_ticks = 0;
     loop {
-        let open =
-            env.count("SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')");
+        let open = env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')",
+            &[],
+        );
         if open == 0 {
             break;
         }
@@ -291,27 +290,27 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
         natural_failures.is_empty(),
         "ticks that ended by themselves failed: {natural_failures:#?}"
     );
-    let conn = env.conn();
-    let integrity: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .expect("integrity_check");
-    assert_eq!(integrity, "ok");
-    let fk: i64 = conn
-        .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
-            r.get(0)
-        })
-        .expect("foreign_key_check");
-    assert_eq!(fk, 0, "foreign key violations");
+    // A file killed writers leave behind (PostgreSQL has none, and enforces foreign keys itself).
+    if env.sql.backend() == Backend::Sqlite {
+        let conn = env.sql.sqlite();
+        let integrity: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .expect("integrity_check");
+        assert_eq!(integrity, "ok");
+        let fk: i64 = conn
+            .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .expect("foreign_key_check");
+        assert_eq!(fk, 0, "foreign key violations");
+    }
 
-    let statuses: BTreeMap<String, i64> = {
-        let mut stmt = conn
-            .prepare("SELECT status, count(*) FROM job_runs GROUP BY status")
-            .expect("prepare");
-        let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .expect("query");
-        rows.map(|r| r.expect("row")).collect()
-    };
+    let statuses: BTreeMap<String, i64> = env
+        .sql
+        .query_rows("SELECT status, count(*) FROM job_runs GROUP BY status", &[])
+        .iter()
+        .map(|r| (r[0].string(), r[1].i64()))
+        .collect();
     let runs: i64 = statuses.values().sum();
     assert!(runs > 0, "no runs were fed");
     assert_eq!(
@@ -321,30 +320,31 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
     );
 
     // The database's own account: every attempt closed; all but the last closed by recovery.
-    let unfinished = env.count("SELECT count(*) FROM job_attempts WHERE finished_at IS NULL");
+    let unfinished = env.sql.query_i64(
+        "SELECT count(*) FROM job_attempts WHERE finished_at IS NULL",
+        &[],
+    );
     assert_eq!(unfinished, 0, "attempts left open");
-    let inconsistent = env.count(
-        "SELECT count(*) FROM job_runs r
+    let inconsistent = env.sql.query_i64("SELECT count(*) FROM job_runs r
          WHERE r.attempt <> (SELECT count(*) FROM job_attempts a WHERE a.run_id = r.id)
             OR NOT EXISTS (SELECT 1 FROM job_attempts a
-                           WHERE a.run_id = r.id AND a.attempt = r.attempt AND a.outcome = 'succeeded')",
-    );
+                           WHERE a.run_id = r.id AND a.attempt = r.attempt AND a.outcome = 'succeeded')", &[]);
     assert_eq!(
         inconsistent, 0,
         "runs whose attempts do not add up (one row per attempt, the last one succeeded)"
     );
-    let odd_failures = env.strings(
-        "SELECT run_id || '/' || attempt || ': ' || coalesce(error_code, '?') || ' ' || coalesce(error_detail, '')
+    let odd_failures = env.sql.query_strings("SELECT run_id || '/' || attempt || ': ' || coalesce(error_code, '?') || ' ' || coalesce(error_detail, '')
          FROM job_attempts a
-         WHERE outcome = 'failed' AND error_code <> 'LEASE:EXPIRED'",
-    );
+         WHERE outcome = 'failed' AND error_code <> 'LEASE:EXPIRED'", &[]);
     assert!(
         odd_failures.is_empty(),
         "attempts failed for another reason than a lost runner: {odd_failures:#?}"
     );
-    let recovered =
-        env.count("SELECT count(*) FROM job_attempts WHERE error_code = 'LEASE:EXPIRED'");
-    let attempts = env.count("SELECT count(*) FROM job_attempts");
+    let recovered = env.sql.query_i64(
+        "SELECT count(*) FROM job_attempts WHERE error_code = 'LEASE:EXPIRED'",
+        &[],
+    );
+    let attempts = env.sql.query_i64("SELECT count(*) FROM job_attempts", &[]);
 
     // The jobs' own account.
     let log = std::fs::read_to_string(dir.join("log")).expect("job log");
@@ -399,12 +399,14 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
         }
     }
     let db_runs: BTreeSet<i64> = env
-        .strings("SELECT CAST(id AS TEXT) FROM job_runs")
+        .sql
+        .query_strings("SELECT CAST(id AS TEXT) FROM job_runs", &[])
         .iter()
         .map(|s| s.parse().expect("id"))
         .collect();
     let final_attempts: BTreeMap<i64, u32> = env
-        .strings("SELECT id || ' ' || attempt FROM job_runs")
+        .sql
+        .query_strings("SELECT id || ' ' || attempt FROM job_runs", &[])
         .iter()
         .map(|s| {
             let (id, attempt) = s.split_once(' ').expect("pair");
@@ -425,7 +427,11 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
     let never_started = attempts - by_run.values().map(|a| a.len() as i64).sum::<i64>();
     // The start gate: a job that started had its start (pid, start time) recorded before.
     let recorded: BTreeSet<String> = env
-        .strings("SELECT run_id || '/' || attempt FROM job_attempts WHERE child_pid IS NOT NULL")
+        .sql
+        .query_strings(
+            "SELECT run_id || '/' || attempt FROM job_attempts WHERE child_pid IS NOT NULL",
+            &[],
+        )
         .into_iter()
         .collect();
     let untracked: Vec<String> = by_run
@@ -434,8 +440,7 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
         .filter(|key| !recorded.contains(key))
         .collect();
     // Nothing a job started outlives the crash loop.
-    let database = std::fs::canonicalize(&env.db).expect("database path");
-    let marked = format!("RUNNER_DATABASE={}", database.display());
+    let marked = format!("RUNNER_DATABASE={}", database_marker(&env));
     let left: Vec<String> = std::fs::read_dir("/proc")
         .expect("/proc")
         .flatten()

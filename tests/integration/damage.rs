@@ -17,9 +17,13 @@ use serde_json::Value;
 use crate::common::{
     chmod, is_root, json, process_alive, stderr, stdout, wait_until, Bg, Env, BIN, NEVER,
 };
+use crate::sqlite_only;
 
+/// Damage past the schema's CHECK constraints and column types, as only SQLite lets a hand edit
+/// or another tool do.
 fn forge(env: &Env, sql: &str) {
-    env.conn()
+    env.sql
+        .sqlite()
         .execute_batch(&format!("PRAGMA ignore_check_constraints = ON; {sql}"))
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
@@ -52,9 +56,9 @@ fn stored_commands_and_names_are_shown_escaped() {
     }
 
     // A name forged with a bidi override and an escape is escaped wherever it is printed.
-    forge(
-        &env,
-        "UPDATE job_definitions SET name = 'evil' || char(8238) || 'gpj' || char(27) WHERE name = 'a'",
+    env.sql.exec(
+        "UPDATE job_definitions SET name = $1 WHERE name = 'a'",
+        &[&"evil\u{202e}gpj\u{1b}"],
     );
     env.ok(&["run", "evil\u{202e}gpj\u{1b}"]);
     // `status` names it too, as the oldest due run.
@@ -154,7 +158,11 @@ fn sub_second_durations_are_refused_for_every_flag_stored_in_seconds() {
         assert!(err.contains(flag), "{flag}: {err}");
         assert!(err.contains("whole seconds"), "{flag}: {err}");
     }
-    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 0);
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions", &[]),
+        0
+    );
     env.ok(&[
         "schedule",
         "add",
@@ -172,7 +180,10 @@ fn sub_second_durations_are_refused_for_every_flag_stored_in_seconds() {
         "{err}"
     );
     assert_eq!(
-        env.count("SELECT timeout_secs FROM job_definitions WHERE name = 'x'"),
+        env.sql.query_i64(
+            "SELECT timeout_secs FROM job_definitions WHERE name = 'x'",
+            &[]
+        ),
         2
     );
 }
@@ -253,6 +264,7 @@ impl Drop for Stranger {
 /// directory stop it.
 #[test]
 fn a_read_only_database_in_a_read_only_directory_can_be_read() {
+    sqlite_only!("file permissions of the database and its WAL");
     let env = Env::init();
     env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "echo hi"]);
     env.ok(&["run", "a"]);
@@ -293,6 +305,7 @@ fn a_read_only_database_in_a_read_only_directory_can_be_read() {
 /// message says exactly that instead of "attempt to write a readonly database".
 #[test]
 fn a_pending_wal_in_a_read_only_directory_is_explained() {
+    sqlite_only!("file permissions of the database and its WAL");
     let env = Env::init();
     env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "true"]);
     let Some(stranger) = Stranger::with_copy_of(&env, "pending wal") else {
@@ -339,6 +352,7 @@ fn a_pending_wal_in_a_read_only_directory_is_explained() {
 /// the owner's writes with a hint blaming the database file. Now the message names the -shm file.
 #[test]
 fn stale_read_only_sidecar_files_are_named_when_writes_fail() {
+    sqlite_only!("file permissions of the database and its WAL");
     let env = Env::init();
     env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "true"]);
     let Some(stranger) = Stranger::with_copy_of(&env, "stale sidecars") else {
@@ -404,10 +418,13 @@ fn two_schedules() -> Env {
 }
 
 fn runs_of(env: &Env, name: &str) -> i64 {
-    env.count(&format!(
-        "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+    env.sql.query_i64(
+        &format!(
+            "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
          WHERE d.name = '{name}' AND r.status = 'succeeded'"
-    ))
+        ),
+        &[],
+    )
 }
 
 /// `runner --now T tick`: its exit code and stderr.
@@ -431,9 +448,9 @@ fn list_row(listed: &str, name: &str) -> String {
 #[test]
 fn an_out_of_range_max_attempts_stops_only_its_schedule() {
     let env = two_schedules();
-    forge(
-        &env,
+    env.sql.exec(
         "UPDATE job_definitions SET max_attempts = 5000000000 WHERE name = 'a'",
+        &[],
     );
 
     let (code, err) = tick_at(&env, T1);
@@ -487,7 +504,10 @@ fn an_out_of_range_max_attempts_stops_only_its_schedule() {
     let out = env.ok(&["--now", T1, "schedule", "edit", "a", "--max-attempts", "3"]);
     assert!(out.contains("repaired max_attempts"), "{out}");
     assert_eq!(
-        env.count("SELECT max_attempts FROM job_definitions WHERE name = 'a'"),
+        env.sql.query_i64(
+            "SELECT max_attempts FROM job_definitions WHERE name = 'a'",
+            &[]
+        ),
         3
     );
     let (code, err) = tick_at(&env, "2030-01-01T00:07:30Z");
@@ -499,9 +519,9 @@ fn an_out_of_range_max_attempts_stops_only_its_schedule() {
 #[test]
 fn a_bogus_timezone_is_listed_as_damaged_and_shown_with_exit_4() {
     let env = two_schedules();
-    forge(
-        &env,
+    env.sql.exec(
         "UPDATE job_definitions SET timezone = 'Mars/Olympus' WHERE name = 'a'",
+        &[],
     );
 
     let listed = env.ok(&["--now", T1, "schedule", "list"]);
@@ -555,6 +575,7 @@ fn a_bogus_timezone_is_listed_as_damaged_and_shown_with_exit_4() {
 /// read are reported by the tick too (they would otherwise never be due).
 #[test]
 fn every_kind_of_damage_is_named_and_the_rest_keep_running() {
+    sqlite_only!("values of the wrong type, which only SQLite stores");
     let env = Env::init();
     for name in ["a", "b", "c", "d", "e"] {
         env.ok(&[
@@ -576,7 +597,10 @@ fn every_kind_of_damage_is_named_and_the_rest_keep_running() {
          UPDATE job_definitions SET paused = 7, next_fire_at = 'later' WHERE name = 'c';
          UPDATE job_definitions SET name = X'ff00' WHERE name = 'd';",
     );
-    let damaged_id = env.count("SELECT id FROM job_definitions WHERE typeof(name) = 'blob'");
+    let damaged_id = env.sql.query_i64(
+        "SELECT id FROM job_definitions WHERE typeof(name) = 'blob'",
+        &[],
+    );
 
     let out = env.run(&["--now", T1, "schedule", "list"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -611,13 +635,13 @@ fn every_kind_of_damage_is_named_and_the_rest_keep_running() {
     assert_eq!(runs_of(&env, "e"), 1, "{err}");
 
     // Two damaged columns: an edit that sets only one leaves it damaged and changes nothing.
-    let before = env.strings("SELECT quote(paused) || quote(next_fire_at) || revision FROM job_definitions WHERE name = 'c'");
+    let before = env.sql.query_strings("SELECT quote(paused) || quote(next_fire_at) || revision FROM job_definitions WHERE name = 'c'", &[]);
     let err = env.fails(4, &["schedule", "edit", "c", "--max-attempts", "4"]);
     assert!(
         err.contains("paused") && err.contains("--active|--paused"),
         "{err}"
     );
-    let after = env.strings("SELECT quote(paused) || quote(next_fire_at) || revision FROM job_definitions WHERE name = 'c'");
+    let after = env.sql.query_strings("SELECT quote(paused) || quote(next_fire_at) || revision FROM job_definitions WHERE name = 'c'", &[]);
     assert_eq!(before, after);
     // --active sets paused; every edit rewrites next_fire_at.
     env.ok(&["--now", T1, "schedule", "edit", "c", "--active"]);
@@ -650,7 +674,10 @@ fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
     let bg = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]).with_job_pidfile(&pidfile);
     wait_until(Duration::from_secs(30), "the job to run", || {
         bg.job_pid().is_some()
-            && env.count("SELECT count(*) FROM job_runs WHERE status = 'running'") == 1
+            && env.sql.query_i64(
+                "SELECT count(*) FROM job_runs WHERE status = 'running'",
+                &[],
+            ) == 1
     });
     let job = bg.job_pid().expect("pid");
 
@@ -658,9 +685,16 @@ fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
     assert!(err.contains("running"), "{err}");
     assert!(err.contains("kills"), "says it would kill the job: {err}");
     assert!(err.contains("--force"), "{err}");
-    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 1);
     assert_eq!(
-        env.count("SELECT count(*) FROM job_runs WHERE status = 'running'"),
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions", &[]),
+        1
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status = 'running'",
+            &[]
+        ),
         1
     );
     assert!(process_alive(job));
@@ -669,8 +703,12 @@ fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
     assert!(out.contains("cancelled running run 1"), "{out}");
     assert!(out.contains("terminates its process group"), "{out}");
     assert!(out.contains("removed schedule sleeper"), "{out}");
-    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 0);
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions", &[]),
+        0
+    );
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
     wait_until(Duration::from_secs(60), "the job to be killed", || {
         !process_alive(job)
     });
@@ -685,7 +723,7 @@ fn rm_without_running_runs_removes_and_help_mentions_force() {
     env.ok(&["run", "a"]);
     let out = env.ok(&["schedule", "rm", "a"]);
     assert!(out.contains("removed schedule a"), "{out}");
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
     env.fails(3, &["schedule", "rm", "a"]);
     let help = env.ok(&["schedule", "rm", "--help"]);
     assert!(

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-use super::common::{mode, stderr, Env};
+use crate::common::{mode, stderr, Env};
+use crate::sqlite_only;
 
 /// Every path under `dir` (relative), sorted.
 fn tree(dir: &Path) -> Vec<PathBuf> {
@@ -67,6 +68,7 @@ fn unknown_subcommand(err: &str) -> bool {
 
 #[test]
 fn commands_other_than_init_and_add_refuse_a_missing_database_and_create_nothing() {
+    sqlite_only!("a missing database file");
     let env = Env::new();
     let db = env.path("state/runner/runner.db");
     let shown = db.to_str().expect("utf-8");
@@ -100,6 +102,7 @@ fn commands_other_than_init_and_add_refuse_a_missing_database_and_create_nothing
 
 #[test]
 fn init_and_schedule_add_create_the_database_0600_in_a_0700_directory() {
+    sqlite_only!("file and directory modes");
     let env = Env::new();
     for (how, args) in [
         ("init", &["init"][..]),
@@ -144,6 +147,7 @@ fn init_and_schedule_add_create_the_database_0600_in_a_0700_directory() {
 
 #[test]
 fn an_existing_directory_keeps_its_mode() {
+    sqlite_only!("file and directory modes");
     let env = Env::new();
     let dir = env.path("shared");
     fs::create_dir(&dir).expect("mkdir");
@@ -166,6 +170,7 @@ fn an_existing_directory_keeps_its_mode() {
 
 #[test]
 fn default_location_honours_xdg_state_home() {
+    sqlite_only!("the default database file");
     let env = Env::new();
     let xdg = env.path("xdg");
     let out = env
@@ -201,6 +206,7 @@ fn default_location_honours_xdg_state_home() {
 
 #[test]
 fn default_location_falls_back_to_home() {
+    sqlite_only!("the default database file");
     let env = Env::new();
     let db = env.path(".local/state/runner/runner.db");
     let shown = db.to_str().expect("utf-8");
@@ -244,6 +250,7 @@ fn default_location_falls_back_to_home() {
 
 #[test]
 fn db_flag_overrides_runner_db() {
+    sqlite_only!("database files");
     let env = Env::new();
     let flag = env.path("flag.db");
     // env.cmd() sets RUNNER_DB to env.db; --db wins.
@@ -293,6 +300,7 @@ fn refused(env: &Env, db: &Path, says: &str) {
 
 #[test]
 fn a_file_of_garbage_is_refused_untouched() {
+    sqlite_only!("a damaged database file");
     let env = Env::new();
     let db = env.path("runner.db");
     let garbage: Vec<u8> = (0..8192u32)
@@ -318,6 +326,7 @@ fn a_file_of_garbage_is_refused_untouched() {
 
 #[test]
 fn a_runner_database_with_corrupt_pages_is_refused_without_a_panic() {
+    sqlite_only!("a damaged database file");
     let env = Env::init();
     env.ok(&[
         "--now",
@@ -356,6 +365,7 @@ fn a_runner_database_with_corrupt_pages_is_refused_without_a_panic() {
 
 #[test]
 fn a_directory_as_the_database_is_refused() {
+    sqlite_only!("a directory in place of the database file");
     let env = Env::new();
     let dir = env.path("a-directory");
     fs::create_dir(&dir).expect("mkdir");
@@ -365,6 +375,7 @@ fn a_directory_as_the_database_is_refused() {
 
 #[test]
 fn a_database_from_a_newer_runner_is_refused() {
+    sqlite_only!("PRAGMA user_version");
     let env = Env::init();
     env.ok(&["schedule", "add", "job", "--cron", "@daily", "--", "true"]);
     Connection::open(&env.db)
@@ -372,16 +383,21 @@ fn a_database_from_a_newer_runner_is_refused() {
         .execute_batch("PRAGMA user_version = 99")
         .expect("set version");
     refused(&env, &env.db, "99");
-    let conn = env.conn();
+    let conn = env.sql.sqlite();
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("version");
     assert_eq!(version, 99, "the newer database was not downgraded");
-    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 1);
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions", &[]),
+        1
+    );
 }
 
 #[test]
 fn a_sqlite_database_of_another_program_is_refused_untouched() {
+    sqlite_only!("a SQLite file of another program");
     let env = Env::new();
     {
         let conn = Connection::open(&env.db).expect("create");
@@ -389,14 +405,18 @@ fn a_sqlite_database_of_another_program_is_refused_untouched() {
             .expect("other schema");
     }
     refused(&env, &env.db, "not a runner database");
-    let tables = env.strings("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
+    let tables = env.sql.query_strings(
+        "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+        &[],
+    );
     assert_eq!(
         tables,
         ["invoices"],
         "runner added tables to someone else's database"
     );
     let version: i64 = env
-        .conn()
+        .sql
+        .sqlite()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("version");
     assert_eq!(version, 0);
@@ -442,25 +462,31 @@ fn schema_of(conn: &Connection) -> Vec<(String, String, String, String)> {
 
 #[test]
 fn init_is_idempotent_and_keeps_data() {
+    sqlite_only!("sqlite_master and PRAGMA user_version");
     let env = Env::init();
-    let first = schema_of(&env.conn());
-    let version = env.count("PRAGMA user_version");
+    let first = schema_of(&env.sql.sqlite());
+    let version = env.sql.query_i64("PRAGMA user_version", &[]);
     assert!(version >= 1, "user_version {version}");
     assert!(first.iter().any(|(_, name, _, _)| name == "job_runs"));
     env.ok(&["schedule", "add", "job", "--cron", "@daily", "--", "true"]);
     for _ in 0..2 {
         env.ok(&["init"]);
     }
-    assert_eq!(schema_of(&env.conn()), first);
-    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 1);
-    assert_eq!(env.count("PRAGMA user_version"), version);
+    assert_eq!(schema_of(&env.sql.sqlite()), first);
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions", &[]),
+        1
+    );
+    assert_eq!(env.sql.query_i64("PRAGMA user_version", &[]), version);
     assert_eq!(mode(&env.db), 0o600);
 }
 
 #[test]
 fn schema_sql_matches_the_schema_the_binary_creates() {
+    sqlite_only!("schema.sql is the SQLite schema");
     let env = Env::init();
-    let made = schema_of(&env.conn());
+    let made = schema_of(&env.sql.sqlite());
     let text = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("schema.sql"))
         .expect("schema.sql");
     let reference = Connection::open(env.path("reference.db")).expect("open");
@@ -612,13 +638,19 @@ fn bad_schedule_add_input_exits_2_and_writes_nothing() {
         "--",
         "true",
     ]);
-    let taken = env.strings("SELECT name || cron || command || updated_at FROM job_definitions");
+    let taken = env.sql.query_strings(
+        "SELECT name || cron || command || updated_at FROM job_definitions",
+        &[],
+    );
     for case in BAD_ADD {
         let args = add_args("fresh", case);
         let err = env.fails(2, &args);
         assert_names(&args, &err, case.2);
         assert_eq!(
-            env.strings("SELECT name || cron || command || updated_at FROM job_definitions"),
+            env.sql.query_strings(
+                "SELECT name || cron || command || updated_at FROM job_definitions",
+                &[]
+            ),
             taken,
             "{args:?} wrote something"
         );
@@ -645,15 +677,19 @@ fn bad_schedule_add_input_exits_2_and_writes_nothing() {
     );
     assert_names(&["duplicate"], &err, &["taken", "already exists"]);
     assert_eq!(
-        env.strings("SELECT name || cron || command || updated_at FROM job_definitions"),
+        env.sql.query_strings(
+            "SELECT name || cron || command || updated_at FROM job_definitions",
+            &[]
+        ),
         taken,
         "the duplicate changed the existing schedule"
     );
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
 }
 
 #[test]
 fn bad_schedule_add_input_creates_no_database() {
+    sqlite_only!("a database file not created");
     let env = Env::new();
     let db = env.path("state/runner.db");
     let run = |args: &[&str]| {
@@ -689,6 +725,7 @@ fn bad_schedule_add_input_creates_no_database() {
 /// hosts, a provisioning script adding schedules in parallel): all succeed, one database results.
 #[test]
 fn racing_first_use_creates_one_database() {
+    sqlite_only!("creating the database file");
     for round in 0..10 {
         let env = Env::new();
         let db = env.path("fresh/runner.db");

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::common::{
-    chmod, is_root, sh, snapshot, stderr, stdout, subcommands, timed, Cleanup, Env, BIN, NEVER,
+    chmod, is_root, sh, stderr, stdout, subcommands, timed, Cleanup, Env, BIN, NEVER,
 };
+use crate::sqlite_only;
 
 // ---------------------------------------------------------------------------------------------
 // a busy database
@@ -104,9 +105,12 @@ fn contention_eight_ticks_and_readers_never_see_a_locked_database() {
     let failures = failures.into_inner().expect("lock");
     assert!(failures.is_empty(), "{failures:#?}");
 
-    let total = env.count("SELECT count(*) FROM job_runs");
+    let total = env.sql.query_i64("SELECT count(*) FROM job_runs", &[]);
     assert_eq!(
-        env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded'"),
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status = 'succeeded'",
+            &[]
+        ),
         total,
         "every run succeeds"
     );
@@ -153,6 +157,7 @@ const NON_CREATING: &[&[&str]] = &[
 
 #[test]
 fn missing_database_is_exit_4_and_nothing_is_created() {
+    sqlite_only!("a missing database file");
     let env = Env::new();
     for db in [env.db.clone(), env.path("no/such/dir/runner.db")] {
         for args in NON_CREATING {
@@ -176,6 +181,7 @@ fn missing_database_is_exit_4_and_nothing_is_created() {
 
 #[test]
 fn directory_instead_of_database_is_exit_4() {
+    sqlite_only!("a directory in place of the database file");
     let env = Env::new();
     std::fs::create_dir(&env.db).expect("mkdir");
     for args in NON_CREATING.iter().copied().chain([&["init"][..]]) {
@@ -188,6 +194,7 @@ fn directory_instead_of_database_is_exit_4() {
 /// run as `nobody` with setpriv.
 #[test]
 fn unreadable_database_is_exit_4() {
+    sqlite_only!("file permissions");
     let env = Env::init();
     env.add("a", &[], "true");
     if !is_root() {
@@ -241,6 +248,7 @@ fn unreadable_database_is_exit_4() {
 /// As root, permissions do not stop writes: the file is made immutable (`chattr +i`) instead.
 #[test]
 fn read_only_database_reads_work_and_writes_fail_clearly() {
+    sqlite_only!("file permissions");
     let env = Env::init();
     env.add("a", &[], "true");
     let db = env.db.clone();
@@ -257,7 +265,7 @@ fn read_only_database_reads_work_and_writes_fail_clearly() {
         chmod(&db, 0o400);
         Cleanup(Box::new(move || chmod(&db, 0o600)) as Box<dyn FnMut()>)
     };
-    let before = snapshot(&env.db);
+    let before = env.sql.snapshot();
     let listed = env.ok(&["schedule", "list"]);
     assert!(listed.contains('a'), "{listed}");
     env.ok(&["schedule", "show", "a"]);
@@ -277,13 +285,14 @@ fn read_only_database_reads_work_and_writes_fail_clearly() {
             "{args:?}: a hint on what to fix: {err}"
         );
     }
-    assert_eq!(snapshot(&env.db), before, "nothing written");
+    assert_eq!(env.sql.snapshot(), before, "nothing written");
 }
 
 /// Garbage, or a runner database with corrupt pages: exit 4, and the file is left as it was for
 /// the user to inspect or restore (runner never "repairs" by rewriting).
 #[test]
 fn corrupt_database_is_exit_4_and_left_untouched() {
+    sqlite_only!("a corrupt database file");
     let env = Env::new();
     let garbage: Vec<u8> = (0..50_000u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
@@ -323,6 +332,7 @@ fn corrupt_database_is_exit_4_and_left_untouched() {
 /// A database written by a newer runner: exit 4 saying to upgrade; never migrated down.
 #[test]
 fn newer_schema_is_exit_4_and_left_alone() {
+    sqlite_only!("PRAGMA user_version");
     let env = Env::init();
     Connection::open(&env.db)
         .expect("open")
@@ -332,7 +342,7 @@ fn newer_schema_is_exit_4_and_left_alone() {
         let err = env.fails(4, args);
         assert!(err.contains("upgrade runner"), "{args:?}: {err}");
     }
-    assert_eq!(env.count("PRAGMA user_version"), 99);
+    assert_eq!(env.sql.query_i64("PRAGMA user_version", &[]), 99);
 }
 
 /// Mounts a small tmpfs (root only); unmounted by the guard.
@@ -363,6 +373,7 @@ fn small_tmpfs(dir: &Path, size: &str) -> Option<Cleanup<impl FnMut()>> {
 /// run (the filling job runs again: its result could not be recorded, at-least-once).
 #[test]
 fn disk_full_during_a_tick_loses_nothing() {
+    sqlite_only!("a full disk under the database file");
     let env = Env::new();
     let fs = env.path("fs");
     let Some(_mount) = (if is_root() {
@@ -483,6 +494,7 @@ fn disk_full_during_a_tick_loses_nothing() {
 /// finish every run (one that was running is re-run after its lease: at-least-once).
 #[test]
 fn file_size_limit_stops_a_tick_mid_write_and_loses_nothing() {
+    sqlite_only!("a file size limit on the database file");
     if !Path::new("/usr/bin/prlimit").exists() {
         println!("file size limit: prlimit (util-linux) not found: skipped");
         return;
@@ -515,7 +527,11 @@ fn file_size_limit_stops_a_tick_mid_write_and_loses_nothing() {
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
     assert_eq!(integrity(&env.db), "ok");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while env.count("SELECT count(*) FROM job_runs WHERE status <> 'succeeded'") > 0 {
+    while env.sql.query_i64(
+        "SELECT count(*) FROM job_runs WHERE status <> 'succeeded'",
+        &[],
+    ) > 0
+    {
         assert!(
             Instant::now() < deadline,
             "runs unfinished after the limit was lifted"
@@ -535,8 +551,8 @@ fn file_size_limit_stops_a_tick_mid_write_and_loses_nothing() {
     println!(
         "file size limit: the tick died with {}; {} runs, {} attempts, all succeeded afterwards",
         out.status,
-        env.count("SELECT count(*) FROM job_runs"),
-        env.count("SELECT count(*) FROM job_attempts")
+        env.sql.query_i64("SELECT count(*) FROM job_runs", &[]),
+        env.sql.query_i64("SELECT count(*) FROM job_attempts", &[])
     );
 }
 
@@ -545,6 +561,7 @@ fn file_size_limit_stops_a_tick_mid_write_and_loses_nothing() {
 /// backup" (of a healthy database), and a tick that could not record its results exits 0.
 #[test]
 fn database_fault_messages_are_actionable() {
+    sqlite_only!("a full disk and a read-only directory");
     let env = Env::new();
     let fs = env.path("fs");
     let Some(_mount) = (if is_root() {

@@ -5,16 +5,21 @@ use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::time::{Duration, Instant};
 
-use rusqlite::params;
-
-use super::common::{
-    last_run_id, one_i64, one_opt_string, process_alive, read_pid, sh_quote, status_of, stderr,
-    stdout, wait_until, Bg, Env, Strays, NEVER,
+use crate::common::{
+    json, last_run_id, process_alive, read_pid, sh_quote, status_of, stderr, stdout, wait_until,
+    Bg, Env, Strays, Val, NEVER,
 };
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
+
+/// An integer field of an event's JSON detail.
+fn detail_i64(detail: &Val, field: &str) -> i64 {
+    json(&detail.string())[field]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{field} is not an integer in {detail:?}"))
+}
 
 /// Run ticks (synchronously) until `done` or the deadline; every tick must exit 0.
 /// Returns each tick's stderr, in order.
@@ -64,28 +69,27 @@ fn two_thousand_runs_drained_by_four_concurrent_ticks_each_run_exactly_once() {
         "--",
         &command,
     ]);
-    {
-        let conn = env.conn();
-        let past = 1_600_000_000; // 2020: long due
-        let inserted = conn
-            .execute(
-                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
-                 INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
-                     max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key, created_at)
-                 SELECT d.id, 'manual', ?1, 'pending', ?1, d.command, d.workdir, d.max_attempts, d.timeout_secs,
-                     d.backoff_base_secs, d.backoff_max_secs, d.name || '@bulk:' || n.i, ?1
-                 FROM n, job_definitions d WHERE d.name = 'drain'",
-                params![past, RUNS],
-            )
-            .expect("insert runs");
-        assert_eq!(inserted as i64, RUNS);
-    }
+    let past: i64 = 1_600_000_000; // 2020: long due
+    let inserted = env.sql.exec(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $2)
+         INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
+             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key, created_at)
+         SELECT d.id, 'manual', $1, 'pending', $1, d.command, d.workdir, d.max_attempts, d.timeout_secs,
+             d.backoff_base_secs, d.backoff_max_secs, d.name || '@bulk:' || n.i, $1
+         FROM n, job_definitions d WHERE d.name = 'drain'",
+        &[&past, &RUNS],
+    );
+    assert_eq!(inserted as i64, RUNS);
 
     let started = Instant::now();
     let deadline = started + Duration::from_secs(120);
     let mut owners_used = HashSet::new();
     let mut round = 0;
-    while env.count("SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')") > 0 {
+    while env.sql.query_i64(
+        "SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')",
+        &[],
+    ) > 0
+    {
         assert!(Instant::now() < deadline, "runs not drained in time");
         round += 1;
         let ticks: Vec<Bg> = (0..4)
@@ -118,7 +122,8 @@ fn two_thousand_runs_drained_by_four_concurrent_ticks_each_run_exactly_once() {
     eprintln!("drained {RUNS} runs with 4 ticks in {elapsed:?} ({round} round(s))");
 
     let expected: HashSet<String> = env
-        .strings("SELECT CAST(id AS TEXT) FROM job_runs")
+        .sql
+        .query_strings("SELECT CAST(id AS TEXT) FROM job_runs", &[])
         .into_iter()
         .collect();
     assert_eq!(expected.len() as i64, RUNS);
@@ -132,15 +137,26 @@ fn two_thousand_runs_drained_by_four_concurrent_ticks_each_run_exactly_once() {
     let got: HashSet<String> = seen.keys().map(|s| s.to_string()).collect();
     assert_eq!(got, expected, "every run id appears exactly once");
     assert_eq!(
-        env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded' AND attempt = 1"),
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status = 'succeeded' AND attempt = 1",
+            &[]
+        ),
         RUNS
     );
-    assert_eq!(env.count("SELECT count(*) FROM job_attempts"), RUNS);
     assert_eq!(
-        env.count("SELECT count(*) FROM job_events WHERE kind = 'SUCCEEDED'"),
+        env.sql.query_i64("SELECT count(*) FROM job_attempts", &[]),
         RUNS
     );
-    let owners = env.count("SELECT count(DISTINCT owner) FROM job_attempts");
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_events WHERE kind = 'SUCCEEDED'",
+            &[]
+        ),
+        RUNS
+    );
+    let owners = env
+        .sql
+        .query_i64("SELECT count(DISTINCT owner) FROM job_attempts", &[]);
     assert!(
         owners >= 2,
         "the four ticks should share the work, only {owners} owner(s) did"
@@ -179,10 +195,9 @@ fn timeout_kills_a_job_ignoring_sigterm_and_its_grandchild() {
     let tick = Bg::spawn(&env, "tick", &["tick"]);
     let grandchild = read_pid(&pidfile, Duration::from_secs(10));
     strays.pid(grandchild);
-    let job = one_i64(
-        &env,
-        "SELECT child_pid FROM job_attempts WHERE run_id = ?1",
-        [run_id],
+    let job = env.sql.query_i64(
+        "SELECT child_pid FROM job_attempts WHERE run_id = $1",
+        &[&run_id],
     ) as u32;
     strays.group(job);
     assert!(process_alive(grandchild));
@@ -201,21 +216,18 @@ fn timeout_kills_a_job_ignoring_sigterm_and_its_grandchild() {
     assert!(!process_alive(job), "the job's shell survived");
     assert_eq!(status_of(&env, run_id), "dead");
     assert_eq!(
-        one_opt_string(
-            &env,
-            "SELECT error_code FROM job_runs WHERE id = ?1",
-            [run_id]
-        )
-        .as_deref(),
+        env.sql
+            .query_opt_string("SELECT error_code FROM job_runs WHERE id = $1", &[&run_id])
+            .as_deref(),
         Some("TIMEOUT")
     );
     assert_eq!(
-        one_opt_string(
-            &env,
-            "SELECT error_code FROM job_attempts WHERE run_id = ?1 AND attempt = 1",
-            [run_id]
-        )
-        .as_deref(),
+        env.sql
+            .query_opt_string(
+                "SELECT error_code FROM job_attempts WHERE run_id = $1 AND attempt = 1",
+                &[&run_id]
+            )
+            .as_deref(),
         Some("TIMEOUT")
     );
     let err = stderr(&out);
@@ -271,36 +283,31 @@ fn failing_job_retries_within_jitter_bounds_then_goes_dead_with_one_stderr_line(
     );
 
     assert_eq!(
-        one_opt_string(
-            &env,
-            "SELECT error_code FROM job_runs WHERE id = ?1",
-            [run_id]
-        )
-        .as_deref(),
+        env.sql
+            .query_opt_string("SELECT error_code FROM job_runs WHERE id = $1", &[&run_id])
+            .as_deref(),
         Some("EXIT:3")
     );
     assert_eq!(
-        one_i64(&env, "SELECT attempt FROM job_runs WHERE id = ?1", [run_id]),
+        env.sql
+            .query_i64("SELECT attempt FROM job_runs WHERE id = $1", &[&run_id]),
         3
     );
-    let conn = env.conn();
-    let attempts: Vec<Attempt> = conn
-        .prepare(
+    let attempts: Vec<Attempt> = env
+        .sql
+        .query_rows(
             "SELECT attempt, started_at, finished_at, exit_code, error_code FROM job_attempts
-             WHERE run_id = ?1 ORDER BY attempt",
+             WHERE run_id = $1 ORDER BY attempt",
+            &[&run_id],
         )
-        .expect("prepare")
-        .query_map([run_id], |r| {
-            Ok(Attempt {
-                attempt: r.get(0)?,
-                started_at: r.get(1)?,
-                finished_at: r.get(2)?,
-                exit_code: r.get(3)?,
-                error_code: r.get(4)?,
-            })
+        .iter()
+        .map(|r| Attempt {
+            attempt: r[0].i64(),
+            started_at: r[1].i64(),
+            finished_at: r[2].i64(),
+            exit_code: r[3].opt_i64(),
+            error_code: r[4].opt_string(),
         })
-        .expect("query")
-        .map(|r| r.expect("row"))
         .collect();
     assert_eq!(attempts.len(), 3, "exactly 3 attempts: {attempts:?}");
     for (i, a) in attempts.iter().enumerate() {
@@ -308,29 +315,26 @@ fn failing_job_retries_within_jitter_bounds_then_goes_dead_with_one_stderr_line(
         assert_eq!(a.exit_code, Some(3));
         assert_eq!(a.error_code.as_deref(), Some("EXIT:3"));
     }
-    let retries: Vec<(i64, i64, String)> = conn
-        .prepare(
-            "SELECT at, json_extract(detail, '$.next_attempt'), json_extract(detail, '$.run_at_epoch')
-             FROM job_events WHERE run_id = ?1 AND kind = 'RETRY_SCHEDULED' ORDER BY id",
+    let retries: Vec<(i64, i64, i64)> = env
+        .sql
+        .query_rows(
+            "SELECT at, detail FROM job_events
+             WHERE run_id = $1 AND kind = 'RETRY_SCHEDULED' ORDER BY id",
+            &[&run_id],
         )
-        .expect("prepare")
-        .query_map([run_id], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get::<_, rusqlite::types::Value>(2).map(|v| match v {
-                    rusqlite::types::Value::Integer(i) => i.to_string(),
-                    other => format!("{other:?}"),
-                })?,
-            ))
+        .iter()
+        .map(|r| {
+            (
+                r[0].i64(),
+                detail_i64(&r[1], "next_attempt"),
+                detail_i64(&r[1], "run_at_epoch"),
+            )
         })
-        .expect("query")
-        .map(|r| r.expect("row"))
         .collect();
     assert_eq!(retries.len(), 2, "two retries scheduled: {retries:?}");
     for (n, (at, next, run_at)) in retries.iter().enumerate() {
         let attempt = n + 1; // the failed attempt
-        let run_at: i64 = run_at.parse().expect("run_at is epoch seconds");
+        let run_at = *run_at;
         assert_eq!(*next, attempt as i64 + 1);
         let finished = attempts[n].finished_at;
         assert_eq!(*at, finished);
@@ -379,18 +383,16 @@ fn failing_job_retries_within_jitter_bounds_then_goes_dead_with_one_stderr_line(
         );
     }
     assert_eq!(
-        one_i64(
-            &env,
-            "SELECT count(*) FROM job_events WHERE run_id = ?1 AND kind = 'FAILED'",
-            [run_id]
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_events WHERE run_id = $1 AND kind = 'FAILED'",
+            &[&run_id]
         ),
         3
     );
     assert_eq!(
-        one_i64(
-            &env,
-            "SELECT count(*) FROM job_events WHERE run_id = ?1 AND kind = 'DEAD'",
-            [run_id]
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_events WHERE run_id = $1 AND kind = 'DEAD'",
+            &[&run_id]
         ),
         1
     );
@@ -435,18 +437,17 @@ fn simultaneous_failures_retry_spread_over_half_to_full_delay() {
     let out = env.run(&["tick", "--concurrency", "20", "--batch", "20"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stderr(&out), "", "first failures are retried, not dead");
-    let delays: Vec<i64> = {
-        let conn = env.conn();
-        let mut stmt = conn
-            .prepare(
-                "SELECT json_extract(e.detail, '$.run_at_epoch') - a.finished_at
-                 FROM job_events e JOIN job_attempts a ON a.run_id = e.run_id AND a.attempt = 1
-                 WHERE e.kind = 'RETRY_SCHEDULED'",
-            )
-            .expect("prepare");
-        let rows = stmt.query_map([], |r| r.get(0)).expect("query");
-        rows.map(|r| r.expect("row")).collect()
-    };
+    let delays: Vec<i64> = env
+        .sql
+        .query_rows(
+            "SELECT e.detail, a.finished_at
+             FROM job_events e JOIN job_attempts a ON a.run_id = e.run_id AND a.attempt = 1
+             WHERE e.kind = 'RETRY_SCHEDULED'",
+            &[],
+        )
+        .iter()
+        .map(|r| detail_i64(&r[0], "run_at_epoch") - r[1].i64())
+        .collect();
     assert_eq!(delays.len(), RUNS);
     // d = 4 s: each delay uniform in [2 s, 4 s]; whole seconds, rounded up from the exact
     // failure time, counted from the failure time rounded down: [2, 5].
@@ -463,42 +464,56 @@ fn simultaneous_failures_retry_spread_over_half_to_full_delay() {
 // ---------------------------------------------------------------------------
 
 fn forge_lease(env: &Env, run_id: i64) {
-    let changed = env
-        .conn()
-        .execute(
-            "UPDATE job_runs SET lease_token = 'forged-token', owner = 'other-runner'
-             WHERE id = ?1 AND status = 'running'",
-            [run_id],
-        )
-        .expect("forge");
+    let changed = env.sql.exec(
+        "UPDATE job_runs SET lease_token = 'forged-token', owner = 'other-runner'
+         WHERE id = $1 AND status = 'running'",
+        &[&run_id],
+    );
     assert_eq!(changed, 1);
 }
 
 fn assert_untouched_by_stale_runner(env: &Env, run_id: i64, refused: &str) {
-    let conn = env.conn();
-    // One string per column: the run as the stale runner found it must be exactly as forged.
-    let row: String = conn
-        .query_row(
-            "SELECT json_array(status, lease_token, owner, error_code, error_detail, finished_at)
-             FROM job_runs WHERE id = ?1",
-            [run_id],
-            |r| r.get(0),
-        )
-        .expect("run");
+    // Every column: the run as the stale runner found it must be exactly as forged.
+    let row = env.sql.query_row(
+        "SELECT status, lease_token, owner, error_code, error_detail, finished_at
+         FROM job_runs WHERE id = $1",
+        &[&run_id],
+    );
     assert_eq!(
-        row, r#"["running","forged-token","other-runner",null,null,null]"#,
+        row,
+        [
+            Val::Text("running".into()),
+            Val::Text("forged-token".into()),
+            Val::Text("other-runner".into()),
+            Val::Null,
+            Val::Null,
+            Val::Null
+        ],
         "status, lease_token, owner, error_code, error_detail, finished_at"
     );
-    let lost: Vec<String> = env.strings(&format!(
-        "SELECT json_extract(detail, '$.refused') FROM job_events
-         WHERE run_id = {run_id} AND kind = 'LEASE_LOST'"
-    ));
+    let lost: Vec<String> = env
+        .sql
+        .query_column(
+            "SELECT detail FROM job_events WHERE run_id = $1 AND kind = 'LEASE_LOST'",
+            &[&run_id],
+        )
+        .iter()
+        .map(|detail| {
+            json(&detail.string())["refused"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no refused outcome in {detail:?}"))
+                .to_string()
+        })
+        .collect();
     assert_eq!(lost, vec![refused.to_string()], "one LEASE_LOST event");
     assert_eq!(
-        env.count(&format!(
-            "SELECT count(*) FROM job_events WHERE run_id = {run_id}
+        env.sql.query_i64(
+            &format!(
+                "SELECT count(*) FROM job_events WHERE run_id = {run_id}
              AND kind IN ('SUCCEEDED', 'FAILED', 'RETRY_SCHEDULED', 'DEAD')"
-        )),
+            ),
+            &[]
+        ),
         0,
         "no outcome recorded by the stale runner"
     );
@@ -526,10 +541,9 @@ fn completion_with_a_stale_lease_token_is_refused() {
     wait_until(Duration::from_secs(10), "the job to start", || {
         started.exists()
     });
-    strays.group(one_i64(
-        &env,
-        "SELECT child_pid FROM job_attempts WHERE run_id = ?1",
-        [run_id],
+    strays.group(env.sql.query_i64(
+        "SELECT child_pid FROM job_attempts WHERE run_id = $1",
+        &[&run_id],
     ) as u32);
     forge_lease(&env, run_id);
     fs::write(&release, "").expect("release");
@@ -553,10 +567,9 @@ fn heartbeat_that_finds_its_lease_taken_over_kills_the_job() {
     let tick = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]);
     let sleep_pid = read_pid(&pidfile, Duration::from_secs(10));
     strays.pid(sleep_pid);
-    let shell = one_i64(
-        &env,
-        "SELECT child_pid FROM job_attempts WHERE run_id = ?1",
-        [run_id],
+    let shell = env.sql.query_i64(
+        "SELECT child_pid FROM job_attempts WHERE run_id = $1",
+        &[&run_id],
     ) as u32;
     strays.group(shell);
     forge_lease(&env, run_id);
@@ -595,14 +608,11 @@ fn fifty_megabytes_of_stdout_finish_and_the_last_64_kib_are_kept() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stderr(&out), "");
     assert_eq!(status_of(&env, run_id), "succeeded");
-    let (tail, bytes): (Vec<u8>, i64) = env
-        .conn()
-        .query_row(
-            "SELECT stdout_tail, stdout_bytes FROM job_attempts WHERE run_id = ?1",
-            [run_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .expect("attempt");
+    let attempt = env.sql.query_row(
+        "SELECT stdout_tail, stdout_bytes FROM job_attempts WHERE run_id = $1",
+        &[&run_id],
+    );
+    let (tail, bytes) = (attempt[0].bytes(), attempt[1].i64());
     assert_eq!(bytes, 50_000_003);
     assert_eq!(tail.len(), 65536);
     assert!(tail.ends_with(b"xEND"));
@@ -636,14 +646,15 @@ fn missing_command_is_exit_127_and_missing_workdir_is_spawn_not_found() {
     let out = env.run(&["tick"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(status_of(&env, typo), "dead");
-    let (code, exit, err_tail): (Option<String>, Option<i64>, Vec<u8>) = env
-        .conn()
-        .query_row(
-            "SELECT error_code, exit_code, stderr_tail FROM job_attempts WHERE run_id = ?1",
-            [typo],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .expect("attempt");
+    let attempt = env.sql.query_row(
+        "SELECT error_code, exit_code, stderr_tail FROM job_attempts WHERE run_id = $1",
+        &[&typo],
+    );
+    let (code, exit, err_tail) = (
+        attempt[0].opt_string(),
+        attempt[1].opt_i64(),
+        attempt[2].bytes(),
+    );
     assert_eq!(code.as_deref(), Some("EXIT:127"));
     assert_eq!(exit, Some(127));
     assert!(
@@ -698,20 +709,18 @@ fn missing_command_is_exit_127_and_missing_workdir_is_spawn_not_found() {
     );
     assert_eq!(status_of(&env, moved), "dead");
     assert_eq!(
-        one_opt_string(
-            &env,
-            "SELECT error_code FROM job_runs WHERE id = ?1",
-            [moved]
-        )
-        .as_deref(),
+        env.sql
+            .query_opt_string("SELECT error_code FROM job_runs WHERE id = $1", &[&moved])
+            .as_deref(),
         Some("SPAWN:NOT_FOUND")
     );
-    let detail = one_opt_string(
-        &env,
-        "SELECT error_detail FROM job_attempts WHERE run_id = ?1",
-        [moved],
-    )
-    .unwrap_or_default();
+    let detail = env
+        .sql
+        .query_opt_string(
+            "SELECT error_detail FROM job_attempts WHERE run_id = $1",
+            &[&moved],
+        )
+        .unwrap_or_default();
     assert!(
         detail.contains("gone"),
         "detail names the directory: {detail}"
@@ -785,12 +794,13 @@ fn job_sees_its_environment_and_workdir_across_attempts() {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     };
-    let key = one_opt_string(
-        &env,
-        "SELECT idempotency_key FROM job_runs WHERE id = ?1",
-        [run_id],
-    )
-    .expect("key");
+    let key = env
+        .sql
+        .query_opt_string(
+            "SELECT idempotency_key FROM job_runs WHERE id = $1",
+            &[&run_id],
+        )
+        .expect("key");
     let real_work = fs::canonicalize(&work).expect("canonicalize");
     let mut tokens = HashSet::new();
     for attempt in 1..=2 {
@@ -806,12 +816,13 @@ fn job_sees_its_environment_and_workdir_across_attempts() {
             "the idempotency key is stable across attempts"
         );
         assert!(!key.is_empty());
-        let token = one_opt_string(
-            &env,
-            "SELECT lease_token FROM job_attempts WHERE run_id = ?1 AND attempt = ?2",
-            params![run_id, attempt],
-        )
-        .expect("token");
+        let token = env
+            .sql
+            .query_opt_string(
+                "SELECT lease_token FROM job_attempts WHERE run_id = $1 AND attempt = $2",
+                &[&run_id, &attempt],
+            )
+            .expect("token");
         assert_eq!(seen["token"], token);
         tokens.insert(token);
         assert_eq!(seen["inherited"], "from-the-tick");
@@ -867,19 +878,19 @@ fn overlap_forbid_skips_a_newly_due_run_while_one_is_running() {
     let out = env.run(&["--now", T2, "tick"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stderr(&out), "");
-    let (status, reason): (String, Option<String>) = env
-        .conn()
-        .query_row(
-            "SELECT status, skip_reason FROM job_runs WHERE scheduled_for = ?1",
-            [T2_EPOCH],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .expect("the 00:02 instant is recorded");
+    let run = env.sql.query_row(
+        "SELECT status, skip_reason FROM job_runs WHERE scheduled_for = $1",
+        &[&T2_EPOCH],
+    );
+    let (status, reason) = (run[0].string(), run[1].opt_string());
     assert_eq!(status, "skipped");
     let reason = reason.unwrap_or_default();
     assert!(reason.to_lowercase().contains("overlap"), "{reason}");
     assert_eq!(
-        env.count("SELECT count(*) FROM job_events WHERE kind = 'SKIPPED'"),
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_events WHERE kind = 'SKIPPED'",
+            &[]
+        ),
         1
     );
     assert_eq!(started_lines(&env), 1, "the skipped run never started");
@@ -887,7 +898,8 @@ fn overlap_forbid_skips_a_newly_due_run_while_one_is_running() {
     let out = tick_a.finish(Duration::from_secs(70));
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
-        env.strings("SELECT status FROM job_runs ORDER BY scheduled_for"),
+        env.sql
+            .query_strings("SELECT status FROM job_runs ORDER BY scheduled_for", &[]),
         vec!["succeeded", "skipped"]
     );
 }
@@ -906,7 +918,10 @@ fn overlap_allow_runs_both_at_once() {
         "both runs to run side by side",
         || {
             started_lines(&env) == 2
-                && env.count("SELECT count(*) FROM job_runs WHERE status = 'running'") == 2
+                && env.sql.query_i64(
+                    "SELECT count(*) FROM job_runs WHERE status = 'running'",
+                    &[],
+                ) == 2
         },
     );
     fs::write(env.path("release"), "").expect("release");
@@ -915,7 +930,8 @@ fn overlap_allow_runs_both_at_once() {
         assert!(out.status.success(), "{}", stderr(&out));
     }
     assert_eq!(
-        env.strings("SELECT status FROM job_runs ORDER BY scheduled_for"),
+        env.sql
+            .query_strings("SELECT status FROM job_runs ORDER BY scheduled_for", &[]),
         vec!["succeeded", "succeeded"]
     );
 }
@@ -953,12 +969,9 @@ fn run_wait_streams_output_and_exits_with_the_job_code() {
     assert!(!stdout(&out).contains("err-line"));
     let seven = last_run_id(&env, "seven");
     assert_eq!(
-        one_opt_string(
-            &env,
-            "SELECT error_code FROM job_runs WHERE id = ?1",
-            [seven]
-        )
-        .as_deref(),
+        env.sql
+            .query_opt_string("SELECT error_code FROM job_runs WHERE id = $1", &[&seven])
+            .as_deref(),
         Some("EXIT:7")
     );
 

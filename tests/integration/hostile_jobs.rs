@@ -5,8 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::common::{
-    kill9, last_attempt, process_alive, read_pid, run_row, snapshot, stderr, subcommands, Cleanup,
-    Env, NEVER,
+    kill9, last_attempt, process_alive, read_pid, run_row, stderr, subcommands, Cleanup, Env, NEVER,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -102,14 +101,10 @@ fn setsid_daemons_are_found_by_their_marker_and_killed_unless_kept() {
             !process_alive(daemon),
             "{name}: the setsid daemon outlived its job"
         );
-        let conn = env.conn();
-        let detail: String = conn
-            .query_row(
-                "SELECT detail FROM job_events WHERE run_id = ?1 AND kind = 'LEFTOVERS'",
-                [run],
-                |r| r.get(0),
-            )
-            .expect("a LEFTOVERS event");
+        let detail = env.sql.query_string(
+            "SELECT detail FROM job_events WHERE run_id = $1 AND kind = 'LEFTOVERS'",
+            &[&run],
+        );
         // Named by pid (its name is `setsid` or `sleep`, depending on whether it had exec'd yet).
         assert!(
             detail.contains(&format!("\"{daemon} ")) && detail.contains("\"killed\":true"),
@@ -127,14 +122,10 @@ fn setsid_daemons_are_found_by_their_marker_and_killed_unless_kept() {
         process_alive(daemon),
         "--leftovers keep: the daemon lives on"
     );
-    let detail: String = env
-        .conn()
-        .query_row(
-            "SELECT detail FROM job_events WHERE run_id = ?1 AND kind = 'LEFTOVERS'",
-            [run],
-            |r| r.get(0),
-        )
-        .expect("a LEFTOVERS event");
+    let detail = env.sql.query_string(
+        "SELECT detail FROM job_events WHERE run_id = $1 AND kind = 'LEFTOVERS'",
+        &[&run],
+    );
     assert!(detail.contains("\"killed\":false"), "{detail}");
     // A later tick does not kill what a finished attempt kept on purpose.
     env.ok(&["tick"]);
@@ -259,7 +250,7 @@ fn huge_command_lines_work_or_fail_clearly() {
     assert_eq!(last_attempt(&env, run).stdout_tail, b"ok\n");
 
     let huge: Vec<String> = (0..4).map(|_| "y".repeat(50 * 1024)).collect();
-    let before = snapshot(&env.db);
+    let before = env.sql.snapshot();
     let mut args = vec![
         "schedule",
         "add",
@@ -277,7 +268,7 @@ fn huge_command_lines_work_or_fail_clearly() {
         Some(2) => {
             let err = stderr(&out);
             assert!(err.contains("command"), "the refusal says why: {err}");
-            assert_eq!(snapshot(&env.db), before, "nothing written");
+            assert_eq!(env.sql.snapshot(), before, "nothing written");
         }
         Some(0) => {
             let run = env.enqueue("huge");

@@ -9,6 +9,7 @@ mod damage;
 mod database;
 mod db_faults;
 mod execution;
+mod harness;
 mod hostile_jobs;
 mod materialize;
 mod never_twice;

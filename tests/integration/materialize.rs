@@ -10,24 +10,20 @@ use std::fs::File;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use super::common::{epoch, utc, Env};
+use crate::common::{epoch, utc, Env};
 
 /// `(scheduled_for as UTC text, status, skip_reason)` of a schedule's rows, oldest first.
 fn rows(env: &Env, name: &str) -> Vec<(String, String, Option<String>)> {
-    let conn = env.conn();
-    let mut stmt = conn
-        .prepare(
+    env.sql
+        .query_rows(
             "SELECT r.scheduled_for, r.status, r.skip_reason FROM job_runs r
              JOIN job_definitions d ON d.id = r.definition_id
-             WHERE d.name = ?1 AND r.trigger = 'schedule' ORDER BY r.scheduled_for, r.id",
+             WHERE d.name = $1 AND r.trigger = 'schedule' ORDER BY r.scheduled_for, r.id",
+            &[&name],
         )
-        .expect("prepare");
-    let out = stmt
-        .query_map([name], |r| Ok((utc(r.get(0)?), r.get(1)?, r.get(2)?)))
-        .expect("query")
-        .map(|r| r.expect("row"))
-        .collect();
-    out
+        .iter()
+        .map(|r| (utc(r[0].i64()), r[1].string(), r[2].opt_string()))
+        .collect()
 }
 
 /// The instants of a schedule's rows (any status) within [from, to), as UTC text.
@@ -70,10 +66,8 @@ fn tick_every(env: &Env, from: &str, to: &str, step_secs: i64) {
 /// Every row is one distinct (schedule, instant): the invariant behind "exactly once".
 fn assert_one_row_per_instant(env: &Env) {
     assert_eq!(
-        env.count("SELECT count(*) FROM job_runs WHERE trigger = 'schedule'"),
-        env.count(
-            "SELECT count(*) FROM (SELECT DISTINCT definition_id, scheduled_for FROM job_runs WHERE trigger = 'schedule')"
-        ),
+        env.sql.query_i64("SELECT count(*) FROM job_runs WHERE trigger = 'schedule'", &[]),
+        env.sql.query_i64("SELECT count(*) FROM (SELECT DISTINCT definition_id, scheduled_for FROM job_runs WHERE trigger = 'schedule') AS instants", &[]),
         "some instant has two rows"
     );
 }
@@ -181,12 +175,18 @@ fn eight_racing_ticks_make_exactly_one_run_per_due_instant() {
     }
     // The due runs were each claimed and executed once, by one of the racing ticks.
     assert_eq!(
-        env.count("SELECT count(*) FROM job_runs WHERE status NOT IN ('succeeded', 'skipped')"),
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status NOT IN ('succeeded', 'skipped')",
+            &[]
+        ),
         0
     );
     assert_eq!(
-        env.count("SELECT count(*) FROM job_attempts"),
-        env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded'")
+        env.sql.query_i64("SELECT count(*) FROM job_attempts", &[]),
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status = 'succeeded'",
+            &[]
+        )
     );
 }
 
@@ -222,7 +222,7 @@ fn catch_up_after_five_hours_without_ticks() {
         "true",
     );
     tick(&env, t0);
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
 
     // Ticks stop; 01:00..05:00 are missed; the next tick comes at 05:10.
     tick(&env, "2026-01-01T05:10:00Z");
@@ -271,10 +271,8 @@ fn catch_up_after_five_hours_without_ticks() {
     assert_eq!((runs("none", "succeeded"), runs("none", "skipped")), (0, 5));
     // Every skipped row has a SKIPPED event with its reason.
     assert_eq!(
-        env.count(
-            "SELECT count(*) FROM job_runs r WHERE r.status = 'skipped'
-             AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.run_id = r.id AND e.kind = 'SKIPPED')"
-        ),
+        env.sql.query_i64("SELECT count(*) FROM job_runs r WHERE r.status = 'skipped'
+             AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.run_id = r.id AND e.kind = 'SKIPPED')", &[]),
         0
     );
     assert_one_row_per_instant(&env);

@@ -9,10 +9,11 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::common::{
-    last_run_id, one_i64, one_opt_string, process_alive, processes_of_run, read_pid, sh_quote,
-    status_of, stderr, wait_until, Bg, Env, Strays,
+use crate::common::{
+    json, last_run_id, process_alive, processes_of_run, read_pid, real_now, sh_quote, status_of,
+    stderr, utc, wait_until, Bg, Env, Strays,
 };
+use crate::sqlite_only;
 
 const LONG: Duration = Duration::from_secs(120);
 
@@ -25,10 +26,8 @@ fn lines(path: &std::path::Path) -> Vec<String> {
 }
 
 /// A time far enough ahead that every lease written now has expired.
-#[allow(clippy::disallowed_methods)] // the test's own clock, not the runner's
 fn an_hour_later() -> String {
-    let later = chrono::Utc::now() + chrono::Duration::hours(1);
-    later.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    utc(real_now() + 3600)
 }
 
 // ---------------------------------------------------------------------------
@@ -69,11 +68,10 @@ fn one_tick_drains_a_forbid_queue_whatever_order_jobs_end() {
     let out = env.run(&["tick", "--max-tick", "10m", "--now", "2026-01-01T00:10:30Z"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let count = |status: &str| {
-        one_i64(
-            &env,
+        env.sql.query_i64(
             "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-             WHERE d.name = 'queue' AND r.status = ?1",
-            [status],
+             WHERE d.name = 'queue' AND r.status = $1",
+            &[&status],
         )
     };
     assert_eq!(
@@ -127,10 +125,9 @@ fn a_job_never_starts_unless_its_attempt_is_recorded_first() {
             "{point}: the command ran: {:?}",
             lines(&log)
         );
-        let recorded_pid = one_opt_string(
-            &env,
-            "SELECT CAST(child_pid AS TEXT) FROM job_attempts WHERE run_id = ?1 AND attempt = 1",
-            [run],
+        let recorded_pid = env.sql.query_opt_string(
+            "SELECT CAST(child_pid AS TEXT) FROM job_attempts WHERE run_id = $1 AND attempt = 1",
+            &[&run],
         );
         assert_eq!(
             recorded_pid.is_some(),
@@ -169,12 +166,10 @@ fn a_tick_that_stalls_after_claiming_never_starts_a_run_taken_over() {
 fn a_tick_that_stalls_past_its_lease_never_starts_the_run() {
     let env = Env::init();
     let (run, log, go, mut stalled) = claim_and_stall(&env);
-    env.conn()
-        .execute(
-            "UPDATE job_runs SET lease_expires_at = 1 WHERE id = ?1",
-            [run],
-        )
-        .expect("expire the lease");
+    env.sql.exec(
+        "UPDATE job_runs SET lease_expires_at = 1 WHERE id = $1",
+        &[&run],
+    );
     fs::write(&go, "").expect("release the stalled tick");
     let out = stalled.finish();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -272,10 +267,9 @@ fn ctrl_c_on_run_wait_cancels_the_run_and_exits_130() {
     let run = last_run_id(&env, "long");
     assert_eq!(status_of(&env, run), "cancelled");
     assert_eq!(
-        one_i64(
-            &env,
-            "SELECT count(*) FROM job_events WHERE run_id = ?1 AND kind = 'CANCELLED'",
-            [run]
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_events WHERE run_id = $1 AND kind = 'CANCELLED'",
+            &[&run]
         ),
         1
     );
@@ -284,10 +278,9 @@ fn ctrl_c_on_run_wait_cancels_the_run_and_exits_130() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(status_of(&env, run), "cancelled");
     assert_eq!(
-        one_i64(
-            &env,
-            "SELECT count(*) FROM job_attempts WHERE run_id = ?1",
-            [run]
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_attempts WHERE run_id = $1",
+            &[&run]
         ),
         1
     );
@@ -328,14 +321,11 @@ fn cancel_stops_a_run_whose_tick_died() {
     assert!(!process_alive(job), "cancel left the orphan running");
     assert!(processes_of_run(&env, run).is_empty());
     assert_eq!(status_of(&env, run), "cancelled");
-    let (finished, code) = env
-        .conn()
-        .query_row(
-            "SELECT finished_at IS NOT NULL, error_code FROM job_attempts WHERE run_id = ?1",
-            [run],
-            |r| Ok((r.get::<_, bool>(0)?, r.get::<_, Option<String>>(1)?)),
-        )
-        .expect("attempt");
+    let attempt = env.sql.query_row(
+        "SELECT finished_at, error_code FROM job_attempts WHERE run_id = $1",
+        &[&run],
+    );
+    let (finished, code) = (attempt[0].opt_i64().is_some(), attempt[1].opt_string());
     assert!(finished, "the attempt stays open");
     assert_eq!(code.as_deref(), Some("CANCELLED"));
     let status_text = env.ok(&["status"]);
@@ -361,24 +351,23 @@ fn cancel_stops_a_run_whose_tick_died() {
 fn the_next_tick_stops_an_attempt_left_open_under_a_cancelled_run() {
     let env = Env::init();
     let (run, job, _, _strays) = orphaned_job(&env);
-    env.conn()
-        .execute(
-            "UPDATE job_runs SET status = 'cancelled', owner = NULL, lease_token = NULL,
-                 lease_expires_at = NULL, heartbeat_at = NULL, finished_at = strftime('%s', 'now')
-             WHERE id = ?1",
-            [run],
-        )
-        .expect("forge a cancel");
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'cancelled', owner = NULL, lease_token = NULL,
+             lease_expires_at = NULL, heartbeat_at = NULL, finished_at = $2
+         WHERE id = $1",
+        &[&run, &real_now()],
+    );
     assert!(process_alive(job));
     let out = env.run(&["tick"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!process_alive(job), "the orphan outlived the sweep");
-    let detail = one_opt_string(
-        &env,
-        "SELECT error_detail FROM job_attempts WHERE run_id = ?1 AND finished_at IS NOT NULL",
-        [run],
-    )
-    .unwrap_or_default();
+    let detail = env
+        .sql
+        .query_opt_string(
+            "SELECT error_detail FROM job_attempts WHERE run_id = $1 AND finished_at IS NOT NULL",
+            &[&run],
+        )
+        .unwrap_or_default();
     assert!(detail.contains(&format!("{job} ")), "{detail}");
 }
 
@@ -421,12 +410,15 @@ fn background_processes_die_with_their_attempt_before_the_next_one() {
         "{:?}",
         lines(&log)
     );
-    let events = one_i64(
-        &env,
-        "SELECT count(*) FROM job_events WHERE run_id = ?1 AND kind = 'LEFTOVERS'
-           AND json_extract(detail, '$.killed') = 1",
-        [run],
-    );
+    let events = env
+        .sql
+        .query_strings(
+            "SELECT detail FROM job_events WHERE run_id = $1 AND kind = 'LEFTOVERS'",
+            &[&run],
+        )
+        .iter()
+        .filter(|detail| json(detail)["killed"] == true)
+        .count();
     assert_eq!(events, 3, "one LEFTOVERS event per attempt");
 }
 
@@ -464,6 +456,7 @@ fn leftovers_after_success_are_killed_and_shown() {
 /// not kill the live job (another database's), even with the same pid and start time on record.
 #[test]
 fn a_restored_copy_never_kills_the_live_databases_job() {
+    sqlite_only!("restores a copy of the database file");
     let env = Env::init();
     let started = env.path("started");
     env.add(
@@ -477,15 +470,16 @@ fn a_restored_copy_never_kills_the_live_databases_job() {
     let job = read_pid(&started, LONG);
     strays.group(job);
     wait_until(LONG, "the start to be recorded", || {
-        one_opt_string(
-            &env,
-            "SELECT CAST(child_pid AS TEXT) FROM job_attempts WHERE run_id = ?1",
-            [run],
-        )
-        .is_some()
+        env.sql
+            .query_opt_string(
+                "SELECT CAST(child_pid AS TEXT) FROM job_attempts WHERE run_id = $1",
+                &[&run],
+            )
+            .is_some()
     });
     let copy = env.path("restored.db");
-    env.conn()
+    env.sql
+        .sqlite()
         .execute("VACUUM INTO ?1", [copy.to_string_lossy()])
         .expect("copy");
     let out = env
@@ -526,24 +520,21 @@ fn a_recorded_pid_that_is_not_the_jobs_is_never_signalled() {
             rest.split_whitespace().nth(19)?.parse::<i64>().ok()
         })
         .expect("start time");
-    let conn = env.conn();
-    conn.execute(
+    env.sql.exec(
         "UPDATE job_runs SET status = 'running', attempt = 1, owner = 'gone:1', lease_token = 'tok',
-             lease_expires_at = 1, heartbeat_at = 1, started_at = 1 WHERE id = ?1",
-        [run],
-    )
-    .expect("forge running");
+             lease_expires_at = 1, heartbeat_at = 1, started_at = 1 WHERE id = $1",
+        &[&run],
+    );
     let host = nix::unistd::gethostname()
         .expect("hostname")
         .into_string()
         .expect("utf-8");
-    conn.execute(
+    env.sql.exec(
         "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, child_pid,
              child_start_time, started_at)
-         VALUES (?1, 1, 'gone:1', ?2, 1, 'tok', ?3, ?4, 1)",
-        rusqlite::params![run, host, pid, start],
-    )
-    .expect("forge attempt");
+         VALUES ($1, 1, 'gone:1', $2, 1, 'tok', $3, $4, 1)",
+        &[&run, &host, &i64::from(pid), &start],
+    );
     let out = env.run(&["tick"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let alive = bystander.try_wait().expect("try_wait").is_none();

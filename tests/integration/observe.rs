@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use super::common::{epoch, insert_finished_runs, json, run_ids, stderr, stdout, Env, BIN};
+use crate::common::{epoch, insert_finished_runs, json, run_ids, stderr, stdout, Env, BIN};
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -244,7 +244,7 @@ fn history_into_a_closed_pipe_exits_0() {
             r#"set -o pipefail; "$RUNNER" history --limit 3000 | head -n 1"#,
         ])
         .env("RUNNER", BIN)
-        .env("RUNNER_DB", &env.db)
+        .env("RUNNER_DB", env.sql.location())
         .env_remove("NO_COLOR")
         .output()
         .expect("bash");
@@ -268,7 +268,7 @@ fn history_colours_only_on_a_terminal_and_never_with_no_color_or_json() {
     let on_tty = |no_color: Option<&str>, args: &str| -> String {
         let mut cmd = Command::new("script");
         cmd.args(["-qec", &format!("{BIN} history {args}"), "/dev/null"])
-            .env("RUNNER_DB", &env.db)
+            .env("RUNNER_DB", env.sql.location())
             .env_remove("NO_COLOR");
         if let Some(v) = no_color {
             cmd.env("NO_COLOR", v);
@@ -559,7 +559,7 @@ fn status_reports_due_work_retries_failures_and_the_database() {
         set(&["location", "size_bytes", "wal_bytes", "oldest_run"])
     );
     assert!(db["size_bytes"].as_i64().expect("size") > 0);
-    assert_eq!(db["location"], env.db.display().to_string());
+    assert_eq!(db["location"], env.sql.location());
     assert_eq!(db["oldest_run"]["job"], "ok");
     assert_eq!(report["warnings"], Value::Array(vec![]));
 

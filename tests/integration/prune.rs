@@ -5,7 +5,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use super::common::{
+use crate::common::{
     epoch, insert_finished_runs, json, real_now, run_ids, status_of, stderr, stdout, utc,
     wait_until, Bg, Env,
 };
@@ -52,7 +52,7 @@ fn prune_dry_run_then_prune_never_touches_pending_or_running() {
                                                      // A pending run nobody has claimed.
     env.ok(&["--now", "2026-07-01T00:33:00Z", "run", "tenmin"]);
 
-    let count = |sql: &str| env.count(sql);
+    let count = |sql: &str| env.sql.query_i64(sql, &[]);
     let finished = count(
         "SELECT count(*) FROM job_runs WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped')",
     );
@@ -197,9 +197,12 @@ fn prune_deletes_in_batches_of_5000_runs() {
         batches[2].contains("batch of 2000 runs (12000 so far"),
         "{batches:?}"
     );
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
-    assert_eq!(env.count("SELECT count(*) FROM job_attempts"), 0);
-    assert_eq!(env.count("SELECT count(*) FROM job_events"), 0);
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
+    assert_eq!(
+        env.sql.query_i64("SELECT count(*) FROM job_attempts", &[]),
+        0
+    );
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_events", &[]), 0);
 }
 
 #[test]
@@ -253,7 +256,7 @@ fn prune_retention_comes_from_runner_retention() {
         prune(Some("off"), &["--older-than", "9d"]).status.code(),
         Some(0)
     );
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
 }
 
 /// On the real clock: the automatic prune may not run on a clock shifted by `--now` (see
@@ -286,30 +289,31 @@ fn the_tick_prunes_by_itself_at_most_once_an_hour() {
     let now = real_now();
     insert_finished_runs(&env, "old", 50, now, 40 * 86_400);
     tick_with(Some("off"));
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 50);
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 50);
     // Default 30 days: the first tick prunes the 40-day-old runs.
     let before = real_now();
     tick_with(None);
     let after = real_now();
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
-    let pruned_at = env.count("SELECT value FROM runner_state WHERE key = 'last_prune_at'");
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
+    let pruned_at = env.sql.query_i64(
+        "SELECT value FROM runner_state WHERE key = 'last_prune_at'",
+        &[],
+    );
     assert!((before..=after).contains(&pruned_at), "{pruned_at}");
     // Within the hour: not again.
     insert_finished_runs(&env, "old", 50, real_now() + 1, 40 * 86_400);
     tick_with(None);
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 50);
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 50);
     // An hour later (the turn's time moved back an hour, as if it had passed): again. Status
     // says when.
-    env.conn()
-        .execute(
-            "UPDATE runner_state SET value = value - 3600 WHERE key = 'last_prune_at'",
-            [],
-        )
-        .expect("age the last prune");
+    env.sql.exec(
+        "UPDATE runner_state SET value = value - 3600 WHERE key = 'last_prune_at'",
+        &[],
+    );
     let before = real_now();
     tick_with(None);
     let after = real_now();
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
     let report = json(&env.ok(&["status", "--json"]));
     let pruned_at = report["last_prune_at_epoch"].as_i64().expect("last prune");
     assert!((before..=after).contains(&pruned_at), "{report}");
@@ -369,10 +373,16 @@ fn ticks_keep_succeeding_while_a_big_prune_runs() {
         ticks >= 3,
         "the prune finished before ticks could interleave ({ticks})"
     );
-    let live_pending = env.count(
+    let live_pending = env.sql.query_i64(
         "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
          WHERE d.name = 'live' AND r.status IN ('pending', 'running')",
+        &[],
     );
     assert_eq!(live_pending, 0, "every live run executed");
-    assert!(env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded'") >= ticks);
+    assert!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status = 'succeeded'",
+            &[]
+        ) >= ticks
+    );
 }

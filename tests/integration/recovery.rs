@@ -5,9 +5,8 @@
 use std::fs;
 use std::time::{Duration, Instant};
 
-use super::common::{
-    last_run_id, one_i64, one_opt_string, process_alive, read_pid, sh_quote, stderr, stdout,
-    wait_until, Bg, Env, Strays,
+use crate::common::{
+    process_alive, read_pid, sh_quote, stderr, stdout, wait_until, Bg, Env, Strays, Val,
 };
 
 #[test]
@@ -33,29 +32,19 @@ fn kill_9_of_a_tick_then_recovery_kills_the_leftover_and_retries_without_overlap
     );
     // Zero backoff: the retry is due the moment recovery closes attempt 1, in the same tick,
     // so the leftover must already be gone by then.
-    env.ok(&[
-        "schedule",
-        "add",
+    env.add(
         "locked",
-        "--cron",
-        "0 0 1 1 *",
-        "--backoff-base",
-        "0s",
-        "--backoff-max",
-        "0s",
-        "--",
+        &["--backoff-base", "0s", "--backoff-max", "0s"],
         &command,
-    ]);
-    env.ok(&["run", "locked"]);
-    let run_id = last_run_id(&env, "locked");
+    );
+    let run_id = env.enqueue("locked");
 
     let mut tick = Bg::spawn(&env, "tick-1", &["tick", "--lease", "3s"]);
     let sleep_pid = read_pid(&sleep_pidfile, Duration::from_secs(10));
     strays.pid(sleep_pid);
-    let shell = one_i64(
-        &env,
-        "SELECT child_pid FROM job_attempts WHERE run_id = ?1 AND attempt = 1",
-        [run_id],
+    let shell = env.sql.query_i64(
+        "SELECT child_pid FROM job_attempts WHERE run_id = $1 AND attempt = 1",
+        &[&run_id],
     ) as u32;
     strays.group(shell);
     assert!(tick.pid() > 0);
@@ -66,7 +55,9 @@ fn kill_9_of_a_tick_then_recovery_kills_the_leftover_and_retries_without_overlap
     // Ticks before the lease expires leave the run alone; then one recovers and retries it.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let status = one_opt_string(&env, "SELECT status FROM job_runs WHERE id = ?1", [run_id])
+        let status = env
+            .sql
+            .query_opt_string("SELECT status FROM job_runs WHERE id = $1", &[&run_id])
             .unwrap_or_default();
         if status == "succeeded" {
             break;
@@ -75,10 +66,9 @@ fn kill_9_of_a_tick_then_recovery_kills_the_leftover_and_retries_without_overlap
             Instant::now() < deadline,
             "run not recovered and retried in time (status {status})"
         );
-        let was_running_attempt_1 = one_i64(
-            &env,
-            "SELECT count(*) FROM job_runs WHERE id = ?1 AND status = 'running' AND attempt = 1",
-            [run_id],
+        let was_running_attempt_1 = env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE id = $1 AND status = 'running' AND attempt = 1",
+            &[&run_id],
         ) == 1;
         let out = env.run(&["tick", "--lease", "3s"]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -95,11 +85,10 @@ fn kill_9_of_a_tick_then_recovery_kills_the_leftover_and_retries_without_overlap
         );
         if was_running_attempt_1 && process_alive(sleep_pid) {
             // The leftover must never outlive the tick that recovered its run.
-            let recovered = one_i64(
-                &env,
-                "SELECT count(*) FROM job_attempts WHERE run_id = ?1 AND attempt = 1
+            let recovered = env.sql.query_i64(
+                "SELECT count(*) FROM job_attempts WHERE run_id = $1 AND attempt = 1
                  AND finished_at IS NOT NULL",
-                [run_id],
+                &[&run_id],
             ) == 1;
             assert!(
                 !recovered,
@@ -133,15 +122,14 @@ fn kill_9_of_a_tick_then_recovery_kills_the_leftover_and_retries_without_overlap
     );
     assert!(log_text.ends_with("end 2\n"), "{log_text}");
 
-    let conn = env.conn();
-    let attempts: Vec<(i64, Option<String>, Option<String>)> = conn
-        .prepare(
-            "SELECT attempt, outcome, error_code FROM job_attempts WHERE run_id = ?1 ORDER BY attempt",
+    let attempts: Vec<(i64, Option<String>, Option<String>)> = env
+        .sql
+        .query_rows(
+            "SELECT attempt, outcome, error_code FROM job_attempts WHERE run_id = $1 ORDER BY attempt",
+            &[&run_id],
         )
-        .expect("prepare")
-        .query_map([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .expect("query")
-        .map(|r| r.expect("row"))
+        .iter()
+        .map(|r| (r[0].i64(), r[1].opt_string(), r[2].opt_string()))
         .collect();
     assert_eq!(
         attempts,
@@ -151,19 +139,19 @@ fn kill_9_of_a_tick_then_recovery_kills_the_leftover_and_retries_without_overlap
         ]
     );
     assert_eq!(
-        one_i64(
-            &env,
-            "SELECT count(*) FROM job_events WHERE run_id = ?1 AND kind = 'RECOVERED'",
-            [run_id]
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_events WHERE run_id = $1 AND kind = 'RECOVERED'",
+            &[&run_id]
         ),
         1
     );
-    let detail = one_opt_string(
-        &env,
-        "SELECT error_detail FROM job_attempts WHERE run_id = ?1 AND attempt = 1",
-        [run_id],
-    )
-    .unwrap_or_default();
+    let detail = env
+        .sql
+        .query_opt_string(
+            "SELECT error_detail FROM job_attempts WHERE run_id = $1 AND attempt = 1",
+            &[&run_id],
+        )
+        .unwrap_or_default();
     assert!(
         detail.contains("killed"),
         "detail says the leftover was killed: {detail}"
@@ -193,21 +181,12 @@ fn a_stalled_runner_that_wakes_after_takeover_cannot_overwrite_anything() {
         pid = sh_quote(&sleep_pidfile),
         log = sh_quote(&log),
     );
-    env.ok(&[
-        "schedule",
-        "add",
+    env.add(
         "stalled",
-        "--cron",
-        "0 0 1 1 *",
-        "--backoff-base",
-        "0s",
-        "--backoff-max",
-        "0s",
-        "--",
+        &["--backoff-base", "0s", "--backoff-max", "0s"],
         &command,
-    ]);
-    env.ok(&["run", "stalled"]);
-    let run_id = last_run_id(&env, "stalled");
+    );
+    let run_id = env.enqueue("stalled");
 
     let stalled = Bg::spawn(
         &env,
@@ -216,10 +195,9 @@ fn a_stalled_runner_that_wakes_after_takeover_cannot_overwrite_anything() {
     );
     let sleep_pid = read_pid(&sleep_pidfile, Duration::from_secs(10));
     strays.pid(sleep_pid);
-    strays.group(one_i64(
-        &env,
-        "SELECT child_pid FROM job_attempts WHERE run_id = ?1 AND attempt = 1",
-        [run_id],
+    strays.group(env.sql.query_i64(
+        "SELECT child_pid FROM job_attempts WHERE run_id = $1 AND attempt = 1",
+        &[&run_id],
     ) as u32);
     let stalled_pid = Pid::from_raw(stalled.pid() as i32);
     kill(stalled_pid, Signal::SIGSTOP).expect("SIGSTOP the tick");
@@ -233,7 +211,10 @@ fn a_stalled_runner_that_wakes_after_takeover_cannot_overwrite_anything() {
     let resume = Resume(stalled_pid);
 
     let deadline = Instant::now() + Duration::from_secs(30);
-    while one_opt_string(&env, "SELECT status FROM job_runs WHERE id = ?1", [run_id]).as_deref()
+    while env
+        .sql
+        .query_opt_string("SELECT status FROM job_runs WHERE id = $1", &[&run_id])
+        .as_deref()
         != Some("succeeded")
     {
         assert!(
@@ -248,15 +229,19 @@ fn a_stalled_runner_that_wakes_after_takeover_cannot_overwrite_anything() {
         !process_alive(sleep_pid),
         "the stalled runner's job was killed"
     );
-    let snapshot = |env: &Env| -> Vec<String> {
-        env.strings(&format!(
-            "SELECT json_array(status, attempt, owner, lease_token, error_code, error_detail, finished_at)
-             FROM job_runs WHERE id = {run_id}
-             UNION ALL
-             SELECT json_array(attempt, owner, outcome, exit_code, error_code, error_detail, finished_at,
-                               duration_ms, stdout_bytes, stderr_bytes)
-             FROM (SELECT * FROM job_attempts WHERE run_id = {run_id} ORDER BY attempt)"
-        ))
+    let snapshot = |env: &Env| -> Vec<Vec<Val>> {
+        let mut rows = env.sql.query_rows(
+            "SELECT status, attempt, owner, lease_token, error_code, error_detail, finished_at
+             FROM job_runs WHERE id = $1",
+            &[&run_id],
+        );
+        rows.extend(env.sql.query_rows(
+            "SELECT attempt, owner, outcome, exit_code, error_code, error_detail, finished_at,
+                    duration_ms, stdout_bytes, stderr_bytes
+             FROM job_attempts WHERE run_id = $1 ORDER BY attempt",
+            &[&run_id],
+        ));
+        rows
     };
     let before = snapshot(&env);
 
@@ -269,22 +254,26 @@ fn a_stalled_runner_that_wakes_after_takeover_cannot_overwrite_anything() {
         "the stale runner changed recorded rows"
     );
     assert_eq!(
-        env.strings(&format!(
-            "SELECT actor FROM job_events WHERE run_id = {run_id} AND kind = 'LEASE_LOST'"
-        )),
+        env.sql.query_strings(
+            &format!(
+                "SELECT actor FROM job_events WHERE run_id = {run_id} AND kind = 'LEASE_LOST'"
+            ),
+            &[]
+        ),
         vec!["stalled-runner".to_string()],
         "the refused report is recorded as an event"
     );
     assert_eq!(
-        env.strings(&format!(
+        env.sql.query_strings(&format!(
             "SELECT kind FROM job_events WHERE run_id = {run_id} AND actor = 'stalled-runner' ORDER BY id"
-        )),
+        ), &[]),
         vec!["CLAIMED".to_string(), "LEASE_LOST".to_string()]
     );
     assert_eq!(
-        env.strings(&format!(
-            "SELECT error_code FROM job_attempts WHERE run_id = {run_id} AND attempt = 1"
-        )),
+        env.sql.query_strings(
+            &format!("SELECT error_code FROM job_attempts WHERE run_id = {run_id} AND attempt = 1"),
+            &[]
+        ),
         vec!["LEASE:EXPIRED".to_string()]
     );
     assert_eq!(fs::read_to_string(&log).expect("log"), "done 2\n");

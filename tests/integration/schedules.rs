@@ -5,7 +5,7 @@
 use chrono::DateTime;
 use serde_json::Value;
 
-use super::common::{epoch, json as parse_json, stderr, utc, Env};
+use crate::common::{epoch, json as parse_json, stderr, utc, Env};
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -60,32 +60,28 @@ fn time_lines(out: &str) -> Vec<String> {
 }
 
 fn definition_row(env: &Env, name: &str) -> Vec<String> {
-    env.strings(&format!(
+    env.sql.query_strings(&format!(
         "SELECT cron || '|' || timezone || '|' || command || '|' || coalesce(workdir, '') || '|' ||
                 max_attempts || '|' || timeout_secs || '|' || backoff_base_secs || '|' ||
                 backoff_max_secs || '|' || overlap || '|' || catch_up || '|' || grace_secs || '|' ||
-                paused || '|' || materialized_through || '|' || coalesce(next_fire_at, '') || '|' ||
+                paused || '|' || materialized_through || '|' || coalesce(CAST(next_fire_at AS TEXT), '') || '|' ||
                 updated_at
          FROM job_definitions WHERE name = '{name}'"
-    ))
+    ), &[])
 }
 
 /// (scheduled_for as UTC text, status, command) of every run of a schedule, oldest first.
 fn runs_of(env: &Env, name: &str) -> Vec<(String, String, String)> {
-    let conn = env.conn();
-    let mut stmt = conn
-        .prepare(
+    env.sql
+        .query_rows(
             "SELECT r.scheduled_for, r.status, r.command FROM job_runs r
              JOIN job_definitions d ON d.id = r.definition_id
-             WHERE d.name = ?1 ORDER BY r.scheduled_for, r.id",
+             WHERE d.name = $1 ORDER BY r.scheduled_for, r.id",
+            &[&name],
         )
-        .expect("prepare");
-    let rows = stmt
-        .query_map([name], |r| {
-            Ok((utc(r.get(0)?), r.get::<_, String>(1)?, r.get(2)?))
-        })
-        .expect("query");
-    rows.map(|r| r.expect("row")).collect()
+        .iter()
+        .map(|r| (utc(r[0].i64()), r[1].string(), r[2].string()))
+        .collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -154,16 +150,17 @@ fn add_prints_the_next_five_fire_times_in_the_schedules_zone() {
 
     // What was stored: the words of the command joined, the zone, and the cursor at --now.
     assert_eq!(
-        env.strings(
-            "SELECT command || '|' || timezone || '|' || cron FROM job_definitions WHERE name = 'backup'"
-        ),
+        env.sql.query_strings("SELECT command || '|' || timezone || '|' || cron FROM job_definitions WHERE name = 'backup'", &[]),
         ["echo hello world|America/New_York|30 2 * * *"]
     );
     assert_eq!(
-        env.count("SELECT next_fire_at FROM job_definitions WHERE name = 'backup'"),
+        env.sql.query_i64(
+            "SELECT next_fire_at FROM job_definitions WHERE name = 'backup'",
+            &[]
+        ),
         epoch("2026-03-08T07:00:00Z")
     );
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
 }
 
 #[test]
@@ -487,9 +484,9 @@ fn next_previews_an_expression_without_a_database() {
 
     // None of that needed, or created, a database.
     assert!(
-        !env.db.exists(),
-        "schedule next --cron created {:?}",
-        env.db
+        !env.sql.created(),
+        "schedule next --cron created {}",
+        env.sql.location()
     );
 }
 
@@ -595,7 +592,10 @@ fn edit_takes_effect_from_the_next_fire_time() {
     // What is stored agrees with what was printed: the cursor's next instant is after the edit,
     // not a time of the new expression that passed before the edit (01:15, 01:30).
     assert_eq!(
-        env.count("SELECT next_fire_at FROM job_definitions WHERE name = 'job'"),
+        env.sql.query_i64(
+            "SELECT next_fire_at FROM job_definitions WHERE name = 'job'",
+            &[]
+        ),
         epoch("2026-01-01T01:45:00Z")
     );
     let show = parse_json(&env.ok(&["schedule", "show", "job", "--json"]));
@@ -734,34 +734,31 @@ fn rm_deletes_the_schedule_with_its_runs() {
         ]);
     }
     env.ok(&["--now", "2026-01-01T03:00:00Z", "tick"]);
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 6);
-    let events_before = env.count("SELECT count(*) FROM job_events");
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 6);
+    let events_before = env.sql.query_i64("SELECT count(*) FROM job_events", &[]);
     assert!(events_before > 0);
 
     let out = env.ok(&["schedule", "rm", "drop"]);
     assert!(out.contains("drop"), "{out}");
     assert_eq!(
-        env.strings("SELECT name FROM job_definitions"),
+        env.sql
+            .query_strings("SELECT name FROM job_definitions", &[]),
         ["keep"],
         "only the other schedule is left"
     );
     assert_eq!(runs_of(&env, "keep").len(), 3);
     assert_eq!(
-        env.count("SELECT count(*) FROM job_runs"),
+        env.sql.query_i64("SELECT count(*) FROM job_runs", &[]),
         3,
         "its runs went with it"
     );
     assert_eq!(
-        env.count(
-            "SELECT count(*) FROM job_events e WHERE NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.id = e.run_id)"
-        ),
+        env.sql.query_i64("SELECT count(*) FROM job_events e WHERE NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.id = e.run_id)", &[]),
         0,
         "no orphaned events"
     );
     assert_eq!(
-        env.count(
-            "SELECT count(*) FROM job_attempts a WHERE NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.id = a.run_id)"
-        ),
+        env.sql.query_i64("SELECT count(*) FROM job_attempts a WHERE NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.id = a.run_id)", &[]),
         0,
         "no orphaned attempts"
     );
@@ -848,7 +845,10 @@ fn pause_stops_materialising_and_resume_does_not_replay_the_paused_period() {
     assert_eq!(show["state"], "active");
     assert_eq!(show["next_fire_at"], "2026-01-01T05:00:00Z", "{show:#}");
     assert_eq!(
-        env.count("SELECT next_fire_at FROM job_definitions WHERE name = 'hourly'"),
+        env.sql.query_i64(
+            "SELECT next_fire_at FROM job_definitions WHERE name = 'hourly'",
+            &[]
+        ),
         epoch("2026-01-01T05:00:00Z"),
         "the cursor itself starts at the resume time"
     );

@@ -11,8 +11,9 @@ use rusqlite::Connection;
 
 use crate::common::{
     chmod, is_root, kill9, last_attempt, mode, process_alive, read_pid, run_row, sh, stderr,
-    stdout, subcommands, Cleanup, Env, BIN, NEVER,
+    stdout, subcommands, Backend, Cleanup, Env, BIN, NEVER,
 };
+use crate::sqlite_only;
 
 // ---------------------------------------------------------------------------------------------
 // security
@@ -22,6 +23,7 @@ use crate::common::{
 /// message, and the job never runs.
 #[test]
 fn database_others_can_write_is_refused() {
+    sqlite_only!("file permissions");
     let env = Env::init();
     let marker = env.path("ran");
     env.add("a", &[], &format!("touch {}", marker.display()));
@@ -68,17 +70,14 @@ fn database_others_can_write_is_refused() {
     );
 }
 
-/// The attack the directory rule stops: in a sticky world-writable directory (like /tmp) anyone
-/// can create `runner.db-wal` while the database is closed. SQLite replays whatever valid WAL it
-/// finds, so a planted WAL replaces the whole database, commands included.
-#[test]
-fn planted_wal_in_a_sticky_directory_cannot_inject_commands() {
-    let env = Env::new();
+/// A victim database in a sticky world-writable directory (like /tmp), and beside it, as
+/// `victim.db-wal`, the WAL an attacker planted: the attacker's whole database, whose schedule
+/// `a` runs `attacker_command` and has a run due, as WAL frames left un-checkpointed.
+fn plant_a_wal(env: &Env, attacker_command: &str) -> (PathBuf, PathBuf) {
     let shared = env.path("tmp");
     std::fs::create_dir(&shared).expect("mkdir");
     chmod(&shared, 0o1777);
     let victim = shared.join("victim.db");
-    let pwned = env.path("pwned");
     let attacker = env.path("attacker.db");
     let with = |db: &Path, args: &[&str]| {
         let mut cmd = env.cmd();
@@ -86,24 +85,13 @@ fn planted_wal_in_a_sticky_directory_cannot_inject_commands() {
         let out = cmd.output().expect("spawn");
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
     };
-    with(&victim, &["init"]);
-    with(
-        &victim,
-        &["schedule", "add", "a", "--cron", NEVER, "--", "true"],
-    );
-    with(&attacker, &["init"]);
-    with(
-        &attacker,
-        &[
-            "schedule",
-            "add",
-            "a",
-            "--cron",
-            NEVER,
-            "--",
-            &format!("touch {}", pwned.display()),
-        ],
-    );
+    for (db, command) in [(&victim, "true"), (&attacker, attacker_command)] {
+        with(db, &["init"]);
+        with(
+            db,
+            &["schedule", "add", "a", "--cron", NEVER, "--", command],
+        );
+    }
     with(&attacker, &["run", "a"]);
     // The attacker's whole database as WAL frames, left un-checkpointed (connection leaked).
     let conn = Connection::open(&attacker).expect("open");
@@ -111,13 +99,23 @@ fn planted_wal_in_a_sticky_directory_cannot_inject_commands() {
         .expect("vacuum into the WAL");
     let mut wal = attacker.as_os_str().to_owned();
     wal.push("-wal");
-    let planted = {
-        let mut p = victim.as_os_str().to_owned();
-        p.push("-wal");
-        PathBuf::from(p)
-    };
+    let mut planted = victim.as_os_str().to_owned();
+    planted.push("-wal");
+    let planted = PathBuf::from(planted);
     std::fs::copy(PathBuf::from(wal), &planted).expect("plant the WAL");
     std::mem::forget(conn);
+    (victim, planted)
+}
+
+/// The attack the directory rule stops: in a sticky world-writable directory (like /tmp) anyone
+/// can create `runner.db-wal` while the database is closed. SQLite replays whatever valid WAL it
+/// finds, so a planted WAL replaces the whole database, commands included.
+#[test]
+fn planted_wal_in_a_sticky_directory_cannot_inject_commands() {
+    sqlite_only!("a planted WAL file");
+    let env = Env::new();
+    let pwned = env.path("pwned");
+    let (victim, planted) = plant_a_wal(&env, &format!("touch {}", pwned.display()));
     if is_root() {
         std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).expect("chown");
     }
@@ -133,36 +131,9 @@ fn planted_wal_in_a_sticky_directory_cannot_inject_commands() {
 /// planted WAL is already checkpointed into the database file when runner closes it.
 #[test]
 fn refused_database_is_not_modified_by_a_planted_wal() {
+    sqlite_only!("a planted WAL file");
     let env = Env::new();
-    let shared = env.path("tmp");
-    std::fs::create_dir(&shared).expect("mkdir");
-    chmod(&shared, 0o1777);
-    let victim = shared.join("victim.db");
-    let attacker = env.path("attacker.db");
-    for (db, command) in [(&victim, "true"), (&attacker, "echo injected")] {
-        for args in [
-            &["init"][..],
-            &["schedule", "add", "a", "--cron", NEVER, "--", command],
-        ] {
-            let out = env
-                .cmd()
-                .arg("--db")
-                .arg(db)
-                .args(args)
-                .output()
-                .expect("spawn");
-            assert!(out.status.success(), "{}", stderr(&out));
-        }
-    }
-    let conn = Connection::open(&attacker).expect("open");
-    conn.execute_batch("PRAGMA wal_autocheckpoint = 0; VACUUM;")
-        .expect("vacuum");
-    let mut wal = attacker.as_os_str().to_owned();
-    wal.push("-wal");
-    let mut planted = victim.as_os_str().to_owned();
-    planted.push("-wal");
-    std::fs::copy(PathBuf::from(wal), PathBuf::from(planted)).expect("plant");
-    std::mem::forget(conn);
+    let (victim, _) = plant_a_wal(&env, "echo injected");
     let before = std::fs::read(&victim).expect("read");
     env.fails(4, &["--db", victim.to_str().expect("utf-8"), "tick"]);
     assert!(
@@ -175,6 +146,7 @@ fn refused_database_is_not_modified_by_a_planted_wal() {
 /// copy its mode), a created directory 0700.
 #[test]
 fn new_databases_are_private() {
+    sqlite_only!("file modes");
     let env = Env::new();
     let nested = env.path("state/runner/runner.db");
     let out = Command::new("sh")
@@ -244,15 +216,24 @@ fn jobs_inherit_no_descriptors() {
         ),
     );
     let run = env.enqueue("fds");
-    // The runner inherits fd 7 (the database itself) and the flock descriptor.
+    // The runner inherits fd 7 (the database file itself; under PostgreSQL, some other file)
+    // and the flock descriptor.
+    let inherited = match env.sql.backend() {
+        Backend::Sqlite => env.db.clone(),
+        Backend::Postgres => {
+            let file = env.path("inherited");
+            std::fs::write(&file, "").expect("a file to inherit");
+            file
+        }
+    };
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "exec 7<{db}; exec flock -n {lock} {BIN} tick",
-            db = env.db.display(),
+            "exec 7<{inherited}; exec flock -n {lock} {BIN} tick",
+            inherited = inherited.display(),
             lock = lock.display()
         ))
-        .env("RUNNER_DB", &env.db)
+        .env("RUNNER_DB", env.sql.location())
         .current_dir(env.dir.path())
         .output()
         .expect("sh");
@@ -350,7 +331,10 @@ fn quotes_in_names_are_data() {
         .collect();
     assert_eq!(ran, expected, "each job ran under its exact name");
     assert_eq!(
-        env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded'"),
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status = 'succeeded'",
+            &[]
+        ),
         names.len() as i64
     );
     for name in names {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{
+use crate::common::{
     epoch, json, process_alive, run_ids, status_of, stderr, utc, wait_until, Bg, Env,
 };
 
@@ -82,29 +82,29 @@ fn cancel_of_a_running_run_stops_its_process_group_and_status_shows_its_lease() 
         stderr(&out)
     );
 
-    let conn = env.conn();
-    let (lease, owner, finished, code): (Option<String>, Option<String>, Option<i64>, String) =
-        conn.query_row(
-            "SELECT lease_token, owner, finished_at, error_code FROM job_runs WHERE id = ?1",
-            [run_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .expect("run");
+    let run = env.sql.query_row(
+        "SELECT lease_token, owner, finished_at, error_code FROM job_runs WHERE id = $1",
+        &[&run_id],
+    );
+    let (lease, owner, finished, code) = (
+        run[0].opt_string(),
+        run[1].opt_string(),
+        run[2].opt_i64(),
+        run[3].string(),
+    );
     assert_eq!((lease, owner), (None, None));
     assert!(finished.is_some());
     assert_eq!(code, "CANCELLED");
     // The tick closed the attempt when the job stopped.
-    let attempt_code: Option<String> = conn
-        .query_row(
-            "SELECT error_code FROM job_attempts WHERE run_id = ?1 AND finished_at IS NOT NULL",
-            [run_id],
-            |r| r.get(0),
-        )
-        .expect("closed attempt");
+    let attempt_code = env.sql.query_opt_string(
+        "SELECT error_code FROM job_attempts WHERE run_id = $1 AND finished_at IS NOT NULL",
+        &[&run_id],
+    );
     assert_eq!(attempt_code.as_deref(), Some("CANCELLED"));
-    let kinds = env.strings(&format!(
-        "SELECT kind FROM job_events WHERE run_id = {run_id} ORDER BY id"
-    ));
+    let kinds = env.sql.query_strings(
+        &format!("SELECT kind FROM job_events WHERE run_id = {run_id} ORDER BY id"),
+        &[],
+    );
     assert!(kinds.contains(&"CANCELLED".to_string()), "{kinds:?}");
 
     // Cancelled is final: neither cancel nor retry applies.
@@ -135,9 +135,10 @@ fn cancel_of_a_pending_run_means_it_never_runs() {
     assert!(!marker.exists(), "a cancelled run was executed");
     assert_eq!(status_of(&env, id), "cancelled");
     assert_eq!(
-        env.count(&format!(
-            "SELECT count(*) FROM job_runs WHERE id = {id} AND finished_at IS NOT NULL"
-        )),
+        env.sql.query_i64(
+            &format!("SELECT count(*) FROM job_runs WHERE id = {id} AND finished_at IS NOT NULL"),
+            &[]
+        ),
         1
     );
     let shown = json(&env.ok(&["show", &id.to_string(), "--json"]));
@@ -185,7 +186,10 @@ fn retry_of_a_dead_run_allows_one_more_attempt_and_keeps_counting() {
         out.contains("attempt 3 of 3") && out.contains("raised from 2 to 3"),
         "{out}"
     );
-    let row = |what: &str| env.count(&format!("SELECT {what} FROM job_runs WHERE id = {id}"));
+    let row = |what: &str| {
+        env.sql
+            .query_i64(&format!("SELECT {what} FROM job_runs WHERE id = {id}"), &[])
+    };
     assert_eq!(status_of(&env, id), "pending");
     assert_eq!(row("attempt"), 2, "attempts keep counting");
     assert_eq!(row("max_attempts"), 3);
@@ -207,9 +211,10 @@ fn retry_of_a_dead_run_allows_one_more_attempt_and_keeps_counting() {
     assert_eq!(status_of(&env, id), "succeeded");
     assert_eq!(row("attempt"), 3);
     assert_eq!(
-        env.count(&format!(
-            "SELECT count(*) FROM job_attempts WHERE run_id = {id}"
-        )),
+        env.sql.query_i64(
+            &format!("SELECT count(*) FROM job_attempts WHERE run_id = {id}"),
+            &[]
+        ),
         3
     );
     // Succeeded: nothing to retry.
@@ -238,37 +243,49 @@ fn retry_of_a_run_waiting_out_its_backoff_makes_it_due_now() {
 
     env.tick_at("2026-07-01T12:00:01Z");
     assert_eq!(status_of(&env, id), "pending");
-    let run_at = env.count(&format!("SELECT run_at FROM job_runs WHERE id = {id}"));
+    let run_at = env
+        .sql
+        .query_i64(&format!("SELECT run_at FROM job_runs WHERE id = {id}"), &[]);
     assert!(run_at > epoch("2026-07-01T12:20:00Z"), "a backoff delay");
     // A tick now does nothing; after retry it runs attempt 2.
     env.tick_at("2026-07-01T12:00:10Z");
     assert_eq!(
-        env.count(&format!("SELECT attempt FROM job_runs WHERE id = {id}")),
+        env.sql.query_i64(
+            &format!("SELECT attempt FROM job_runs WHERE id = {id}"),
+            &[]
+        ),
         1
     );
     let out = env.ok(&["--now", "2026-07-01T12:00:20Z", "retry", &id.to_string()]);
     assert!(out.contains("attempt 2 of 3"), "{out}");
     assert!(
-        env.count(&format!("SELECT run_at FROM job_runs WHERE id = {id}"))
+        env.sql
+            .query_i64(&format!("SELECT run_at FROM job_runs WHERE id = {id}"), &[])
             <= epoch("2026-07-01T12:00:21Z")
     );
     assert_eq!(
-        env.count(&format!(
-            "SELECT max_attempts FROM job_runs WHERE id = {id}"
-        )),
+        env.sql.query_i64(
+            &format!("SELECT max_attempts FROM job_runs WHERE id = {id}"),
+            &[]
+        ),
         3,
         "attempts were left: the limit stays"
     );
     env.tick_at("2026-07-01T12:00:30Z");
     assert_eq!(
-        env.count(&format!("SELECT attempt FROM job_runs WHERE id = {id}")),
+        env.sql.query_i64(
+            &format!("SELECT attempt FROM job_runs WHERE id = {id}"),
+            &[]
+        ),
         2
     );
     assert_eq!(
-        env.strings(&format!(
-            "SELECT kind FROM job_events WHERE run_id = {id} AND kind = 'RETRIED'"
-        ))
-        .len(),
+        env.sql
+            .query_strings(
+                &format!("SELECT kind FROM job_events WHERE run_id = {id} AND kind = 'RETRIED'"),
+                &[]
+            )
+            .len(),
         1
     );
 }
