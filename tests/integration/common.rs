@@ -957,7 +957,11 @@ impl TestDb {
                 conn.execute_batch("COMMIT").expect("commit");
                 true
             }
-            Kind::Postgres { .. } => self.with_client(|client| {
+            Kind::Postgres { .. } => {
+                // A connection of its own, as another writer has, and NOWAIT: waiting for one
+                // table while holding another could deadlock with a runner; give up instead.
+                let mut client = postgres::Client::connect(&self.location, postgres::NoTls)
+                    .unwrap_or_else(|e| panic!("connect to the test database: {e}"));
                 let mut tx = client.transaction().expect("begin");
                 let tables: Vec<String> = tx
                     .query(
@@ -970,17 +974,20 @@ impl TestDb {
                     .map(|row| row.get(0))
                     .collect();
                 // EXCLUSIVE: readers go on, every writer waits, as behind SQLite's write lock.
-                if !tables.is_empty() {
-                    tx.batch_execute(&format!(
-                        "LOCK TABLE {} IN EXCLUSIVE MODE",
-                        tables.join(", ")
-                    ))
-                    .expect("lock");
+                if !tables.is_empty()
+                    && tx
+                        .batch_execute(&format!(
+                            "LOCK TABLE {} IN EXCLUSIVE MODE NOWAIT",
+                            tables.join(", ")
+                        ))
+                        .is_err()
+                {
+                    return false;
                 }
                 std::thread::sleep(hold);
                 tx.commit().expect("commit");
                 true
-            }),
+            }
         }
     }
 
@@ -1035,7 +1042,10 @@ impl TestDb {
         let Kind::Postgres { client, .. } = &self.kind else {
             unreachable!("a PostgreSQL client for a SQLite database");
         };
-        let mut guard = client.lock().expect("client lock");
+        // A test that panicked while querying leaves the connection usable.
+        let mut guard = client
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let client = guard.get_or_insert_with(|| {
             Box::new(
                 postgres::Client::connect(&self.location, postgres::NoTls)
