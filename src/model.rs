@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::backoff::RetryPolicy;
+use crate::clock::Now;
 use crate::exit::Failure;
 use crate::schedule::CatchUp;
 
@@ -771,14 +772,14 @@ pub enum AfterFailure {
 
 impl AfterFailure {
     /// By the run's retry policy: retry after a jittered backoff, or dead once all its attempts
-    /// have been made. `now_ms` is the failure time in epoch milliseconds.
+    /// have been made. `now` is when the attempt failed.
     pub fn by_policy(
         policy: &RetryPolicy,
         attempt: u32,
-        now_ms: i64,
+        now: Now,
         rng: &mut fastrand::Rng,
     ) -> AfterFailure {
-        match policy.retry_at(attempt, now_ms, rng) {
+        match policy.retry_at(attempt, now.millis(), rng) {
             Some(at) => AfterFailure::RetryAt(at),
             None => AfterFailure::Dead,
         }

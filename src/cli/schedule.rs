@@ -338,7 +338,7 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
         settings.paused = false;
     }
     let timing = Timing::of(&settings)?;
-    let now = ctx.clock.now();
+    let now = ctx.clock.read();
     // The edit takes effect from the next fire time after now. Instants that came due before the
     // edit belong to the old settings: materialise them as the next tick would have (unless the
     // schedule is or becomes paused: pausing stops materialising at once, as `pause` does; or
@@ -353,8 +353,8 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     definition.settings = settings;
     // Instants up to now are handled (or, for a paused or damaged schedule, never replayed); the
     // next one follows the new timing.
-    definition.restart_cursor(now.timestamp())?;
-    store.update_definition(&definition, now.timestamp())?;
+    definition.restart_cursor(now.secs())?;
+    store.update_definition(&definition, now.secs())?;
     let name = escape_line(&definition.name);
     match &repaired {
         Some(columns) => {
