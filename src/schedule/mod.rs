@@ -1,0 +1,5 @@
+//! Cron schedules, zones and catch-up (see `syntax`).
+
+mod syntax;
+
+pub use syntax::*;
