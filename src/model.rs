@@ -2,43 +2,10 @@
 //! Stored as text; converted here, at the boundary, and nowhere else.
 
 use std::fmt;
-use std::str::FromStr;
 
-use crate::schedule::CatchUp;
-
-macro_rules! text_enum {
-    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }, $what:literal) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name { $($variant),+ }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s {
-                    $($text => Ok($name::$variant),)+
-                    other => Err(format!(
-                        "{:?} is not a {}; use one of: {}",
-                        other, $what, [$($text),+].join(", ")
-                    )),
-                }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
+pub use crate::policy::{CatchUp, Leftovers, Overlap};
+use crate::schedule::Timing;
+use crate::text_enum::text_enum;
 
 text_enum!(
     /// Where a run is in its life. Transitions: pending → running → succeeded | pending (retry) |
@@ -63,27 +30,6 @@ impl RunStatus {
         )
     }
 }
-
-text_enum!(
-    /// What to do with a newly due run while another run of the same schedule is running.
-    Overlap {
-        Forbid => "forbid",
-        Allow => "allow",
-    },
-    "overlap policy"
-);
-
-text_enum!(
-    /// What happens to the processes a job leaves behind when its main process (the shell)
-    /// exits on its own: `kill` them (TERM, then KILL), as systemd does for a service's control
-    /// group, or `keep` them, for jobs that deliberately start daemons. A timeout or a cancel stops
-    /// everything of the attempt either way.
-    Leftovers {
-        Kill => "kill",
-        Keep => "keep",
-    },
-    "leftover policy"
-);
 
 text_enum!(
     /// Why a run exists.
@@ -154,6 +100,14 @@ pub struct Settings {
     pub grace_secs: i64,
     pub leftovers: Leftovers,
     pub paused: bool,
+}
+
+impl Settings {
+    /// When the schedule fires: its expression in its zone. An invalid one is a usage error
+    /// (exit 2).
+    pub fn timing(&self) -> anyhow::Result<Timing> {
+        Timing::parse(&self.cron, &self.timezone).map_err(crate::exit::Failure::usage)
+    }
 }
 
 /// A row of `job_definitions`.

@@ -19,7 +19,7 @@ pub struct Args {
     /// Only runs of this schedule.
     pub name: Option<String>,
     /// Only runs in this state: pending, running, succeeded, dead, cancelled or skipped.
-    #[arg(long, value_name = "S", value_parser = parse_status)]
+    #[arg(long, value_name = "S")]
     pub status: Option<RunStatus>,
     /// Only runs scheduled in the last DUR (e.g. 2h, 7d) or at or after TIME (RFC 3339).
     #[arg(long, value_name = "DUR|TIME", value_parser = parse_since)]
@@ -38,10 +38,6 @@ pub struct Args {
 pub enum Since {
     Ago(Duration),
     At(DateTime<Utc>),
-}
-
-fn parse_status(value: &str) -> Result<RunStatus, String> {
-    value.parse()
 }
 
 fn parse_since(value: &str) -> Result<Since, String> {

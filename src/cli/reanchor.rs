@@ -15,7 +15,6 @@ use crate::display::{clock_gap, local_time, utc_time};
 use crate::exit::Failure;
 use crate::model::Definition;
 use crate::store::{CursorMove, OpenMode, Reanchored, Store};
-use crate::timing::Timing;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -84,11 +83,15 @@ fn reanchor(store: &mut dyn Store, mut d: Definition, now: i64) -> Result<()> {
             say!(
                 "{}{paused}: left alone, its cursor is not ahead of now (next fire {})",
                 d.name,
-                fire_text(Timing::of(&d.settings)?.next_after(d.materialized_through.max(now)))
+                fire_text(
+                    d.settings
+                        .timing()?
+                        .next_after(d.materialized_through.max(now))
+                )
             );
             return Ok(());
         }
-        let next_fire_at = Timing::of(&d.settings)?.next_after(now);
+        let next_fire_at = d.settings.timing()?.next_after(now);
         let cursor = CursorMove {
             definition_id: d.id,
             expected_through: d.materialized_through,

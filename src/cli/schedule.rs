@@ -16,12 +16,11 @@ use super::{
 use crate::display::{escape_line, is_bidi_control, local_time, put_time};
 use crate::exit::Failure;
 use crate::model::{
-    repair_flag, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
+    repair_flag, CatchUp, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
 };
-use crate::schedule::{parse_zone, CatchUp};
+use crate::schedule::{parse_zone, Timing};
 use crate::store::{DefinitionRow, OpenMode, Removal, Steer, Steered, Store};
 use crate::tick::materialize::materialize_definition;
-use crate::timing::Timing;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -145,10 +144,10 @@ pub struct SettingsFlags {
     #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub backoff_max: Option<Duration>,
     /// While a run is running, skip (forbid) or also run (allow) a newly due one [add: forbid].
-    #[arg(long, value_name = "POLICY", value_parser = parse_overlap)]
+    #[arg(long, value_name = "POLICY")]
     pub overlap: Option<Overlap>,
     /// Missed instants: run the latest, all (newest 100), or none [add: latest].
-    #[arg(long, value_name = "POLICY", value_parser = parse_catch_up)]
+    #[arg(long, value_name = "POLICY")]
     pub catch_up: Option<CatchUp>,
     /// How late an instant may start before it counts as missed (catch-up none) [add: 5m].
     #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
@@ -159,7 +158,7 @@ pub struct SettingsFlags {
     /// When the job's shell exits, kill what it left running in its process group and any
     /// escaped process carrying its marker (kill), or leave it running, for jobs that start
     /// daemons on purpose (keep) [add: kill].
-    #[arg(long, value_name = "POLICY", value_parser = parse_leftovers)]
+    #[arg(long, value_name = "POLICY")]
     pub leftovers: Option<Leftovers>,
     /// Create (or set) the schedule paused.
     #[arg(long)]
@@ -186,20 +185,6 @@ pub struct NextArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
-}
-
-fn parse_overlap(value: &str) -> Result<Overlap, String> {
-    value.parse()
-}
-
-fn parse_leftovers(value: &str) -> Result<Leftovers, String> {
-    value.parse()
-}
-
-fn parse_catch_up(value: &str) -> Result<CatchUp, String> {
-    value
-        .parse()
-        .map_err(|e: crate::schedule::CronError| e.to_string())
 }
 
 pub fn run(command: Command, ctx: &Ctx) -> Result<()> {
@@ -354,7 +339,7 @@ impl SettingsFlags {
                 COMMAND_MAX_BYTES - 1
             )));
         }
-        Timing::of(&s)?;
+        s.timing()?;
         Ok(s)
     }
 }
@@ -383,7 +368,7 @@ fn add(args: AddArgs, ctx: &Ctx) -> Result<()> {
         Failure::usage("--cron EXPR is required, e.g. --cron '0 3 * * *' (Debian cron syntax)")
     })?;
     let settings = args.flags.apply(defaults(cron))?;
-    let timing = Timing::of(&settings)?;
+    let timing = settings.timing()?;
     let now = ctx.clock.epoch();
     let mut store = ctx.open(OpenMode::CreateIfMissing)?;
     let definition = store.add_definition(&args.name, &settings, now, timing.next_after(now))?;
@@ -457,7 +442,7 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     if args.active {
         settings.paused = false;
     }
-    let timing = Timing::of(&settings)?;
+    let timing = settings.timing()?;
     let now = ctx.clock.now();
     // The edit takes effect from the next fire time after now. Instants that came due before the
     // edit belong to the old settings: materialise them as the next tick would have (unless the
@@ -573,8 +558,10 @@ fn set_paused(args: Name, ctx: &Ctx, paused: bool) -> Result<()> {
     if !paused {
         // Resuming does not replay the paused period: catch-up starts from now.
         definition.materialized_through = definition.materialized_through.max(now);
-        definition.next_fire_at =
-            Timing::of(&definition.settings)?.next_after(definition.materialized_through);
+        definition.next_fire_at = definition
+            .settings
+            .timing()?
+            .next_after(definition.materialized_through);
     }
     definition.settings.paused = paused;
     store.update_definition(&definition, now)?;
@@ -586,12 +573,11 @@ fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
     let timing = match (&args.name, &args.cron) {
         (Some(name), _) => {
             let store = ctx.open(OpenMode::MustExist)?;
-            Timing::of(&find_definition(store.as_ref(), name)?.settings)?
+            find_definition(store.as_ref(), name)?.settings.timing()?
         }
-        (None, Some(cron)) => Timing::of(&Settings {
-            timezone: args.tz.clone().unwrap_or_else(|| "UTC".to_string()),
-            ..defaults(cron)
-        })?,
+        (None, Some(cron)) => {
+            Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?
+        }
         (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
     };
     let times = timing.upcoming(ctx.clock.now(), usize::from(args.count));
@@ -708,7 +694,9 @@ fn definition_json(store: &dyn Store, row: &DefinitionRow, now: i64) -> Result<V
 /// The next fire time after now. (The stored `next_fire_at` is the materialisation cursor's
 /// next instant, which lies in the past while no tick has run since.)
 fn upcoming_fire(d: &Definition, now: i64) -> Result<Option<i64>> {
-    Ok(Timing::of(&d.settings)?.next_after(d.materialized_through.max(now)))
+    Ok(d.settings
+        .timing()?
+        .next_after(d.materialized_through.max(now)))
 }
 
 /// NEXT FIRE: a time, `never`, `(paused)`, or what is wrong with a damaged schedule.
@@ -809,7 +797,7 @@ fn show_text(store: &dyn Store, row: &DefinitionRow, now: i64) -> Result<()> {
     say!("name:         {}", column_text(damaged, "name", &d.name));
     let kind = match row {
         Ok(_) => {
-            if Timing::of(s)?.cron.is_wildcard() {
+            if s.timing()?.cron.is_wildcard() {
                 "wildcard, "
             } else {
                 "fixed-time, "

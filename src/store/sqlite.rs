@@ -20,12 +20,12 @@ use super::{
     Storage, Store, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::exit::Failure;
+use crate::model::CatchUp;
 use crate::model::{
     Actor, AfterFailure, AttemptHolder, AttemptResult, ClaimedRun, ColumnProblem,
     DamagedDefinition, Definition, ErrorCode, ExpiredLease, Fenced, Leftovers, NewRun, Overlap,
     RunStatus, Settings, StartRecord, Trigger,
 };
-use crate::schedule::CatchUp;
 
 /// `PRAGMA application_id`: marks a file as a runner database ("RUNR").
 const APPLICATION_ID: i64 = 0x5255_4E52;

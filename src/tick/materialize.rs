@@ -9,7 +9,6 @@ use crate::clock::from_epoch;
 use crate::model::{Actor, Definition, NewRun, Overlap, Trigger};
 use crate::schedule::{plan_catch_up, Decision};
 use crate::store::{CursorMove, Store};
-use crate::timing::Timing;
 
 /// How many instants of one schedule a tick looks at (and records, run or skipped) at most;
 /// older missed instants are counted in a skip reason, not recorded one by one.
@@ -65,7 +64,7 @@ fn materialize_one(
     now: DateTime<Utc>,
     actor: &Actor,
 ) -> Result<usize> {
-    let timing = Timing::of(&d.settings)?;
+    let timing = d.settings.timing()?;
     let through = d.materialized_through;
     let new_through = through.max(now.timestamp());
     let due = timing.cron.fire_times_between(

@@ -1,0 +1,226 @@
+//! Catch-up: when a tick finds several due instants (cron or the host was down, or a tick came
+//! late), which of them run and which are recorded as skipped, and why.
+
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+
+use crate::policy::CatchUp;
+
+/// The most missed instants `CatchUp::All` runs.
+pub const CATCH_UP_ALL_LIMIT: usize = 100;
+
+/// Whether one due instant runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Run,
+    /// Skipped, with a short human reason.
+    Skip(String),
+}
+
+/// Given the due instants (ascending, all <= now), decide which run and which are skipped.
+/// latest: only the newest runs, all others Skip. all: newest CATCH_UP_ALL_LIMIT run, older Skip.
+/// none: an instant runs iff now - instant <= grace; otherwise Skip (missed).
+/// The result has one entry per due instant, in the given order.
+pub fn plan_catch_up(
+    due: &[DateTime<Utc>],
+    now: DateTime<Utc>,
+    policy: CatchUp,
+    grace: Duration,
+) -> Vec<(DateTime<Utc>, Decision)> {
+    match policy {
+        CatchUp::Latest => {
+            let newest_index = due
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, t)| **t)
+                .map(|(i, _)| i);
+            due.iter()
+                .enumerate()
+                .map(|(i, &t)| {
+                    let decision = match newest_index {
+                        Some(newest) if newest != i => Decision::Skip(format!(
+                            "catch-up latest: superseded by {}",
+                            due[newest].to_rfc3339_opts(SecondsFormat::Secs, true)
+                        )),
+                        _ => Decision::Run,
+                    };
+                    (t, decision)
+                })
+                .collect()
+        }
+        CatchUp::All => {
+            let skipped = due.len().saturating_sub(CATCH_UP_ALL_LIMIT);
+            due.iter()
+                .enumerate()
+                .map(|(i, &t)| {
+                    let decision = if i < skipped {
+                        Decision::Skip(format!(
+                            "catch-up all: more than {CATCH_UP_ALL_LIMIT} missed instants"
+                        ))
+                    } else {
+                        Decision::Run
+                    };
+                    (t, decision)
+                })
+                .collect()
+        }
+        CatchUp::None => {
+            let grace_delta = TimeDelta::from_std(grace).unwrap_or(TimeDelta::MAX);
+            due.iter()
+                .map(|&t| {
+                    let late = now.signed_duration_since(t);
+                    let decision = if late <= grace_delta {
+                        Decision::Run
+                    } else {
+                        Decision::Skip(format!(
+                            "missed by {} (grace {})",
+                            format_delta(late.to_std().unwrap_or(Duration::ZERO)),
+                            format_delta(grace)
+                        ))
+                    };
+                    (t, decision)
+                })
+                .collect()
+        }
+    }
+}
+
+/// Formats a duration compactly: `2h10m`, `5m`, `1d3h`, `45s`, `250ms`.
+fn format_delta(d: Duration) -> String {
+    let total = d.as_secs();
+    if total == 0 {
+        let ms = d.subsec_millis();
+        return if ms == 0 {
+            "0s".to_string()
+        } else {
+            format!("{ms}ms")
+        };
+    }
+    let (days, hours, minutes, seconds) = (
+        total / 86_400,
+        total % 86_400 / 3600,
+        total % 3600 / 60,
+        total % 60,
+    );
+    let mut out = String::new();
+    for (value, unit) in [(days, "d"), (hours, "h"), (minutes, "m"), (seconds, "s")] {
+        if value > 0 {
+            out.push_str(&format!("{value}{unit}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::testing::{sched, utc};
+    use chrono_tz::Tz;
+
+    fn five_missed() -> (Vec<DateTime<Utc>>, DateTime<Utc>) {
+        let s = sched("0 * * * *");
+        let due = s
+            .fire_times_between(
+                Tz::UTC,
+                utc("2026-01-01T00:30:00Z"),
+                utc("2026-01-01T05:10:00Z"),
+                usize::MAX,
+            )
+            .instants;
+        assert_eq!(due.len(), 5);
+        (due, utc("2026-01-01T05:10:00Z"))
+    }
+
+    #[test]
+    fn catch_up_latest_runs_only_the_newest() {
+        let (due, now) = five_missed();
+        let plan = plan_catch_up(&due, now, CatchUp::Latest, Duration::from_secs(300));
+        assert_eq!(plan.len(), 5);
+        assert_eq!(plan.iter().filter(|(_, d)| *d == Decision::Run).count(), 1);
+        assert_eq!(plan[4], (utc("2026-01-01T05:00:00Z"), Decision::Run));
+        for (t, d) in &plan[..4] {
+            assert_eq!(
+                d,
+                &Decision::Skip("catch-up latest: superseded by 2026-01-01T05:00:00Z".into()),
+                "{t}"
+            );
+        }
+        assert!(plan_catch_up(&[], now, CatchUp::Latest, Duration::ZERO).is_empty());
+    }
+
+    #[test]
+    fn catch_up_all_runs_up_to_the_limit() {
+        let (due, now) = five_missed();
+        let plan = plan_catch_up(&due, now, CatchUp::All, Duration::from_secs(300));
+        assert!(plan.iter().all(|(_, d)| *d == Decision::Run));
+        assert_eq!(plan.iter().map(|(t, _)| *t).collect::<Vec<_>>(), due);
+
+        let s = sched("* * * * *");
+        let many = s
+            .fire_times_between(
+                Tz::UTC,
+                utc("2026-01-01T00:00:00Z"),
+                utc("2026-01-01T02:30:00Z"),
+                usize::MAX,
+            )
+            .instants;
+        assert_eq!(many.len(), 150);
+        let plan = plan_catch_up(
+            &many,
+            utc("2026-01-01T02:30:00Z"),
+            CatchUp::All,
+            Duration::ZERO,
+        );
+        assert_eq!(
+            plan.iter().filter(|(_, d)| *d == Decision::Run).count(),
+            CATCH_UP_ALL_LIMIT
+        );
+        assert!(plan[..50].iter().all(
+            |(_, d)| *d == Decision::Skip("catch-up all: more than 100 missed instants".into())
+        ));
+        assert!(plan[50..].iter().all(|(_, d)| *d == Decision::Run));
+    }
+
+    #[test]
+    fn catch_up_none_respects_grace() {
+        let (due, now) = five_missed();
+        let plan = plan_catch_up(&due, now, CatchUp::None, Duration::from_secs(300));
+        assert_eq!(plan.iter().filter(|(_, d)| *d == Decision::Run).count(), 0);
+        assert_eq!(plan[4].1, Decision::Skip("missed by 10m (grace 5m)".into()));
+        assert_eq!(
+            plan[3].1,
+            Decision::Skip("missed by 1h10m (grace 5m)".into())
+        );
+        assert_eq!(
+            plan[0].1,
+            Decision::Skip("missed by 4h10m (grace 5m)".into())
+        );
+
+        let plan = plan_catch_up(&due, now, CatchUp::None, Duration::from_secs(600));
+        assert_eq!(plan[4].1, Decision::Run);
+        assert_eq!(plan.iter().filter(|(_, d)| *d == Decision::Run).count(), 1);
+        let plan = plan_catch_up(
+            &[utc("2026-01-01T02:50:00Z")],
+            utc("2026-01-01T05:00:00Z"),
+            CatchUp::None,
+            Duration::from_secs(300),
+        );
+        assert_eq!(
+            plan[0].1,
+            Decision::Skip("missed by 2h10m (grace 5m)".into())
+        );
+    }
+
+    #[test]
+    fn delta_formatting() {
+        assert_eq!(format_delta(Duration::ZERO), "0s");
+        assert_eq!(format_delta(Duration::from_millis(250)), "250ms");
+        assert_eq!(format_delta(Duration::from_secs(45)), "45s");
+        assert_eq!(format_delta(Duration::from_secs(7800)), "2h10m");
+        assert_eq!(
+            format_delta(Duration::from_secs(86_400 + 3 * 3600 + 5)),
+            "1d3h5s"
+        );
+    }
+}
