@@ -7,10 +7,8 @@ use chrono::{DateTime, Utc};
 use comfy_table::{Cell, Color, ContentArrangement, Table};
 use serde_json::{json, Map, Value};
 
-use super::{
-    colour_wanted, emit, emit_json, find_definition_row, parse_time, secs_text, zone, Ctx,
-};
-use crate::display::{escape_line, local_time, put_time, short_duration};
+use super::{colour_wanted, emit, emit_json, find_definition_row, parse_time, zone, Ctx};
+use crate::display::{duration_of_ms, duration_of_secs, escape_line, local_time, put_time};
 use crate::model::{truncate_detail, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
 
@@ -137,8 +135,8 @@ fn status_colour(status: RunStatus) -> Color {
 /// The latest attempt's duration; for a running run, how long it has been running.
 fn duration_text(r: &RunView, now: i64) -> String {
     match (r.status, r.last_duration_ms, r.last_attempt_started_at) {
-        (RunStatus::Running, _, Some(started)) => secs_text(now - started),
-        (_, Some(ms), _) => short_duration(ms),
+        (RunStatus::Running, _, Some(started)) => duration_of_secs(now - started),
+        (_, Some(ms), _) => duration_of_ms(ms),
         _ => "-".to_string(),
     }
 }

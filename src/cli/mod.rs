@@ -209,14 +209,6 @@ pub fn colour_wanted(json: bool) -> bool {
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// A span of whole seconds for people: `0s`, `42s`, `3m 5s`, `2h 1m`.
-pub fn secs_text(secs: i64) -> String {
-    match secs.max(0) {
-        0 => "0s".to_string(),
-        secs => crate::display::short_duration(secs.saturating_mul(1000)),
-    }
-}
-
 /// A schedule's zone for showing its runs' times; a zone this build no longer knows shows UTC.
 pub fn zone(name: &str) -> Tz {
     crate::schedule::parse_zone(name).unwrap_or(Tz::UTC)
@@ -268,8 +260,7 @@ pub fn parse_whole_seconds(value: &str) -> Result<Duration, String> {
     let duration = parse_duration(value)?;
     if duration.subsec_nanos() != 0 {
         return Err(format!(
-            "{value:?} has a fraction of a second ({}); durations are whole seconds, e.g. 2s, 90s, 1h30m",
-            humantime::format_duration(duration)
+            "{value:?} has a fraction of a second; durations are whole seconds, e.g. 2s, 90s, 1h30m"
         ));
     }
     Ok(duration)

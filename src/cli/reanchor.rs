@@ -11,7 +11,7 @@ use anyhow::Result;
 
 use super::{find_definition, zone, Ctx};
 use crate::clock::CLOCK_TOLERANCE_SECS;
-use crate::display::{clock_gap, local_time, utc_time};
+use crate::display::{duration_of_secs, local_time, utc_time};
 use crate::exit::Failure;
 use crate::model::Definition;
 use crate::store::{CursorMove, OpenMode, Reanchored, Store};
@@ -65,7 +65,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
                 "the latest time a tick saw was {} ({} ahead); it is now {}, so ticks no longer \
                  warn that this clock is behind",
                 utc_time(high_water),
-                clock_gap(high_water - now),
+                duration_of_secs(high_water - now),
                 utc_time(now)
             );
         }

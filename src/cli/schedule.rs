@@ -13,7 +13,7 @@ use super::{
     actor, duration_secs, find_definition, find_definition_row, parse_whole_seconds,
     unknown_schedule, Ctx,
 };
-use crate::display::{escape_line, is_bidi_control, local_time, put_time};
+use crate::display::{duration_of_secs, escape_line, is_bidi_control, local_time, put_time};
 use crate::exit::Failure;
 use crate::model::{
     repair_flag, CatchUp, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
@@ -282,8 +282,8 @@ impl SettingsFlags {
         if s.backoff_max_secs < s.backoff_base_secs {
             return Err(Failure::usage(format!(
                 "--backoff-max ({}) must not be shorter than --backoff-base ({})",
-                humantime::format_duration(Duration::from_secs(s.backoff_max_secs as u64)),
-                humantime::format_duration(Duration::from_secs(s.backoff_base_secs as u64)),
+                duration_of_secs(s.backoff_max_secs),
+                duration_of_secs(s.backoff_base_secs),
             )));
         }
         if let Some(policy) = self.overlap {
@@ -786,7 +786,7 @@ fn show_text(store: &dyn Store, row: &DefinitionRow, now: i64) -> Result<()> {
     let s = &d.settings;
     let is_damaged =
         |columns: &[&str]| damaged.is_some_and(|x| columns.iter().any(|c| x.is_damaged(c)));
-    let secs = |n: i64| humantime::format_duration(Duration::from_secs(n as u64)).to_string();
+    let secs = duration_of_secs;
     let or_damaged = |columns: &[&str], text: String| {
         if is_damaged(columns) {
             "? (damaged)".to_string()

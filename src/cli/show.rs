@@ -10,8 +10,10 @@ use chrono_tz::Tz;
 use serde_json::{json, Map, Value};
 
 use super::history::run_json;
-use super::{emit, emit_json, secs_text, zone, Ctx};
-use crate::display::{escape_line, escape_output, local_time, put_time, short_duration};
+use super::{emit, emit_json, zone, Ctx};
+use crate::display::{
+    duration_of_ms, duration_of_secs, escape_line, escape_output, local_time, put_time,
+};
 use crate::exit::Failure;
 use crate::model::RunStatus;
 use crate::store::{AttemptView, EventView, OpenMode, RunView, Store};
@@ -222,14 +224,14 @@ fn render_attempt(
     now: i64,
 ) -> Result<(), std::fmt::Error> {
     let result = match (&a.error_code, a.exit_code, a.finished_at) {
-        (_, _, None) => format!("running for {}", secs_text(now - a.started_at)),
+        (_, _, None) => format!("running for {}", duration_of_secs(now - a.started_at)),
         (Some(code), _, _) => code.clone(),
         (None, Some(code), _) => format!("exit {code}"),
         (None, None, _) => "finished".to_string(),
     };
     let took = a
         .duration_ms
-        .map(|ms| format!(" after {}", short_duration(ms)))
+        .map(|ms| format!(" after {}", duration_of_ms(ms)))
         .unwrap_or_default();
     writeln!(out, "attempt {}: {result}{took}", a.attempt)?;
     let job_pid = a

@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use serde_json::{json, Map, Value};
 
-use super::{emit, emit_json, secs_text, zone, Ctx};
+use super::{emit, emit_json, zone, Ctx};
 use crate::clock::{behind_by, CLOCK_TOLERANCE_SECS};
-use crate::display::{clock_gap, escape_line, local_time, put_time, utc_time};
+use crate::display::{duration_of_secs, escape_line, local_time, put_time, utc_time};
 use crate::model::Definition;
 use crate::store::{DefinitionRow, Health, OpenMode, RunBrief, RunningView};
 
@@ -65,14 +65,14 @@ pub fn warnings(h: &Health, ahead: &[&Definition], now: i64) -> Vec<String> {
         ),
         Some(at) if now - at > STALE_TICK_SECS => warnings.push(format!(
             "the last tick ran {} ago ({}): is cron running `runner tick` every minute?",
-            secs_text(now - at),
+            duration_of_secs(now - at),
             utc_time(at)
         )),
         Some(at) if at - now > CLOCK_TOLERANCE_SECS => warnings.push(format!(
             "the last tick ran at {}, {} ahead of this host's clock ({}): it ran with a clock \
              ahead (--now, or a wrong host clock)",
             utc_time(at),
-            clock_gap(at - now),
+            duration_of_secs(at - now),
             utc_time(now)
         )),
         Some(_) => {}
@@ -83,7 +83,7 @@ pub fn warnings(h: &Health, ahead: &[&Definition], now: i64) -> Vec<String> {
              stepped back, or a tick ran with a clock ahead; ticks warn and skip automatic \
              pruning until the clock gets there (see `runner schedule reanchor --help`)",
             utc_time(now),
-            clock_gap(behind),
+            duration_of_secs(behind),
             utc_time(high)
         ));
     }
@@ -251,7 +251,7 @@ fn render(
             run.id,
             escape_line(&run.job),
             local_time(run.run_at, zone(&run.timezone)),
-            secs_text(now - run.run_at)
+            duration_of_secs(now - run.run_at)
         )?,
         None => writeln!(out, "oldest due:      none (nothing waits to be claimed)")?,
     }
@@ -273,7 +273,10 @@ fn render(
         for r in &h.running {
             let tz = zone(&r.run.timezone);
             let lease = if r.lease_expires_at < now {
-                format!("lease EXPIRED {} ago", secs_text(now - r.lease_expires_at))
+                format!(
+                    "lease EXPIRED {} ago",
+                    duration_of_secs(now - r.lease_expires_at)
+                )
             } else {
                 format!("lease until {}", local_time(r.lease_expires_at, tz))
             };
@@ -340,13 +343,13 @@ fn render(
             out,
             "last tick:       {} ({} in the future of this clock)",
             utc_time(at),
-            clock_gap(at - now)
+            duration_of_secs(at - now)
         )?,
         Some(at) => writeln!(
             out,
             "last tick:       {} ({} ago)",
             utc_time(at),
-            secs_text(now - at)
+            duration_of_secs(now - at)
         )?,
         None => writeln!(out, "last tick:       never")?,
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 
+use crate::display::duration;
 use crate::policy::CatchUp;
 
 /// The most missed instants `CatchUp::All` runs.
@@ -75,8 +76,8 @@ pub fn plan_catch_up(
                     } else {
                         Decision::Skip(format!(
                             "missed by {} (grace {})",
-                            format_delta(late.to_std().unwrap_or(Duration::ZERO)),
-                            format_delta(grace)
+                            duration(late.to_std().unwrap_or(Duration::ZERO)),
+                            duration(grace)
                         ))
                     };
                     (t, decision)
@@ -84,32 +85,6 @@ pub fn plan_catch_up(
                 .collect()
         }
     }
-}
-
-/// Formats a duration compactly: `2h10m`, `5m`, `1d3h`, `45s`, `250ms`.
-fn format_delta(d: Duration) -> String {
-    let total = d.as_secs();
-    if total == 0 {
-        let ms = d.subsec_millis();
-        return if ms == 0 {
-            "0s".to_string()
-        } else {
-            format!("{ms}ms")
-        };
-    }
-    let (days, hours, minutes, seconds) = (
-        total / 86_400,
-        total % 86_400 / 3600,
-        total % 3600 / 60,
-        total % 60,
-    );
-    let mut out = String::new();
-    for (value, unit) in [(days, "d"), (hours, "h"), (minutes, "m"), (seconds, "s")] {
-        if value > 0 {
-            out.push_str(&format!("{value}{unit}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -187,14 +162,17 @@ mod tests {
         let (due, now) = five_missed();
         let plan = plan_catch_up(&due, now, CatchUp::None, Duration::from_secs(300));
         assert_eq!(plan.iter().filter(|(_, d)| *d == Decision::Run).count(), 0);
-        assert_eq!(plan[4].1, Decision::Skip("missed by 10m (grace 5m)".into()));
+        assert_eq!(
+            plan[4].1,
+            Decision::Skip("missed by 10m 0s (grace 5m 0s)".into())
+        );
         assert_eq!(
             plan[3].1,
-            Decision::Skip("missed by 1h10m (grace 5m)".into())
+            Decision::Skip("missed by 1h 10m (grace 5m 0s)".into())
         );
         assert_eq!(
             plan[0].1,
-            Decision::Skip("missed by 4h10m (grace 5m)".into())
+            Decision::Skip("missed by 4h 10m (grace 5m 0s)".into())
         );
 
         let plan = plan_catch_up(&due, now, CatchUp::None, Duration::from_secs(600));
@@ -208,19 +186,7 @@ mod tests {
         );
         assert_eq!(
             plan[0].1,
-            Decision::Skip("missed by 2h10m (grace 5m)".into())
-        );
-    }
-
-    #[test]
-    fn delta_formatting() {
-        assert_eq!(format_delta(Duration::ZERO), "0s");
-        assert_eq!(format_delta(Duration::from_millis(250)), "250ms");
-        assert_eq!(format_delta(Duration::from_secs(45)), "45s");
-        assert_eq!(format_delta(Duration::from_secs(7800)), "2h10m");
-        assert_eq!(
-            format_delta(Duration::from_secs(86_400 + 3 * 3600 + 5)),
-            "1d3h5s"
+            Decision::Skip("missed by 2h 10m (grace 5m 0s)".into())
         );
     }
 }
