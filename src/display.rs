@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use chrono::SecondsFormat;
 use chrono_tz::Tz;
-use serde_json::{json, Value};
 
 use crate::clock::from_epoch;
 
@@ -20,16 +19,15 @@ pub fn utc_time(epoch: i64) -> String {
     from_epoch(epoch).to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-/// A JSON time pair: `{"<key>": RFC 3339 UTC, "<key>_epoch": seconds}` merged into `object`.
-pub fn put_time(object: &mut serde_json::Map<String, Value>, key: &str, epoch: Option<i64>) {
-    object.insert(
-        key.to_string(),
-        epoch.map_or(Value::Null, |e| json!(utc_time(e))),
-    );
-    object.insert(
-        format!("{key}_epoch"),
-        epoch.map_or(Value::Null, |e| json!(e)),
-    );
+/// An instant as JSON carries it: RFC 3339 in UTC, e.g. `2026-03-08T07:00:00Z`. A view puts it
+/// beside the same instant in epoch seconds, as `<name>` and `<name>_epoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UtcTime(pub i64);
+
+impl serde::Serialize for UtcTime {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&utc_time(self.0))
+    }
 }
 
 /// A span of time for people: the one duration format of every command, for how long an attempt

@@ -16,7 +16,7 @@ pub struct UnknownName {
 }
 
 /// `text_enum!(/// doc  Name { Variant => "text", ... }, "what it is")`: the enum with `ALL`,
-/// `as_str`, `Display`, and a `FromStr` that ignores case and surrounding blanks (a flag typed
+/// `as_str`, `Display`, `Serialize` (as that text), and a `FromStr` that ignores case and surrounding blanks (a flag typed
 /// `--catch-up ALL` means `all`) and fails with an [`UnknownName`].
 macro_rules! text_enum {
     ($(#[$meta:meta])* $name:ident {
@@ -46,6 +46,12 @@ macro_rules! text_enum {
                         value: wanted.to_string(),
                         accepted: &[$($text),+],
                     })
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
             }
         }
 

@@ -197,7 +197,7 @@ pub fn emit(text: &str) -> Result<()> {
 }
 
 /// `--json` output: pretty, one document, newline-terminated.
-pub fn emit_json(value: &serde_json::Value) -> Result<()> {
+pub fn emit_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<()> {
     emit(&format!("{}\n", serde_json::to_string_pretty(value)?))
 }
 
