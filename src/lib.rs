@@ -12,7 +12,6 @@ pub mod model;
 pub mod policy;
 pub mod process;
 pub mod schedule;
-pub mod security;
 pub mod store;
 pub mod text_enum;
 pub mod tick;

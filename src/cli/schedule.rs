@@ -17,9 +17,10 @@ use crate::display::{duration_of_secs, escape_line, is_bidi_control, local_time,
 use crate::exit::Failure;
 use crate::model::{
     repair_flag, CatchUp, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
+    Steer, Steered,
 };
 use crate::schedule::Timing;
-use crate::store::{DefinitionRow, LastResult, OpenMode, Removal, Steer, Steered, Store};
+use crate::store::{DefinitionRow, LastResult, OpenMode, Removal, Store};
 use crate::tick::materialize::materialize_definition;
 
 #[derive(Debug, clap::Subcommand)]
@@ -498,7 +499,7 @@ fn remove(args: RmArgs, ctx: &Ctx) -> Result<()> {
         let runs = running
             .iter()
             .map(|id| store.run(*id))
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<crate::store::Result<Vec<_>>>()?;
         let runs: Vec<_> = runs.into_iter().flatten().collect();
         if !args.force {
             let listed: Vec<String> = runs
@@ -770,7 +771,7 @@ fn views<'a>(
 
 fn last_results(store: &dyn Store, rows: &[DefinitionRow]) -> Result<Vec<Option<LastResult>>> {
     rows.iter()
-        .map(|row| store.last_result(split(row).0.id))
+        .map(|row| Ok(store.last_result(split(row).0.id)?))
         .collect()
 }
 
