@@ -18,6 +18,7 @@ mod reanchor;
 mod run;
 mod schedule;
 mod show;
+mod simulate;
 mod status;
 mod steer;
 mod tick;

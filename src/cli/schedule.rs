@@ -70,6 +70,17 @@ pub enum Command {
     /// `--all` re-anchors every schedule and also lowers the latest time a tick saw to now, so
     /// ticks stop warning that this clock is behind: use it once the clock is known to be right.
     Reanchor(super::reanchor::Args),
+    /// The fire times in a window, and what catch-up would do with them.
+    ///
+    /// Lists the instants a schedule (or --cron EXPR in --tz ZONE) fires at from --from to --to,
+    /// both included, and marks those a daylight-saving rule placed: a fixed-time job whose local
+    /// time falls in a spring-forward gap runs once at the transition; in a repeated fall-back
+    /// hour a wildcard job runs in both passes and a fixed-time job in the first only.
+    ///
+    /// For a schedule, it also says which instants its catch-up policy would run and which it
+    /// would skip (and why) if no tick ran during the window, i.e. what the first tick at --to
+    /// would do. It reads the schedule and writes nothing.
+    Simulate(super::simulate::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -199,6 +210,7 @@ pub fn run(command: Command, ctx: &Ctx) -> Result<()> {
         Command::Resume(args) => set_paused(args, ctx, false),
         Command::Next(args) => next(args, ctx),
         Command::Reanchor(args) => super::reanchor::run(args, ctx),
+        Command::Simulate(args) => super::simulate::run(args, ctx),
     }
 }
 

@@ -15,7 +15,7 @@ use chrono_tz::Tz;
 
 pub use catch_up::{plan_catch_up, Decision, CATCH_UP_ALL_LIMIT};
 pub use syntax::CronSchedule;
-pub use zone::{parse_zone, FireTimes};
+pub use zone::{parse_zone, DstRule, FireTimes};
 
 use crate::clock::from_epoch;
 

@@ -281,6 +281,85 @@ pub fn parse_zone(name: &str) -> Result<Tz, CronError> {
     })
 }
 
+/// Which daylight-saving rule placed a fire instant, when one did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DstRule {
+    /// A fixed-time job whose local times (listed) fell in a spring-forward gap: it runs once,
+    /// at the transition instant.
+    Gap { skipped: Vec<NaiveDateTime> },
+    /// The first pass of a repeated (fall-back) hour. A fixed-time job runs only in this one.
+    RepeatedFirst { wildcard: bool },
+    /// The second pass of a repeated hour: wildcard jobs run in both.
+    RepeatedSecond,
+}
+
+impl DstRule {
+    /// A short name for JSON: `gap`, `repeated_first`, `repeated_second`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DstRule::Gap { .. } => "gap",
+            DstRule::RepeatedFirst { .. } => "repeated_first",
+            DstRule::RepeatedSecond => "repeated_second",
+        }
+    }
+
+    /// What happened, for people.
+    pub fn note(&self) -> String {
+        match self {
+            DstRule::Gap { skipped } => {
+                let times: Vec<String> = skipped
+                    .iter()
+                    .map(|t| t.format("%H:%M").to_string())
+                    .collect();
+                format!(
+                    "DST gap: {} did not exist that day; runs once, at the transition",
+                    times.join(", ")
+                )
+            }
+            DstRule::RepeatedFirst { wildcard: false } => {
+                "repeated hour: runs in the first pass only".to_string()
+            }
+            DstRule::RepeatedFirst { wildcard: true } => {
+                "repeated hour: first pass (wildcard jobs run in both)".to_string()
+            }
+            DstRule::RepeatedSecond => "repeated hour: second pass".to_string(),
+        }
+    }
+}
+
+impl CronSchedule {
+    /// The DST rule that placed `instant`, one of this schedule's fire instants in `tz`, or None
+    /// when its local time is an ordinary one.
+    pub fn dst_rule(&self, tz: Tz, instant: DateTime<Utc>) -> Option<DstRule> {
+        let local = local_of(tz, instant)?;
+        if !self.matches_local(local) {
+            // Moved out of a gap: the matching local times just before it do not exist.
+            let mut skipped = Vec::new();
+            let mut probe = local;
+            for _ in 0..MAX_GAP_MINUTES {
+                probe = probe.checked_sub_signed(TimeDelta::minutes(1))?;
+                if !matches!(tz.from_local_datetime(&probe), LocalResult::None) {
+                    break;
+                }
+                if self.matches_local(probe) {
+                    skipped.push(probe);
+                }
+            }
+            skipped.reverse();
+            return Some(DstRule::Gap { skipped });
+        }
+        match tz.from_local_datetime(&local) {
+            LocalResult::Ambiguous(first, _) if first.with_timezone(&Utc) == instant => {
+                Some(DstRule::RepeatedFirst {
+                    wildcard: self.wildcard,
+                })
+            }
+            LocalResult::Ambiguous(..) => Some(DstRule::RepeatedSecond),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -798,5 +877,63 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn dst_rules_are_named() {
+        let rules = |expr: &str, from: &str, to: &str| -> Vec<(String, Option<String>)> {
+            let s = sched(expr);
+            s.fire_times_between(NY, utc(from), utc(to), usize::MAX)
+                .instants
+                .iter()
+                .map(|&t| {
+                    (
+                        t.to_rfc3339_opts(SecondsFormat::Secs, true),
+                        s.dst_rule(NY, t).map(|r| r.note()),
+                    )
+                })
+                .collect()
+        };
+        // Spring forward in New York, 2026-03-08: 02:00-03:00 local does not exist.
+        assert_eq!(
+            rules(
+                "0,30 2 * * *",
+                "2026-03-08T05:00:00Z",
+                "2026-03-08T08:00:00Z"
+            ),
+            [(
+                "2026-03-08T07:00:00Z".to_string(),
+                Some(
+                    "DST gap: 02:00, 02:30 did not exist that day; runs once, at the transition"
+                        .to_string()
+                )
+            )]
+        );
+        // Fall back, 2026-11-01: 01:00-02:00 local comes twice.
+        assert_eq!(
+            rules("30 1 * * *", "2026-11-01T04:00:00Z", "2026-11-01T08:00:00Z"),
+            [(
+                "2026-11-01T05:30:00Z".to_string(),
+                Some("repeated hour: runs in the first pass only".to_string())
+            )]
+        );
+        let wildcard = rules("30 * * * *", "2026-11-01T05:00:00Z", "2026-11-01T07:00:00Z");
+        assert_eq!(
+            wildcard,
+            [
+                (
+                    "2026-11-01T05:30:00Z".to_string(),
+                    Some("repeated hour: first pass (wildcard jobs run in both)".to_string())
+                ),
+                (
+                    "2026-11-01T06:30:00Z".to_string(),
+                    Some("repeated hour: second pass".to_string())
+                ),
+            ]
+        );
+        assert_eq!(
+            rules("0 12 * * *", "2026-03-08T00:00:00Z", "2026-03-09T00:00:00Z"),
+            [("2026-03-08T16:00:00Z".to_string(), None)]
+        );
     }
 }

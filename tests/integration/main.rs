@@ -17,4 +17,5 @@ mod prune;
 mod recovery;
 mod schedules;
 mod security;
+mod simulate;
 mod steer;
