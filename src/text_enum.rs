@@ -16,8 +16,9 @@ pub struct UnknownName {
 }
 
 /// `text_enum!(/// doc  Name { Variant => "text", ... }, "what it is")`: the enum with `ALL`,
-/// `as_str`, `Display`, `Serialize` (as that text), and a `FromStr` that ignores case and surrounding blanks (a flag typed
-/// `--catch-up ALL` means `all`) and fails with an [`UnknownName`].
+/// `as_str`, `Display`, `Serialize` (as that text), and a `FromStr` that ignores case and
+/// surrounding blanks (a flag typed `--catch-up ALL` means `all`) and fails with an
+/// [`UnknownName`].
 macro_rules! text_enum {
     ($(#[$meta:meta])* $name:ident {
         $($(#[$variant_meta:meta])* $variant:ident => $text:literal),+ $(,)?
