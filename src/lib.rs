@@ -12,6 +12,7 @@ pub mod model;
 pub mod policy;
 pub mod process;
 pub mod schedule;
+pub mod stderr;
 pub mod store;
 pub mod text_enum;
 pub mod tick;
