@@ -9,7 +9,6 @@ use crate::clock::{from_epoch, Now};
 use crate::model::{Actor, Cursor, Definition, NewRun, Overlap, Settings};
 use crate::schedule::{plan_catch_up, Decision};
 use crate::store::{CursorMove, Store};
-use crate::timing::Timing;
 
 /// How many instants of one schedule a tick looks at (and records, run or skipped) at most;
 /// older missed instants are counted in a skip reason, not recorded one by one.
@@ -23,7 +22,7 @@ pub fn restart_cursor(settings: &Settings, through: i64, now: i64) -> Result<Cur
     let materialized_through = through.max(now);
     Ok(Cursor {
         materialized_through,
-        next_fire_at: Timing::of(settings)?.next_after(materialized_through),
+        next_fire_at: settings.timing()?.next_after(materialized_through),
     })
 }
 
@@ -76,7 +75,7 @@ fn materialize_one(
     now: Now,
     actor: &Actor,
 ) -> Result<usize> {
-    let timing = Timing::of(&d.settings)?;
+    let timing = d.settings.timing()?;
     let through = d.materialized_through;
     let new_through = through.max(now.secs());
     let due = timing.cron.fire_times_between(
