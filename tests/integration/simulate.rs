@@ -138,14 +138,18 @@ fn catch_up_decisions_match_what_the_tick_then_does() {
             assert_eq!(i["decision"] == "skip", i["reason"].is_string(), "{i}");
         }
         assert_eq!(
-            env.count("SELECT count(*) FROM job_runs"),
+            env.sql.query_i64("SELECT count(*) FROM job_runs", &[]),
             0,
             "simulate writes nothing"
         );
 
         env.tick_at(until);
         let actual: Vec<(i64, String)> = env
-            .strings("SELECT scheduled_for || ' ' || status FROM job_runs ORDER BY scheduled_for")
+            .sql
+            .query_strings(
+                "SELECT scheduled_for || ' ' || status FROM job_runs ORDER BY scheduled_for",
+                &[],
+            )
             .iter()
             .map(|row| {
                 let (at, status) = row.split_once(' ').expect("row");
