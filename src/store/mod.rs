@@ -117,6 +117,17 @@ pub struct LastResult {
     pub error_code: Option<String>,
 }
 
+/// One schedule's share of a batched materialisation (`Store::materialize_batch`): its cursor
+/// move, and its plan (the runs to insert, given the id of a run of it that is running now).
+pub struct Materialization {
+    pub cursor: CursorMove,
+    pub plan: Box<dyn FnMut(Option<i64>) -> Vec<NewRun>>,
+}
+
+/// Schedules materialised per write transaction: one commit (one fsync) for all of them, and a
+/// write lock held for tens of milliseconds, not seconds.
+pub const MATERIALIZE_BATCH: usize = 500;
+
 /// A change to a definition's cursor that only applies if nobody else moved it first.
 #[derive(Debug, Clone, Copy)]
 pub struct CursorMove {
@@ -389,6 +400,21 @@ pub trait Store {
         actor: &Actor,
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> Result<usize>;
+    /// `materialize` for several schedules in one transaction. Each keeps its own
+    /// compare-and-swap on its cursor; a schedule whose step fails is undone alone (the others
+    /// still commit). Per schedule, in order: the runs inserted (0 if another tick got there
+    /// first), or its error. The default commits each schedule on its own.
+    fn materialize_batch(
+        &mut self,
+        batch: Vec<Materialization>,
+        now: i64,
+        actor: &Actor,
+    ) -> Result<Vec<Result<usize>>> {
+        Ok(batch
+            .into_iter()
+            .map(|mut m| self.materialize(m.cursor, now, actor, &mut m.plan))
+            .collect())
+    }
     /// Running runs whose lease expired before `now`, oldest first.
     fn expired_leases(&self, now: i64, limit: usize) -> Result<Vec<ExpiredLease>>;
     /// Claim up to `batch` due runs (only `only_run`, when given) under a fresh lease each, in

@@ -15,9 +15,9 @@ use serde_json::json;
 
 use super::sqlite_files as files;
 use super::{
-    AttemptView, Claimed, CursorMove, DefinitionRow, EventView, Health, LastResult, OpenMode,
-    PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView, RunningView, Steer, Steered,
-    Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    AttemptView, Claimed, CursorMove, DefinitionRow, EventView, Health, LastResult,
+    Materialization, OpenMode, PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView,
+    RunningView, Steer, Steered, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::exit::Failure;
 use crate::model::{
@@ -489,8 +489,82 @@ impl Columns<'_, '_> {
     }
 }
 
+/// One schedule's materialisation inside the caller's transaction: compare-and-swap its cursor,
+/// then insert the planned runs (each once per instant) with their events.
+fn materialize_in(
+    tx: &Connection,
+    cursor: CursorMove,
+    now: i64,
+    actor: &Actor,
+    plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
+) -> Result<usize> {
+    let moved = tx.execute(
+        "UPDATE job_definitions SET materialized_through = ?4, next_fire_at = ?5
+             WHERE id = ?1 AND materialized_through = ?2 AND revision = ?3 AND paused = 0",
+        params![
+            cursor.definition_id,
+            cursor.expected_through,
+            cursor.expected_revision,
+            cursor.new_through,
+            cursor.next_fire_at
+        ],
+    )?;
+    if moved == 0 {
+        return Ok(0); // another tick materialised these instants, or the schedule changed
+    }
+    let running: Option<i64> = tx
+            .query_row(
+                "SELECT id FROM job_runs WHERE definition_id = ?1 AND status = 'running' ORDER BY id LIMIT 1",
+                [cursor.definition_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+    let mut inserted = 0;
+    for run in plan(running) {
+        let (status, finished_at) = match run.skip_reason {
+            Some(_) => ("skipped", Some(now)),
+            None => ("pending", None),
+        };
+        let run_id: Option<i64> = tx
+                .prepare_cached(
+                    "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
+                         max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
+                         skip_reason, created_at, finished_at, leftovers)
+                     SELECT id, :trigger, :at, :status, :at, command, workdir, max_attempts, timeout_secs,
+                         backoff_base_secs, backoff_max_secs, name || '@' || :key_time, :skip_reason, :now, :finished_at,
+                         leftovers
+                     FROM job_definitions WHERE id = :definition_id
+                     ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
+                     RETURNING id",
+                )?
+                .query_row(
+                    named_params! {
+                        ":trigger": run.trigger.as_str(),
+                        ":at": run.scheduled_for,
+                        ":status": status,
+                        ":key_time": crate::clock::from_epoch(run.scheduled_for).to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        ":skip_reason": run.skip_reason,
+                        ":now": now,
+                        ":finished_at": finished_at,
+                        ":definition_id": cursor.definition_id,
+                    },
+                    |r| r.get(0),
+                )
+                .optional()?;
+        if let Some(run_id) = run_id {
+            inserted += 1;
+            let (kind, detail) = match &run.skip_reason {
+                Some(reason) => ("SKIPPED", json!({ "reason": reason })),
+                None => ("ENQUEUED", json!({ "trigger": run.trigger.as_str() })),
+            };
+            insert_event(tx, run_id, now, kind, &actor.owner, detail)?;
+        }
+    }
+    Ok(inserted)
+}
+
 fn insert_event(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     run_id: i64,
     at: i64,
     kind: &str,
@@ -915,70 +989,30 @@ impl Store for SqliteStore {
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> Result<usize> {
         let tx = self.write()?;
-        let moved = tx.execute(
-            "UPDATE job_definitions SET materialized_through = ?4, next_fire_at = ?5
-             WHERE id = ?1 AND materialized_through = ?2 AND revision = ?3 AND paused = 0",
-            params![
-                cursor.definition_id,
-                cursor.expected_through,
-                cursor.expected_revision,
-                cursor.new_through,
-                cursor.next_fire_at
-            ],
-        )?;
-        if moved == 0 {
-            return Ok(0); // another tick materialised these instants, or the schedule changed
-        }
-        let running: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM job_runs WHERE definition_id = ?1 AND status = 'running' ORDER BY id LIMIT 1",
-                [cursor.definition_id],
-                |r| r.get(0),
-            )
-            .optional()?;
-        let mut inserted = 0;
-        for run in plan(running) {
-            let (status, finished_at) = match run.skip_reason {
-                Some(_) => ("skipped", Some(now)),
-                None => ("pending", None),
-            };
-            let run_id: Option<i64> = tx
-                .prepare_cached(
-                    "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
-                         max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
-                         skip_reason, created_at, finished_at, leftovers)
-                     SELECT id, :trigger, :at, :status, :at, command, workdir, max_attempts, timeout_secs,
-                         backoff_base_secs, backoff_max_secs, name || '@' || :key_time, :skip_reason, :now, :finished_at,
-                         leftovers
-                     FROM job_definitions WHERE id = :definition_id
-                     ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
-                     RETURNING id",
-                )?
-                .query_row(
-                    named_params! {
-                        ":trigger": run.trigger.as_str(),
-                        ":at": run.scheduled_for,
-                        ":status": status,
-                        ":key_time": crate::clock::from_epoch(run.scheduled_for).to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                        ":skip_reason": run.skip_reason,
-                        ":now": now,
-                        ":finished_at": finished_at,
-                        ":definition_id": cursor.definition_id,
-                    },
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(run_id) = run_id {
-                inserted += 1;
-                let (kind, detail) = match &run.skip_reason {
-                    Some(reason) => ("SKIPPED", json!({ "reason": reason })),
-                    None => ("ENQUEUED", json!({ "trigger": run.trigger.as_str() })),
-                };
-                insert_event(&tx, run_id, now, kind, &actor.owner, detail)?;
-            }
-        }
+        let inserted = materialize_in(&tx, cursor, now, actor, plan)?;
         tx.commit()?;
         Ok(inserted)
+    }
+
+    fn materialize_batch(
+        &mut self,
+        batch: Vec<Materialization>,
+        now: i64,
+        actor: &Actor,
+    ) -> Result<Vec<Result<usize>>> {
+        let mut tx = self.write()?;
+        let mut results = Vec::with_capacity(batch.len());
+        for mut m in batch {
+            // A savepoint per schedule: a failing one rolls back its own rows only.
+            let savepoint = tx.savepoint()?;
+            let result = materialize_in(&savepoint, m.cursor, now, actor, &mut m.plan);
+            if result.is_ok() {
+                savepoint.commit()?;
+            }
+            results.push(result);
+        }
+        tx.commit()?;
+        Ok(results)
     }
 
     fn expired_leases(&self, now: i64, limit: usize) -> Result<Vec<ExpiredLease>> {

@@ -1,6 +1,8 @@
 //! Step 3: every enabled schedule whose fire time has come gets one run per instant, by its
 //! catch-up and overlap policies. The cursor move and the inserts share one transaction, and the
 //! cursor is compare-and-swapped, so racing ticks never create a second run for an instant.
+//! Schedules are written `MATERIALIZE_BATCH` to a transaction (each with its own
+//! compare-and-swap): one commit per batch, not one per schedule.
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -8,7 +10,7 @@ use chrono::{DateTime, Utc};
 use crate::clock::from_epoch;
 use crate::model::{Actor, Definition, NewRun, Overlap, Trigger};
 use crate::schedule::{plan_catch_up, Decision};
-use crate::store::{CursorMove, Store};
+use crate::store::{CursorMove, Materialization, Store, MATERIALIZE_BATCH};
 use crate::timing::Timing;
 
 /// How many instants of one schedule a tick looks at (and records, run or skipped) at most;
@@ -22,22 +24,43 @@ pub fn materialize_due(
     errors: &mut usize,
 ) -> Result<usize> {
     let mut inserted = 0;
-    for row in store.due_definitions(now.timestamp())? {
-        let definition = match row {
-            Ok(definition) => definition,
+    let mut names = Vec::with_capacity(MATERIALIZE_BATCH);
+    let mut batch = Vec::with_capacity(MATERIALIZE_BATCH);
+    let rows = store.due_definitions(now.timestamp())?;
+    let mut rows = rows.into_iter().peekable();
+    while let Some(row) = rows.next() {
+        match row {
+            Ok(definition) => match plan(&definition, now) {
+                Ok(m) => {
+                    names.push(definition.name);
+                    batch.push(m);
+                }
+                // One broken schedule must not stop the others.
+                Err(e) => super::runner_error(errors, format!("schedule {}", definition.name), &e),
+            },
             Err(damaged) => {
                 // A damaged row stops its own schedule only: one line naming it, the column and
                 // the repair; the others still run.
                 *errors += 1;
                 crate::complain!("runner: error: {damaged}");
-                continue;
             }
-        };
-        match materialize_one(store, &definition, now, actor) {
-            Ok(n) => inserted += n,
-            Err(e) => {
-                // One broken schedule must not stop the others.
-                super::runner_error(errors, format!("schedule {}", definition.name), &e);
+        }
+        if batch.len() == MATERIALIZE_BATCH || (rows.peek().is_none() && !batch.is_empty()) {
+            let count = batch.len();
+            match store.materialize_batch(std::mem::take(&mut batch), now.timestamp(), actor) {
+                Ok(results) => {
+                    for (name, result) in names.drain(..).zip(results) {
+                        match result {
+                            Ok(n) => inserted += n,
+                            Err(e) => super::runner_error(errors, format!("schedule {name}"), &e),
+                        }
+                    }
+                }
+                Err(e) => {
+                    names.clear();
+                    let context = format!("materialising {count} schedules");
+                    super::runner_error(errors, context, &e);
+                }
             }
         }
     }
@@ -56,15 +79,13 @@ pub fn materialize_definition(
     if d.settings.paused || d.next_fire_at.is_none_or(|next| next > now.timestamp()) {
         return Ok(0);
     }
-    materialize_one(store, d, now, actor)
+    let mut m = plan(d, now)?;
+    store.materialize(m.cursor, now.timestamp(), actor, &mut m.plan)
 }
 
-fn materialize_one(
-    store: &mut dyn Store,
-    d: &Definition,
-    now: DateTime<Utc>,
-    actor: &Actor,
-) -> Result<usize> {
+/// What materialising `d` at `now` writes: its cursor move, and its runs by its catch-up and
+/// overlap policies.
+fn plan(d: &Definition, now: DateTime<Utc>) -> Result<Materialization> {
     let timing = Timing::of(&d.settings)?;
     let through = d.materialized_through;
     let new_through = through.max(now.timestamp());
@@ -92,7 +113,7 @@ fn materialize_one(
         next_fire_at: timing.next_after(new_through),
     };
     let overlap = d.settings.overlap;
-    store.materialize(cursor, now.timestamp(), actor, &mut |running| {
+    let plan = Box::new(move |running: Option<i64>| {
         plan.iter()
             .map(|(at, decision)| NewRun {
                 trigger: Trigger::Schedule,
@@ -106,5 +127,6 @@ fn materialize_one(
                 },
             })
             .collect()
-    })
+    });
+    Ok(Materialization { cursor, plan })
 }
