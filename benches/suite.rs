@@ -69,6 +69,8 @@ struct Options {
     quick: bool,
     peers: bool,
     only: Option<Vec<String>>,
+    /// Another runner binary to measure (an older build, for before/after figures).
+    runner: Option<PathBuf>,
 }
 
 fn main() {
@@ -80,7 +82,12 @@ fn main() {
 
 fn run() -> Result<()> {
     let options = parse_args()?;
-    let runner = runner_binary()?;
+    let runner = match &options.runner {
+        Some(path) => {
+            std::fs::canonicalize(path).with_context(|| format!("--runner {}", path.display()))?
+        }
+        None => runner_binary()?,
+    };
     let work = tempfile::tempdir().context("creating a temporary directory")?;
     let mut suite = Suite {
         runner,
@@ -111,6 +118,7 @@ fn parse_args() -> Result<Options> {
     let mut peers = None;
     let mut only = None;
     let mut repeats = None;
+    let mut runner = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -126,6 +134,7 @@ fn parse_args() -> Result<Options> {
                 let n = args.next().context("--repeats needs a number")?;
                 repeats = Some(n.parse::<usize>().context("--repeats needs a number")?);
             }
+            "--runner" => runner = Some(PathBuf::from(args.next().context("--runner needs a path")?)),
             "--db" => {
                 let url = args.next().context("--db needs a URL")?;
                 // The scenarios that exercise the store (S1, S5) are written against a database
@@ -134,7 +143,7 @@ fn parse_args() -> Result<Options> {
             }
             // What cargo passes to bench targets.
             "--bench" => {}
-            other => bail!("unknown argument {other:?} (try --full, --quick, --only S1,S2, --repeats N, --peers, --no-peers)"),
+            other => bail!("unknown argument {other:?} (try --full, --quick, --only S1,S2, --repeats N, --peers, --no-peers, --runner PATH)"),
         }
     }
     let mut sizes = if quick { QUICK } else { FULL };
@@ -148,6 +157,7 @@ fn parse_args() -> Result<Options> {
         quick,
         peers: peers.unwrap_or(!quick),
         only,
+        runner,
     })
 }
 
@@ -267,7 +277,8 @@ impl Suite {
             xargs.push(rate(n, time(|| xargs_true(n))?));
             minimal.push(rate(n, time(|| spawn_and_wait(n, 8))?));
             let db = self.drain_db("s1", n, "true")?;
-            let (elapsed, peak) = self.timed_tick(&db, &["tick", "--concurrency", "8"])?;
+            let (elapsed, peak) =
+                self.timed_tick(&db, &["tick", "--concurrency", "8", "--max-tick", "1h"])?;
             check_drained(&db, n)?;
             runner.push(rate(n, elapsed));
             rss.extend(peak);
@@ -383,7 +394,7 @@ impl Suite {
     }
 
     fn peers(&mut self, n: usize, runner_rate: f64) -> Result<()> {
-        match huey_python(&self.runner) {
+        match huey_python(&runner_binary()?) {
             Err(why) => println!("    huey: not installed ({why}); skipped"),
             Ok(python) => {
                 let script =
@@ -686,7 +697,7 @@ impl Suite {
                 let ticks = (0..4)
                     .map(|_| {
                         self.runner_cmd(&db)
-                            .args(["tick", "--concurrency", "2"])
+                            .args(["tick", "--concurrency", "2", "--max-tick", "1h"])
                             .stderr(Stdio::piped())
                             .spawn()
                             .context("starting a tick")
@@ -708,7 +719,8 @@ impl Suite {
             // The single-tick reference, on the same command.
             let _ = std::fs::remove_file(&log);
             let db = self.drain_db("s5-one", n, &command)?;
-            let elapsed = time(|| self.runner_ok(&db, &["tick", "--concurrency", "8"]))?;
+            let elapsed =
+                time(|| self.runner_ok(&db, &["tick", "--concurrency", "8", "--max-tick", "1h"]))?;
             check_drained(&db, n)?;
             check_executed_once(&log, n)?;
             one.push(rate(n, elapsed));
