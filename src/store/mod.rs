@@ -445,7 +445,14 @@ pub trait Store {
         lease_expires_at: i64,
     ) -> Result<Vec<String>>;
     /// Record an attempt's end, fenced by its lease token.
-    fn finish_attempt(&mut self, result: &AttemptResult, actor: &Actor) -> Result<Fenced>;
+    fn finish_attempt(&mut self, result: &AttemptResult, actor: &Actor) -> Result<Fenced> {
+        let recorded = self.finish_attempts(std::slice::from_ref(result), actor)?;
+        Ok(recorded[0])
+    }
+    /// Record several attempts' ends in one transaction (group commit), each fenced by its own
+    /// lease token: all are durable when this returns, or none is. Per result, in order: whether
+    /// it landed.
+    fn finish_attempts(&mut self, results: &[AttemptResult], actor: &Actor) -> Result<Vec<Fenced>>;
     /// The open attempt of a run, if any.
     fn open_attempt(&self, run_id: i64) -> Result<Option<AttemptHolder>>;
     /// Attempts on `host` still open whose run no longer holds them (cancelled or recovered

@@ -489,6 +489,161 @@ impl Columns<'_, '_> {
     }
 }
 
+/// One attempt's end inside the caller's transaction, fenced by its lease token.
+fn finish_in(tx: &Connection, result: &AttemptResult, actor: &Actor) -> Result<Fenced> {
+    let (run_status, run_at, error_code, error_detail) = match &result.failure {
+        None => ("succeeded", None, None, None),
+        Some((code, detail, AfterFailure::RetryAt(at))) => (
+            "pending",
+            Some(*at),
+            Some(code.to_string()),
+            Some(detail.as_str()),
+        ),
+        Some((code, detail, AfterFailure::Dead)) => {
+            ("dead", None, Some(code.to_string()), Some(detail.as_str()))
+        }
+        Some((code, detail, AfterFailure::Cancelled)) => (
+            "cancelled",
+            None,
+            Some(code.to_string()),
+            Some(detail.as_str()),
+        ),
+    };
+    let finished_at = (run_status != "pending").then_some(result.finished_at);
+    let changed = tx.execute(
+            "UPDATE job_runs SET status = ?3, run_at = coalesce(?4, run_at), owner = NULL, lease_token = NULL,
+                 lease_expires_at = NULL, heartbeat_at = NULL, error_code = ?5, error_detail = ?6, finished_at = ?7
+             WHERE id = ?1 AND lease_token = ?2 AND status = 'running'",
+            params![result.run_id, result.lease_token, run_status, run_at, error_code, error_detail, finished_at],
+        )?;
+    let outcome = if result.failure.is_none() {
+        "succeeded"
+    } else {
+        "failed"
+    };
+    let applied = changed == 1;
+    // The attempt row is fenced by the same token and closed by the runner that held it: when
+    // its run write landed, or when the run was cancelled under it (cancel leaves the open
+    // attempt to its runner). An attempt a recovering runner closed is never rewritten.
+    tx.execute(
+            "UPDATE job_attempts SET finished_at = ?4, duration_ms = ?5, outcome = ?6, exit_code = ?7, error_code = ?8,
+                 error_detail = ?9, stdout_tail = ?10, stderr_tail = ?11, stdout_bytes = ?12, stderr_bytes = ?13
+             WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL
+               AND (?14 OR EXISTS (SELECT 1 FROM job_runs WHERE id = ?1 AND status = 'cancelled'))",
+            params![
+                result.run_id, result.attempt, result.lease_token, result.finished_at, result.duration_ms, outcome,
+                result.exit_code, error_code, error_detail, result.stdout_tail, result.stderr_tail,
+                result.stdout_bytes as i64, result.stderr_bytes as i64, applied
+            ],
+        )?;
+    if !applied {
+        let current: Option<String> = tx
+            .query_row(
+                "SELECT status FROM job_runs WHERE id = ?1",
+                [result.run_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(current) = current {
+            insert_event(
+                tx,
+                result.run_id,
+                result.finished_at,
+                "LEASE_LOST",
+                &actor.owner,
+                json!({
+                    "attempt": result.attempt,
+                    "refused": run_status,
+                    "error_code": error_code,
+                    "run_status": current,
+                }),
+            )?;
+        }
+        return Ok(Fenced::LeaseLost);
+    }
+    let at = result.finished_at;
+    if !result.leftovers.is_empty() {
+        insert_event(
+            tx,
+            result.run_id,
+            at,
+            "LEFTOVERS",
+            &actor.owner,
+            json!({
+                "attempt": result.attempt,
+                "killed": result.leftovers_killed,
+                "processes": result.leftovers,
+            }),
+        )?;
+    }
+    match &result.failure {
+        None => insert_event(
+            tx,
+            result.run_id,
+            at,
+            "SUCCEEDED",
+            &actor.owner,
+            json!({ "attempt": result.attempt }),
+        )?,
+        Some((code, detail, after)) => {
+            let kind = if *code == ErrorCode::LeaseExpired {
+                "RECOVERED"
+            } else {
+                "FAILED"
+            };
+            insert_event(
+                tx,
+                result.run_id,
+                at,
+                kind,
+                &actor.owner,
+                json!({
+                    "attempt": result.attempt, "error_code": code.to_string(), "detail": crate::model::truncate_detail(detail, 200)
+                }),
+            )?;
+            match after {
+                AfterFailure::RetryAt(when) => insert_event(
+                    tx,
+                    result.run_id,
+                    at,
+                    "RETRY_SCHEDULED",
+                    &actor.owner,
+                    json!({
+                        "next_attempt": result.attempt + 1,
+                        "run_at": crate::display::utc_time(*when),
+                        "run_at_epoch": when,
+                    }),
+                )?,
+                AfterFailure::Cancelled => insert_event(
+                    tx,
+                    result.run_id,
+                    at,
+                    "CANCELLED",
+                    &actor.owner,
+                    json!({ "from": "running", "attempt": result.attempt }),
+                )?,
+                AfterFailure::Dead => {
+                    insert_event(
+                        tx,
+                        result.run_id,
+                        at,
+                        "DEAD",
+                        &actor.owner,
+                        json!({ "attempts": result.attempt }),
+                    )?;
+                    // runner_dead_runs_total: a counter, so retry and prune never lower it.
+                    tx.execute(
+                        "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', 1)
+                             ON CONFLICT (key) DO UPDATE SET value = value + 1",
+                        [],
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(Fenced::Applied)
+}
+
 /// One schedule's materialisation inside the caller's transaction: compare-and-swap its cursor,
 /// then insert the planned runs (each once per instant) with their events.
 fn materialize_in(
@@ -1198,161 +1353,14 @@ impl Store for SqliteStore {
         Ok(held)
     }
 
-    fn finish_attempt(&mut self, result: &AttemptResult, actor: &Actor) -> Result<Fenced> {
-        let (run_status, run_at, error_code, error_detail) = match &result.failure {
-            None => ("succeeded", None, None, None),
-            Some((code, detail, AfterFailure::RetryAt(at))) => (
-                "pending",
-                Some(*at),
-                Some(code.to_string()),
-                Some(detail.as_str()),
-            ),
-            Some((code, detail, AfterFailure::Dead)) => {
-                ("dead", None, Some(code.to_string()), Some(detail.as_str()))
-            }
-            Some((code, detail, AfterFailure::Cancelled)) => (
-                "cancelled",
-                None,
-                Some(code.to_string()),
-                Some(detail.as_str()),
-            ),
-        };
-        let finished_at = (run_status != "pending").then_some(result.finished_at);
+    fn finish_attempts(&mut self, results: &[AttemptResult], actor: &Actor) -> Result<Vec<Fenced>> {
         let tx = self.write()?;
-        let changed = tx.execute(
-            "UPDATE job_runs SET status = ?3, run_at = coalesce(?4, run_at), owner = NULL, lease_token = NULL,
-                 lease_expires_at = NULL, heartbeat_at = NULL, error_code = ?5, error_detail = ?6, finished_at = ?7
-             WHERE id = ?1 AND lease_token = ?2 AND status = 'running'",
-            params![result.run_id, result.lease_token, run_status, run_at, error_code, error_detail, finished_at],
-        )?;
-        let outcome = if result.failure.is_none() {
-            "succeeded"
-        } else {
-            "failed"
-        };
-        let applied = changed == 1;
-        // The attempt row is fenced by the same token and closed by the runner that held it: when
-        // its run write landed, or when the run was cancelled under it (cancel leaves the open
-        // attempt to its runner). An attempt a recovering runner closed is never rewritten.
-        tx.execute(
-            "UPDATE job_attempts SET finished_at = ?4, duration_ms = ?5, outcome = ?6, exit_code = ?7, error_code = ?8,
-                 error_detail = ?9, stdout_tail = ?10, stderr_tail = ?11, stdout_bytes = ?12, stderr_bytes = ?13
-             WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL
-               AND (?14 OR EXISTS (SELECT 1 FROM job_runs WHERE id = ?1 AND status = 'cancelled'))",
-            params![
-                result.run_id, result.attempt, result.lease_token, result.finished_at, result.duration_ms, outcome,
-                result.exit_code, error_code, error_detail, result.stdout_tail, result.stderr_tail,
-                result.stdout_bytes as i64, result.stderr_bytes as i64, applied
-            ],
-        )?;
-        if !applied {
-            let current: Option<String> = tx
-                .query_row(
-                    "SELECT status FROM job_runs WHERE id = ?1",
-                    [result.run_id],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(current) = current {
-                insert_event(
-                    &tx,
-                    result.run_id,
-                    result.finished_at,
-                    "LEASE_LOST",
-                    &actor.owner,
-                    json!({
-                        "attempt": result.attempt,
-                        "refused": run_status,
-                        "error_code": error_code,
-                        "run_status": current,
-                    }),
-                )?;
-            }
-            tx.commit()?;
-            return Ok(Fenced::LeaseLost);
-        }
-        let at = result.finished_at;
-        if !result.leftovers.is_empty() {
-            insert_event(
-                &tx,
-                result.run_id,
-                at,
-                "LEFTOVERS",
-                &actor.owner,
-                json!({
-                    "attempt": result.attempt,
-                    "killed": result.leftovers_killed,
-                    "processes": result.leftovers,
-                }),
-            )?;
-        }
-        match &result.failure {
-            None => insert_event(
-                &tx,
-                result.run_id,
-                at,
-                "SUCCEEDED",
-                &actor.owner,
-                json!({ "attempt": result.attempt }),
-            )?,
-            Some((code, detail, after)) => {
-                let kind = if *code == ErrorCode::LeaseExpired {
-                    "RECOVERED"
-                } else {
-                    "FAILED"
-                };
-                insert_event(
-                    &tx,
-                    result.run_id,
-                    at,
-                    kind,
-                    &actor.owner,
-                    json!({
-                        "attempt": result.attempt, "error_code": code.to_string(), "detail": crate::model::truncate_detail(detail, 200)
-                    }),
-                )?;
-                match after {
-                    AfterFailure::RetryAt(when) => insert_event(
-                        &tx,
-                        result.run_id,
-                        at,
-                        "RETRY_SCHEDULED",
-                        &actor.owner,
-                        json!({
-                            "next_attempt": result.attempt + 1,
-                            "run_at": crate::display::utc_time(*when),
-                            "run_at_epoch": when,
-                        }),
-                    )?,
-                    AfterFailure::Cancelled => insert_event(
-                        &tx,
-                        result.run_id,
-                        at,
-                        "CANCELLED",
-                        &actor.owner,
-                        json!({ "from": "running", "attempt": result.attempt }),
-                    )?,
-                    AfterFailure::Dead => {
-                        insert_event(
-                            &tx,
-                            result.run_id,
-                            at,
-                            "DEAD",
-                            &actor.owner,
-                            json!({ "attempts": result.attempt }),
-                        )?;
-                        // runner_dead_runs_total: a counter, so retry and prune never lower it.
-                        tx.execute(
-                            "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', 1)
-                             ON CONFLICT (key) DO UPDATE SET value = value + 1",
-                            [],
-                        )?;
-                    }
-                }
-            }
-        }
+        let recorded = results
+            .iter()
+            .map(|result| finish_in(&tx, result, actor))
+            .collect::<Result<Vec<_>>>()?;
         tx.commit()?;
-        Ok(Fenced::Applied)
+        Ok(recorded)
     }
 
     fn open_attempt(&self, run_id: i64) -> Result<Option<AttemptHolder>> {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::claim::claim_due;
-use super::record::{record_end, StopReason, KILL_GRACE};
+use super::record::{record_end, record_ends, End, StopReason, KILL_GRACE};
 use super::{attempt_marker, runner_error, test_hook, Tick};
 use crate::display::utc_time;
 use crate::model::{AfterFailure, ClaimedRun, Fenced, StartRecord};
@@ -117,21 +117,30 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
         }
 
         let now = Instant::now();
+        let mut ends = Vec::new();
         let mut index = 0;
         while index < active.len() {
             if let Some(finished) = active[index].job.poll(now) {
                 let done = active.swap_remove(index);
-                let before = tick.report.executed.len();
-                record_end(tick, &done.run, Ok(finished), done.stopped);
-                claiming.ended_since = true;
-                let retry_due_now = tick.report.executed[before..].iter().any(|e| {
-                    matches!(e.after, Some(AfterFailure::RetryAt(at)) if at <= tick.clock.epoch())
+                ends.push(End {
+                    run: done.run,
+                    ended: Ok(finished),
+                    stopped: done.stopped,
                 });
-                if claiming.more_due || retry_due_now {
-                    claiming.next_at = Instant::now();
-                }
             } else {
                 index += 1;
+            }
+        }
+        if !ends.is_empty() {
+            // Every attempt that ended since the last poll (a few ms), in one commit.
+            let before = tick.report.executed.len();
+            record_ends(tick, ends);
+            claiming.ended_since = true;
+            let retry_due_now = tick.report.executed[before..].iter().any(
+                |e| matches!(e.after, Some(AfterFailure::RetryAt(at)) if at <= tick.clock.epoch()),
+            );
+            if claiming.more_due || retry_due_now {
+                claiming.next_at = Instant::now();
             }
         }
         if active.is_empty() {
@@ -164,7 +173,7 @@ fn start_all(
                 job,
                 stopped: None,
             }),
-            Err(error) => record_end(tick, &run, Err((error.kind, error.message)), None),
+            Err(error) => record_end(tick, run, Err((error.kind, error.message)), None),
         }
     }
     if spawned.is_empty() {

@@ -37,15 +37,80 @@ pub enum StopReason {
 /// How an attempt ended: the job's result, or why its shell could not start.
 pub type Ended = Result<Finished, (SpawnErrorKind, String)>;
 
+/// One attempt that ended, to be recorded.
+pub struct End {
+    pub run: ClaimedRun,
+    pub ended: Ended,
+    pub stopped: Option<StopReason>,
+}
+
 /// Classify an attempt's end and write it, fenced by its lease token.
-pub fn record_end(
+pub fn record_end(tick: &mut Tick<'_>, run: ClaimedRun, ended: Ended, stopped: Option<StopReason>) {
+    record_ends(
+        tick,
+        vec![End {
+            run,
+            ended,
+            stopped,
+        }],
+    );
+}
+
+/// Classify attempts' ends and write them all in one transaction (group commit: one durable
+/// write, not one per attempt), each fenced by its own lease token. Nothing is reported before
+/// that commit; if it fails, none is recorded and their leases expire into recovery.
+pub fn record_ends(tick: &mut Tick<'_>, ends: Vec<End>) {
+    let mut results = Vec::with_capacity(ends.len());
+    let mut executed = Vec::with_capacity(ends.len());
+    for end in ends {
+        let (result, outcome, after) = attempt_result(tick, &end);
+        executed.push((end.run, outcome, after));
+        results.push(result);
+    }
+    let recorded = match tick.store.finish_attempts(&results, &tick.options.actor) {
+        Ok(recorded) => recorded,
+        Err(e) => {
+            // The leases will expire and recovery will retry the runs: at-least-once holds.
+            for (run, _, _) in &executed {
+                let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
+                runner_error(&mut tick.report.errors, context, &e);
+            }
+            vec![Fenced::LeaseLost; results.len()]
+        }
+    };
+    for ((run, outcome, after), (result, recorded)) in
+        executed.into_iter().zip(results.into_iter().zip(recorded))
+    {
+        let error_code = result.failure.map(|(code, _, _)| code);
+        if recorded == Fenced::Applied && after == Some(AfterFailure::Dead) {
+            if let Some(code) = &error_code {
+                print_dead(&run.job_name, run.run_id, run.attempt, code);
+            }
+        }
+        tick.report.executed.push(Executed {
+            run_id: run.run_id,
+            attempt: run.attempt,
+            outcome,
+            error_code,
+            after,
+            recorded,
+        });
+    }
+}
+
+/// What an attempt's end writes: the classified result, and the outcome and decision the
+/// report needs.
+fn attempt_result(
     tick: &mut Tick<'_>,
-    run: &ClaimedRun,
-    ended: Ended,
-    stopped: Option<StopReason>,
+    end: &End,
+) -> (
+    AttemptResult,
+    Result<Outcome, SpawnErrorKind>,
+    Option<AfterFailure>,
 ) {
+    let (run, ended, stopped) = (&end.run, &end.ended, end.stopped);
     let now_ms = tick.clock.now().timestamp_millis();
-    let (failure, exit_code, outcome) = match &ended {
+    let (failure, exit_code, outcome) = match ended {
         Ok(finished) => {
             let exit_code = match finished.outcome {
                 Outcome::Exited(code) => Some(code),
@@ -101,29 +166,7 @@ pub fn record_end(
         leftovers_killed: run.leftovers == Leftovers::Kill || failure.is_some(),
         leftovers,
     };
-    let recorded = match tick.store.finish_attempt(&result, &tick.options.actor) {
-        Ok(recorded) => recorded,
-        Err(e) => {
-            // The lease will expire and recovery will retry the run: at-least-once holds.
-            let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
-            runner_error(&mut tick.report.errors, context, &e);
-            Fenced::LeaseLost
-        }
-    };
-    let error_code = failure.map(|(code, _)| code);
-    if recorded == Fenced::Applied && after == Some(AfterFailure::Dead) {
-        if let Some(code) = &error_code {
-            print_dead(&run.job_name, run.run_id, run.attempt, code);
-        }
-    }
-    tick.report.executed.push(Executed {
-        run_id: run.run_id,
-        attempt: run.attempt,
-        outcome,
-        error_code,
-        after,
-        recorded,
-    });
+    (result, outcome, after)
 }
 
 /// `None` for success; otherwise the error code and a short detail.
