@@ -7,8 +7,9 @@
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 
+use super::Tick;
 use crate::clock::from_epoch;
-use crate::model::{Actor, Definition, NewRun, Overlap, Trigger};
+use crate::model::{Actor, Definition, NewRun, Overlap};
 use crate::schedule::{plan_catch_up, Decision};
 use crate::store::{CursorMove, Materialization, Store, MATERIALIZE_BATCH};
 use crate::timing::Timing;
@@ -17,12 +18,10 @@ use crate::timing::Timing;
 /// older missed instants are counted in a skip reason, not recorded one by one.
 pub const INSTANTS_RECORDED_LIMIT: usize = 1000;
 
-pub fn materialize_due(
-    store: &mut dyn Store,
-    now: DateTime<Utc>,
-    actor: &Actor,
-    errors: &mut usize,
-) -> Result<usize> {
+pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
+    let (store, errors) = (&mut *tick.store, &mut tick.report.errors);
+    let actor = &tick.options.actor;
+    let now = tick.clock.now();
     let mut inserted = 0;
     let mut names = Vec::with_capacity(MATERIALIZE_BATCH);
     let mut batch = Vec::with_capacity(MATERIALIZE_BATCH);
@@ -52,19 +51,20 @@ pub fn materialize_due(
                     for (name, result) in names.drain(..).zip(results) {
                         match result {
                             Ok(n) => inserted += n,
-                            Err(e) => super::runner_error(errors, format!("schedule {name}"), &e),
+                            Err(e) => super::runner_error(errors, format!("schedule {name}"), &e.into()),
                         }
                     }
                 }
                 Err(e) => {
                     names.clear();
                     let context = format!("materialising {count} schedules");
-                    super::runner_error(errors, context, &e);
+                    super::runner_error(errors, context, &e.into());
                 }
             }
         }
     }
-    Ok(inserted)
+    tick.report.materialized = inserted;
+    Ok(())
 }
 
 /// Materialise one definition's due instants (a no-op when none are due, it is paused, or
@@ -80,7 +80,7 @@ pub fn materialize_definition(
         return Ok(0);
     }
     let mut m = plan(d, now)?;
-    store.materialize(m.cursor, now.timestamp(), actor, &mut m.plan)
+    Ok(store.materialize(m.cursor, now.timestamp(), actor, &mut m.plan)?)
 }
 
 /// What materialising `d` at `now` writes: its cursor move, and its runs by its catch-up and
@@ -113,18 +113,18 @@ fn plan(d: &Definition, now: DateTime<Utc>) -> Result<Materialization> {
         next_fire_at: timing.next_after(new_through),
     };
     let overlap = d.settings.overlap;
+    let name = d.name.clone();
     let plan = Box::new(move |running: Option<i64>| {
         plan.iter()
-            .map(|(at, decision)| NewRun {
-                trigger: Trigger::Schedule,
-                scheduled_for: at.timestamp(),
-                skip_reason: match (decision, running) {
+            .map(|(at, decision)| {
+                let skip_reason = match (decision, running) {
                     (Decision::Skip(reason), _) => Some(reason.clone()),
                     (Decision::Run, Some(run_id)) if overlap == Overlap::Forbid => Some(format!(
                         "overlap forbid: run {run_id} of this schedule is still running"
                     )),
                     (Decision::Run, _) => None,
-                },
+                };
+                NewRun::scheduled(&name, at.timestamp(), skip_reason)
             })
             .collect()
     });
