@@ -420,8 +420,8 @@ pub trait Store {
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> Result<usize>;
     /// `materialize` for several schedules in one transaction. Each keeps its own
-    /// compare-and-swap on its cursor; a schedule whose step fails is undone alone (the others
-    /// still commit). Per schedule, in order: the runs inserted (0 if another tick got there
+    /// compare-and-swap on its cursor; a schedule whose step fails is undone and reported alone
+    /// (the others still commit). Per schedule, in order: the runs inserted (0 if another tick got there
     /// first), or its error. The default commits each schedule on its own.
     fn materialize_batch(
         &mut self,

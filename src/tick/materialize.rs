@@ -4,6 +4,9 @@
 //! Schedules are written `MATERIALIZE_BATCH` to a transaction (each with its own
 //! compare-and-swap): one commit per batch, not one per schedule.
 
+use std::collections::HashMap;
+use std::rc::Rc;
+
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 
@@ -23,13 +26,17 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
     let actor = &tick.options.actor;
     let now = tick.clock.now();
     let mut inserted = 0;
+    let mut timings = Timings::default();
     let mut names = Vec::with_capacity(MATERIALIZE_BATCH);
     let mut batch = Vec::with_capacity(MATERIALIZE_BATCH);
     let rows = store.due_definitions(now.timestamp())?;
     let mut rows = rows.into_iter().peekable();
     while let Some(row) = rows.next() {
         match row {
-            Ok(definition) => match plan(&definition, now) {
+            Ok(definition) => match timings
+                .of(&definition)
+                .and_then(|timing| plan(&definition, &timing, now))
+            {
                 Ok(m) => {
                     names.push(definition.name);
                     batch.push(m);
@@ -51,7 +58,9 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
                     for (name, result) in names.drain(..).zip(results) {
                         match result {
                             Ok(n) => inserted += n,
-                            Err(e) => super::runner_error(errors, format!("schedule {name}"), &e.into()),
+                            Err(e) => {
+                                super::runner_error(errors, format!("schedule {name}"), &e.into())
+                            }
                         }
                     }
                 }
@@ -67,6 +76,23 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Parsed timings by expression and zone: schedules often share one, and parsing it was most of
+/// the CPU a schedule's materialisation cost.
+#[derive(Default)]
+struct Timings(HashMap<(String, String), Rc<Timing>>);
+
+impl Timings {
+    fn of(&mut self, d: &Definition) -> Result<Rc<Timing>> {
+        let key = (d.settings.cron.clone(), d.settings.timezone.clone());
+        if let Some(timing) = self.0.get(&key) {
+            return Ok(Rc::clone(timing));
+        }
+        let timing = Rc::new(Timing::of(&d.settings)?);
+        self.0.insert(key, Rc::clone(&timing));
+        Ok(timing)
+    }
+}
+
 /// Materialise one definition's due instants (a no-op when none are due, it is paused, or
 /// another process moved its cursor first). `schedule edit` uses it to settle instants that came
 /// due under the old settings before applying new ones.
@@ -79,14 +105,13 @@ pub fn materialize_definition(
     if d.settings.paused || d.next_fire_at.is_none_or(|next| next > now.timestamp()) {
         return Ok(0);
     }
-    let mut m = plan(d, now)?;
+    let mut m = plan(d, &Timing::of(&d.settings)?, now)?;
     Ok(store.materialize(m.cursor, now.timestamp(), actor, &mut m.plan)?)
 }
 
 /// What materialising `d` at `now` writes: its cursor move, and its runs by its catch-up and
 /// overlap policies.
-fn plan(d: &Definition, now: DateTime<Utc>) -> Result<Materialization> {
-    let timing = Timing::of(&d.settings)?;
+fn plan(d: &Definition, timing: &Timing, now: DateTime<Utc>) -> Result<Materialization> {
     let through = d.materialized_through;
     let new_through = through.max(now.timestamp());
     let due = timing.cron.fire_times_between(
