@@ -8,10 +8,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use anyhow::Result;
-use chrono::{DateTime, Utc};
 
 use super::Tick;
-use crate::clock::from_epoch;
+use crate::clock::{from_epoch, Now};
 use crate::model::{Actor, Definition, NewRun, Overlap};
 use crate::schedule::{plan_catch_up, Decision};
 use crate::store::{CursorMove, Materialization, Store, MATERIALIZE_BATCH};
@@ -24,12 +23,12 @@ pub const INSTANTS_RECORDED_LIMIT: usize = 1000;
 pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
     let (store, errors) = (&mut *tick.store, &mut tick.report.errors);
     let actor = &tick.options.actor;
-    let now = tick.clock.now();
+    let now = tick.clock.read();
     let mut inserted = 0;
     let mut timings = Timings::default();
     let mut names = Vec::with_capacity(MATERIALIZE_BATCH);
     let mut batch = Vec::with_capacity(MATERIALIZE_BATCH);
-    let rows = store.due_definitions(now.timestamp())?;
+    let rows = store.due_definitions(now.secs())?;
     let mut rows = rows.into_iter().peekable();
     while let Some(row) = rows.next() {
         match row {
@@ -53,7 +52,7 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
         }
         if batch.len() == MATERIALIZE_BATCH || (rows.peek().is_none() && !batch.is_empty()) {
             let count = batch.len();
-            match store.materialize_batch(std::mem::take(&mut batch), now.timestamp(), actor) {
+            match store.materialize_batch(std::mem::take(&mut batch), now.secs(), actor) {
                 Ok(results) => {
                     for (name, result) in names.drain(..).zip(results) {
                         match result {
@@ -99,29 +98,29 @@ impl Timings {
 pub fn materialize_definition(
     store: &mut dyn Store,
     d: &Definition,
-    now: DateTime<Utc>,
+    now: Now,
     actor: &Actor,
 ) -> Result<usize> {
-    if d.settings.paused || d.next_fire_at.is_none_or(|next| next > now.timestamp()) {
+    if d.settings.paused || d.next_fire_at.is_none_or(|next| next > now.secs()) {
         return Ok(0);
     }
     let mut m = plan(d, &Timing::of(&d.settings)?, now)?;
-    Ok(store.materialize(m.cursor, now.timestamp(), actor, &mut m.plan)?)
+    Ok(store.materialize(m.cursor, now.secs(), actor, &mut m.plan)?)
 }
 
 /// What materialising `d` at `now` writes: its cursor move, and its runs by its catch-up and
 /// overlap policies.
-fn plan(d: &Definition, timing: &Timing, now: DateTime<Utc>) -> Result<Materialization> {
+fn plan(d: &Definition, timing: &Timing, now: Now) -> Result<Materialization> {
     let through = d.materialized_through;
-    let new_through = through.max(now.timestamp());
+    let new_through = through.max(now.secs());
     let due = timing.cron.fire_times_between(
         timing.tz,
         from_epoch(through),
-        now,
+        now.time(),
         INSTANTS_RECORDED_LIMIT,
     );
     let grace = std::time::Duration::from_secs(d.settings.grace_secs.max(0) as u64);
-    let mut plan = plan_catch_up(&due.instants, now, d.settings.catch_up, grace);
+    let mut plan = plan_catch_up(&due.instants, now.time(), d.settings.catch_up, grace);
     // The oldest recorded instant tells of the older ones that were not recorded at all (only
     // when it is itself skipped: a run is never turned into a skip to carry the note).
     if let Some((_, Decision::Skip(reason))) = plan.first_mut().filter(|_| due.older_dropped > 0) {
