@@ -455,27 +455,10 @@ pub struct Cursor {
     pub next_fire_at: Option<i64>,
 }
 
-impl Cursor {
-    /// Where a cursor at `through` restarts at `now` (`schedule add`, `resume`, `edit`): every
-    /// instant up to now counts as handled, so a paused or damaged period is never replayed (a
-    /// cursor never moves back), and the schedule next fires at the first instant after that,
-    /// by `settings`.
-    pub fn restart(settings: &Settings, through: i64, now: i64) -> anyhow::Result<Cursor> {
-        let materialized_through = through.max(now);
-        Ok(Cursor {
-            materialized_through,
-            next_fire_at: crate::timing::Timing::of(settings)?.next_after(materialized_through),
-        })
-    }
-}
-
 impl Definition {
-    /// Restart the cursor at `now` by the current settings (see `Cursor::restart`).
-    pub fn restart_cursor(&mut self, now: i64) -> anyhow::Result<()> {
-        let cursor = Cursor::restart(&self.settings, self.materialized_through, now)?;
+    pub fn set_cursor(&mut self, cursor: Cursor) {
         self.materialized_through = cursor.materialized_through;
         self.next_fire_at = cursor.next_fire_at;
-        Ok(())
     }
 }
 

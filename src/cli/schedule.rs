@@ -15,12 +15,12 @@ use super::{
 use crate::display::{escape_line, local_time, put_time};
 use crate::exit::Failure;
 use crate::model::{
-    repair_flag, Cursor, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
+    repair_flag, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
     SettingsChange, Steer, Steered,
 };
 use crate::schedule::{parse_zone, CatchUp};
 use crate::store::{DefinitionRow, OpenMode, Removal, Store};
-use crate::tick::materialize::materialize_definition;
+use crate::tick::materialize::{materialize_definition, restart_cursor};
 use crate::timing::Timing;
 
 #[derive(Debug, clap::Subcommand)]
@@ -265,7 +265,7 @@ fn add(args: AddArgs, ctx: &Ctx) -> Result<()> {
     let timing = Timing::of(&settings)?;
     let now = ctx.clock.epoch();
     let mut store = ctx.open(OpenMode::CreateIfMissing)?;
-    let cursor = Cursor::restart(&settings, now, now)?;
+    let cursor = restart_cursor(&settings, now, now)?;
     let definition = store.add_definition(&args.name, &settings, now, cursor.next_fire_at)?;
     ctx.warn_if_unsafe_for_tick();
     let state = if settings.paused { " (paused)" } else { "" };
@@ -353,7 +353,11 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     definition.settings = settings;
     // Instants up to now are handled (or, for a paused or damaged schedule, never replayed); the
     // next one follows the new timing.
-    definition.restart_cursor(now.secs())?;
+    definition.set_cursor(restart_cursor(
+        &definition.settings,
+        definition.materialized_through,
+        now.secs(),
+    )?);
     store.update_definition(&definition, now.secs())?;
     let name = escape_line(&definition.name);
     match &repaired {
@@ -451,7 +455,11 @@ fn set_paused(args: Name, ctx: &Ctx, paused: bool) -> Result<()> {
     let now = ctx.clock.epoch();
     if !paused {
         // Resuming does not replay the paused period: catch-up starts from now.
-        definition.restart_cursor(now)?;
+        definition.set_cursor(restart_cursor(
+            &definition.settings,
+            definition.materialized_through,
+            now,
+        )?);
     }
     definition.settings.paused = paused;
     store.update_definition(&definition, now)?;
