@@ -12,9 +12,8 @@ use anyhow::Result;
 use super::Tick;
 use crate::clock::{from_epoch, Now};
 use crate::model::{Actor, Cursor, Definition, NewRun, Overlap, Settings};
-use crate::schedule::{plan_catch_up, Decision};
+use crate::schedule::{plan_catch_up, Decision, Timing};
 use crate::store::{CursorMove, Materialization, Store, MATERIALIZE_BATCH};
-use crate::timing::Timing;
 
 /// How many instants of one schedule a tick looks at (and records, run or skipped) at most;
 /// older missed instants are counted in a skip reason, not recorded one by one.
@@ -28,7 +27,7 @@ pub fn restart_cursor(settings: &Settings, through: i64, now: i64) -> Result<Cur
     let materialized_through = through.max(now);
     Ok(Cursor {
         materialized_through,
-        next_fire_at: Timing::of(settings)?.next_after(materialized_through),
+        next_fire_at: settings.timing()?.next_after(materialized_through),
     })
 }
 
@@ -98,7 +97,7 @@ impl Timings {
         if let Some(timing) = self.0.get(&key) {
             return Ok(Rc::clone(timing));
         }
-        let timing = Rc::new(Timing::of(&d.settings)?);
+        let timing = Rc::new(d.settings.timing()?);
         self.0.insert(key, Rc::clone(&timing));
         Ok(timing)
     }
@@ -116,7 +115,7 @@ pub fn materialize_definition(
     if d.settings.paused || d.next_fire_at.is_none_or(|next| next > now.secs()) {
         return Ok(0);
     }
-    let mut m = plan(d, &Timing::of(&d.settings)?, now)?;
+    let mut m = plan(d, &d.settings.timing()?, now)?;
     Ok(store.materialize(m.cursor, now.secs(), actor, &mut m.plan)?)
 }
 

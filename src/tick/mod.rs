@@ -123,7 +123,7 @@ fn warn_clock_behind(now: i64, high_water: i64, behind: i64) {
          schedules whose cursor moved past now will not fire until then - see \
          'runner schedule reanchor --help'",
         crate::display::utc_time(now),
-        crate::display::clock_gap(behind),
+        crate::display::duration_of_secs(behind),
         crate::display::utc_time(high_water),
     );
 }
