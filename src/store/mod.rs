@@ -162,6 +162,17 @@ pub struct LastResult {
     pub error_code: Option<String>,
 }
 
+/// One schedule's share of a batched materialisation (`Store::materialize_batch`): its cursor
+/// move, and its plan (the runs to insert, given the id of a run of it that is running now).
+pub struct Materialization {
+    pub cursor: CursorMove,
+    pub plan: Box<dyn FnMut(Option<i64>) -> Vec<NewRun>>,
+}
+
+/// Schedules materialised per write transaction: one commit (one fsync) for all of them, and a
+/// write lock held for tens of milliseconds, not seconds.
+pub const MATERIALIZE_BATCH: usize = 500;
+
 /// A change to a definition's cursor that only applies if nobody else moved it first.
 #[derive(Debug, Clone, Copy)]
 pub struct CursorMove {
@@ -408,6 +419,21 @@ pub trait Store {
         actor: &Actor,
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> Result<usize>;
+    /// `materialize` for several schedules in one transaction. Each keeps its own
+    /// compare-and-swap on its cursor; a schedule whose step fails is undone and reported alone
+    /// (the others still commit). Per schedule, in order: the runs inserted (0 if another tick got there
+    /// first), or its error. The default commits each schedule on its own.
+    fn materialize_batch(
+        &mut self,
+        batch: Vec<Materialization>,
+        now: i64,
+        actor: &Actor,
+    ) -> Result<Vec<Result<usize>>> {
+        Ok(batch
+            .into_iter()
+            .map(|mut m| self.materialize(m.cursor, now, actor, &mut m.plan))
+            .collect())
+    }
     /// Insert a manual run (`run NAME`) of the schedule, copying its command and policies, with
     /// its `NewRun::event()`. Returns its id.
     fn enqueue(&mut self, definition_id: i64, run: &NewRun, now: i64, actor: &Actor)
@@ -463,7 +489,14 @@ pub trait Store {
     /// leaves the open attempt to its runner); one that a recovering runner closed is never
     /// rewritten. When the fence refuses and the run still exists, `end.lease_lost(current)` is
     /// recorded instead, and nothing else changes.
-    fn finish_attempt(&mut self, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>;
+    fn finish_attempt(&mut self, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
+        let recorded = self.finish_attempts(std::slice::from_ref(end), actor)?;
+        Ok(recorded[0])
+    }
+    /// `finish_attempt` for several attempts in one transaction (group commit), each fenced by
+    /// its own token: all are durable when this returns, or none is. Per end, in order: whether
+    /// it landed.
+    fn finish_attempts(&mut self, ends: &[AttemptEnd], actor: &Actor) -> Result<Vec<Fenced>>;
     /// The open attempt of a run, if any.
     fn open_attempt(&self, run_id: i64) -> Result<Option<AttemptHolder>>;
     /// Attempts on `host` still open whose run no longer holds them (cancelled or recovered

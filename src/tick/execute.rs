@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::claim::claim_due;
-use super::record::{record_end, StopReason, KILL_GRACE};
+use super::record::{record_end, record_ends, End, StopReason, KILL_GRACE};
 use super::{attempt_marker, runner_error, test_hook, Tick};
 use crate::display::utc_time;
 use crate::model::{AfterFailure, ClaimedRun, Fenced, LeaseToken, StartRecord};
@@ -88,26 +88,34 @@ impl Supervisor {
         shutting_down
     }
 
-    /// Poll every job once and record the ends; returns whether one ended, and whether one of
+    /// Poll every job once and record the ends, all in one commit (every attempt that ended
+    /// since the previous poll, a few ms ago); returns whether one ended, and whether one of
     /// them is to be retried at once.
     fn poll(&mut self, tick: &mut Tick<'_>) -> (bool, bool) {
         let now = Instant::now();
-        let (mut ended, mut retry_due_now) = (false, false);
+        let mut ends = Vec::new();
         let mut index = 0;
         while index < self.active.len() {
             if let Some(finished) = self.active[index].job.poll(now) {
                 let done = self.active.swap_remove(index);
-                let before = tick.report.executed.len();
-                record_end(tick, &done.run, Ok(finished), done.stopped);
-                ended = true;
-                retry_due_now |= tick.report.executed[before..].iter().any(|e| {
-                    matches!(e.after, Some(AfterFailure::RetryAt(at)) if at <= tick.clock.epoch())
+                ends.push(End {
+                    run: done.run,
+                    ended: Ok(finished),
+                    stopped: done.stopped,
                 });
             } else {
                 index += 1;
             }
         }
-        (ended, retry_due_now)
+        if ends.is_empty() {
+            return (false, false);
+        }
+        let before = tick.report.executed.len();
+        record_ends(tick, ends);
+        let retry_due_now = tick.report.executed[before..].iter().any(
+            |e| matches!(e.after, Some(AfterFailure::RetryAt(at)) if at <= tick.clock.epoch()),
+        );
+        (true, retry_due_now)
     }
 
     /// Heart-beat the leases when a third of the lease has passed since the last time.
@@ -216,7 +224,7 @@ fn start_all(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>, supervisor: &mut Superv
                 job,
                 stopped: None,
             }),
-            Err(error) => record_end(tick, &run, Err((error.kind, error.message)), None),
+            Err(error) => record_end(tick, run, Err((error.kind, error.message)), None),
         }
     }
     if spawned.is_empty() {

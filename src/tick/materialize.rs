@@ -1,14 +1,19 @@
 //! Step 3: every enabled schedule whose fire time has come gets one run per instant, by its
 //! catch-up and overlap policies. The cursor move and the inserts share one transaction, and the
 //! cursor is compare-and-swapped, so racing ticks never create a second run for an instant.
+//! Schedules are written `MATERIALIZE_BATCH` to a transaction (each with its own
+//! compare-and-swap): one commit per batch, not one per schedule.
+
+use std::collections::HashMap;
+use std::rc::Rc;
 
 use anyhow::Result;
 
 use super::Tick;
 use crate::clock::{from_epoch, Now};
 use crate::model::{Actor, Cursor, Definition, NewRun, Overlap, Settings};
-use crate::schedule::{plan_catch_up, Decision};
-use crate::store::{CursorMove, Store};
+use crate::schedule::{plan_catch_up, Decision, Timing};
+use crate::store::{CursorMove, Materialization, Store, MATERIALIZE_BATCH};
 
 /// How many instants of one schedule a tick looks at (and records, run or skipped) at most;
 /// older missed instants are counted in a skip reason, not recorded one by one.
@@ -31,27 +36,71 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
     let actor = &tick.options.actor;
     let now = tick.clock.read();
     let mut inserted = 0;
-    for row in store.due_definitions(now.secs())? {
-        let definition = match row {
-            Ok(definition) => definition,
+    let mut timings = Timings::default();
+    let mut names = Vec::with_capacity(MATERIALIZE_BATCH);
+    let mut batch = Vec::with_capacity(MATERIALIZE_BATCH);
+    let rows = store.due_definitions(now.secs())?;
+    let mut rows = rows.into_iter().peekable();
+    while let Some(row) = rows.next() {
+        match row {
+            Ok(definition) => match timings
+                .of(&definition)
+                .and_then(|timing| plan(&definition, &timing, now))
+            {
+                Ok(m) => {
+                    names.push(definition.name);
+                    batch.push(m);
+                }
+                // One broken schedule must not stop the others.
+                Err(e) => super::runner_error(errors, format!("schedule {}", definition.name), &e),
+            },
             Err(damaged) => {
                 // A damaged row stops its own schedule only: one line naming it, the column and
                 // the repair; the others still run.
                 *errors += 1;
                 crate::complain!("runner: error: {damaged}");
-                continue;
             }
-        };
-        match materialize_one(store, &definition, now, actor) {
-            Ok(n) => inserted += n,
-            Err(e) => {
-                // One broken schedule must not stop the others.
-                super::runner_error(errors, format!("schedule {}", definition.name), &e);
+        }
+        if batch.len() == MATERIALIZE_BATCH || (rows.peek().is_none() && !batch.is_empty()) {
+            let count = batch.len();
+            match store.materialize_batch(std::mem::take(&mut batch), now.secs(), actor) {
+                Ok(results) => {
+                    for (name, result) in names.drain(..).zip(results) {
+                        match result {
+                            Ok(n) => inserted += n,
+                            Err(e) => {
+                                super::runner_error(errors, format!("schedule {name}"), &e.into())
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    names.clear();
+                    let context = format!("materialising {count} schedules");
+                    super::runner_error(errors, context, &e.into());
+                }
             }
         }
     }
     tick.report.materialized = inserted;
     Ok(())
+}
+
+/// Parsed timings by expression and zone: schedules often share one, and parsing it was most of
+/// the CPU a schedule's materialisation cost.
+#[derive(Default)]
+struct Timings(HashMap<(String, String), Rc<Timing>>);
+
+impl Timings {
+    fn of(&mut self, d: &Definition) -> Result<Rc<Timing>> {
+        let key = (d.settings.cron.clone(), d.settings.timezone.clone());
+        if let Some(timing) = self.0.get(&key) {
+            return Ok(Rc::clone(timing));
+        }
+        let timing = Rc::new(d.settings.timing()?);
+        self.0.insert(key, Rc::clone(&timing));
+        Ok(timing)
+    }
 }
 
 /// Materialise one definition's due instants (a no-op when none are due, it is paused, or
@@ -66,16 +115,13 @@ pub fn materialize_definition(
     if d.settings.paused || d.next_fire_at.is_none_or(|next| next > now.secs()) {
         return Ok(0);
     }
-    materialize_one(store, d, now, actor)
+    let mut m = plan(d, &d.settings.timing()?, now)?;
+    Ok(store.materialize(m.cursor, now.secs(), actor, &mut m.plan)?)
 }
 
-fn materialize_one(
-    store: &mut dyn Store,
-    d: &Definition,
-    now: Now,
-    actor: &Actor,
-) -> Result<usize> {
-    let timing = d.settings.timing()?;
+/// What materialising `d` at `now` writes: its cursor move, and its runs by its catch-up and
+/// overlap policies.
+fn plan(d: &Definition, timing: &Timing, now: Now) -> Result<Materialization> {
     let through = d.materialized_through;
     let new_through = through.max(now.secs());
     let due = timing.cron.fire_times_between(
@@ -102,7 +148,8 @@ fn materialize_one(
         next_fire_at: timing.next_after(new_through),
     };
     let overlap = d.settings.overlap;
-    let inserted = store.materialize(cursor, now.secs(), actor, &mut |running| {
+    let name = d.name.clone();
+    let plan = Box::new(move |running: Option<i64>| {
         plan.iter()
             .map(|(at, decision)| {
                 let skip_reason = match (decision, running) {
@@ -112,9 +159,9 @@ fn materialize_one(
                     )),
                     (Decision::Run, _) => None,
                 };
-                NewRun::scheduled(&d.name, at.timestamp(), skip_reason)
+                NewRun::scheduled(&name, at.timestamp(), skip_reason)
             })
             .collect()
-    })?;
-    Ok(inserted)
+    });
+    Ok(Materialization { cursor, plan })
 }

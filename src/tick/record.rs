@@ -39,15 +39,72 @@ pub enum StopReason {
 /// How an attempt ended: the job's result, or why its shell could not start.
 pub type Ended = Result<Finished, (SpawnErrorKind, String)>;
 
+/// One attempt that ended, to be recorded.
+pub struct End {
+    pub run: ClaimedRun,
+    pub ended: Ended,
+    pub stopped: Option<StopReason>,
+}
+
 /// Classify an attempt's end and write it, fenced by its lease token.
-pub fn record_end(
+pub fn record_end(tick: &mut Tick<'_>, run: ClaimedRun, ended: Ended, stopped: Option<StopReason>) {
+    record_ends(
+        tick,
+        vec![End {
+            run,
+            ended,
+            stopped,
+        }],
+    );
+}
+
+/// Classify attempts' ends and write them all in one transaction (group commit: one durable
+/// write, not one per attempt), each fenced by its own lease token. Nothing is reported before
+/// that commit; if it fails, none is recorded and their leases expire into recovery.
+pub fn record_ends(tick: &mut Tick<'_>, ends: Vec<End>) {
+    let mut results = Vec::with_capacity(ends.len());
+    let mut executed = Vec::with_capacity(ends.len());
+    for end in ends {
+        let (result, outcome, error_code, after) = attempt_result(tick, &end);
+        results.push((end.run.job_name.clone(), result));
+        executed.push((end.run, outcome, error_code, after));
+    }
+    let recorded = match write_ends(tick, results) {
+        Ok(recorded) => recorded,
+        Err(e) => {
+            // The leases will expire and recovery will retry the runs: at-least-once holds.
+            for (run, ..) in &executed {
+                let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
+                runner_error(&mut tick.report.errors, context, &e);
+            }
+            vec![Fenced::LeaseLost; executed.len()]
+        }
+    };
+    for ((run, outcome, error_code, after), recorded) in executed.into_iter().zip(recorded) {
+        tick.report.executed.push(Executed {
+            run_id: run.run_id,
+            attempt: run.attempt,
+            outcome,
+            error_code,
+            after,
+            recorded,
+        });
+    }
+}
+
+/// What an attempt's end writes (the classified result), and what the report needs of it.
+fn attempt_result(
     tick: &mut Tick<'_>,
-    run: &ClaimedRun,
-    ended: Ended,
-    stopped: Option<StopReason>,
+    end: &End,
+) -> (
+    AttemptResult,
+    Result<Outcome, SpawnErrorKind>,
+    Option<ErrorCode>,
+    Option<AfterFailure>,
 ) {
+    let (run, ended, stopped) = (&end.run, &end.ended, end.stopped);
     let now = tick.clock.read();
-    let (failure, exit_code, outcome) = match &ended {
+    let (failure, exit_code, outcome) = match ended {
         Ok(finished) => {
             let exit_code = match finished.outcome {
                 Outcome::Exited(code) => Some(code),
@@ -97,23 +154,7 @@ pub fn record_end(
         stderr_bytes: finished.map_or(0, |f| f.stderr_total),
         leftovers,
     };
-    let recorded = match write_end(tick, &run.job_name, result) {
-        Ok(recorded) => recorded,
-        Err(e) => {
-            // The lease will expire and recovery will retry the run: at-least-once holds.
-            let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
-            runner_error(&mut tick.report.errors, context, &e);
-            Fenced::LeaseLost
-        }
-    };
-    tick.report.executed.push(Executed {
-        run_id: run.run_id,
-        attempt: run.attempt,
-        outcome,
-        error_code,
-        after,
-        recorded,
-    });
+    (result, outcome, error_code, after)
 }
 
 /// `None` for success; otherwise the error code and a short detail.
@@ -172,17 +213,31 @@ fn last_line(bytes: &[u8]) -> Option<String> {
 /// (`AttemptEnd::decide`), write that fenced by its lease token, and print the one stderr line
 /// a run that went dead gets (cron mails it).
 pub fn write_end(tick: &mut Tick<'_>, job: &str, result: AttemptResult) -> Result<Fenced> {
-    let end = AttemptEnd::decide(result);
-    let fenced = tick.store.finish_attempt(&end, &tick.options.actor)?;
-    if let Some(failure) = &end.result.failure {
-        if fenced == Fenced::Applied && failure.then == AfterFailure::Dead {
-            crate::complain!(
-                "runner: job {job} run {} is dead after {} attempt(s): {}",
-                end.result.run_id,
-                end.result.attempt,
-                failure.code
-            );
+    Ok(write_ends(tick, vec![(job.to_string(), result)])?[0])
+}
+
+/// Decide and write several attempts' ends (each with its job's name) in one transaction; a
+/// run that went dead gets its stderr line once the write landed.
+pub fn write_ends(
+    tick: &mut Tick<'_>,
+    results: Vec<(String, AttemptResult)>,
+) -> Result<Vec<Fenced>> {
+    let (jobs, ends): (Vec<String>, Vec<AttemptEnd>) = results
+        .into_iter()
+        .map(|(job, result)| (job, AttemptEnd::decide(result)))
+        .unzip();
+    let recorded = tick.store.finish_attempts(&ends, &tick.options.actor)?;
+    for ((job, end), fenced) in jobs.iter().zip(&ends).zip(&recorded) {
+        if let Some(failure) = &end.result.failure {
+            if *fenced == Fenced::Applied && failure.then == AfterFailure::Dead {
+                crate::complain!(
+                    "runner: job {job} run {} is dead after {} attempt(s): {}",
+                    end.result.run_id,
+                    end.result.attempt,
+                    failure.code
+                );
+            }
         }
     }
-    Ok(fenced)
+    Ok(recorded)
 }

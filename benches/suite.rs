@@ -1,0 +1,1068 @@
+//! The benchmark suite: what `runner` costs on top of the work itself, measured side by side with
+//! baselines and peers in the same run. `./bench` runs it (see BENCHMARKS.md); `./bench --quick`
+//! runs every scenario at small sizes and checks only that the results are right (every run
+//! succeeded once, nothing executed twice), which `cargo test` also does, so the suite never rots.
+//!
+//! Scenarios (sizes at full scale):
+//! - S1 drain 10,000 due runs of `true` with one `tick --concurrency 8`, beside `xargs -P8` and a
+//!   minimal program (8 threads that only spawn `/bin/sh -c true` and wait), and peers;
+//! - S2 one tick materialising 100,000 due schedules;
+//! - S3 an idle tick (1,000 schedules, nothing due, 1,000,000 finished runs), beside
+//!   `sqlite3 DB 'select 1'`;
+//! - S4 the latency of one claim transaction (p50/p99) with 0 and 1,000,000 finished runs;
+//! - S5 4 concurrent ticks (`--concurrency 2` each: 8 jobs at once, as S1) draining 10,000 runs,
+//!   counting duplicate executions;
+//! - S6 peak RSS of the S1 and S2 ticks (needs GNU time at /usr/bin/time);
+//! - S7 `history --limit 50`, `status`, `metrics` with 1,000,000 runs and with 1,000.
+//!
+//! Large histories are seeded with SQL straight into a database `runner init` created (one
+//! INSERT ... SELECT per table), not by running jobs. Asserts correctness, never speed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use rusqlite::Connection;
+
+/// 2026-01-01T00:00:30Z: the clock S2's tick runs at (`--now`), 30 s after its schedules fired.
+const S2_NOW: i64 = 1_767_225_630;
+const S2_NOW_TEXT: &str = "2026-01-01T00:00:30Z";
+
+struct Sizes {
+    drain: usize,
+    schedules: usize,
+    idle_schedules: usize,
+    history_large: usize,
+    history_small: usize,
+    claims: usize,
+    repeats: usize,
+    /// Whole-process timings (S3, S7) are short: more repetitions.
+    process_repeats: usize,
+}
+
+const FULL: Sizes = Sizes {
+    drain: 10_000,
+    schedules: 100_000,
+    idle_schedules: 1_000,
+    history_large: 1_000_000,
+    history_small: 1_000,
+    claims: 200,
+    repeats: 3,
+    process_repeats: 11,
+};
+
+const QUICK: Sizes = Sizes {
+    drain: 200,
+    schedules: 1_000,
+    idle_schedules: 100,
+    history_large: 10_000,
+    history_small: 100,
+    claims: 20,
+    repeats: 1,
+    process_repeats: 2,
+};
+
+struct Options {
+    sizes: Sizes,
+    quick: bool,
+    peers: bool,
+    only: Option<Vec<String>>,
+    /// Another runner binary to measure (an older build, for before/after figures).
+    runner: Option<PathBuf>,
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let options = parse_args()?;
+    let runner = match &options.runner {
+        Some(path) => {
+            std::fs::canonicalize(path).with_context(|| format!("--runner {}", path.display()))?
+        }
+        None => runner_binary()?,
+    };
+    let work = tempfile::tempdir().context("creating a temporary directory")?;
+    let mut suite = Suite {
+        runner,
+        work: work.path().to_path_buf(),
+        options,
+        report: Vec::new(),
+    };
+    suite.header()?;
+    if suite.wants("S1") || suite.wants("S6") {
+        suite.s1()?;
+    }
+    if suite.wants("S2") || suite.wants("S6") {
+        suite.s2()?;
+    }
+    if suite.wants("S3") || suite.wants("S4") || suite.wants("S7") {
+        suite.history_scenarios()?;
+    }
+    if suite.wants("S5") {
+        suite.s5()?;
+    }
+    suite.print_summary();
+    Ok(())
+}
+
+fn parse_args() -> Result<Options> {
+    // `cargo test` runs this target without arguments: the quick check, no peers.
+    let mut quick = true;
+    let mut peers = None;
+    let mut only = None;
+    let mut repeats = None;
+    let mut runner = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--full" => quick = false,
+            "--quick" => quick = true,
+            "--peers" => peers = Some(true),
+            "--no-peers" => peers = Some(false),
+            "--only" => {
+                let list = args.next().context("--only needs a list such as S1,S3")?;
+                only = Some(list.split(',').map(|s| s.trim().to_uppercase()).collect());
+            }
+            "--repeats" => {
+                let n = args.next().context("--repeats needs a number")?;
+                repeats = Some(n.parse::<usize>().context("--repeats needs a number")?);
+            }
+            "--runner" => runner = Some(PathBuf::from(args.next().context("--runner needs a path")?)),
+            "--db" => {
+                let url = args.next().context("--db needs a URL")?;
+                // The scenarios that exercise the store (S1, S5) are written against a database
+                // location; a PostgreSQL target is for when runner has that backend.
+                bail!("--db {url}: runner has no PostgreSQL backend yet; the suite runs on temporary SQLite files");
+            }
+            // What cargo passes to bench targets.
+            "--bench" => {}
+            other => bail!("unknown argument {other:?} (try --full, --quick, --only S1,S2, --repeats N, --peers, --no-peers, --runner PATH)"),
+        }
+    }
+    let mut sizes = if quick { QUICK } else { FULL };
+    if let Some(n) = repeats {
+        ensure!(n >= 1, "--repeats must be at least 1");
+        sizes.repeats = n;
+        sizes.process_repeats = sizes.process_repeats.max(n);
+    }
+    Ok(Options {
+        sizes,
+        quick,
+        peers: peers.unwrap_or(!quick),
+        only,
+        runner,
+    })
+}
+
+/// target/release/runner, next to this benchmark's own directory (target/release/deps/).
+fn runner_binary() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let runner = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("locating the target directory")?
+        .join("runner");
+    ensure!(
+        runner.exists(),
+        "{} is missing: run `cargo build --release` (./bench does)",
+        runner.display()
+    );
+    Ok(runner)
+}
+
+/// One measured line of the report.
+struct Line {
+    scenario: &'static str,
+    label: String,
+    /// Samples in the line's unit.
+    samples: Vec<f64>,
+    unit: &'static str,
+    /// "runner / reference" wording, when the line is compared with another of the same run.
+    ratio: Option<(f64, String)>,
+}
+
+struct Suite {
+    runner: PathBuf,
+    work: PathBuf,
+    options: Options,
+    report: Vec<Line>,
+}
+
+impl Suite {
+    fn wants(&self, scenario: &str) -> bool {
+        self.options
+            .only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|s| s == scenario))
+    }
+
+    fn header(&self) -> Result<()> {
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let commit = Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let mode = if self.options.quick {
+            "quick (small sizes; checks results, not speed)"
+        } else {
+            "full"
+        };
+        println!(
+            "runner benchmark suite: {mode}; {cores} cores; commit {commit}; {} repetitions (median, min-max)",
+            self.options.sizes.repeats
+        );
+        Ok(())
+    }
+
+    fn runner_cmd(&self, db: &Path) -> Command {
+        let mut c = Command::new(&self.runner);
+        c.env("RUNNER_DB", db)
+            .env_remove("RUNNER_RETENTION")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        c
+    }
+
+    fn runner_ok(&self, db: &Path, args: &[&str]) -> Result<()> {
+        let output = self
+            .runner_cmd(db)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .with_context(|| format!("running runner {args:?}"))?;
+        ensure!(
+            output.status.success(),
+            "runner {args:?} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(())
+    }
+
+    fn fresh_db(&self, name: &str) -> Result<PathBuf> {
+        let db = self.work.join(format!("{name}.db"));
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
+        self.runner_ok(&db, &["init"])?;
+        Ok(db)
+    }
+
+    fn add_line(&mut self, line: Line) {
+        print_line(&line);
+        self.report.push(line);
+    }
+
+    // ---- S1 (and S6 for its tick) ----
+
+    fn s1(&mut self) -> Result<()> {
+        let n = self.options.sizes.drain;
+        println!("\nS1: drain {n} due runs of `true`, 8 at a time");
+        let mut xargs = Vec::new();
+        let mut minimal = Vec::new();
+        let mut runner = Vec::new();
+        let mut rss = Vec::new();
+        for _ in 0..self.options.sizes.repeats {
+            xargs.push(rate(n, time(|| xargs_true(n))?));
+            minimal.push(rate(n, time(|| spawn_and_wait(n, 8))?));
+            let db = self.drain_db("s1", n, "true")?;
+            let (elapsed, peak) =
+                self.timed_tick(&db, &["tick", "--concurrency", "8", "--max-tick", "1h"])?;
+            check_drained(&db, n)?;
+            runner.push(rate(n, elapsed));
+            rss.extend(peak);
+        }
+        let fastest = median(&xargs).max(median(&minimal));
+        let ratio = |samples: &[f64]| Some((median(samples) / fastest, "faster baseline".into()));
+        let r = ratio(&runner);
+        self.add_line(Line {
+            scenario: "S1",
+            label: "runner tick --concurrency 8".into(),
+            samples: runner.clone(),
+            unit: "jobs/s",
+            ratio: r,
+        });
+        let r = ratio(&xargs);
+        self.add_line(Line {
+            scenario: "S1",
+            label: "xargs -P8 sh -c true (no bookkeeping)".into(),
+            samples: xargs,
+            unit: "jobs/s",
+            ratio: r,
+        });
+        let r = ratio(&minimal);
+        self.add_line(Line {
+            scenario: "S1",
+            label: "8 threads spawning sh -c true".into(),
+            samples: minimal,
+            unit: "jobs/s",
+            ratio: r,
+        });
+        // Wall time each job adds to the drain over the faster baseline, at the same concurrency.
+        let overhead_us = (1.0 / median(&runner) - 1.0 / fastest) * 1e6;
+        println!("    runner adds about {overhead_us:.0} us of wall time per job to the drain");
+        if self.options.peers {
+            self.peers(n, median(&runner))?;
+        }
+        if !rss.is_empty() {
+            self.add_line(Line {
+                scenario: "S6",
+                label: format!("peak RSS of the S1 tick ({n} runs)"),
+                samples: rss,
+                unit: "MB",
+                ratio: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// A database holding `n` due manual runs of one schedule (that never fires by itself)
+    /// whose command is `command`.
+    fn drain_db(&self, name: &str, n: usize, command: &str) -> Result<PathBuf> {
+        let db = self.fresh_db(name)?;
+        self.runner_ok(
+            &db,
+            &[
+                "schedule",
+                "add",
+                "bench",
+                "--cron",
+                "0 0 1 1 *",
+                "--overlap",
+                "allow",
+                "--",
+                command,
+            ],
+        )?;
+        let conn = Connection::open(&db)?;
+        conn.execute(
+            "WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < ?1)
+             INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
+                 workdir, max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs,
+                 idempotency_key, created_at)
+             SELECT d.id, 'manual', ?2, 'pending', ?2, d.command, d.workdir, d.max_attempts,
+                 d.timeout_secs, d.backoff_base_secs, d.backoff_max_secs, 'bench:' || i, ?2
+             FROM seq, job_definitions d WHERE d.name = 'bench'",
+            rusqlite::params![n as i64, epoch_now() - 5],
+        )?;
+        Ok(db)
+    }
+
+    /// Run one runner command to its end: its wall time, and its peak RSS in MB when GNU time
+    /// is there to tell.
+    fn timed_tick(&self, db: &Path, args: &[&str]) -> Result<(Duration, Option<f64>)> {
+        let gnu_time = Path::new("/usr/bin/time");
+        let rss_file = self.work.join("rss");
+        let mut cmd = if gnu_time.exists() {
+            let mut c = Command::new(gnu_time);
+            c.arg("-f")
+                .arg("%M")
+                .arg("-o")
+                .arg(&rss_file)
+                .arg(&self.runner)
+                .env("RUNNER_DB", db)
+                .env_remove("RUNNER_RETENTION")
+                .stdout(Stdio::null());
+            c
+        } else {
+            self.runner_cmd(db)
+        };
+        cmd.args(args).stderr(Stdio::piped());
+        let start = Instant::now();
+        let output = cmd.output().context("running a tick")?;
+        let elapsed = start.elapsed();
+        ensure!(
+            output.status.success(),
+            "runner {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let rss = std::fs::read_to_string(&rss_file)
+            .ok()
+            .and_then(|s| s.trim().lines().last()?.trim().parse::<f64>().ok())
+            .map(|kb| kb / 1024.0);
+        Ok((elapsed, rss))
+    }
+
+    fn peers(&mut self, n: usize, runner_rate: f64) -> Result<()> {
+        match huey_python(&runner_binary()?) {
+            Err(why) => println!("    huey: not installed ({why}); skipped"),
+            Ok(python) => {
+                let script =
+                    Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/huey_drain.py");
+                let mut samples = Vec::new();
+                for i in 0..self.options.sizes.repeats {
+                    let queue = self.work.join(format!("huey-{i}.db"));
+                    let output = Command::new(&python)
+                        .arg(&script)
+                        .arg(&queue)
+                        .arg(n.to_string())
+                        .arg("8")
+                        .output()
+                        .context("running the huey peer")?;
+                    ensure!(
+                        output.status.success(),
+                        "the huey peer failed: {}",
+                        String::from_utf8_lossy(&output.stderr)
+                    );
+                    let secs: f64 = String::from_utf8_lossy(&output.stdout)
+                        .trim()
+                        .parse()
+                        .context("reading the huey peer's time")?;
+                    samples.push(n as f64 / secs);
+                }
+                let ratio = runner_rate / median(&samples);
+                self.add_line(Line {
+                    scenario: "S1",
+                    label: "peer: huey 2.x, SQLite storage, 8 threads".into(),
+                    samples,
+                    unit: "jobs/s",
+                    ratio: None,
+                });
+                println!("    runner / huey: {ratio:.2}");
+            }
+        }
+        Ok(())
+    }
+
+    // ---- S2 (and S6 for its tick) ----
+
+    fn s2(&mut self) -> Result<()> {
+        let n = self.options.sizes.schedules;
+        println!("\nS2: one tick materialising {n} due schedules");
+        let mut rates = Vec::new();
+        let mut secs = Vec::new();
+        let mut rss = Vec::new();
+        for _ in 0..self.options.sizes.repeats {
+            let db = self.fresh_db("s2")?;
+            seed_definitions(&db, n, S2_NOW - 60, Some(S2_NOW - 30), "* * * * *")?;
+            let (elapsed, peak) =
+                self.timed_tick(&db, &["--now", S2_NOW_TEXT, "tick", "--max-tick", "0s"])?;
+            let conn = Connection::open(&db)?;
+            let (runs, pending): (i64, i64) = conn.query_row(
+                "SELECT count(*), count(*) FILTER (WHERE status = 'pending' AND scheduled_for = ?1)
+                 FROM job_runs",
+                [S2_NOW - 30],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            ensure!(
+                runs == n as i64 && pending == n as i64,
+                "S2: expected {n} pending runs, one per schedule, found {runs} runs ({pending} as expected)"
+            );
+            rates.push(n as f64 / elapsed.as_secs_f64());
+            secs.push(elapsed.as_secs_f64());
+            rss.extend(peak);
+        }
+        self.add_line(Line {
+            scenario: "S2",
+            label: format!("materialise {n} schedules, whole tick"),
+            samples: secs,
+            unit: "s",
+            ratio: None,
+        });
+        self.add_line(Line {
+            scenario: "S2",
+            label: "materialisation rate".into(),
+            samples: rates,
+            unit: "rows/s",
+            ratio: None,
+        });
+        if !rss.is_empty() {
+            self.add_line(Line {
+                scenario: "S6",
+                label: format!("peak RSS of the S2 tick ({n} schedules)"),
+                samples: rss,
+                unit: "MB",
+                ratio: None,
+            });
+        }
+        Ok(())
+    }
+
+    // ---- S3, S7, S4: one large and one small history ----
+
+    fn history_scenarios(&mut self) -> Result<()> {
+        let sizes = &self.options.sizes;
+        let (large_n, small_n, schedules) = (
+            sizes.history_large,
+            sizes.history_small,
+            sizes.idle_schedules,
+        );
+        let start = Instant::now();
+        let large = self.fresh_db("large")?;
+        seed_history(&large, schedules, large_n)?;
+        let small = self.fresh_db("small")?;
+        seed_history(&small, schedules, small_n)?;
+        println!(
+            "\n(seeded {large_n} and {small_n} finished runs, {schedules} schedules, in {:.1} s)",
+            start.elapsed().as_secs_f64()
+        );
+        if self.wants("S3") {
+            self.s3(&large, large_n, schedules)?;
+        }
+        if self.wants("S7") {
+            self.s7(&large, &small, large_n, small_n)?;
+        }
+        if self.wants("S4") {
+            self.s4(&large, large_n)?;
+        }
+        Ok(())
+    }
+
+    fn s3(&mut self, db: &Path, history: usize, schedules: usize) -> Result<()> {
+        println!("\nS3: idle tick, {schedules} schedules, nothing due, {history} finished runs");
+        let repeats = self.options.sizes.process_repeats;
+        let before = run_count(db)?;
+        // The first tick of an hour also takes the automatic-prune turn; it is measured too.
+        let mut tick = Vec::new();
+        for _ in 0..repeats {
+            tick.push(ms(time(|| self.runner_ok(db, &["tick"]))?));
+        }
+        let cpu = self.cpu_per_tick(db, repeats)?;
+        ensure!(
+            run_count(db)? == before,
+            "S3: an idle tick changed the number of runs"
+        );
+        let baseline = if which("sqlite3") {
+            let mut samples = Vec::new();
+            for _ in 0..repeats {
+                let elapsed = time(|| {
+                    let status = Command::new("sqlite3")
+                        .arg(db)
+                        .arg("select 1")
+                        .stdout(Stdio::null())
+                        .status()?;
+                    ensure!(status.success(), "sqlite3 failed");
+                    Ok(())
+                })?;
+                samples.push(ms(elapsed));
+            }
+            Some(samples)
+        } else {
+            println!("    sqlite3 CLI not found: no baseline (apt-get install sqlite3)");
+            None
+        };
+        let ratio = baseline
+            .as_ref()
+            .map(|b| (median(&tick) / median(b), "sqlite3 'select 1'".to_string()));
+        self.add_line(Line {
+            scenario: "S3",
+            label: "runner tick, whole process".into(),
+            samples: tick,
+            unit: "ms",
+            ratio,
+        });
+        if let Some(cpu) = cpu {
+            self.add_line(Line {
+                scenario: "S3",
+                label: "  its CPU time (user + sys)".into(),
+                samples: vec![cpu],
+                unit: "ms",
+                ratio: None,
+            });
+        }
+        if let Some(b) = baseline {
+            self.add_line(Line {
+                scenario: "S3",
+                label: "sqlite3 DB 'select 1', whole process".into(),
+                samples: b,
+                unit: "ms",
+                ratio: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// CPU time (user + sys, ms) of one idle tick: GNU time over `repeats` ticks in a row (its
+    /// resolution is 10 ms), divided. None without GNU time.
+    fn cpu_per_tick(&self, db: &Path, repeats: usize) -> Result<Option<f64>> {
+        let gnu_time = Path::new("/usr/bin/time");
+        if !gnu_time.exists() {
+            return Ok(None);
+        }
+        let out = self.work.join("cpu");
+        let status = Command::new(gnu_time)
+            .args(["-f", "%U %S", "-o"])
+            .arg(&out)
+            .args([
+                "sh",
+                "-c",
+                r#"for _ in $(seq "$1"); do "$2" tick || exit 1; done"#,
+                "sh",
+            ])
+            .arg(repeats.to_string())
+            .arg(&self.runner)
+            .env("RUNNER_DB", db)
+            .env_remove("RUNNER_RETENTION")
+            .status()?;
+        ensure!(status.success(), "S3: an idle tick failed");
+        let text = std::fs::read_to_string(&out)?;
+        let line = text.trim().lines().last().unwrap_or_default();
+        let secs: f64 = line
+            .split_whitespace()
+            .map(|p| p.parse::<f64>().unwrap_or(0.0))
+            .sum();
+        Ok(Some(secs * 1000.0 / repeats as f64))
+    }
+
+    fn s7(&mut self, large: &Path, small: &Path, large_n: usize, small_n: usize) -> Result<()> {
+        println!("\nS7: reading commands with {large_n} vs {small_n} runs");
+        let repeats = self.options.sizes.process_repeats;
+        for args in [
+            &["history", "--limit", "50"][..],
+            &["status"][..],
+            &["metrics"][..],
+        ] {
+            let mut big = Vec::new();
+            let mut little = Vec::new();
+            for _ in 0..repeats {
+                big.push(ms(time(|| self.runner_ok(large, args))?));
+                little.push(ms(time(|| self.runner_ok(small, args))?));
+            }
+            let ratio = Some((median(&big) / median(&little), format!("{small_n} runs")));
+            self.add_line(Line {
+                scenario: "S7",
+                label: format!("runner {} ({large_n} runs)", args.join(" ")),
+                samples: big,
+                unit: "ms",
+                ratio,
+            });
+            self.add_line(Line {
+                scenario: "S7",
+                label: format!("runner {} ({small_n} runs)", args.join(" ")),
+                samples: little,
+                unit: "ms",
+                ratio: None,
+            });
+        }
+        Ok(())
+    }
+
+    fn s4(&mut self, large: &Path, history: usize) -> Result<()> {
+        let claims = self.options.sizes.claims;
+        println!("\nS4: latency of one claim transaction ({claims} claims of one run each)");
+        let empty = self.drain_db("s4-empty", claims, "true")?;
+        add_pending(large, claims, self.options.sizes.idle_schedules)?;
+        let mut lines = Vec::new();
+        for (db, what) in [
+            (empty.as_path(), "0 finished runs".to_string()),
+            (large, format!("{history} finished runs")),
+        ] {
+            let latencies = claim_latencies(db, claims)?;
+            lines.push((what, latencies));
+        }
+        let p99_empty = percentile(&lines[0].1, 0.99);
+        for (what, latencies) in lines {
+            let p50 = percentile(&latencies, 0.50);
+            let p99 = percentile(&latencies, 0.99);
+            self.add_line(Line {
+                scenario: "S4",
+                label: format!("claim p50, {what}"),
+                samples: vec![p50],
+                unit: "ms",
+                ratio: None,
+            });
+            self.add_line(Line {
+                scenario: "S4",
+                label: format!("claim p99, {what}"),
+                samples: vec![p99],
+                unit: "ms",
+                ratio: Some((p99 / p99_empty, "p99 with 0 runs".into())),
+            });
+        }
+        Ok(())
+    }
+
+    // ---- S5 ----
+
+    fn s5(&mut self) -> Result<()> {
+        let n = self.options.sizes.drain;
+        println!("\nS5: 4 concurrent ticks (--concurrency 2 each) draining {n} runs");
+        let mut four = Vec::new();
+        let mut one = Vec::new();
+        for i in 0..self.options.sizes.repeats {
+            let log = self.work.join(format!("s5-{i}.log"));
+            let command = format!("echo $RUNNER_RUN_ID >> {}", log.display());
+            let db = self.drain_db("s5", n, &command)?;
+            let elapsed = time(|| {
+                let ticks = (0..4)
+                    .map(|_| {
+                        self.runner_cmd(&db)
+                            .args(["tick", "--concurrency", "2", "--max-tick", "1h"])
+                            .stderr(Stdio::piped())
+                            .spawn()
+                            .context("starting a tick")
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                for t in ticks {
+                    let output = t.wait_with_output()?;
+                    ensure!(
+                        output.status.success(),
+                        "a tick failed: {}",
+                        String::from_utf8_lossy(&output.stderr)
+                    );
+                }
+                Ok(())
+            })?;
+            check_drained(&db, n)?;
+            check_executed_once(&log, n)?;
+            four.push(rate(n, elapsed));
+            // The single-tick reference, on the same command.
+            let _ = std::fs::remove_file(&log);
+            let db = self.drain_db("s5-one", n, &command)?;
+            let elapsed =
+                time(|| self.runner_ok(&db, &["tick", "--concurrency", "8", "--max-tick", "1h"]))?;
+            check_drained(&db, n)?;
+            check_executed_once(&log, n)?;
+            one.push(rate(n, elapsed));
+        }
+        let ratio = Some((median(&four) / median(&one), "one tick".into()));
+        self.add_line(Line {
+            scenario: "S5",
+            label: "4 ticks x --concurrency 2, 0 duplicates".into(),
+            samples: four,
+            unit: "jobs/s",
+            ratio,
+        });
+        self.add_line(Line {
+            scenario: "S5",
+            label: "1 tick x --concurrency 8 (same jobs)".into(),
+            samples: one,
+            unit: "jobs/s",
+            ratio: None,
+        });
+        Ok(())
+    }
+
+    fn print_summary(&self) {
+        println!("\nsummary (median, min-max; ratio against the named line of the same run)");
+        println!("| id | measurement | median | min-max | ratio |\n|---|---|---|---|---|");
+        for line in &self.report {
+            let (lo, hi) = min_max(&line.samples);
+            let ratio = line
+                .ratio
+                .as_ref()
+                .map_or(String::new(), |(r, of)| format!("{r:.2} x {of}"));
+            println!(
+                "| {} | {} | {} {} | {}-{} | {} |",
+                line.scenario,
+                line.label.trim(),
+                fmt(median(&line.samples)),
+                line.unit,
+                fmt(lo),
+                fmt(hi),
+                ratio
+            );
+        }
+    }
+}
+
+fn print_line(line: &Line) {
+    let (lo, hi) = min_max(&line.samples);
+    let ratio = line
+        .ratio
+        .as_ref()
+        .map_or(String::new(), |(r, of)| format!("  {r:.2} x {of}"));
+    println!(
+        "  {:<46} {:>10} {:<6} ({}-{}){}",
+        line.label,
+        fmt(median(&line.samples)),
+        line.unit,
+        fmt(lo),
+        fmt(hi),
+        ratio
+    );
+}
+
+fn fmt(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0}")
+    } else if value >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+fn time(f: impl FnOnce() -> Result<()>) -> Result<Duration> {
+    let start = Instant::now();
+    f()?;
+    Ok(start.elapsed())
+}
+
+fn rate(n: usize, elapsed: Duration) -> f64 {
+    n as f64 / elapsed.as_secs_f64()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn median(samples: &[f64]) -> f64 {
+    percentile(samples, 0.5)
+}
+
+/// The nearest-rank percentile.
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn min_max(samples: &[f64]) -> (f64, f64) {
+    samples
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &s| {
+            (lo.min(s), hi.max(s))
+        })
+}
+
+#[allow(clippy::disallowed_methods)] // the bench seeds rows relative to the real clock
+fn epoch_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+fn which(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The floor without bookkeeping, 1: `xargs -P8` running `sh -c true` `n` times.
+fn xargs_true(n: usize) -> Result<()> {
+    let status = Command::new("sh")
+        .args(["-c", &format!("seq {n} | xargs -P8 -I{{}} sh -c true")])
+        .status()?;
+    ensure!(status.success(), "xargs failed");
+    Ok(())
+}
+
+/// The floor without bookkeeping, 2: `slots` threads of this process that only spawn
+/// `/bin/sh -c true` and wait for it, `n` times in all.
+fn spawn_and_wait(n: usize, slots: usize) -> Result<()> {
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..slots)
+            .map(|_| {
+                scope.spawn(|| -> Result<()> {
+                    while next.fetch_add(1, Ordering::Relaxed) < n {
+                        let status = Command::new("/bin/sh")
+                            .args(["-c", "true"])
+                            .stdin(Stdio::null())
+                            .status()?;
+                        ensure!(status.success(), "sh -c true failed");
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("a spawning thread panicked"))
+    })
+}
+
+/// Every run succeeded on its first and only attempt.
+fn check_drained(db: &Path, n: usize) -> Result<()> {
+    let conn = Connection::open(db)?;
+    let (succeeded, attempts, other): (i64, i64, i64) = conn.query_row(
+        "SELECT (SELECT count(*) FROM job_runs WHERE status = 'succeeded' AND attempt = 1),
+                (SELECT count(*) FROM job_attempts),
+                (SELECT count(*) FROM job_runs WHERE status <> 'succeeded')",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    ensure!(
+        succeeded == n as i64 && attempts == n as i64 && other == 0,
+        "expected {n} runs succeeded at their first attempt; found {succeeded}, {attempts} attempts, {other} runs not succeeded"
+    );
+    Ok(())
+}
+
+/// The jobs' own log (one run id per execution): each of the `n` runs executed exactly once.
+fn check_executed_once(log: &Path, n: usize) -> Result<()> {
+    let text = std::fs::read_to_string(log).context("reading the jobs' log")?;
+    let mut ids: Vec<&str> = text.lines().collect();
+    let executions = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    let duplicates = executions - ids.len();
+    ensure!(
+        duplicates == 0 && ids.len() == n,
+        "{executions} executions of {} distinct runs ({duplicates} duplicates), expected {n} once each",
+        ids.len()
+    );
+    Ok(())
+}
+
+fn run_count(db: &Path) -> Result<i64> {
+    let conn = Connection::open(db)?;
+    Ok(conn.query_row("SELECT count(*) FROM job_runs", [], |r| r.get(0))?)
+}
+
+/// `n` schedules `cron` (UTC, catch-up latest), handled through `through`, next firing at
+/// `next_fire_at`.
+fn seed_definitions(
+    db: &Path,
+    n: usize,
+    through: i64,
+    next_fire_at: Option<i64>,
+    cron: &str,
+) -> Result<()> {
+    let conn = Connection::open(db)?;
+    conn.execute(
+        "WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < ?1)
+         INSERT INTO job_definitions (name, cron, timezone, command, materialized_through,
+             next_fire_at, created_at, updated_at)
+         SELECT 'job-' || i, ?2, 'UTC', 'true', ?3, ?4, ?3, ?3 FROM seq",
+        rusqlite::params![n as i64, cron, through, next_fire_at],
+    )?;
+    Ok(())
+}
+
+/// `schedules` schedules that are not due (yearly, next firing in a year), and `runs` finished
+/// runs spread over the last three weeks (inside the default 30-day retention, so a tick's
+/// prune has nothing to delete): one every 2 seconds, 2% dead after 3 attempts, 1% skipped, the
+/// rest succeeded; each executed run with its attempt(s) and three events.
+fn seed_history(db: &Path, schedules: usize, runs: usize) -> Result<()> {
+    let now = epoch_now();
+    seed_definitions(db, schedules, now, Some(now + 365 * 86_400), "0 0 1 1 *")?;
+    let step = (21 * 86_400 / runs.max(1) as i64).clamp(1, 2);
+    let mut conn = Connection::open(db)?;
+    let tx = conn.transaction()?;
+    tx.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+         INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, attempt,
+             command, max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs,
+             idempotency_key, error_code, error_detail, skip_reason, created_at, started_at,
+             finished_at)
+         SELECT 1 + i % ?2, 'schedule', ?3 - 60 - i * ?4,
+                CASE WHEN i % 50 = 0 THEN 'dead' WHEN i % 100 = 1 THEN 'skipped' ELSE 'succeeded' END,
+                ?3 - 60 - i * ?4,
+                CASE WHEN i % 100 = 1 THEN 0 WHEN i % 50 = 0 THEN 3 ELSE 1 END,
+                'true', 3, 3600, 30, 3600, 'seed-' || i,
+                CASE WHEN i % 50 = 0 THEN 'EXIT:' || (1 + i % 3) END,
+                CASE WHEN i % 50 = 0 THEN 'exited with status ' || (1 + i % 3) END,
+                CASE WHEN i % 100 = 1 THEN 'overlap: another run was running' END,
+                ?3 - 60 - i * ?4,
+                CASE WHEN i % 100 <> 1 THEN ?3 - 60 - i * ?4 END,
+                ?3 - 60 - i * ?4 + 1
+         FROM n",
+        rusqlite::params![runs as i64, schedules as i64, now, step],
+    )?;
+    tx.execute_batch(
+        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
+             started_at, finished_at, duration_ms, outcome, exit_code, error_code, error_detail,
+             stdout_tail, stdout_bytes, stderr_bytes)
+         SELECT id, attempt, 'seed:1', 'seed', 1, 'token-' || id, started_at, finished_at,
+                1000 + id % 1000,
+                CASE status WHEN 'dead' THEN 'failed' ELSE 'succeeded' END,
+                CASE status WHEN 'dead' THEN CAST(substr(error_code, 6) AS INTEGER) ELSE 0 END,
+                error_code, error_detail, CAST('done' AS BLOB), 4, 0
+         FROM job_runs WHERE attempt > 0;
+         INSERT INTO job_events (run_id, at, kind, actor, detail)
+         SELECT r.id, r.created_at + k.offset, k.kind, 'seed:1', '{}'
+         FROM job_runs r
+         JOIN (SELECT 0 AS offset, 'ENQUEUED' AS kind UNION ALL SELECT 0, 'CLAIMED'
+               UNION ALL SELECT 1, 'SUCCEEDED') k
+         WHERE r.attempt > 0;",
+    )?;
+    tx.execute(
+        "INSERT INTO runner_state (key, value) VALUES ('last_tick_at', ?1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [now - 60],
+    )?;
+    tx.commit()?;
+    conn.execute_batch("ANALYZE")?;
+    Ok(())
+}
+
+/// `n` due manual pending runs, each of a different one of the `schedules` schedules (they
+/// forbid overlap: one running run each).
+fn add_pending(db: &Path, n: usize, schedules: usize) -> Result<()> {
+    ensure!(n <= schedules, "S4 claims at most one run per schedule");
+    let conn = Connection::open(db)?;
+    conn.execute(
+        "WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < ?1)
+         INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
+             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
+             created_at)
+         SELECT 1 + i % ?3, 'manual', ?2, 'pending', ?2, 'true', 3, 3600, 30, 3600,
+             'claim-' || i, ?2
+         FROM seq",
+        rusqlite::params![n as i64, epoch_now() - 5, schedules as i64],
+    )?;
+    Ok(())
+}
+
+/// Claim the `n` due runs one per transaction, through runner's own store: each claim's
+/// latency in ms.
+fn claim_latencies(db: &Path, n: usize) -> Result<Vec<f64>> {
+    use runner::store::{OpenMode, SqliteStore, Store};
+    let mut store = SqliteStore::open(db, OpenMode::MustExist)?;
+    let actor = runner::cli::actor(Some("bench:claims".into()));
+    let mut latencies = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let claimed = store.claim(&actor, epoch_now(), 3600, 1)?;
+        latencies.push(ms(start.elapsed()));
+        ensure!(claimed.runs.len() == 1, "S4: a claim found no due run");
+    }
+    Ok(latencies)
+}
+
+/// A Python with huey installed, in a virtual environment under target/ (installed from PyPI on
+/// first use).
+fn huey_python(runner: &Path) -> std::result::Result<PathBuf, String> {
+    let venv = runner
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("no target directory")?
+        .join("bench-peers/huey");
+    let python = venv.join("bin/python");
+    let has_huey = |python: &Path| {
+        Command::new(python)
+            .args(["-c", "import huey"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if python.exists() && has_huey(&python) {
+        return Ok(python);
+    }
+    let quiet = |c: &mut Command| c.stdout(Stdio::null()).stderr(Stdio::piped()).output();
+    let made = quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+        .map_err(|e| format!("python3: {e}"))?;
+    if !made.status.success() {
+        return Err(format!(
+            "python3 -m venv failed: {}",
+            String::from_utf8_lossy(&made.stderr).trim()
+        ));
+    }
+    let pip =
+        quiet(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "huey>=2.5,<3"]))
+            .map_err(|e| format!("pip: {e}"))?;
+    if !pip.status.success() || !has_huey(&python) {
+        return Err(format!(
+            "pip install huey failed: {}",
+            String::from_utf8_lossy(&pip.stderr).trim()
+        ));
+    }
+    Ok(python)
+}
