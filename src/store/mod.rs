@@ -1,6 +1,7 @@
 //! Persistence behind one trait, one file per backend, each with its own SQL. The tick and the
 //! commands speak only to `Store`; a backend is chosen from the `--db` location.
 
+mod postgres;
 mod sqlite;
 pub(crate) mod sqlite_files;
 
@@ -14,6 +15,7 @@ use crate::model::{
     ExpiredLease, Fenced, NewRun, RunStatus, Settings, StartRecord,
 };
 
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// Whether opening may create a missing database. Only `init` and `schedule add` may.
@@ -79,9 +81,11 @@ impl std::fmt::Display for Location {
 pub fn open(location: &Location, mode: OpenMode) -> Result<Box<dyn Store>> {
     match location {
         Location::Sqlite(path) => Ok(Box::new(SqliteStore::open(path, mode)?)),
-        Location::Postgres(_) => Err(Failure::usage(format!(
-            "{location}: the PostgreSQL backend is not available in this build yet; use a SQLite path"
-        ))),
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(
+            url,
+            &location.to_string(),
+            mode,
+        )?)),
     }
 }
 
