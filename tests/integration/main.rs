@@ -11,5 +11,6 @@ mod faults;
 mod materialize;
 mod never_twice;
 mod observe;
+mod postgres;
 mod recovery;
 mod schedules;

@@ -241,7 +241,8 @@ fn connect_failure(server: &Server, error: &postgres::Error) -> anyhow::Error {
         .into();
     }
     let hint = match error.code() {
-        Some(&SqlState::INVALID_PASSWORD) | Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION) => {
+        Some(&SqlState::INVALID_PASSWORD)
+        | Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION) => {
             "; check the user and the password (in the URL, PGPASSWORD or ~/.pgpass)"
         }
         Some(&SqlState::INVALID_CATALOG_NAME) => "; create the database first (createdb)",
@@ -304,8 +305,11 @@ mod tests {
 
     #[test]
     fn verifying_ssl_modes_are_taken_out_of_the_url() {
-        let (config, verify) =
-            parse("postgres://u@h/d?sslmode=verify-full&connect_timeout=3", "x").expect("parse");
+        let (config, verify) = parse(
+            "postgres://u@h/d?sslmode=verify-full&connect_timeout=3",
+            "x",
+        )
+        .expect("parse");
         assert_eq!(verify, Verify::ChainAndHost);
         assert_eq!(config.get_ssl_mode(), postgres::config::SslMode::Require);
         assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
@@ -318,8 +322,11 @@ mod tests {
 
     #[test]
     fn a_bad_url_is_a_usage_error_that_does_not_echo_the_password() {
-        let error = parse("postgres://u:s3cret@h/d?sslmode=sometimes", "postgres://u:***@h/d")
-            .expect_err("refused");
+        let error = parse(
+            "postgres://u:s3cret@h/d?sslmode=sometimes",
+            "postgres://u:***@h/d",
+        )
+        .expect_err("refused");
         assert_eq!(crate::exit::code_for(&error), crate::exit::USAGE);
         assert!(!format!("{error:#}").contains("s3cret"), "{error:#}");
     }
@@ -334,10 +341,13 @@ mod tests {
         let options = config.get_options().expect("options");
         assert!(options.contains("statement_timeout="), "{options}");
         assert!(options.contains("lock_timeout=15000ms"), "{options}");
-        let (config, _) = parse("postgres://app@db/x?options=-c%20search_path%3Drunner", "x")
-            .expect("parse");
+        let (config, _) =
+            parse("postgres://app@db/x?options=-c%20search_path%3Drunner", "x").expect("parse");
         let (config, _) = complete(config);
         let options = config.get_options().expect("options");
-        assert!(options.starts_with("-c search_path=runner -c statement_timeout"), "{options}");
+        assert!(
+            options.starts_with("-c search_path=runner -c statement_timeout"),
+            "{options}"
+        );
     }
 }

@@ -300,7 +300,10 @@ struct Columns<'a> {
 }
 
 impl Columns<'_> {
-    fn get<T: for<'r> postgres::types::FromSql<'r> + Default>(&mut self, column: &'static str) -> T {
+    fn get<T: for<'r> postgres::types::FromSql<'r> + Default>(
+        &mut self,
+        column: &'static str,
+    ) -> T {
         match self.row.try_get::<_, T>(column) {
             Ok(value) => value,
             Err(error) => {

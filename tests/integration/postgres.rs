@@ -1,0 +1,343 @@
+//! What only the PostgreSQL backend has: its schema versioning, its connections (passwords, TLS,
+//! errors that name the server and never the password), several hosts draining one database.
+//! Each test gets a database of its own on the server at `RUNNER_TEST_PG` (`./test` starts one);
+//! without it these tests say so and pass.
+
+use std::process::{Command, Output};
+
+use postgres::{Client, NoTls};
+use tempfile::TempDir;
+
+use super::common::{stderr, stdout, BIN};
+
+/// A database of its own on the test server, dropped at the end.
+struct PgEnv {
+    dir: TempDir,
+    server: String,
+    name: String,
+    url: String,
+}
+
+impl PgEnv {
+    /// `None` (after saying why) when no test server is configured.
+    fn new() -> Option<PgEnv> {
+        if std::env::var("RUNNER_TEST_BACKEND").as_deref() == Ok("sqlite") {
+            return None; // ./test runs these in its PostgreSQL pass
+        }
+        let Some(server) = std::env::var("RUNNER_TEST_PG")
+            .ok()
+            .filter(|v| !v.is_empty())
+        else {
+            eprintln!("skipped: RUNNER_TEST_PG is not set (./test starts a PostgreSQL server)");
+            return None;
+        };
+        let name = format!("runner_pg_{:016x}", fastrand::u64(..));
+        let mut admin = Client::connect(&server, NoTls).expect("connect to RUNNER_TEST_PG");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create database");
+        let url = database_url(&server, &name);
+        let dir = tempfile::Builder::new()
+            .prefix("runner-test-")
+            .tempdir()
+            .expect("tempdir");
+        Some(PgEnv {
+            dir,
+            server,
+            name,
+            url,
+        })
+    }
+
+    fn init() -> Option<PgEnv> {
+        let env = PgEnv::new()?;
+        env.ok(&["init"]);
+        Some(env)
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.env("RUNNER_DB", &self.url)
+            .env("HOME", self.dir.path())
+            .env_remove("PGPASSWORD")
+            .env_remove("PGPASSFILE")
+            .env_remove("XDG_STATE_HOME")
+            .current_dir(self.dir.path());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().expect("spawn runner")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "runner {args:?} failed ({:?})\nstdout: {}\nstderr: {}",
+            out.status.code(),
+            stdout(&out),
+            stderr(&out)
+        );
+        stdout(&out)
+    }
+
+    fn fails(&self, code: i32, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "runner {args:?}: expected exit {code}\nstdout: {}\nstderr: {}",
+            stdout(&out),
+            stderr(&out)
+        );
+        stderr(&out)
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.url, NoTls).expect("connect to the test database")
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        self.client().query_one(sql, &[]).expect(sql).get(0)
+    }
+}
+
+impl Drop for PgEnv {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = Client::connect(&self.server, NoTls) {
+            let _ = admin.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+/// The server URL with another database: `postgres://u@h:p/postgres` -> `.../NAME`.
+fn database_url(server: &str, name: &str) -> String {
+    let (base, query) = match server.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (server, String::new()),
+    };
+    let (host_part, _) = base.rsplit_once('/').expect("a URL with a database");
+    format!("{host_part}/{name}{query}")
+}
+
+/// `postgres://postgres@127.0.0.1:5432/db` with another user (and password).
+fn with_user(url: &str, userinfo: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{userinfo}@{host}")
+}
+
+#[test]
+fn init_creates_the_schema_and_other_commands_need_it() {
+    let Some(env) = PgEnv::new() else { return };
+    let err = env.fails(4, &["status"]);
+    assert!(err.contains("has no runner schema"), "{err}");
+    assert!(err.contains("runner init"), "{err}");
+    assert!(err.contains("127.0.0.1"), "the host is named: {err}");
+    env.ok(&["init"]);
+    env.ok(&["init"]); // idempotent
+    assert_eq!(
+        env.count("SELECT max(version) FROM runner_schema_version"),
+        1
+    );
+    // The constraints and indexes SQLite has, partial ones included.
+    let indexes = env.count(
+        "SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_runs_one_per_instant', 'job_runs_due',
+             'job_runs_leases', 'job_definitions_due', 'job_attempts_open')
+           AND indexdef LIKE '% WHERE %'",
+    );
+    assert_eq!(indexes, 5);
+    // A newer schema than this runner knows: refused, exit 4.
+    env.client()
+        .batch_execute("INSERT INTO runner_schema_version VALUES (99, 0)")
+        .expect("forge");
+    let err = env.fails(4, &["status"]);
+    assert!(err.contains("schema version 99"), "{err}");
+    let err = env.fails(4, &["init"]);
+    assert!(err.contains("upgrade runner"), "{err}");
+}
+
+#[test]
+fn schedule_add_creates_the_schema_and_a_tick_executes_runs() {
+    let Some(env) = PgEnv::new() else { return };
+    env.ok(&[
+        "schedule",
+        "add",
+        "hello",
+        "--cron",
+        "* * * * *",
+        "--",
+        "echo",
+        "hi",
+    ]);
+    env.ok(&["run", "hello"]);
+    env.ok(&["tick"]);
+    let history: serde_json::Value =
+        serde_json::from_str(&env.ok(&["history", "--json"])).expect("json");
+    assert_eq!(history[0]["status"], "succeeded", "{history:#}");
+    let shown = env.ok(&["show", "1"]);
+    assert!(shown.contains("hi"), "{shown}");
+    // The last tick is recorded by the database's clock (the only host here is the server's).
+    let skew = env.count(
+        "SELECT abs(value - extract(epoch FROM now())::bigint) FROM runner_state WHERE key = 'last_tick_at'",
+    );
+    assert!(
+        skew < 600,
+        "last_tick_at is {skew}s away from the database's clock"
+    );
+}
+
+/// Four "hosts" (ticks with their own owner, at once) drain one queue: every run executes
+/// exactly once and succeeds.
+#[test]
+fn ticks_on_several_hosts_run_every_run_exactly_once() {
+    let Some(env) = PgEnv::init() else { return };
+    let log = env.dir.path().join("ran.log");
+    let command = format!("echo $RUNNER_RUN_ID >> {}", log.display());
+    env.ok(&[
+        "--now",
+        "2030-01-01T00:00:30Z",
+        "schedule",
+        "add",
+        "every-minute",
+        "--cron",
+        "* * * * *",
+        "--catch-up",
+        "all",
+        "--overlap",
+        "allow",
+        "--",
+        &command,
+    ]);
+    // 100 minutes later: 100 instants are due (catch-up all).
+    let later = "2030-01-01T01:40:30Z";
+    let ticks: Vec<_> = (0..4)
+        .map(|host| {
+            env.cmd()
+                .args([
+                    "--now",
+                    later,
+                    "tick",
+                    "--owner",
+                    &format!("host-{host}"),
+                    "--concurrency",
+                    "4",
+                ])
+                .spawn()
+                .expect("spawn tick")
+        })
+        .collect();
+    for mut tick in ticks {
+        assert!(tick.wait().expect("wait").success());
+    }
+    let runs = env.count("SELECT count(*) FROM job_runs");
+    assert_eq!(runs, 100, "one run per instant");
+    let ran = std::fs::read_to_string(&log).unwrap_or_default();
+    let mut ids: Vec<&str> = ran.lines().collect();
+    let executed = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(executed, ids.len(), "a run executed twice: {ran}");
+    // Every due run executed (a tick keeps claiming while due work exists).
+    let succeeded = env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded'");
+    let skipped = env.count("SELECT count(*) FROM job_runs WHERE status = 'skipped'");
+    assert_eq!(succeeded + skipped, runs);
+    assert_eq!(succeeded as usize, executed);
+    assert_eq!(executed, 100, "{ran}");
+    assert_eq!(env.count("SELECT count(*) FROM job_attempts"), 100);
+}
+
+#[test]
+fn a_wrong_password_or_a_server_that_is_down_exit_4_naming_the_host_never_the_password() {
+    let Some(env) = PgEnv::init() else { return };
+    let Ok(user) = std::env::var("RUNNER_TEST_PG_PASSWORD_USER") else {
+        eprintln!("skipped: RUNNER_TEST_PG_PASSWORD_USER is not set");
+        return;
+    };
+    let wrong = with_user(&env.url, &format!("{user}:not-the-Password-42"));
+    let out = env
+        .cmd()
+        .args(["--db", &wrong, "status"])
+        .output()
+        .expect("run");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("127.0.0.1"), "the host is named: {err}");
+    assert!(err.contains("password authentication failed"), "{err}");
+    assert!(
+        !err.contains("not-the-Password-42"),
+        "the password is printed: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+
+    // Nothing listens on port 1: unreachable, exit 4, the host named, the password not.
+    let down = "postgres://someone:Secret-77@127.0.0.1:1/runner";
+    let out = env
+        .cmd()
+        .args(["--db", down, "tick"])
+        .output()
+        .expect("run");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("127.0.0.1:1"), "{err}");
+    assert!(!err.contains("Secret-77"), "the password is printed: {err}");
+}
+
+#[test]
+fn the_password_comes_from_pgpassword_or_the_password_file() {
+    let Some(env) = PgEnv::init() else { return };
+    let Ok(user) = std::env::var("RUNNER_TEST_PG_PASSWORD_USER") else {
+        eprintln!("skipped: RUNNER_TEST_PG_PASSWORD_USER is not set");
+        return;
+    };
+    let url = with_user(&env.url, &user);
+    // Without a password the server refuses; the role may not read the tables either way, so a
+    // login that worked shows as a permission error, not an authentication one.
+    let out = env
+        .cmd()
+        .args(["--db", &url, "status"])
+        .output()
+        .expect("run");
+    assert!(stderr(&out).contains("password"), "{}", stderr(&out));
+    let logged_in = |out: &Output| {
+        let err = stderr(out);
+        assert!(!err.contains("authentication failed"), "{err}");
+        assert!(!err.contains("password"), "{err}");
+    };
+    let out = env
+        .cmd()
+        .args(["--db", &url, "status"])
+        .env("PGPASSWORD", "right-password")
+        .output()
+        .expect("run");
+    logged_in(&out);
+    let pgpass = env.dir.path().join(".pgpass");
+    std::fs::write(&pgpass, format!("127.0.0.1:*:*:{user}:right-password\n")).expect("write");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let out = env
+        .cmd()
+        .args(["--db", &url, "status"])
+        .output()
+        .expect("run");
+    logged_in(&out);
+}
+
+#[test]
+fn tls_when_the_url_asks_for_it() {
+    let Some(env) = PgEnv::init() else { return };
+    if std::env::var("RUNNER_TEST_PG_TLS").is_err() {
+        eprintln!("skipped: the test server has no TLS");
+        return;
+    }
+    let require = format!("{}?sslmode=require", env.url);
+    env.ok(&["--db", &require, "status"]);
+    // The test server's certificate is self-signed: verifying it fails, exit 4.
+    let verify = format!("{}?sslmode=verify-full", env.url);
+    let err = env.fails(4, &["--db", &verify, "status"]);
+    assert!(err.contains("certificate"), "{err}");
+}
