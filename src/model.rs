@@ -433,6 +433,10 @@ pub struct AttemptResult {
     /// What the job left behind when its shell exited (`pid comm`), and whether it was killed.
     pub leftovers: Vec<String>,
     pub leftovers_killed: bool,
+    /// The run is recovered from another host: the attempt's processes live there, out of this
+    /// host's reach, so the attempt stays open until that host's next tick has stopped them and
+    /// closes it (`recover::stop_orphaned_attempts`).
+    pub attempt_left_open: bool,
 }
 
 /// Whether a fenced write landed.

@@ -100,6 +100,7 @@ pub fn record_end(
         // A timeout or a stop ends everything of the attempt; a normal end, by its policy.
         leftovers_killed: run.leftovers == Leftovers::Kill || failure.is_some(),
         leftovers,
+        attempt_left_open: false,
     };
     let recorded = match tick.store.finish_attempt(&result, &tick.options.actor) {
         Ok(recorded) => recorded,

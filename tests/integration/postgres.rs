@@ -4,6 +4,7 @@
 //! without it these tests say so and pass.
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use postgres::{Client, NoTls};
 use tempfile::TempDir;
@@ -340,4 +341,135 @@ fn tls_when_the_url_asks_for_it() {
     let verify = format!("{}?sslmode=verify-full", env.url);
     let err = env.fails(4, &["--db", &verify, "status"]);
     assert!(err.contains("certificate"), "{err}");
+}
+
+/// `runner ARGS` as a tick on another host: in a UTS namespace of its own whose host name is
+/// `host` (`unshare -u`, root only). `None` (after saying why) where namespaces are not allowed.
+fn on_host(env: &PgEnv, host: &str, args: &[&str]) -> Option<Command> {
+    let allowed = Command::new("unshare")
+        .args(["-u", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !allowed {
+        eprintln!("skipped: `unshare -u` is not allowed here (it needs root)");
+        return None;
+    }
+    let mut cmd = env.cmd();
+    let program = cmd.get_program().to_owned();
+    let mut wrapped = Command::new("unshare");
+    wrapped
+        .args([
+            "-u",
+            "sh",
+            "-c",
+            r#"hostname "$1" && shift && exec "$@""#,
+            "sh",
+            host,
+        ])
+        .arg(program)
+        .args(args);
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    wrapped.current_dir(env.dir.path());
+    let _ = cmd.args(args);
+    Some(wrapped)
+}
+
+/// The database's clock, `ahead` seconds on, as `--now` wants it.
+fn database_time_plus(env: &PgEnv, ahead: i64) -> String {
+    let epoch = env.count("SELECT extract(epoch FROM now())::bigint") + ahead;
+    chrono::DateTime::from_timestamp(epoch, 0)
+        .expect("a time")
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// A host recovers another host's expired lease (the run is retried) but cannot stop processes
+/// there, so it leaves the attempt open; the owning host's next tick kills what the dead tick
+/// left running and closes the attempt.
+#[test]
+fn a_host_recovers_another_hosts_lease_and_the_owner_stops_its_leftovers() {
+    let Some(env) = PgEnv::init() else { return };
+    let Some(mut tick_a) = on_host(&env, "host-a", &["tick", "--lease", "3s", "--owner", "a"])
+    else {
+        return;
+    };
+    env.ok(&[
+        "schedule",
+        "add",
+        "slow",
+        "--cron",
+        "0 0 1 1 *",
+        "--",
+        "sleep",
+        "600",
+    ]);
+    env.ok(&["run", "slow"]);
+    let mut tick_a = tick_a.spawn().expect("spawn tick on host-a");
+    let mut job_pid = 0;
+    super::common::wait_until(Duration::from_secs(120), "the job to start", || {
+        job_pid =
+            env.count("SELECT coalesce(max(child_pid), 0) FROM job_attempts WHERE run_id = 1");
+        job_pid > 0 && super::common::process_alive(job_pid as u32)
+    });
+    tick_a.kill().expect("kill -9 the tick on host-a");
+    tick_a.wait().expect("reap");
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_attempts WHERE host = 'host-a'"),
+        1
+    );
+
+    // host-b, its clock past the lease: recovers the run, leaves the attempt (and the job) alone.
+    let later = database_time_plus(&env, 600);
+    let out = on_host(&env, "host-b", &["--now", &later, "tick", "--owner", "b"])
+        .expect("unshare")
+        .output()
+        .expect("tick on host-b");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'pending' AND attempt = 1"
+        ),
+        1,
+        "recovered and waiting to retry"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_attempts WHERE run_id = 1 AND finished_at IS NULL"),
+        1,
+        "the attempt stays open for its host"
+    );
+    assert!(
+        super::common::process_alive(job_pid as u32),
+        "host-b cannot kill host-a's job"
+    );
+    let recovered = env.count(
+        "SELECT count(*) FROM job_events WHERE run_id = 1 AND kind = 'RECOVERED'
+           AND detail LIKE '%stopped by that host''s next tick%'",
+    );
+    assert_eq!(recovered, 1);
+
+    // host-a's next tick: kills its leftover and closes the attempt.
+    let out = on_host(&env, "host-a", &["--now", &later, "tick", "--owner", "a2"])
+        .expect("unshare")
+        .output()
+        .expect("tick on host-a");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !super::common::process_alive(job_pid as u32),
+        "the leftover job is killed"
+    );
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM job_attempts WHERE run_id = 1 AND attempt = 1
+               AND finished_at IS NOT NULL AND error_code = 'LEASE:EXPIRED'"
+        ),
+        1
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_events WHERE run_id = 1 AND kind = 'ATTEMPT_CLOSED'"),
+        1
+    );
 }

@@ -1087,7 +1087,7 @@ impl Store for PostgresStore {
                      error_code = $8, error_detail = $9, stdout_tail = $10, stderr_tail = $11,
                      stdout_bytes = $12, stderr_bytes = $13
                  WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL
-                   AND ($14 OR EXISTS (SELECT 1 FROM job_runs WHERE id = $1 AND status = 'cancelled'))",
+                   AND (($14 AND NOT $15) OR EXISTS (SELECT 1 FROM job_runs WHERE id = $1 AND status = 'cancelled'))",
                 &[
                     &result.run_id,
                     &i64::from(result.attempt),
@@ -1103,6 +1103,7 @@ impl Store for PostgresStore {
                     &(result.stdout_bytes as i64),
                     &(result.stderr_bytes as i64),
                     &applied,
+                    &result.attempt_left_open,
                 ],
             )?;
             if !applied {
