@@ -70,7 +70,7 @@ impl PostgresStore {
     /// (every other command), or with a newer one (exit 4).
     fn migrate(&self, mode: OpenMode) -> Result<()> {
         let known = MIGRATIONS.len() as i64;
-        let version = self.read(|client| schema_version(client))?;
+        let version = self.read(schema_version)?;
         match version {
             Some(version) if version > known => return Err(self.newer_schema(version)),
             Some(version) if version == known => return Ok(()),
