@@ -20,21 +20,25 @@ use std::cell::RefCell;
 use anyhow::Result;
 use postgres::types::ToSql;
 use postgres::{Client, IsolationLevel, Row, Transaction};
-use serde_json::json;
 
 use self::connect::Server;
 use super::{
     AttemptView, Claimed, CursorMove, DefinitionRow, EventView, Health, LastResult, OpenMode,
-    PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView, RunningView, Steer, Steered,
-    Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView, RunningView, Storage, Store,
+    RECENT_LISTED, RUNNING_LISTED,
 };
+use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AfterFailure, AttemptHolder, AttemptResult, ClaimedRun, ColumnProblem,
-    DamagedDefinition, Definition, ErrorCode, ExpiredLease, Fenced, Leftovers, NewRun, Overlap,
-    RunStatus, Settings, StartRecord, Trigger,
+    Actor, AttemptEnd, AttemptHolder, ClaimedRun, ColumnProblem, DamagedDefinition, Definition,
+    ErrorCode, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap,
+    RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 use crate::schedule::CatchUp;
+
+/// What the `Store` trait's methods return: errors already classified (`Failure`), the server
+/// named in them.
+type StoreResult<T> = super::Result<T>;
 
 /// Migrations, in order; `runner_schema_version` records each one applied.
 const MIGRATIONS: &[&str] = &[include_str!("../../../migrations/postgres/0001_init.sql")];
@@ -74,7 +78,7 @@ impl PostgresStore {
         match version {
             Some(version) if version > known => return Err(self.newer_schema(version)),
             Some(version) if version == known => return Ok(()),
-            None if mode == OpenMode::MustExist => {
+            None if mode != OpenMode::CreateIfMissing => {
                 return Err(Failure::database(format!(
                     "{} has no runner schema; create it with `runner init --db URL` \
                      (or `runner schedule add`), or point --db / RUNNER_DB at another database",
@@ -117,7 +121,8 @@ impl PostgresStore {
                 )?;
             }
             Ok(())
-        })
+        })?;
+        Ok(())
     }
 
     fn newer_schema(&self, version: i64) -> anyhow::Error {
@@ -148,14 +153,14 @@ impl PostgresStore {
     }
 
     /// Run `work` on the connection, outside any transaction, with errors mapped to `Failure`.
-    fn read<T>(&self, work: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+    fn read<T>(&self, work: impl FnOnce(&mut Client) -> Result<T>) -> StoreResult<T> {
         let mut client = self.client.borrow_mut();
-        work(&mut client).map_err(|e| self.classify(e))
+        work(&mut client).map_err(|e| self.classify(e).into())
     }
 
     /// Run `work` in one read-committed transaction: committed if it returns Ok, rolled back
     /// otherwise; errors mapped to `Failure`.
-    fn write<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> Result<T> {
+    fn write<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> StoreResult<T> {
         let mut client = self.client.borrow_mut();
         let result = (|| {
             let mut tx = client.transaction()?;
@@ -163,12 +168,12 @@ impl PostgresStore {
             tx.commit()?;
             Ok(value)
         })();
-        result.map_err(|e| self.classify(e))
+        result.map_err(|e| self.classify(e).into())
     }
 
     /// Run `work` in one read-only snapshot (repeatable read): every number it reads comes from
     /// the same moment.
-    fn snapshot<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> Result<T> {
+    fn snapshot<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> StoreResult<T> {
         let mut client = self.client.borrow_mut();
         let result = (|| {
             let mut tx = client
@@ -180,7 +185,74 @@ impl PostgresStore {
             tx.commit()?;
             Ok(value)
         })();
-        result.map_err(|e| self.classify(e))
+        result.map_err(|e| self.classify(e).into())
+    }
+
+    /// `claim`, or `claim_run` when `only` names the run: one claim, one statement.
+    fn claim_where(
+        &self,
+        only: Option<i64>,
+        actor: &Actor,
+        now: i64,
+        lease_secs: i64,
+        batch: usize,
+    ) -> StoreResult<Claimed> {
+        let sql = CLAIM_SQL.replace("{only}", if only.is_some() { "AND r.id = $5" } else { "" });
+        self.write(|tx| {
+            let (lease_expires_at, batch) = (now + lease_secs, batch as i64);
+            let mut params: Params<'_> = vec![&actor.owner, &lease_expires_at, &now, &batch];
+            if let Some(run_id) = &only {
+                params.push(run_id);
+            }
+            let mut runs = tx
+                .query(&sql, &params)?
+                .iter()
+                .map(|r| {
+                    let leftovers: String = r.try_get(13)?;
+                    Ok(ClaimedRun {
+                        run_id: r.try_get(0)?,
+                        definition_id: r.try_get(1)?,
+                        job_name: r.try_get(2)?,
+                        attempt: u32_at(r, 3)?,
+                        retry: RetryPolicy::from_secs(
+                            u32_at(r, 4)?,
+                            r.try_get(9)?,
+                            r.try_get(10)?,
+                        ),
+                        scheduled_for: r.try_get(5)?,
+                        command: r.try_get(6)?,
+                        workdir: r.try_get(7)?,
+                        timeout_secs: r.try_get(8)?,
+                        idempotency_key: r.try_get(11)?,
+                        lease_token: token_at(r, 12)?,
+                        leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            // RETURNING gives no order: claim order is due order, ids break ties.
+            runs.sort_by_key(|run| run.run_id);
+            for run in &runs {
+                tx.execute(
+                    "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time,
+                         lease_token, started_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    &[
+                        &run.run_id,
+                        &i64::from(run.attempt),
+                        &actor.owner,
+                        &actor.host,
+                        &i64::from(actor.pid),
+                        &actor.start_time.map(|t| t as i64),
+                        &run.lease_token.as_str(),
+                        &now,
+                    ],
+                )?;
+                let event = NewEvent::claimed(run.attempt, &actor.host);
+                insert_event(tx, run.run_id, now, actor, &event)?;
+            }
+            let more_due: bool = tx.query_one(MORE_DUE_SQL, &[&now])?.try_get(0)?;
+            Ok(Claimed { runs, more_due })
+        })
     }
 
     /// A PostgreSQL error becomes a `Failure` with the server named; others pass through.
@@ -344,19 +416,63 @@ impl Columns<'_> {
     }
 }
 
+/// Record `event` on run `run_id`'s timeline, at `at`, by `actor`.
 fn insert_event(
     tx: &mut Transaction<'_>,
     run_id: i64,
     at: i64,
-    kind: &str,
-    actor: &str,
-    detail: serde_json::Value,
+    actor: &Actor,
+    event: &NewEvent,
 ) -> Result<()> {
     tx.execute(
         "INSERT INTO job_events (run_id, at, kind, actor, detail) VALUES ($1, $2, $3, $4, $5)",
-        &[&run_id, &at, &kind, &actor, &detail.to_string()],
+        &[
+            &run_id,
+            &at,
+            &event.kind.as_str(),
+            &actor.owner,
+            &event.detail.to_string(),
+        ],
     )?;
     Ok(())
+}
+
+/// Insert a run of definition `definition_id`, copying the schedule's command and policies, as
+/// `run` says; `None` when its instant already has a schedule run (one run per instant).
+fn insert_run(
+    tx: &mut Transaction<'_>,
+    definition_id: i64,
+    run: &NewRun,
+    now: i64,
+) -> Result<Option<i64>> {
+    let status = run.status();
+    let finished_at = status.is_final().then_some(now);
+    let row = tx.query_opt(
+        "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
+             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
+             skip_reason, created_at, finished_at, leftovers)
+         SELECT id, $1::text, $2::bigint, $3::text, $2::bigint, command, workdir, max_attempts, timeout_secs,
+             backoff_base_secs, backoff_max_secs, $4::text, $5::text, $6::bigint, $7::bigint, leftovers
+         FROM job_definitions WHERE id = $8
+         ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
+         RETURNING id",
+        &[
+            &run.trigger.as_str(),
+            &run.scheduled_for,
+            &status.as_str(),
+            &run.idempotency_key,
+            &run.skip_reason,
+            &now,
+            &finished_at,
+            &definition_id,
+        ],
+    )?;
+    Ok(row.map(|r| r.try_get(0)).transpose()?)
+}
+
+/// A lease token column.
+fn token_at(row: &Row, index: usize) -> Result<LeaseToken, postgres::Error> {
+    Ok(LeaseToken::from(row.try_get::<_, String>(index)?))
 }
 
 /// A run with its schedule and latest attempt, for `history` and `show`.
@@ -502,7 +618,7 @@ WITH picked AS (
     SELECT r.id
     FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
     WHERE r.status = 'pending' AND r.run_at <= $3
-      AND ($5::bigint IS NULL OR r.id = $5)
+      {only}
       AND (d.overlap = 'allow' OR (
             -- forbid: nothing of this schedule running, and only its oldest due run
             NOT EXISTS (SELECT 1 FROM job_runs o WHERE o.definition_id = r.definition_id AND o.status = 'running')
@@ -539,7 +655,7 @@ fn attempt_holder_from_row(row: &Row, first: usize) -> Result<AttemptHolder> {
     Ok(AttemptHolder {
         run_id: row.try_get(first)?,
         attempt: u32_at(row, first + 1)?,
-        lease_token: row.try_get(first + 2)?,
+        lease_token: token_at(row, first + 2)?,
         host: row.try_get(first + 3)?,
         runner_pid: u32_at(row, first + 4)?,
         runner_start_time: opt_u64_at(row, first + 5)?,
@@ -576,11 +692,6 @@ fn history_query(filter: &RunFilter) -> (String, Vec<Box<dyn ToSql + Sync>>) {
     (sql, values)
 }
 
-/// Text of an RFC 3339 UTC instant, as in idempotency keys.
-fn key_time(epoch: i64) -> String {
-    crate::clock::from_epoch(epoch).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 impl Store for PostgresStore {
     fn describe(&self) -> String {
         self.shown.clone()
@@ -596,7 +707,7 @@ impl Store for PostgresStore {
         s: &Settings,
         now: i64,
         next_fire_at: Option<i64>,
-    ) -> Result<Definition> {
+    ) -> StoreResult<Definition> {
         self.write(|tx| {
             let row = tx.query_opt(
                 &format!(
@@ -635,7 +746,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn update_definition(&mut self, d: &Definition, now: i64) -> Result<()> {
+    fn update_definition(&mut self, d: &Definition, now: i64) -> StoreResult<()> {
         let s = &d.settings;
         // The cursor never moves back.
         let changed = self.write(|tx| {
@@ -668,15 +779,14 @@ impl Store for PostgresStore {
             )?)
         })?;
         if changed == 0 {
-            return Err(Failure::not_found(format!(
-                "schedule {:?} no longer exists",
-                d.name
-            )));
+            return Err(
+                Failure::not_found(format!("schedule {:?} no longer exists", d.name)).into(),
+            );
         }
         Ok(())
     }
 
-    fn remove_definition(&mut self, name: &str) -> Result<Removal> {
+    fn remove_definition(&mut self, name: &str) -> StoreResult<Removal> {
         self.write(|tx| {
             // Lock the schedule (materialisation and manual runs wait for it) and its runs (a
             // claim passes them over): no run of it can start between the check and the delete.
@@ -705,7 +815,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn definition(&self, name: &str) -> Result<Option<DefinitionRow>> {
+    fn definition(&self, name: &str) -> StoreResult<Option<DefinitionRow>> {
         self.read(|client| {
             Ok(client
                 .query_opt(
@@ -716,7 +826,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn definitions(&self) -> Result<Vec<DefinitionRow>> {
+    fn definitions(&self) -> StoreResult<Vec<DefinitionRow>> {
         self.read(|client| {
             Ok(client
                 .query(
@@ -729,7 +839,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn last_result(&self, definition_id: i64) -> Result<Option<LastResult>> {
+    fn last_result(&self, definition_id: i64) -> StoreResult<Option<LastResult>> {
         self.read(|client| {
             let row = client.query_opt(
                 "SELECT id, status, scheduled_for, error_code FROM job_runs
@@ -749,7 +859,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn record_tick(&mut self, now: i64) -> Result<Option<i64>> {
+    fn record_tick(&mut self, now: i64) -> StoreResult<Option<i64>> {
         self.write(|tx| {
             // Lock the high-water row (if any) so two ticks do not both read the old mark.
             tx.execute(
@@ -768,7 +878,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn due_definitions(&self, now: i64) -> Result<Vec<DefinitionRow>> {
+    fn due_definitions(&self, now: i64) -> StoreResult<Vec<DefinitionRow>> {
         // Served by `job_definitions_due`. Unlike SQLite, a column cannot hold a value of the
         // wrong type here, so every row's due-ness can be judged.
         self.read(|client| {
@@ -793,7 +903,7 @@ impl Store for PostgresStore {
         now: i64,
         actor: &Actor,
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
-    ) -> Result<usize> {
+    ) -> StoreResult<usize> {
         self.write(|tx| {
             // The compare-and-swap: a racing tick waits for this row's lock, then finds the
             // cursor moved and changes nothing.
@@ -818,51 +928,18 @@ impl Store for PostgresStore {
                 )?
                 .map(|r| r.try_get(0))
                 .transpose()?;
-            let insert = tx.prepare(
-                "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
-                     max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
-                     skip_reason, created_at, finished_at, leftovers)
-                 SELECT id, $1::text, $2::bigint, $3::text, $2::bigint, command, workdir, max_attempts, timeout_secs,
-                     backoff_base_secs, backoff_max_secs, name || '@' || $4::text, $5::text, $6::bigint,
-                     $7::bigint, leftovers
-                 FROM job_definitions WHERE id = $8
-                 ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
-                 RETURNING id",
-            )?;
             let mut inserted = 0;
             for run in plan(running) {
-                let (status, finished_at) = match run.skip_reason {
-                    Some(_) => ("skipped", Some(now)),
-                    None => ("pending", None),
-                };
-                let row = tx.query_opt(
-                    &insert,
-                    &[
-                        &run.trigger.as_str(),
-                        &run.scheduled_for,
-                        &status,
-                        &key_time(run.scheduled_for),
-                        &run.skip_reason,
-                        &now,
-                        &finished_at,
-                        &cursor.definition_id,
-                    ],
-                )?;
-                if let Some(row) = row {
-                    let run_id: i64 = row.try_get(0)?;
+                if let Some(run_id) = insert_run(tx, cursor.definition_id, &run, now)? {
                     inserted += 1;
-                    let (kind, detail) = match &run.skip_reason {
-                        Some(reason) => ("SKIPPED", json!({ "reason": reason })),
-                        None => ("ENQUEUED", json!({ "trigger": run.trigger.as_str() })),
-                    };
-                    insert_event(tx, run_id, now, kind, &actor.owner, detail)?;
+                    insert_event(tx, run_id, now, actor, &run.event())?;
                 }
             }
             Ok(inserted)
         })
     }
 
-    fn expired_leases(&self, now: i64, limit: usize) -> Result<Vec<ExpiredLease>> {
+    fn expired_leases(&self, now: i64, limit: usize) -> StoreResult<Vec<ExpiredLease>> {
         self.read(|client| {
             client
                 .query(
@@ -885,11 +962,9 @@ impl Store for PostgresStore {
                         run_id: r.try_get(0)?,
                         job_name: r.try_get(1)?,
                         attempt: u32_at(r, 2)?,
-                        max_attempts: u32_at(r, 3)?,
-                        lease_token: r.try_get(4)?,
+                        retry: RetryPolicy::from_secs(u32_at(r, 3)?, r.try_get(6)?, r.try_get(7)?),
+                        lease_token: token_at(r, 4)?,
                         lease_expires_at: r.try_get(5)?,
-                        backoff_base_secs: r.try_get(6)?,
-                        backoff_max_secs: r.try_get(7)?,
                         holder: if has_attempt {
                             Some(attempt_holder_from_row(r, 8)?)
                         } else {
@@ -907,75 +982,19 @@ impl Store for PostgresStore {
         now: i64,
         lease_secs: i64,
         batch: usize,
-        only_run: Option<i64>,
-    ) -> Result<Claimed> {
-        self.write(|tx| {
-            let rows = tx.query(
-                CLAIM_SQL,
-                &[
-                    &actor.owner,
-                    &(now + lease_secs),
-                    &now,
-                    &(batch as i64),
-                    &only_run,
-                ],
-            )?;
-            let mut runs = rows
-                .iter()
-                .map(|r| {
-                    let leftovers: String = r.try_get(13)?;
-                    Ok(ClaimedRun {
-                        run_id: r.try_get(0)?,
-                        definition_id: r.try_get(1)?,
-                        job_name: r.try_get(2)?,
-                        attempt: u32_at(r, 3)?,
-                        max_attempts: u32_at(r, 4)?,
-                        scheduled_for: r.try_get(5)?,
-                        command: r.try_get(6)?,
-                        workdir: r.try_get(7)?,
-                        timeout_secs: r.try_get(8)?,
-                        backoff_base_secs: r.try_get(9)?,
-                        backoff_max_secs: r.try_get(10)?,
-                        idempotency_key: r.try_get(11)?,
-                        lease_token: r.try_get(12)?,
-                        leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            runs.sort_by_key(|run| run.run_id);
-            if !runs.is_empty() {
-                let insert = tx.prepare(
-                    "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time,
-                         lease_token, started_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )?;
-                for run in &runs {
-                    tx.execute(
-                        &insert,
-                        &[
-                            &run.run_id,
-                            &i64::from(run.attempt),
-                            &actor.owner,
-                            &actor.host,
-                            &i64::from(actor.pid),
-                            &actor.start_time.map(|t| t as i64),
-                            &run.lease_token,
-                            &now,
-                        ],
-                    )?;
-                    insert_event(
-                        tx,
-                        run.run_id,
-                        now,
-                        "CLAIMED",
-                        &actor.owner,
-                        json!({ "attempt": run.attempt, "host": actor.host }),
-                    )?;
-                }
-            }
-            let more_due: bool = tx.query_one(MORE_DUE_SQL, &[&now])?.try_get(0)?;
-            Ok(Claimed { runs, more_due })
-        })
+    ) -> StoreResult<Claimed> {
+        self.claim_where(None, actor, now, lease_secs, batch)
+    }
+
+    fn claim_run(
+        &mut self,
+        run_id: i64,
+        actor: &Actor,
+        now: i64,
+        lease_secs: i64,
+    ) -> StoreResult<Option<ClaimedRun>> {
+        let claimed = self.claim_where(Some(run_id), actor, now, lease_secs, 1)?;
+        Ok(claimed.runs.into_iter().next())
     }
 
     fn record_starts(
@@ -983,7 +1002,7 @@ impl Store for PostgresStore {
         starts: &[StartRecord],
         now: i64,
         lease_expires_at: i64,
-    ) -> Result<Vec<Fenced>> {
+    ) -> StoreResult<Vec<Fenced>> {
         if starts.is_empty() {
             return Ok(Vec::new());
         }
@@ -994,7 +1013,7 @@ impl Store for PostgresStore {
                 let held = tx.execute(
                     "UPDATE job_runs SET lease_expires_at = $3, heartbeat_at = $4
                      WHERE id = $1 AND lease_token = $2 AND status = 'running' AND lease_expires_at >= $4",
-                    &[&start.run_id, &start.lease_token, &lease_expires_at, &now],
+                    &[&start.run_id, &start.lease_token.as_str(), &lease_expires_at, &now],
                 )?;
                 let recorded = held == 1
                     && tx.execute(
@@ -1003,7 +1022,7 @@ impl Store for PostgresStore {
                         &[
                             &start.run_id,
                             &i64::from(start.attempt),
-                            &start.lease_token,
+                            &start.lease_token.as_str(),
                             &i64::from(start.child_pid),
                             &start.child_start_time.map(|t| t as i64),
                         ],
@@ -1020,45 +1039,38 @@ impl Store for PostgresStore {
 
     fn heartbeat(
         &mut self,
-        tokens: &[String],
+        tokens: &[LeaseToken],
         now: i64,
         lease_expires_at: i64,
-    ) -> Result<Vec<String>> {
+    ) -> StoreResult<Vec<Fenced>> {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
-        self.write(|tx| {
+        let texts: Vec<&str> = tokens.iter().map(LeaseToken::as_str).collect();
+        let held: Vec<String> = self.write(|tx| {
             tx.query(
                 "UPDATE job_runs SET lease_expires_at = $1, heartbeat_at = $2
                  WHERE status = 'running' AND lease_token = ANY($3) RETURNING lease_token",
-                &[&lease_expires_at, &now, &tokens],
+                &[&lease_expires_at, &now, &texts],
             )?
             .iter()
             .map(|r| Ok(r.try_get(0)?))
             .collect()
-        })
+        })?;
+        Ok(texts
+            .iter()
+            .map(|token| {
+                if held.iter().any(|h| h == token) {
+                    Fenced::Applied
+                } else {
+                    Fenced::LeaseLost
+                }
+            })
+            .collect())
     }
 
-    fn finish_attempt(&mut self, result: &AttemptResult, actor: &Actor) -> Result<Fenced> {
-        let (run_status, run_at, error_code, error_detail) = match &result.failure {
-            None => ("succeeded", None, None, None),
-            Some((code, detail, AfterFailure::RetryAt(at))) => (
-                "pending",
-                Some(*at),
-                Some(code.to_string()),
-                Some(detail.as_str()),
-            ),
-            Some((code, detail, AfterFailure::Dead)) => {
-                ("dead", None, Some(code.to_string()), Some(detail.as_str()))
-            }
-            Some((code, detail, AfterFailure::Cancelled)) => (
-                "cancelled",
-                None,
-                Some(code.to_string()),
-                Some(detail.as_str()),
-            ),
-        };
-        let finished_at = (run_status != "pending").then_some(result.finished_at);
+    fn finish_attempt(&mut self, end: &AttemptEnd, actor: &Actor) -> StoreResult<Fenced> {
+        let (result, run) = (&end.result, &end.run);
         self.write(|tx| {
             let changed = tx.execute(
                 "UPDATE job_runs SET status = $3, run_at = coalesce($4, run_at), owner = NULL, lease_token = NULL,
@@ -1067,21 +1079,16 @@ impl Store for PostgresStore {
                  WHERE id = $1 AND lease_token = $2 AND status = 'running'",
                 &[
                     &result.run_id,
-                    &result.lease_token,
-                    &run_status,
-                    &run_at,
-                    &error_code,
-                    &error_detail,
-                    &finished_at,
+                    &result.lease_token.as_str(),
+                    &run.status.as_str(),
+                    &run.run_at,
+                    &run.error_code,
+                    &run.error_detail,
+                    &run.finished_at,
                 ],
             )?;
-            let outcome = if result.failure.is_none() {
-                "succeeded"
-            } else {
-                "failed"
-            };
             let applied = changed == 1;
-            // The attempt row is fenced by the same token (see the SQLite backend).
+            // The attempt row is fenced by the same token (see `Store::finish_attempt`).
             tx.execute(
                 "UPDATE job_attempts SET finished_at = $4, duration_ms = $5, outcome = $6, exit_code = $7,
                      error_code = $8, error_detail = $9, stdout_tail = $10, stderr_tail = $11,
@@ -1091,13 +1098,13 @@ impl Store for PostgresStore {
                 &[
                     &result.run_id,
                     &i64::from(result.attempt),
-                    &result.lease_token,
+                    &result.lease_token.as_str(),
                     &result.finished_at,
                     &result.duration_ms,
-                    &outcome,
+                    &end.outcome.as_str(),
                     &result.exit_code.map(i64::from),
-                    &error_code,
-                    &error_detail,
+                    &run.error_code,
+                    &run.error_detail,
                     &result.stdout_tail,
                     &result.stderr_tail,
                     &(result.stdout_bytes as i64),
@@ -1106,113 +1113,33 @@ impl Store for PostgresStore {
                     &result.attempt_left_open,
                 ],
             )?;
+            let at = result.finished_at;
             if !applied {
-                let current: Option<String> = tx
+                let current = tx
                     .query_opt("SELECT status FROM job_runs WHERE id = $1", &[&result.run_id])?
-                    .map(|r| r.try_get(0))
+                    .map(|r| status_at(&r, 0))
                     .transpose()?;
                 if let Some(current) = current {
-                    insert_event(
-                        tx,
-                        result.run_id,
-                        result.finished_at,
-                        "LEASE_LOST",
-                        &actor.owner,
-                        json!({
-                            "attempt": result.attempt,
-                            "refused": run_status,
-                            "error_code": error_code,
-                            "run_status": current,
-                        }),
-                    )?;
+                    insert_event(tx, result.run_id, at, actor, &end.lease_lost(current))?;
                 }
                 return Ok(Fenced::LeaseLost);
             }
-            let at = result.finished_at;
-            if !result.leftovers.is_empty() {
-                insert_event(
-                    tx,
-                    result.run_id,
-                    at,
-                    "LEFTOVERS",
-                    &actor.owner,
-                    json!({
-                        "attempt": result.attempt,
-                        "killed": result.leftovers_killed,
-                        "processes": result.leftovers,
-                    }),
-                )?;
+            for event in &end.events {
+                insert_event(tx, result.run_id, at, actor, event)?;
             }
-            match &result.failure {
-                None => insert_event(
-                    tx,
-                    result.run_id,
-                    at,
-                    "SUCCEEDED",
-                    &actor.owner,
-                    json!({ "attempt": result.attempt }),
-                )?,
-                Some((code, detail, after)) => {
-                    let kind = if *code == ErrorCode::LeaseExpired {
-                        "RECOVERED"
-                    } else {
-                        "FAILED"
-                    };
-                    insert_event(
-                        tx,
-                        result.run_id,
-                        at,
-                        kind,
-                        &actor.owner,
-                        json!({
-                            "attempt": result.attempt, "error_code": code.to_string(),
-                            "detail": crate::model::truncate_detail(detail, 200)
-                        }),
-                    )?;
-                    match after {
-                        AfterFailure::RetryAt(when) => insert_event(
-                            tx,
-                            result.run_id,
-                            at,
-                            "RETRY_SCHEDULED",
-                            &actor.owner,
-                            json!({
-                                "next_attempt": result.attempt + 1,
-                                "run_at": crate::display::utc_time(*when),
-                                "run_at_epoch": when,
-                            }),
-                        )?,
-                        AfterFailure::Cancelled => insert_event(
-                            tx,
-                            result.run_id,
-                            at,
-                            "CANCELLED",
-                            &actor.owner,
-                            json!({ "from": "running", "attempt": result.attempt }),
-                        )?,
-                        AfterFailure::Dead => {
-                            insert_event(
-                                tx,
-                                result.run_id,
-                                at,
-                                "DEAD",
-                                &actor.owner,
-                                json!({ "attempts": result.attempt }),
-                            )?;
-                            tx.execute(
-                                "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', 1)
-                                 ON CONFLICT (key) DO UPDATE SET value = runner_state.value + 1",
-                                &[],
-                            )?;
-                        }
-                    }
-                }
+            if end.counts_dead {
+                // runner_dead_runs_total: a counter, so retry and prune never lower it.
+                tx.execute(
+                    "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', 1)
+                     ON CONFLICT (key) DO UPDATE SET value = runner_state.value + 1",
+                    &[],
+                )?;
             }
             Ok(Fenced::Applied)
         })
     }
 
-    fn open_attempt(&self, run_id: i64) -> Result<Option<AttemptHolder>> {
+    fn open_attempt(&self, run_id: i64) -> StoreResult<Option<AttemptHolder>> {
         self.read(|client| {
             client
                 .query_opt(
@@ -1224,7 +1151,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn orphaned_attempts(&self, host: &str, limit: usize) -> Result<Vec<AttemptHolder>> {
+    fn orphaned_attempts(&self, host: &str, limit: usize) -> StoreResult<Vec<AttemptHolder>> {
         self.read(|client| {
             client
                 .query(
@@ -1247,11 +1174,9 @@ impl Store for PostgresStore {
         &mut self,
         holder: &AttemptHolder,
         now: i64,
-        code: &ErrorCode,
-        detail: &str,
+        close: &OrphanClose,
         actor: &Actor,
-    ) -> Result<bool> {
-        let detail = crate::model::truncate_detail(detail, crate::model::ERROR_DETAIL_MAX);
+    ) -> StoreResult<bool> {
         self.write(|tx| {
             // Never the attempt a runner still holds: only one whose run moved on without it.
             let closed = tx.execute(
@@ -1262,57 +1187,43 @@ impl Store for PostgresStore {
                 &[
                     &holder.run_id,
                     &i64::from(holder.attempt),
-                    &holder.lease_token,
+                    &holder.lease_token.as_str(),
                     &now,
-                    &code.to_string(),
-                    &detail,
+                    &close.code.to_string(),
+                    &close.detail,
                 ],
             )?;
             if closed == 1 {
-                insert_event(
-                    tx,
-                    holder.run_id,
-                    now,
-                    "ATTEMPT_CLOSED",
-                    &actor.owner,
-                    json!({
-                        "attempt": holder.attempt, "error_code": code.to_string(),
-                        "detail": crate::model::truncate_detail(&detail, 200)
-                    }),
-                )?;
+                insert_event(tx, holder.run_id, now, actor, &close.event)?;
             }
             Ok(closed == 1)
         })
     }
 
-    fn enqueue_manual(&mut self, d: &Definition, now: i64, actor: &Actor) -> Result<i64> {
-        let key = format!("{}@manual:{}:{:016x}", d.name, now, fastrand::u64(..));
+    fn enqueue(
+        &mut self,
+        definition_id: i64,
+        run: &NewRun,
+        now: i64,
+        actor: &Actor,
+    ) -> StoreResult<i64> {
         self.write(|tx| {
-            let run_id: i64 = tx
-                .query_one(
-                    "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
-                         max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key, created_at,
-                         leftovers)
-                     SELECT id, $2::text, $3::bigint, 'pending', $3::bigint, command, workdir, max_attempts,
-                         timeout_secs, backoff_base_secs, backoff_max_secs, $4::text, $3::bigint, leftovers
-                     FROM job_definitions WHERE id = $1
-                     RETURNING id",
-                    &[&d.id, &Trigger::Manual.as_str(), &now, &key],
-                )?
-                .try_get(0)?;
-            insert_event(
-                tx,
-                run_id,
-                now,
-                "ENQUEUED",
-                &actor.owner,
-                json!({ "trigger": "manual" }),
-            )?;
+            let run_id = insert_run(tx, definition_id, run, now)?.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the schedule of run {} was removed meanwhile",
+                    run.idempotency_key
+                )
+            })?;
+            insert_event(tx, run_id, now, actor, &run.event())?;
             Ok(run_id)
         })
     }
 
-    fn reanchor_definition(&mut self, cursor: CursorMove, now: i64) -> Result<Option<Reanchored>> {
+    fn reanchor_definition(
+        &mut self,
+        cursor: CursorMove,
+        now: i64,
+    ) -> StoreResult<Option<Reanchored>> {
         self.write(|tx| {
             let moved = tx.execute(
                 "UPDATE job_definitions SET materialized_through = $4, next_fire_at = $5, updated_at = $6,
@@ -1349,7 +1260,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn lower_clock_high_water(&mut self, now: i64) -> Result<Option<i64>> {
+    fn lower_clock_high_water(&mut self, now: i64) -> StoreResult<Option<i64>> {
         self.write(|tx| {
             tx.execute(
                 "SELECT 1 FROM runner_state WHERE key = 'clock_high_water' FOR UPDATE",
@@ -1370,7 +1281,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn history(&self, filter: &RunFilter) -> Result<Vec<RunView>> {
+    fn history(&self, filter: &RunFilter) -> StoreResult<Vec<RunView>> {
         let (sql, values) = history_query(filter);
         let params: Params<'_> = values.iter().map(|v| v.as_ref()).collect();
         self.read(|client| {
@@ -1382,7 +1293,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn run(&self, run_id: i64) -> Result<Option<RunView>> {
+    fn run(&self, run_id: i64) -> StoreResult<Option<RunView>> {
         self.read(|client| {
             client
                 .query_opt(&format!("{RUN_VIEW}\nWHERE r.id = $1"), &[&run_id])?
@@ -1391,7 +1302,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn attempts(&self, run_id: i64) -> Result<Vec<AttemptView>> {
+    fn attempts(&self, run_id: i64) -> StoreResult<Vec<AttemptView>> {
         self.read(|client| {
             client
                 .query(
@@ -1426,7 +1337,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn events(&self, run_id: i64) -> Result<Vec<EventView>> {
+    fn events(&self, run_id: i64) -> StoreResult<Vec<EventView>> {
         self.read(|client| {
             client
                 .query(
@@ -1446,7 +1357,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn health(&self, now: i64, recent_since: i64) -> Result<Health> {
+    fn health(&self, now: i64, recent_since: i64) -> StoreResult<Health> {
         self.snapshot(|tx| {
             let mut counts: Vec<(RunStatus, i64)> =
                 RunStatus::ALL.iter().map(|s| (*s, 0)).collect();
@@ -1544,7 +1455,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn attempt_durations(&self, since: i64) -> Result<Vec<(String, i64)>> {
+    fn attempt_durations(&self, since: i64) -> StoreResult<Vec<(String, i64)>> {
         self.read(|client| {
             client
                 .query(ATTEMPT_DURATIONS, &[&since])?
@@ -1554,7 +1465,13 @@ impl Store for PostgresStore {
         })
     }
 
-    fn steer(&mut self, run_id: i64, request: Steer, now: i64, actor: &Actor) -> Result<Steered> {
+    fn steer(
+        &mut self,
+        run_id: i64,
+        request: Steer,
+        now: i64,
+        actor: &Actor,
+    ) -> StoreResult<Steered> {
         self.write(|tx| {
             // Read and change under the row's lock: the state cannot move in between.
             let Some(row) = tx.query_opt(
@@ -1564,69 +1481,45 @@ impl Store for PostgresStore {
             else {
                 return Ok(Steered::NotFound);
             };
-            let (from, attempt, max_attempts) =
-                (status_at(&row, 0)?, u32_at(&row, 1)?, u32_at(&row, 2)?);
-            if !request.allows(from, attempt) {
-                return Ok(Steered::Refused {
-                    status: from,
-                    attempt,
-                });
-            }
-            let (max_after, raised_max_from) = match request {
-                Steer::Retry => {
-                    let max_after = max_attempts.max(attempt + 1);
-                    tx.execute(
-                        "UPDATE job_runs SET status = 'pending', run_at = least(run_at, $3), max_attempts = $4,
-                             finished_at = NULL
-                         WHERE id = $1 AND status = $2",
-                        &[&run_id, &from.as_str(), &now, &i64::from(max_after)],
-                    )?;
-                    let raised = (max_after != max_attempts).then_some(max_attempts);
-                    insert_event(
-                        tx,
-                        run_id,
-                        now,
-                        "RETRIED",
-                        &actor.owner,
-                        json!({
-                            "from": from.as_str(),
-                            "next_attempt": attempt + 1,
-                            "max_attempts": max_after,
-                            "max_attempts_before": raised,
-                        }),
-                    )?;
-                    (max_after, raised)
-                }
-                Steer::Cancel => {
-                    let detail = format!("cancelled by {}", actor.owner);
-                    tx.execute(
-                        "UPDATE job_runs SET status = 'cancelled', finished_at = $3, owner = NULL,
-                             lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
-                             error_code = 'CANCELLED', error_detail = $4
-                         WHERE id = $1 AND status = $2",
-                        &[&run_id, &from.as_str(), &now, &detail],
-                    )?;
-                    insert_event(
-                        tx,
-                        run_id,
-                        now,
-                        "CANCELLED",
-                        &actor.owner,
-                        json!({ "from": from.as_str(), "attempt": attempt }),
-                    )?;
-                    (max_attempts, None)
-                }
+            let state = RunState {
+                status: status_at(&row, 0)?,
+                attempt: u32_at(&row, 1)?,
+                max_attempts: u32_at(&row, 2)?,
             };
-            Ok(Steered::Done {
-                from,
-                attempt,
-                max_attempts: max_after,
-                raised_max_from,
-            })
+            let (change, event, steered) = match request.decide(state, now, actor) {
+                Steering::Refuse(steered) => return Ok(steered),
+                Steering::Apply {
+                    change,
+                    event,
+                    steered,
+                } => (change, event, steered),
+            };
+            let from = state.status.as_str();
+            match change {
+                RunChange::Requeue {
+                    due_by,
+                    max_attempts,
+                } => tx.execute(
+                    "UPDATE job_runs SET status = 'pending', run_at = least(run_at, $3), max_attempts = $4,
+                         finished_at = NULL
+                     WHERE id = $1 AND status = $2",
+                    &[&run_id, &from, &due_by, &i64::from(max_attempts)],
+                )?,
+                // The CHECK constraints: only a running run holds a lease.
+                RunChange::Cancel { at, detail } => tx.execute(
+                    "UPDATE job_runs SET status = 'cancelled', finished_at = $3, owner = NULL,
+                         lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+                         error_code = $4, error_detail = $5
+                     WHERE id = $1 AND status = $2",
+                    &[&run_id, &from, &at, &ErrorCode::Cancelled.to_string(), &detail],
+                )?,
+            };
+            insert_event(tx, run_id, now, actor, &event)?;
+            Ok(steered)
         })
     }
 
-    fn prunable(&self, cutoff: i64) -> Result<PruneCounts> {
+    fn prunable(&self, cutoff: i64) -> StoreResult<PruneCounts> {
         self.read(|client| {
             let row = client.query_one(
                 &format!(
@@ -1645,7 +1538,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn prune_batch(&mut self, cutoff: i64, limit: usize) -> Result<PruneCounts> {
+    fn prune_batch(&mut self, cutoff: i64, limit: usize) -> StoreResult<PruneCounts> {
         self.write(|tx| {
             let ids: Vec<i64> = tx
                 .query(
@@ -1673,7 +1566,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> Result<bool> {
+    fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> StoreResult<bool> {
         self.write(|tx| {
             // A turn recorded in the future means the clock went back (or --now was used): take it.
             let taken = tx.execute(
