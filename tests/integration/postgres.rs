@@ -473,3 +473,92 @@ fn a_host_recovers_another_hosts_lease_and_the_owner_stops_its_leftovers() {
         1
     );
 }
+
+/// The server goes away while a tick holds a running job: the tick says so in a line that
+/// names the server, connects again, and nothing is lost: the run ends succeeded, attempts never
+/// overlap. A restart as this test database's clients see it: the server ends their sessions
+/// (`pg_terminate_backend`, what a fast shutdown does) and refuses new ones for a while; the
+/// rest of the shared test server, and the tests running on it, go on undisturbed.
+#[test]
+fn a_server_restart_during_a_tick_fails_cleanly_and_nothing_is_lost() {
+    let Some(env) = PgEnv::init() else { return };
+    let started = env.dir.path().join("started");
+    let release = env.dir.path().join("release");
+    let command = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.1; done",
+        started.display(),
+        release.display()
+    );
+    env.ok(&[
+        "schedule",
+        "add",
+        "steady",
+        "--cron",
+        "0 0 1 1 *",
+        "--",
+        &command,
+    ]);
+    env.ok(&["run", "steady"]);
+    let tick = env
+        .cmd()
+        .args(["tick", "--lease", "3s"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tick");
+    super::common::wait_until(Duration::from_secs(120), "the job to start", || {
+        started.exists()
+    });
+    let mut admin = Client::connect(&env.server, NoTls).expect("connect as admin");
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {0} ALLOW_CONNECTIONS false;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}';",
+            env.name
+        ))
+        .expect("take the database away");
+    // Let a heartbeat (every second) meet the lost connection, then bring the database back and
+    // let the job end.
+    std::thread::sleep(Duration::from_secs(3));
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+            env.name
+        ))
+        .expect("bring the database back");
+    std::fs::write(&release, "").expect("release the job");
+    let out = tick.wait_with_output().expect("wait for the tick");
+    let err = stderr(&out);
+    assert!(
+        matches!(out.status.code(), Some(0 | 1 | 5)),
+        "exit {:?}: {err}",
+        out.status.code()
+    );
+    // One clear line per problem met, naming the server (and the tick's summary of them).
+    assert!(err.contains("PostgreSQL at 127.0.0.1"), "{err}");
+    for line in err.lines() {
+        assert!(
+            line.starts_with("runner: error:")
+                && (line.contains("PostgreSQL at 127.0.0.1") || line.contains("runner error(s)")),
+            "{err}"
+        );
+    }
+    // Later ticks (clocks past any lease and backoff) finish whatever is left.
+    for ahead in [3600, 7200] {
+        let now = database_time_plus(&env, ahead);
+        env.ok(&["--now", &now, "tick"]);
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM job_attempts a JOIN job_attempts b
+               ON a.run_id = b.run_id AND a.attempt < b.attempt
+             WHERE a.finished_at IS NULL OR a.finished_at > b.started_at"
+        ),
+        0,
+        "attempts overlap"
+    );
+}

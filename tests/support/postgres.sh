@@ -85,7 +85,6 @@ HBA
         -c "CREATE ROLE runner_pw LOGIN CREATEDB PASSWORD 'right-password'" >/dev/null || return 1
     export RUNNER_TEST_PG="postgres://postgres@127.0.0.1:$port/postgres"
     export RUNNER_TEST_PG_PASSWORD_USER="runner_pw"
-    export RUNNER_TEST_PG_CTL="$POSTGRES_BIN/pg_ctl -D $POSTGRES_DIR/data"
     POSTGRES_PORT="$port"
 }
 

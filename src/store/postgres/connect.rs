@@ -292,6 +292,12 @@ pub fn failure(server: &Server, error: &postgres::Error) -> anyhow::Error {
         Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Failure::database(format!(
             "{server}: {cause}; grant this user the runner tables' privileges, or connect as their owner"
         )),
+        // The server ended the session: shut down, restarted, or an administrator.
+        Some(&SqlState::ADMIN_SHUTDOWN)
+        | Some(&SqlState::CRASH_SHUTDOWN)
+        | Some(&SqlState::CANNOT_CONNECT_NOW) => {
+            anyhow::anyhow!("lost the connection to {server}: {cause}")
+        }
         _ if error.is_closed() || error.code().is_none() => {
             anyhow::anyhow!("lost the connection to {server}: {cause}")
         }

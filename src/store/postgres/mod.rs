@@ -53,7 +53,8 @@ type Params<'a> = Vec<&'a (dyn ToSql + Sync)>;
 pub struct PostgresStore {
     client: RefCell<Client>,
     server: Server,
-    /// The URL as given, password masked.
+    /// The URL as given (to connect again), and with its password masked (to show).
+    url: String,
     shown: String,
 }
 
@@ -63,6 +64,7 @@ impl PostgresStore {
         let store = PostgresStore {
             client: RefCell::new(client),
             server,
+            url: url.to_string(),
             shown: shown.to_string(),
         };
         store.migrate(mode)?;
@@ -152,16 +154,29 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// The connection, connected again if the last one was lost (the server restarted, or a
+    /// network blip): a tick outlives both, and its next heartbeat or result should land. Only a
+    /// connection known closed is replaced, before anything is sent on it, so nothing is sent
+    /// twice; the statement that met the loss failed and said so.
+    fn client(&self) -> StoreResult<std::cell::RefMut<'_, Client>> {
+        let mut client = self.client.borrow_mut();
+        if client.is_closed() {
+            let (fresh, _) = connect::connect(&self.url, &self.shown)?;
+            *client = fresh;
+        }
+        Ok(client)
+    }
+
     /// Run `work` on the connection, outside any transaction, with errors mapped to `Failure`.
     fn read<T>(&self, work: impl FnOnce(&mut Client) -> Result<T>) -> StoreResult<T> {
-        let mut client = self.client.borrow_mut();
+        let mut client = self.client()?;
         work(&mut client).map_err(|e| self.classify(e).into())
     }
 
     /// Run `work` in one read-committed transaction: committed if it returns Ok, rolled back
     /// otherwise; errors mapped to `Failure`.
     fn write<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> StoreResult<T> {
-        let mut client = self.client.borrow_mut();
+        let mut client = self.client()?;
         let result = (|| {
             let mut tx = client.transaction()?;
             let value = work(&mut tx)?;
@@ -174,7 +189,7 @@ impl PostgresStore {
     /// Run `work` in one read-only snapshot (repeatable read): every number it reads comes from
     /// the same moment.
     fn snapshot<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> StoreResult<T> {
-        let mut client = self.client.borrow_mut();
+        let mut client = self.client()?;
         let result = (|| {
             let mut tx = client
                 .build_transaction()
