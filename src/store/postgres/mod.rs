@@ -30,11 +30,11 @@ use super::{
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AttemptEnd, AttemptHolder, ClaimedRun, ColumnProblem, DamagedDefinition, Definition,
-    ErrorCode, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap,
-    RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
+    Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, DamagedDefinition,
+    Definition, ErrorCode, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun,
+    OrphanClose, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
+    Steering,
 };
-use crate::schedule::CatchUp;
 
 /// What the `Store` trait's methods return: errors already classified (`Failure`), the server
 /// named in them.
