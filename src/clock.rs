@@ -6,6 +6,11 @@
 //! monotonic time") matters for a long tick: after a wall-clock step, its heartbeats write leases
 //! by the stepped clock, which is the clock the next tick judges them by, so a step forward does
 //! not make a healthy job's lease look expired.
+//!
+//! With PostgreSQL, hosts share one database and must agree on one clock: the database's. The
+//! store measures how far the database's clock is from this host's when it connects
+//! (`follow_database`), and every reading of an unshifted clock adds that difference, so hosts
+//! whose clocks disagree still agree on lease expiry and due times.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -41,7 +46,14 @@ impl Clock {
     /// One reading: the "now" of one decision.
     pub fn read(&self) -> Now {
         let wall = wall_clock();
-        Now(wall.checked_add_signed(self.offset).unwrap_or(wall))
+        // `--now` pins the clock to the time given; otherwise it is the database's, when the
+        // store said how far that is from this host's.
+        let offset = if self.shifted {
+            self.offset
+        } else {
+            database_skew()
+        };
+        Now(wall.checked_add_signed(offset).unwrap_or(wall))
     }
 
     pub fn now(&self) -> DateTime<Utc> {
@@ -92,6 +104,29 @@ pub fn behind_by(now: i64, high_water: Option<i64>) -> Option<i64> {
 /// Epoch seconds back to a UTC time (out-of-range values clamp to the epoch).
 pub fn from_epoch(secs: i64) -> DateTime<Utc> {
     Utc.timestamp_opt(secs, 0).single().unwrap_or_default()
+}
+
+/// How far the database's clock is ahead of this host's (negative: behind), set once when a
+/// store whose clock is shared by several hosts connects (PostgreSQL). Zero until then, and for
+/// SQLite, whose only clock is this host's.
+static DATABASE_SKEW: OnceLock<TimeDelta> = OnceLock::new();
+
+/// From now on, unshifted clocks read the database's clock: this host's plus `skew_millis`.
+/// Only the first call counts (one database per process).
+pub fn follow_database(skew_millis: i64) {
+    let _ = DATABASE_SKEW.set(TimeDelta::milliseconds(skew_millis));
+}
+
+fn database_skew() -> TimeDelta {
+    DATABASE_SKEW.get().copied().unwrap_or_default()
+}
+
+/// This host's clock in epoch milliseconds, unshifted by `--now` and by the test step: what the
+/// database's clock is compared with to measure the skew (so the test step, like `--now`, stays
+/// a shift on top of whichever clock the runner follows).
+#[allow(clippy::disallowed_methods)] // this module is the clock
+pub fn host_epoch_millis() -> i64 {
+    Utc::now().timestamp_millis()
 }
 
 #[allow(clippy::disallowed_methods)] // this module is the clock

@@ -750,6 +750,10 @@ pub struct AttemptResult {
     /// What the job left behind when its shell exited (`pid comm`), and whether it was killed.
     pub leftovers: Vec<String>,
     pub leftovers_killed: bool,
+    /// The run is recovered from another host: the attempt's processes live there, out of this
+    /// host's reach, so the attempt stays open until that host's next tick has stopped them and
+    /// closes it (`recover::stop_orphaned_attempts`).
+    pub attempt_left_open: bool,
 }
 
 text_enum!(
@@ -911,7 +915,15 @@ pub struct OrphanClose {
 impl OrphanClose {
     /// Its processes are gone and the run had been cancelled.
     pub fn cancelled(attempt: u32, detail: &str) -> OrphanClose {
-        let code = ErrorCode::Cancelled;
+        OrphanClose::closed(ErrorCode::Cancelled, attempt, detail)
+    }
+
+    /// Its processes are gone, and another host had recovered the run when its lease expired.
+    pub fn recovered_elsewhere(attempt: u32, detail: &str) -> OrphanClose {
+        OrphanClose::closed(ErrorCode::LeaseExpired, attempt, detail)
+    }
+
+    fn closed(code: ErrorCode, attempt: u32, detail: &str) -> OrphanClose {
         let detail = truncate_detail(detail, ERROR_DETAIL_MAX);
         OrphanClose {
             event: NewEvent::attempt_closed(attempt, &code, &detail),

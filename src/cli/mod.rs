@@ -46,8 +46,8 @@ use crate::store::{self, Location, OpenMode, Store};
     max_term_width = 100
 )]
 pub struct Cli {
-    /// Database: a SQLite file path [default: $XDG_STATE_HOME/runner/runner.db, else
-    /// ~/.local/state/runner/runner.db].
+    /// Database: a SQLite file path, or a postgres:// URL for several hosts [default:
+    /// $XDG_STATE_HOME/runner/runner.db, else ~/.local/state/runner/runner.db].
     #[arg(long, global = true, env = "RUNNER_DB", value_name = "PATH|URL")]
     pub db: Option<String>,
 

@@ -1,6 +1,7 @@
 //! Persistence behind one trait, one file per backend, each with its own SQL. The tick and the
 //! commands speak only to `Store`; a backend is chosen from the `--db` location.
 
+mod postgres;
 mod sqlite;
 pub(crate) mod sqlite_files;
 mod sqlite_security;
@@ -13,6 +14,7 @@ use crate::model::{
     Fenced, LeaseToken, NewRun, OrphanClose, RunStatus, Settings, StartRecord, Steer, Steered,
 };
 
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// An error of the store. A backend error is classified where it is met (`exit::Classified`:
@@ -115,9 +117,11 @@ impl std::fmt::Display for Location {
 pub fn open(location: &Location, mode: OpenMode) -> anyhow::Result<Box<dyn Store>> {
     match location {
         Location::Sqlite(path) => Ok(Box::new(SqliteStore::open(path, mode)?)),
-        Location::Postgres(_) => Err(Failure::usage(format!(
-            "{location}: the PostgreSQL backend is not available in this build yet; use a SQLite path"
-        ))),
+        Location::Postgres(url) => Ok(Box::new(PostgresStore::open(
+            url,
+            &location.to_string(),
+            mode,
+        )?)),
     }
 }
 
@@ -485,9 +489,10 @@ pub trait Store {
     /// Write an attempt's decided end, fenced by its token, in one transaction: the run moves to
     /// `end.run` (lease released), then `end.events` are recorded, and, if `end.counts_dead`, the
     /// dead-runs counter rises by one. The attempt row is closed with `end.result` and
-    /// `end.outcome` when the run write landed, or when the run was cancelled under it (cancel
-    /// leaves the open attempt to its runner); one that a recovering runner closed is never
-    /// rewritten. When the fence refuses and the run still exists, `end.lease_lost(current)` is
+    /// `end.outcome` when the run write landed (unless `end.result.attempt_left_open`: recovered
+    /// from another host, whose next tick closes it), or when the run was cancelled under it
+    /// (cancel leaves the open attempt to its runner); one that a recovering runner closed is
+    /// never rewritten. When the fence refuses and the run still exists, `end.lease_lost(current)` is
     /// recorded instead, and nothing else changes.
     fn finish_attempt(&mut self, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
         let recorded = self.finish_attempts(std::slice::from_ref(end), actor)?;

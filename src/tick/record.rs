@@ -153,6 +153,7 @@ fn attempt_result(
         stdout_bytes: finished.map_or(0, |f| f.stdout_total),
         stderr_bytes: finished.map_or(0, |f| f.stderr_total),
         leftovers,
+        attempt_left_open: false,
     };
     (result, outcome, error_code, after)
 }

@@ -4,6 +4,11 @@
 //! here. Attempts left open under a run that moved on without them (cancelled while their
 //! runner was gone) are stopped and closed the same way.
 //!
+//! Across hosts (several hosts sharing a PostgreSQL database), a host recovers another host's
+//! expired lease too, so the run is retried; but it cannot stop processes there, so it leaves
+//! the attempt open, and the owning host's next tick, finding an open attempt of its own whose run
+//! moved on without it, kills what is left of it and closes it.
+//!
 //! A process is an attempt's only if it carries the attempt's marker (`attempt_marker`): its
 //! recorded pid is signalled only while that pid still has its recorded start time, so a reused
 //! pid, or a job started from another copy of the database, is never touched.
@@ -35,6 +40,13 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
             "lease expired at {} (its runner stopped heart-beating)",
             crate::display::utc_time(lease.lease_expires_at)
         );
+        let elsewhere = lease.holder.as_ref().filter(|h| h.host != actor.host);
+        if let Some(holder) = elsewhere {
+            detail.push_str(&format!(
+                "; its processes on {} are stopped by that host's next tick",
+                holder.host
+            ));
+        }
         if let Some(holder) = lease.holder.as_ref().filter(|h| h.host == actor.host) {
             let killed = kill_processes(&identity, holder, None);
             if !killed.all_gone {
@@ -75,6 +87,7 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
             stderr_bytes: 0,
             leftovers: Vec::new(),
             leftovers_killed: false,
+            attempt_left_open: elsewhere.is_some(),
         };
         if write_end(tick, &lease.job_name, result)? == Fenced::Applied {
             tick.report.recovered += 1;
@@ -84,8 +97,8 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
 }
 
 /// Attempts of this host left open under a run that no longer holds them (cancelled while their
-/// runner was gone, or whose processes would not die before): stop what is left of them, then
-/// close them. One whose runner is alive is left to that runner, which learns at its next
+/// runner was gone, recovered by another host, or whose processes would not die before): stop
+/// what is left of them, then close them. One whose runner is alive is left to that runner, which learns at its next
 /// heartbeat that it lost the lease, stops the job and closes the attempt itself.
 pub fn stop_orphaned_attempts(tick: &mut Tick<'_>) -> Result<()> {
     let actor = &tick.options.actor;
@@ -122,8 +135,9 @@ pub fn runner_alive(holder: &AttemptHolder) -> bool {
 }
 
 /// Stop the processes of an attempt of this host whose runner is gone (SIGTERM, SIGKILL after the
-/// grace) and, once none is left, close the attempt as cancelled. Used by `cancel` and by the
-/// tick's sweep of orphaned attempts.
+/// grace) and, once none is left, close the attempt: as cancelled when its run was, else as
+/// `LEASE:EXPIRED` (another host recovered the run). Used by `cancel` and by the tick's sweep of
+/// orphaned attempts.
 pub fn stop_attempt(
     store: &mut dyn Store,
     clock: &Clock,
@@ -139,11 +153,22 @@ pub fn stop_attempt(
     } else {
         format!("stopped its processes: {}", killed.processes.join(", "))
     };
-    let detail = format!(
-        "the run was cancelled while its runner (pid {}) was gone; {stopped}",
-        holder.runner_pid
-    );
-    let close = OrphanClose::cancelled(holder.attempt, &detail);
+    let cancelled = store
+        .run(holder.run_id)?
+        .is_none_or(|run| run.status == crate::model::RunStatus::Cancelled);
+    let close = if cancelled {
+        let detail = format!(
+            "the run was cancelled while its runner (pid {}) was gone; {stopped}",
+            holder.runner_pid
+        );
+        OrphanClose::cancelled(holder.attempt, &detail)
+    } else {
+        let detail = format!(
+            "its lease expired and another host recovered the run while its runner (pid {}) was gone; {stopped}",
+            holder.runner_pid
+        );
+        OrphanClose::recovered_elsewhere(holder.attempt, &detail)
+    };
     store.close_orphaned_attempt(holder, clock.epoch(), &close, actor)?;
     Ok(Stopped::Closed(killed.processes))
 }

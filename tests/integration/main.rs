@@ -15,6 +15,7 @@ mod hostile_jobs;
 mod materialize;
 mod never_twice;
 mod observe;
+mod postgres;
 mod prune;
 mod recovery;
 mod schedules;

@@ -1,0 +1,359 @@
+//! Connecting to PostgreSQL the way a cron job needs to: never hang (connect, statement, lock and
+//! TCP timeouts), TLS when the URL asks for it, the password from the URL, `PGPASSWORD` or the
+//! password file, and errors that name the server and the cause but never the password.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+use postgres::config::Host;
+use postgres::error::SqlState;
+use postgres::{Client, Config};
+use postgres_openssl::MakeTlsConnector;
+
+use super::pgpass;
+use crate::exit::Failure;
+
+/// How long connecting may take when the URL does not say (`connect_timeout=SECONDS`).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a statement waits for a row lock another runner holds before giving up (exit 5),
+/// like SQLite's busy timeout.
+pub const LOCK_TIMEOUT: Duration = crate::store::sqlite::BUSY_TIMEOUT;
+/// The longest any one statement may run: the runner's statements are short; one that is not
+/// is stuck, and a cron job must not hang on it.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
+/// A transaction left idle this long (its runner hung mid-transaction) is ended by the server,
+/// so its row locks do not block every other host.
+const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long unacknowledged data may sit on the socket before the connection counts as dead:
+/// without it, a server that vanished (a host that went down, a cable) makes a write wait for
+/// the kernel's retransmission limit, about 15 minutes.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Where Debian's server listens when the URL names no host (libpq's default too).
+const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
+
+/// Which server and database a connection is to, for messages (never with the password), for the
+/// password file, and for the marker that names this database on a job's processes.
+#[derive(Debug, Clone)]
+pub struct Server {
+    /// `host:port`, or the socket directory.
+    pub address: String,
+    pub database: String,
+    pub user: String,
+}
+
+impl Server {
+    /// `postgres://user@host:port/database`: what names this database (no password).
+    pub fn identity(&self) -> String {
+        format!(
+            "postgres://{}@{}/{}",
+            self.user, self.address, self.database
+        )
+    }
+}
+
+impl std::fmt::Display for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PostgreSQL at {} (database {}, user {})",
+            self.address, self.database, self.user
+        )
+    }
+}
+
+/// How much of the server's certificate to check, from `sslmode` (libpq's meanings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verify {
+    /// `disable`, `prefer`, `require`: encrypt (if asked) but check nothing, as libpq does.
+    Nothing,
+    /// `verify-ca`: the certificate chains to a trusted root.
+    Chain,
+    /// `verify-full`: that, and it names the host connected to.
+    ChainAndHost,
+}
+
+/// Connect to the database at `url` (`shown`: the URL with its password masked).
+pub fn connect(url: &str, shown: &str) -> Result<(Client, Server)> {
+    let (config, verify) = parse(url, shown)?;
+    let (mut config, server) = complete(config);
+    let tls = tls_connector(verify)
+        .map_err(|e| Failure::database(format!("{server}: cannot set up TLS: {e}")))?;
+    if let Some(password) = password_for(&config, &server) {
+        config.password(password);
+    }
+    let client = config
+        .connect(tls)
+        .map_err(|e| connect_failure(&server, &e))?;
+    Ok((client, server))
+}
+
+/// Parse the URL. The `postgres` crate knows `sslmode` `disable`, `prefer` and `require`; the
+/// verifying modes are taken out here and given to the TLS connector.
+fn parse(url: &str, shown: &str) -> Result<(Config, Verify)> {
+    let mut verify = Verify::Nothing;
+    let rewritten = match url.split_once('?') {
+        None => url.to_string(),
+        Some((base, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair {
+                    "sslmode=verify-full" => {
+                        verify = Verify::ChainAndHost;
+                        "sslmode=require".to_string()
+                    }
+                    "sslmode=verify-ca" => {
+                        verify = Verify::Chain;
+                        "sslmode=require".to_string()
+                    }
+                    other => other.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", pairs.join("&"))
+        }
+    };
+    let config: Config = rewritten.parse().map_err(|e| {
+        Failure::usage(format!(
+            "{shown} is not a PostgreSQL URL runner can use ({e}); use \
+             postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=require]"
+        ))
+    })?;
+    Ok((config, verify))
+}
+
+/// Fill in what the URL left out the way libpq would (host: the local socket; user: the login
+/// name; database: the user's name) and the timeouts a cron job needs.
+fn complete(mut config: Config) -> (Config, Server) {
+    if config.get_hosts().is_empty() {
+        config.host_path(DEFAULT_SOCKET_DIR);
+    }
+    let user = match config.get_user() {
+        Some(user) => user.to_string(),
+        None => {
+            let user = std::env::var("PGUSER")
+                .ok()
+                .filter(|u| !u.is_empty())
+                .or_else(login_name)
+                .unwrap_or_else(|| "postgres".to_string());
+            config.user(&user);
+            user
+        }
+    };
+    let database = match config.get_dbname() {
+        Some(database) => database.to_string(),
+        None => {
+            config.dbname(&user);
+            user.clone()
+        }
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let address = match config.get_hosts().first() {
+        Some(Host::Tcp(host)) => format!("{host}:{port}"),
+        Some(Host::Unix(dir)) => format!("{}:{port}", dir.display()),
+        None => format!("{DEFAULT_SOCKET_DIR}:{port}"),
+    };
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    // Keepalives notice a dead server while a tick waits for its jobs with the connection idle.
+    config.keepalives_idle(Duration::from_secs(30));
+    config.keepalives_interval(Duration::from_secs(10));
+    config.keepalives_retries(3);
+    if config.get_application_name().is_none() {
+        config.application_name("runner");
+    }
+    let settings = format!(
+        "-c statement_timeout={}ms -c lock_timeout={}ms -c idle_in_transaction_session_timeout={}ms",
+        STATEMENT_TIMEOUT.as_millis(),
+        LOCK_TIMEOUT.as_millis(),
+        IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
+    );
+    let options = match config.get_options() {
+        Some(given) if !given.is_empty() => format!("{given} {settings}"),
+        _ => settings,
+    };
+    config.options(&options);
+    (
+        config,
+        Server {
+            address,
+            database,
+            user,
+        },
+    )
+}
+
+fn login_name() -> Option<String> {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+}
+
+/// The password: from the URL, else `PGPASSWORD`, else the password file.
+fn password_for(config: &Config, server: &Server) -> Option<String> {
+    if config.get_password().is_some() {
+        return None; // the URL's own
+    }
+    if let Some(password) = std::env::var("PGPASSWORD").ok().filter(|p| !p.is_empty()) {
+        return Some(password);
+    }
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(host)) => host.as_str(),
+        // libpq matches a Unix-socket connection against the host name `localhost`.
+        _ => "localhost",
+    };
+    let target = pgpass::Target {
+        host,
+        port: config.get_ports().first().copied().unwrap_or(5432),
+        database: &server.database,
+        user: &server.user,
+    };
+    pgpass::lookup(&pgpass::default_path()?, &target)
+}
+
+fn tls_connector(verify: Verify) -> Result<MakeTlsConnector, openssl::error::ErrorStack> {
+    let mut builder = SslConnector::builder(SslMethod::tls())?;
+    if verify == Verify::Nothing {
+        builder.set_verify(SslVerifyMode::NONE);
+    }
+    let mut connector = MakeTlsConnector::new(builder.build());
+    if verify != Verify::ChainAndHost {
+        connector.set_callback(|connect, _| {
+            connect.set_verify_hostname(false);
+            Ok(())
+        });
+    }
+    Ok(connector)
+}
+
+/// A connection that could not be made: exit 4 (unreachable, refused, no such database, bad
+/// password), or 5 when the server is only too busy to take it now.
+fn connect_failure(server: &Server, error: &postgres::Error) -> anyhow::Error {
+    let cause = cause(error);
+    if error.code() == Some(&SqlState::TOO_MANY_CONNECTIONS) {
+        return Failure::Busy(format!(
+            "{server} refused the connection: {cause}; it is safe to retry"
+        ))
+        .into();
+    }
+    let hint = match error.code() {
+        Some(&SqlState::INVALID_PASSWORD)
+        | Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION) => {
+            "; check the user and the password (in the URL, PGPASSWORD or ~/.pgpass)"
+        }
+        Some(&SqlState::INVALID_CATALOG_NAME) => "; create the database first (createdb)",
+        _ => "",
+    };
+    Failure::database(format!("cannot connect to {server}: {cause}{hint}"))
+}
+
+/// What went wrong, in one line: the server's own message, else the client's error and its
+/// causes (`connection refused`, `timeout`). Never holds the password: neither does.
+pub fn cause(error: &postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
+    }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        let shown = inner.to_string();
+        if !text.contains(&shown) {
+            text.push_str(": ");
+            text.push_str(&shown);
+        }
+        source = inner.source();
+    }
+    text
+}
+
+/// An error met while working: busy (exit 5, safe to retry) when a lock or the statement timed
+/// out or a transaction lost a race it cannot win; otherwise the cause with the server named
+/// (exit 1: a lost connection, a server restart, a constraint the runner did not expect).
+pub fn failure(server: &Server, error: &postgres::Error) -> anyhow::Error {
+    let cause = cause(error);
+    let busy = [
+        SqlState::LOCK_NOT_AVAILABLE,
+        SqlState::QUERY_CANCELED,
+        SqlState::T_R_SERIALIZATION_FAILURE,
+        SqlState::T_R_DEADLOCK_DETECTED,
+        SqlState::TOO_MANY_CONNECTIONS,
+    ];
+    match error.code() {
+        Some(code) if busy.contains(code) => Failure::Busy(format!(
+            "{server} is busy: {cause} (waited up to {}s); it is safe to retry",
+            LOCK_TIMEOUT.as_secs()
+        ))
+        .into(),
+        // Like a read-only SQLite file: the database is there, this user may not do this.
+        Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Failure::database(format!(
+            "{server}: {cause}; grant this user the runner tables' privileges, or connect as their owner"
+        )),
+        // The server ended the session: shut down, restarted, or an administrator.
+        Some(&SqlState::ADMIN_SHUTDOWN)
+        | Some(&SqlState::CRASH_SHUTDOWN)
+        | Some(&SqlState::CANNOT_CONNECT_NOW) => {
+            anyhow::anyhow!("lost the connection to {server}: {cause}")
+        }
+        _ if error.is_closed() || error.code().is_none() => {
+            anyhow::anyhow!("lost the connection to {server}: {cause}")
+        }
+        _ => anyhow::anyhow!("{server}: {cause}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verifying_ssl_modes_are_taken_out_of_the_url() {
+        let (config, verify) = parse(
+            "postgres://u@h/d?sslmode=verify-full&connect_timeout=3",
+            "x",
+        )
+        .expect("parse");
+        assert_eq!(verify, Verify::ChainAndHost);
+        assert_eq!(config.get_ssl_mode(), postgres::config::SslMode::Require);
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
+        let (_, verify) = parse("postgres://u@h/d?sslmode=verify-ca", "x").expect("parse");
+        assert_eq!(verify, Verify::Chain);
+        let (config, verify) = parse("postgres://u@h/d?sslmode=require", "x").expect("parse");
+        assert_eq!(verify, Verify::Nothing);
+        assert_eq!(config.get_ssl_mode(), postgres::config::SslMode::Require);
+    }
+
+    #[test]
+    fn a_bad_url_is_a_usage_error_that_does_not_echo_the_password() {
+        let error = parse(
+            "postgres://u:s3cret@h/d?sslmode=sometimes",
+            "postgres://u:***@h/d",
+        )
+        .expect_err("refused");
+        assert_eq!(crate::exit::code_for(&error), crate::exit::USAGE);
+        assert!(!format!("{error:#}").contains("s3cret"), "{error:#}");
+    }
+
+    #[test]
+    fn what_the_url_leaves_out_is_filled_in_with_timeouts() {
+        let (config, _) = parse("postgres://app@db.example/runner", "x").expect("parse");
+        let (config, server) = complete(config);
+        assert_eq!(server.address, "db.example:5432");
+        assert_eq!(server.identity(), "postgres://app@db.example:5432/runner");
+        assert_eq!(config.get_connect_timeout(), Some(&CONNECT_TIMEOUT));
+        let options = config.get_options().expect("options");
+        assert!(options.contains("statement_timeout="), "{options}");
+        assert!(options.contains("lock_timeout=15000ms"), "{options}");
+        let (config, _) =
+            parse("postgres://app@db/x?options=-c%20search_path%3Drunner", "x").expect("parse");
+        let (config, _) = complete(config);
+        let options = config.get_options().expect("options");
+        assert!(
+            options.starts_with("-c search_path=runner -c statement_timeout"),
+            "{options}"
+        );
+    }
+}

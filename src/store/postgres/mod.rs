@@ -1,0 +1,1602 @@
+//! The PostgreSQL backend, for several hosts sharing one database: the same tables and the same
+//! rules as SQLite, with PostgreSQL's own ways of being safe under concurrency:
+//!
+//! - claims take due runs with `FOR UPDATE SKIP LOCKED` in one short `UPDATE ... RETURNING`
+//!   transaction, so ticks on many hosts never wait for each other's rows nor take the same run;
+//! - materialisation compare-and-swaps the schedule's cursor (the row lock serialises racing
+//!   ticks) and inserts with `ON CONFLICT DO NOTHING` on the one-run-per-instant index;
+//! - every fenced write presents the lease token, exactly as in SQLite;
+//! - times are whatever the caller's clock says, and that clock follows the database's clock
+//!   (see `measure_clock_skew`), so hosts with skewed clocks still agree on leases and due times.
+//!
+//! Errors are mapped to `Failure` here (`connect::failure`): busy (exit 5) for lock and statement
+//! timeouts, serialization failures and deadlocks; the server named in every message.
+
+mod connect;
+pub mod pgpass;
+
+use std::cell::RefCell;
+
+use anyhow::Result;
+use postgres::types::ToSql;
+use postgres::{Client, IsolationLevel, Row, Transaction};
+
+use self::connect::Server;
+use super::{
+    AttemptView, Claimed, CursorMove, DefinitionRow, EventView, Health, LastResult, OpenMode,
+    PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView, RunningView, Storage, Store,
+    RECENT_LISTED, RUNNING_LISTED,
+};
+use crate::backoff::RetryPolicy;
+use crate::exit::Failure;
+use crate::model::{
+    Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, DamagedDefinition,
+    Definition, ErrorCode, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun,
+    OrphanClose, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
+    Steering,
+};
+
+/// What the `Store` trait's methods return: errors already classified (`Failure`), the server
+/// named in them.
+type StoreResult<T> = super::Result<T>;
+
+/// Migrations, in order; `runner_schema_version` records each one applied.
+const MIGRATIONS: &[&str] = &[include_str!("../../../migrations/postgres/0001_init.sql")];
+
+/// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
+/// advisory lock on this key ("runner" in ASCII).
+const MIGRATION_LOCK: i64 = 0x72_75_6e_6e_65_72;
+
+/// Parameters of a statement.
+type Params<'a> = Vec<&'a (dyn ToSql + Sync)>;
+
+pub struct PostgresStore {
+    client: RefCell<Client>,
+    server: Server,
+    /// The URL as given (to connect again), and with its password masked (to show).
+    url: String,
+    shown: String,
+}
+
+impl PostgresStore {
+    pub fn open(url: &str, shown: &str, mode: OpenMode) -> Result<PostgresStore> {
+        let (client, server) = connect::connect(url, shown)?;
+        let store = PostgresStore {
+            client: RefCell::new(client),
+            server,
+            url: url.to_string(),
+            shown: shown.to_string(),
+        };
+        store.migrate(mode)?;
+        store.measure_clock_skew()?;
+        Ok(store)
+    }
+
+    /// Bring the schema up to date (`init`, `schedule add`), or refuse a database without one
+    /// (every other command), or with a newer one (exit 4).
+    fn migrate(&self, mode: OpenMode) -> Result<()> {
+        let known = MIGRATIONS.len() as i64;
+        let version = self.read(schema_version)?;
+        match version {
+            Some(version) if version > known => return Err(self.newer_schema(version)),
+            Some(version) if version == known => return Ok(()),
+            None if mode != OpenMode::CreateIfMissing => {
+                return Err(Failure::database(format!(
+                    "{} has no runner schema; create it with `runner init --db URL` \
+                     (or `runner schedule add`), or point --db / RUNNER_DB at another database",
+                    self.server
+                )))
+            }
+            _ => {}
+        }
+        let server = self.server.to_string();
+        self.write(|tx| {
+            // Another runner may be migrating right now: wait for it, then look again.
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+            tx.batch_execute(
+                "CREATE TABLE IF NOT EXISTS runner_schema_version (
+                     version    bigint PRIMARY KEY,
+                     applied_at bigint NOT NULL
+                 )",
+            )?;
+            let version: i64 = tx
+                .query_one(
+                    "SELECT coalesce(max(version), 0) FROM runner_schema_version",
+                    &[],
+                )?
+                .try_get(0)?;
+            if version > known {
+                return Err(newer_schema(&server, version));
+            }
+            for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+                tx.batch_execute(sql).map_err(|e| {
+                    anyhow::anyhow!(
+                        "applying PostgreSQL migration {} to {server}: {}",
+                        index + 1,
+                        connect::cause(&e)
+                    )
+                })?;
+                tx.execute(
+                    "INSERT INTO runner_schema_version (version, applied_at)
+                     VALUES ($1, extract(epoch FROM now())::bigint)",
+                    &[&(index as i64 + 1)],
+                )?;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    fn newer_schema(&self, version: i64) -> anyhow::Error {
+        newer_schema(&self.server.to_string(), version)
+    }
+
+    /// Make this process's clock follow the database's. Hosts sharing a database decide lease
+    /// expiry and due times by the same clock only if they read the same clock: the database's.
+    /// Reading `now()` in every statement would change every query and the `Store` trait (which
+    /// takes `now` from the caller, so that tests can pass any time); instead the database clock
+    /// is read once here, at connect, and its difference from this host's clock (measured at
+    /// the middle of the round trip) is added to every reading of the runner's clock
+    /// (`crate::clock::follow_database`). `--now` still wins: a shifted clock starts at the
+    /// given time whatever either clock says.
+    fn measure_clock_skew(&self) -> Result<()> {
+        let before = crate::clock::host_epoch_millis();
+        let database_ms: i64 = self.read(|client| {
+            Ok(client
+                .query_one(
+                    "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+                    &[],
+                )?
+                .try_get(0)?)
+        })?;
+        let after = crate::clock::host_epoch_millis();
+        crate::clock::follow_database(database_ms - (before + after) / 2);
+        Ok(())
+    }
+
+    /// The connection, connected again if the last one was lost (the server restarted, or a
+    /// network blip): a tick outlives both, and its next heartbeat or result should land. Only a
+    /// connection known closed is replaced, before anything is sent on it, so nothing is sent
+    /// twice; the statement that met the loss failed and said so.
+    fn client(&self) -> StoreResult<std::cell::RefMut<'_, Client>> {
+        let mut client = self.client.borrow_mut();
+        if client.is_closed() {
+            let (fresh, _) = connect::connect(&self.url, &self.shown)?;
+            *client = fresh;
+        }
+        Ok(client)
+    }
+
+    /// Run `work` on the connection, outside any transaction, with errors mapped to `Failure`.
+    fn read<T>(&self, work: impl FnOnce(&mut Client) -> Result<T>) -> StoreResult<T> {
+        let mut client = self.client()?;
+        work(&mut client).map_err(|e| self.classify(e).into())
+    }
+
+    /// Run `work` in one read-committed transaction: committed if it returns Ok, rolled back
+    /// otherwise; errors mapped to `Failure`.
+    fn write<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> StoreResult<T> {
+        let mut client = self.client()?;
+        let result = (|| {
+            let mut tx = client.transaction()?;
+            let value = work(&mut tx)?;
+            tx.commit()?;
+            Ok(value)
+        })();
+        result.map_err(|e| self.classify(e).into())
+    }
+
+    /// Run `work` in one read-only snapshot (repeatable read): every number it reads comes from
+    /// the same moment.
+    fn snapshot<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> StoreResult<T> {
+        let mut client = self.client()?;
+        let result = (|| {
+            let mut tx = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let value = work(&mut tx)?;
+            tx.commit()?;
+            Ok(value)
+        })();
+        result.map_err(|e| self.classify(e).into())
+    }
+
+    /// `claim`, or `claim_run` when `only` names the run: one claim, one statement.
+    fn claim_where(
+        &self,
+        only: Option<i64>,
+        actor: &Actor,
+        now: i64,
+        lease_secs: i64,
+        batch: usize,
+    ) -> StoreResult<Claimed> {
+        let sql = CLAIM_SQL.replace("{only}", if only.is_some() { "AND r.id = $5" } else { "" });
+        self.write(|tx| {
+            let (lease_expires_at, batch) = (now + lease_secs, batch as i64);
+            let mut params: Params<'_> = vec![&actor.owner, &lease_expires_at, &now, &batch];
+            if let Some(run_id) = &only {
+                params.push(run_id);
+            }
+            let mut runs = tx
+                .query(&sql, &params)?
+                .iter()
+                .map(|r| {
+                    let leftovers: String = r.try_get(13)?;
+                    Ok(ClaimedRun {
+                        run_id: r.try_get(0)?,
+                        definition_id: r.try_get(1)?,
+                        job_name: r.try_get(2)?,
+                        attempt: u32_at(r, 3)?,
+                        retry: RetryPolicy::from_secs(
+                            u32_at(r, 4)?,
+                            r.try_get(9)?,
+                            r.try_get(10)?,
+                        ),
+                        scheduled_for: r.try_get(5)?,
+                        command: r.try_get(6)?,
+                        workdir: r.try_get(7)?,
+                        timeout_secs: r.try_get(8)?,
+                        idempotency_key: r.try_get(11)?,
+                        lease_token: token_at(r, 12)?,
+                        leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            // RETURNING gives no order: claim order is due order, ids break ties.
+            runs.sort_by_key(|run| run.run_id);
+            for run in &runs {
+                tx.execute(
+                    "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time,
+                         lease_token, started_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    &[
+                        &run.run_id,
+                        &i64::from(run.attempt),
+                        &actor.owner,
+                        &actor.host,
+                        &i64::from(actor.pid),
+                        &actor.start_time.map(|t| t as i64),
+                        &run.lease_token.as_str(),
+                        &now,
+                    ],
+                )?;
+                let event = NewEvent::claimed(run.attempt, &actor.host);
+                insert_event(tx, run.run_id, now, actor, &event)?;
+            }
+            let more_due: bool = tx.query_one(MORE_DUE_SQL, &[&now])?.try_get(0)?;
+            Ok(Claimed { runs, more_due })
+        })
+    }
+
+    /// A PostgreSQL error becomes a `Failure` with the server named; others pass through.
+    fn classify(&self, error: anyhow::Error) -> anyhow::Error {
+        match error.downcast_ref::<postgres::Error>() {
+            Some(pg) => connect::failure(&self.server, pg),
+            None => error,
+        }
+    }
+}
+
+fn newer_schema(server: &str, version: i64) -> anyhow::Error {
+    Failure::database(format!(
+        "{server} has runner schema version {version}, newer than this runner understands ({}); \
+         upgrade runner",
+        MIGRATIONS.len()
+    ))
+}
+
+/// The schema version applied, or `None` when the database has no runner schema.
+fn schema_version(client: &mut Client) -> Result<Option<i64>> {
+    let exists: bool = client
+        .query_one(
+            "SELECT to_regclass('runner_schema_version') IS NOT NULL",
+            &[],
+        )?
+        .try_get(0)?;
+    if !exists {
+        return Ok(None);
+    }
+    Ok(client
+        .query_one("SELECT max(version) FROM runner_schema_version", &[])?
+        .try_get(0)?)
+}
+
+/// A count or attempt number stored as bigint, as the `u32` the model uses (the schema's checks
+/// keep them in range; anything beyond saturates).
+fn u32_at(row: &Row, index: usize) -> Result<u32, postgres::Error> {
+    let value: i64 = row.try_get(index)?;
+    Ok(u32::try_from(value.max(0)).unwrap_or(u32::MAX))
+}
+
+fn opt_u32_at(row: &Row, index: usize) -> Result<Option<u32>, postgres::Error> {
+    let value: Option<i64> = row.try_get(index)?;
+    Ok(value.map(|v| u32::try_from(v.max(0)).unwrap_or(u32::MAX)))
+}
+
+fn opt_u64_at(row: &Row, index: usize) -> Result<Option<u64>, postgres::Error> {
+    let value: Option<i64> = row.try_get(index)?;
+    Ok(value.map(|v| v.max(0) as u64))
+}
+
+fn opt_i32_at(row: &Row, index: usize) -> Result<Option<i32>, postgres::Error> {
+    let value: Option<i64> = row.try_get(index)?;
+    Ok(value.map(|v| i32::try_from(v).unwrap_or(i32::MAX)))
+}
+
+fn status_at(row: &Row, index: usize) -> Result<RunStatus> {
+    let text: String = row.try_get(index)?;
+    text.parse()
+        .map_err(|_| anyhow::anyhow!("unexpected run status {text:?}"))
+}
+
+const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, max_attempts, timeout_secs, \
+     backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, materialized_through, \
+     next_fire_at, created_at, updated_at, revision, leftovers";
+
+/// The one conversion of a `job_definitions` row (selected with `DEFINITION_COLUMNS`). The
+/// schema's types and checks keep most damage out; what is left (a count beyond `u32`, a cron
+/// expression or zone that does not parse) comes back as a `DamagedDefinition` naming the columns.
+fn definition_from_row(row: &Row) -> DefinitionRow {
+    let mut columns = Columns {
+        row,
+        problems: Vec::new(),
+    };
+    let definition = Definition {
+        id: columns.get("id"),
+        name: columns.get("name"),
+        settings: Settings {
+            cron: columns.get("cron"),
+            timezone: columns.get("timezone"),
+            command: columns.get("command"),
+            workdir: columns.get("workdir"),
+            max_attempts: columns.count("max_attempts"),
+            timeout_secs: columns.get("timeout_secs"),
+            backoff_base_secs: columns.get("backoff_base_secs"),
+            backoff_max_secs: columns.get("backoff_max_secs"),
+            overlap: columns.parsed("overlap", Overlap::Forbid),
+            catch_up: columns.parsed("catch_up", CatchUp::Latest),
+            grace_secs: columns.get("grace_secs"),
+            leftovers: columns.parsed("leftovers", Leftovers::Kill),
+            paused: columns.get::<i64>("paused") == 1,
+        },
+        materialized_through: columns.get("materialized_through"),
+        next_fire_at: columns.get("next_fire_at"),
+        created_at: columns.get("created_at"),
+        updated_at: columns.get("updated_at"),
+        revision: columns.get("revision"),
+    };
+    let mut problems = columns.problems;
+    problems.extend(definition.settings.problems(&problems));
+    if problems.is_empty() {
+        Ok(definition)
+    } else {
+        Err(Box::new(DamagedDefinition {
+            definition,
+            problems,
+        }))
+    }
+}
+
+/// Reads a row column by column, noting each column that does not convert instead of failing
+/// the whole row.
+struct Columns<'a> {
+    row: &'a Row,
+    problems: Vec<ColumnProblem>,
+}
+
+impl Columns<'_> {
+    fn get<T: for<'r> postgres::types::FromSql<'r> + Default>(
+        &mut self,
+        column: &'static str,
+    ) -> T {
+        match self.row.try_get::<_, T>(column) {
+            Ok(value) => value,
+            Err(error) => {
+                self.problems.push(ColumnProblem {
+                    column,
+                    problem: format!("cannot be read ({})", connect::cause(&error)),
+                });
+                T::default()
+            }
+        }
+    }
+
+    /// A count kept as bigint that the model holds as `u32`.
+    fn count(&mut self, column: &'static str) -> u32 {
+        let value: i64 = self.get(column);
+        u32::try_from(value).unwrap_or_else(|_| {
+            self.problems.push(ColumnProblem {
+                column,
+                problem: format!("{value} is out of range (at most {})", u32::MAX),
+            });
+            0
+        })
+    }
+
+    /// A policy stored as text (`FromStr` at the boundary).
+    fn parsed<T: std::str::FromStr>(&mut self, column: &'static str, placeholder: T) -> T
+    where
+        T::Err: std::fmt::Display,
+    {
+        let text: String = self.get(column);
+        text.parse().unwrap_or_else(|e: T::Err| {
+            self.problems.push(ColumnProblem {
+                column,
+                problem: e.to_string(),
+            });
+            placeholder
+        })
+    }
+}
+
+/// One attempt's end within a group commit (see `Store::finish_attempt`).
+fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
+    let (result, run) = (&end.result, &end.run);
+    let changed = tx.execute(
+        "UPDATE job_runs SET status = $3, run_at = coalesce($4, run_at), owner = NULL, lease_token = NULL,
+             lease_expires_at = NULL, heartbeat_at = NULL, error_code = $5, error_detail = $6,
+             finished_at = $7
+         WHERE id = $1 AND lease_token = $2 AND status = 'running'",
+        &[
+            &result.run_id,
+            &result.lease_token.as_str(),
+            &run.status.as_str(),
+            &run.run_at,
+            &run.error_code,
+            &run.error_detail,
+            &run.finished_at,
+        ],
+    )?;
+    let applied = changed == 1;
+    // The attempt row is fenced by the same token (see `Store::finish_attempt`).
+    tx.execute(
+        "UPDATE job_attempts SET finished_at = $4, duration_ms = $5, outcome = $6, exit_code = $7,
+             error_code = $8, error_detail = $9, stdout_tail = $10, stderr_tail = $11,
+             stdout_bytes = $12, stderr_bytes = $13
+         WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL
+           AND (($14 AND NOT $15) OR EXISTS (SELECT 1 FROM job_runs WHERE id = $1 AND status = 'cancelled'))",
+        &[
+            &result.run_id,
+            &i64::from(result.attempt),
+            &result.lease_token.as_str(),
+            &result.finished_at,
+            &result.duration_ms,
+            &end.outcome.as_str(),
+            &result.exit_code.map(i64::from),
+            &run.error_code,
+            &run.error_detail,
+            &result.stdout_tail,
+            &result.stderr_tail,
+            &(result.stdout_bytes as i64),
+            &(result.stderr_bytes as i64),
+            &applied,
+            &result.attempt_left_open,
+        ],
+    )?;
+    let at = result.finished_at;
+    if !applied {
+        let current = tx
+            .query_opt(
+                "SELECT status FROM job_runs WHERE id = $1",
+                &[&result.run_id],
+            )?
+            .map(|r| status_at(&r, 0))
+            .transpose()?;
+        if let Some(current) = current {
+            insert_event(tx, result.run_id, at, actor, &end.lease_lost(current))?;
+        }
+        return Ok(Fenced::LeaseLost);
+    }
+    for event in &end.events {
+        insert_event(tx, result.run_id, at, actor, event)?;
+    }
+    if end.counts_dead {
+        // runner_dead_runs_total: a counter, so retry and prune never lower it.
+        tx.execute(
+            "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', 1)
+             ON CONFLICT (key) DO UPDATE SET value = runner_state.value + 1",
+            &[],
+        )?;
+    }
+    Ok(Fenced::Applied)
+}
+
+/// Record `event` on run `run_id`'s timeline, at `at`, by `actor`.
+fn insert_event(
+    tx: &mut Transaction<'_>,
+    run_id: i64,
+    at: i64,
+    actor: &Actor,
+    event: &NewEvent,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO job_events (run_id, at, kind, actor, detail) VALUES ($1, $2, $3, $4, $5)",
+        &[
+            &run_id,
+            &at,
+            &event.kind.as_str(),
+            &actor.owner,
+            &event.detail.to_string(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Insert a run of definition `definition_id`, copying the schedule's command and policies, as
+/// `run` says; `None` when its instant already has a schedule run (one run per instant).
+fn insert_run(
+    tx: &mut Transaction<'_>,
+    definition_id: i64,
+    run: &NewRun,
+    now: i64,
+) -> Result<Option<i64>> {
+    let status = run.status();
+    let finished_at = status.is_final().then_some(now);
+    let row = tx.query_opt(
+        "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
+             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
+             skip_reason, created_at, finished_at, leftovers)
+         SELECT id, $1::text, $2::bigint, $3::text, $2::bigint, command, workdir, max_attempts, timeout_secs,
+             backoff_base_secs, backoff_max_secs, $4::text, $5::text, $6::bigint, $7::bigint, leftovers
+         FROM job_definitions WHERE id = $8
+         ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
+         RETURNING id",
+        &[
+            &run.trigger.as_str(),
+            &run.scheduled_for,
+            &status.as_str(),
+            &run.idempotency_key,
+            &run.skip_reason,
+            &now,
+            &finished_at,
+            &definition_id,
+        ],
+    )?;
+    Ok(row.map(|r| r.try_get(0)).transpose()?)
+}
+
+/// A lease token column.
+fn token_at(row: &Row, index: usize) -> Result<LeaseToken, postgres::Error> {
+    Ok(LeaseToken::from(row.try_get::<_, String>(index)?))
+}
+
+/// A run with its schedule and latest attempt, for `history` and `show`.
+const RUN_VIEW: &str = "
+SELECT r.id, d.name, d.timezone, r.trigger, r.status, r.scheduled_for, r.run_at, r.attempt, r.max_attempts,
+       r.command, r.workdir, r.idempotency_key, r.owner, r.lease_expires_at, r.heartbeat_at,
+       r.error_code, r.error_detail, r.skip_reason, r.created_at, r.started_at, r.finished_at,
+       a.started_at, a.duration_ms, a.exit_code
+FROM job_runs r
+JOIN job_definitions d ON d.id = r.definition_id
+LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt";
+
+fn run_view_from_row(row: &Row) -> Result<RunView> {
+    Ok(RunView {
+        id: row.try_get(0)?,
+        job: row.try_get(1)?,
+        timezone: row.try_get(2)?,
+        trigger: row.try_get(3)?,
+        status: status_at(row, 4)?,
+        scheduled_for: row.try_get(5)?,
+        run_at: row.try_get(6)?,
+        attempt: u32_at(row, 7)?,
+        max_attempts: u32_at(row, 8)?,
+        command: row.try_get(9)?,
+        workdir: row.try_get(10)?,
+        idempotency_key: row.try_get(11)?,
+        owner: row.try_get(12)?,
+        lease_expires_at: row.try_get(13)?,
+        heartbeat_at: row.try_get(14)?,
+        error_code: row.try_get(15)?,
+        error_detail: row.try_get(16)?,
+        skip_reason: row.try_get(17)?,
+        created_at: row.try_get(18)?,
+        started_at: row.try_get(19)?,
+        finished_at: row.try_get(20)?,
+        last_attempt_started_at: row.try_get(21)?,
+        last_duration_ms: row.try_get(22)?,
+        last_exit_code: opt_i32_at(row, 23)?,
+    })
+}
+
+/// The columns of the short form of a run that `status` names (`run_brief_from_row`); queries
+/// append their own columns after these.
+macro_rules! run_brief {
+    () => {
+        "SELECT r.id, d.name, d.timezone, r.scheduled_for, r.run_at, r.attempt, r.max_attempts, r.error_code,
+       r.finished_at"
+    };
+}
+const RUN_BRIEF_COLUMNS: usize = 9;
+
+fn run_brief_from_row(row: &Row) -> Result<RunBrief> {
+    Ok(RunBrief {
+        id: row.try_get(0)?,
+        job: row.try_get(1)?,
+        timezone: row.try_get(2)?,
+        scheduled_for: row.try_get(3)?,
+        run_at: row.try_get(4)?,
+        attempt: u32_at(row, 5)?,
+        max_attempts: u32_at(row, 6)?,
+        error_code: row.try_get(7)?,
+        finished_at: row.try_get(8)?,
+    })
+}
+
+// ---- the health report: one query per question, each served by an index ----
+
+const COUNT_RUNS_BY_STATUS: &str = "SELECT status, count(*) FROM job_runs GROUP BY status";
+/// The pending run due the longest (`job_runs_due`).
+const OLDEST_DUE: &str = concat!(
+    run_brief!(),
+    "
+FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+WHERE r.status = 'pending' AND r.run_at <= $1
+ORDER BY r.run_at, r.id LIMIT 1"
+);
+/// Running runs with their lease and attempt, the earliest expiry first (`job_runs_leases`).
+const RUNNING_RUNS: &str = concat!(
+    run_brief!(),
+    ", r.owner, a.host, a.started_at, r.heartbeat_at, r.lease_expires_at
+FROM job_runs r
+JOIN job_definitions d ON d.id = r.definition_id
+LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
+WHERE r.status = 'running'
+ORDER BY r.lease_expires_at, r.id LIMIT $1"
+);
+const COUNT_EXPIRED_LEASES: &str =
+    "SELECT count(*) FROM job_runs WHERE status = 'running' AND lease_expires_at < $1";
+/// Runs retrying, by the attempt they are on (see the SQLite backend).
+const RETRIES_IN_FLIGHT: &str = "
+SELECT CASE status WHEN 'pending' THEN attempt + 1 ELSE attempt END AS retry_attempt, count(*)
+FROM job_runs
+WHERE (status = 'pending' AND attempt >= 1) OR (status = 'running' AND attempt >= 2)
+GROUP BY retry_attempt ORDER BY retry_attempt";
+const TOP_ERRORS: &str = "
+SELECT error_code, count(*) AS failures FROM job_attempts
+WHERE finished_at >= $1 AND error_code IS NOT NULL
+GROUP BY error_code ORDER BY failures DESC, error_code LIMIT $2";
+const DEAD_RECENT: &str = concat!(
+    run_brief!(),
+    ", count(*) OVER ()
+FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+WHERE r.status = 'dead' AND r.finished_at >= $1
+ORDER BY r.finished_at DESC, r.id DESC LIMIT $2"
+);
+const RUNNER_STATE: &str = "
+SELECT key, value FROM runner_state
+WHERE key IN ('last_tick_at', 'last_prune_at', 'dead_runs_total')";
+const CLOCK_HIGH_WATER: &str = "
+SELECT coalesce((SELECT value FROM runner_state WHERE key = 'clock_high_water'),
+                (SELECT value FROM runner_state WHERE key = 'last_tick_at'))";
+const OLDEST_RUN: &str = concat!(
+    run_brief!(),
+    "
+FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+ORDER BY r.scheduled_for, r.id LIMIT 1"
+);
+const ATTEMPT_DURATIONS: &str = "
+SELECT d.name, a.duration_ms
+FROM job_attempts a
+JOIN job_runs r ON r.id = a.run_id
+JOIN job_definitions d ON d.id = r.definition_id
+WHERE a.finished_at >= $1 AND a.duration_ms IS NOT NULL";
+/// The space the runner's tables and their indexes take.
+const STORAGE_BYTES: &str = "
+SELECT coalesce(sum(pg_total_relation_size(c)), 0)::bigint
+FROM unnest(ARRAY['job_definitions', 'job_runs', 'job_attempts', 'job_events', 'runner_state']::regclass[]) AS c";
+
+/// The runs pruning may delete: finished for good before `$1`, with no attempt still open.
+const PRUNABLE_RUNS: &str = "
+SELECT id FROM job_runs
+WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < $1
+  AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = job_runs.id AND a.finished_at IS NULL)";
+
+/// Claim due runs: pick them with `FOR UPDATE OF r SKIP LOCKED` (rows another tick is claiming
+/// are passed over, not waited for) and take them in the same statement. Under read committed,
+/// a row another tick claimed and committed meanwhile is re-checked against `status = 'pending'`
+/// when locked, so it is never taken twice. The overlap rule holds across hosts: a `forbid`
+/// schedule's oldest due run is the only one of it that may be taken, and two ticks cannot both
+/// lock it.
+const CLAIM_SQL: &str = "
+WITH picked AS (
+    SELECT r.id
+    FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+    WHERE r.status = 'pending' AND r.run_at <= $3
+      {only}
+      AND (d.overlap = 'allow' OR (
+            -- forbid: nothing of this schedule running, and only its oldest due run
+            NOT EXISTS (SELECT 1 FROM job_runs o WHERE o.definition_id = r.definition_id AND o.status = 'running')
+            AND r.id = (SELECT p.id FROM job_runs p
+                        WHERE p.definition_id = r.definition_id AND p.status = 'pending' AND p.run_at <= $3
+                        ORDER BY p.run_at, p.id LIMIT 1)))
+    ORDER BY r.run_at, r.id
+    LIMIT $4
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE job_runs AS r
+SET status = 'running',
+    owner = $1,
+    lease_token = replace(gen_random_uuid()::text, '-', ''),
+    lease_expires_at = $2,
+    heartbeat_at = $3,
+    attempt = r.attempt + 1,
+    started_at = coalesce(r.started_at, $3)
+FROM picked, job_definitions d
+WHERE r.id = picked.id AND d.id = r.definition_id AND r.status = 'pending'
+RETURNING r.id, r.definition_id, d.name, r.attempt, r.max_attempts, r.scheduled_for, r.command, r.workdir,
+          r.timeout_secs, r.backoff_base_secs, r.backoff_max_secs, r.idempotency_key, r.lease_token, r.leftovers";
+
+const MORE_DUE_SQL: &str =
+    "SELECT EXISTS (SELECT 1 FROM job_runs WHERE status = 'pending' AND run_at <= $1)";
+
+/// The open attempt of a run, with what identifies its processes and its runner.
+const ATTEMPT_HOLDER: &str = "
+SELECT a.run_id, a.attempt, a.lease_token, a.host, a.runner_pid, a.runner_start_time, a.child_pid,
+       a.child_start_time, a.started_at
+FROM job_attempts a";
+
+fn attempt_holder_from_row(row: &Row, first: usize) -> Result<AttemptHolder> {
+    Ok(AttemptHolder {
+        run_id: row.try_get(first)?,
+        attempt: u32_at(row, first + 1)?,
+        lease_token: token_at(row, first + 2)?,
+        host: row.try_get(first + 3)?,
+        runner_pid: u32_at(row, first + 4)?,
+        runner_start_time: opt_u64_at(row, first + 5)?,
+        child_pid: opt_u32_at(row, first + 6)?,
+        child_start_time: opt_u64_at(row, first + 7)?,
+        started_at: row.try_get(first + 8)?,
+    })
+}
+
+/// The `history` query for the filters given, with its parameters: only the filters given appear
+/// in the WHERE clause, so the planner picks the index that serves them.
+fn history_query(filter: &RunFilter) -> (String, Vec<Box<dyn ToSql + Sync>>) {
+    let mut conditions: Vec<String> = Vec::new();
+    let mut values: Vec<Box<dyn ToSql + Sync>> = vec![Box::new(filter.limit as i64)];
+    if let Some(id) = filter.definition_id {
+        values.push(Box::new(id));
+        conditions.push(format!("r.definition_id = ${}", values.len()));
+    }
+    if let Some(status) = filter.status {
+        values.push(Box::new(status.as_str().to_string()));
+        conditions.push(format!("r.status = ${}", values.len()));
+    }
+    if let Some(since) = filter.since {
+        values.push(Box::new(since));
+        conditions.push(format!("r.scheduled_for >= ${}", values.len()));
+    }
+    let where_clause = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
+    };
+    let sql =
+        format!("{RUN_VIEW}\n{where_clause}\nORDER BY r.scheduled_for DESC, r.id DESC LIMIT $1");
+    (sql, values)
+}
+
+impl Store for PostgresStore {
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    fn identity(&self) -> String {
+        self.server.identity()
+    }
+
+    fn add_definition(
+        &mut self,
+        name: &str,
+        s: &Settings,
+        now: i64,
+        next_fire_at: Option<i64>,
+    ) -> StoreResult<Definition> {
+        self.write(|tx| {
+            let row = tx.query_opt(
+                &format!(
+                    "INSERT INTO job_definitions (name, cron, timezone, command, workdir, max_attempts, timeout_secs,
+                         backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused,
+                         materialized_through, next_fire_at, created_at, updated_at, leftovers)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $14, $14, $16)
+                     ON CONFLICT (name) DO NOTHING
+                     RETURNING {DEFINITION_COLUMNS}"
+                ),
+                &[
+                    &name,
+                    &s.cron,
+                    &s.timezone,
+                    &s.command,
+                    &s.workdir,
+                    &i64::from(s.max_attempts),
+                    &s.timeout_secs,
+                    &s.backoff_base_secs,
+                    &s.backoff_max_secs,
+                    &s.overlap.as_str(),
+                    &s.catch_up.as_str(),
+                    &s.grace_secs,
+                    &i64::from(s.paused),
+                    &now,
+                    &next_fire_at,
+                    &s.leftovers.as_str(),
+                ],
+            )?;
+            let Some(row) = row else {
+                return Err(Failure::usage(format!(
+                    "a schedule named {name:?} already exists; use `runner schedule edit {name}` to change it"
+                )));
+            };
+            definition_from_row(&row).map_err(Failure::database)
+        })
+    }
+
+    fn update_definition(&mut self, d: &Definition, now: i64) -> StoreResult<()> {
+        let s = &d.settings;
+        // The cursor never moves back.
+        let changed = self.write(|tx| {
+            Ok(tx.execute(
+                "UPDATE job_definitions SET cron = $2, timezone = $3, command = $4, workdir = $5, max_attempts = $6,
+                     timeout_secs = $7, backoff_base_secs = $8, backoff_max_secs = $9, overlap = $10, catch_up = $11,
+                     grace_secs = $12, paused = $13,
+                     materialized_through = greatest(materialized_through, $14),
+                     next_fire_at = $15, updated_at = $16, leftovers = $17, revision = revision + 1
+                 WHERE id = $1",
+                &[
+                    &d.id,
+                    &s.cron,
+                    &s.timezone,
+                    &s.command,
+                    &s.workdir,
+                    &i64::from(s.max_attempts),
+                    &s.timeout_secs,
+                    &s.backoff_base_secs,
+                    &s.backoff_max_secs,
+                    &s.overlap.as_str(),
+                    &s.catch_up.as_str(),
+                    &s.grace_secs,
+                    &i64::from(s.paused),
+                    &d.materialized_through,
+                    &d.next_fire_at,
+                    &now,
+                    &s.leftovers.as_str(),
+                ],
+            )?)
+        })?;
+        if changed == 0 {
+            return Err(
+                Failure::not_found(format!("schedule {:?} no longer exists", d.name)).into(),
+            );
+        }
+        Ok(())
+    }
+
+    fn remove_definition(&mut self, name: &str) -> StoreResult<Removal> {
+        self.write(|tx| {
+            // Lock the schedule (materialisation and manual runs wait for it) and its runs (a
+            // claim passes them over): no run of it can start between the check and the delete.
+            let Some(definition) = tx.query_opt(
+                "SELECT id FROM job_definitions WHERE name = $1 FOR UPDATE",
+                &[&name],
+            )?
+            else {
+                return Ok(Removal::NotFound);
+            };
+            let id: i64 = definition.try_get(0)?;
+            let running: Vec<i64> = tx
+                .query(
+                    "SELECT id, status FROM job_runs WHERE definition_id = $1 ORDER BY id FOR UPDATE",
+                    &[&id],
+                )?
+                .iter()
+                .filter(|row| row.try_get::<_, &str>(1).ok() == Some("running"))
+                .map(|row| row.try_get(0))
+                .collect::<Result<_, _>>()?;
+            if !running.is_empty() {
+                return Ok(Removal::Running(running));
+            }
+            tx.execute("DELETE FROM job_definitions WHERE id = $1", &[&id])?;
+            Ok(Removal::Removed)
+        })
+    }
+
+    fn definition(&self, name: &str) -> StoreResult<Option<DefinitionRow>> {
+        self.read(|client| {
+            Ok(client
+                .query_opt(
+                    &format!("SELECT {DEFINITION_COLUMNS} FROM job_definitions WHERE name = $1"),
+                    &[&name],
+                )?
+                .map(|row| definition_from_row(&row)))
+        })
+    }
+
+    fn definitions(&self) -> StoreResult<Vec<DefinitionRow>> {
+        self.read(|client| {
+            Ok(client
+                .query(
+                    &format!("SELECT {DEFINITION_COLUMNS} FROM job_definitions ORDER BY name, id"),
+                    &[],
+                )?
+                .iter()
+                .map(definition_from_row)
+                .collect())
+        })
+    }
+
+    fn last_result(&self, definition_id: i64) -> StoreResult<Option<LastResult>> {
+        self.read(|client| {
+            let row = client.query_opt(
+                "SELECT id, status, scheduled_for, error_code FROM job_runs
+                 WHERE definition_id = $1 AND status IN ('succeeded', 'dead', 'cancelled', 'skipped')
+                 ORDER BY scheduled_for DESC, id DESC LIMIT 1",
+                &[&definition_id],
+            )?;
+            row.map(|r| {
+                Ok(LastResult {
+                    run_id: r.try_get(0)?,
+                    status: r.try_get(1)?,
+                    scheduled_for: r.try_get(2)?,
+                    error_code: r.try_get(3)?,
+                })
+            })
+            .transpose()
+        })
+    }
+
+    fn record_tick(&mut self, now: i64) -> StoreResult<Option<i64>> {
+        self.write(|tx| {
+            // Lock the high-water row (if any) so two ticks do not both read the old mark.
+            tx.execute(
+                "SELECT 1 FROM runner_state WHERE key = 'clock_high_water' FOR UPDATE",
+                &[],
+            )?;
+            let high_water: Option<i64> = tx.query_one(CLOCK_HIGH_WATER, &[])?.try_get(0)?;
+            tx.execute(
+                "INSERT INTO runner_state (key, value) VALUES ('last_tick_at', $1), ('clock_high_water', $2)
+                 ON CONFLICT (key) DO UPDATE SET value = CASE runner_state.key
+                     WHEN 'clock_high_water' THEN greatest(runner_state.value, excluded.value)
+                     ELSE excluded.value END",
+                &[&now, &high_water.map_or(now, |high| high.max(now))],
+            )?;
+            Ok(high_water)
+        })
+    }
+
+    fn due_definitions(&self, now: i64) -> StoreResult<Vec<DefinitionRow>> {
+        // Served by `job_definitions_due`. Unlike SQLite, a column cannot hold a value of the
+        // wrong type here, so every row's due-ness can be judged.
+        self.read(|client| {
+            Ok(client
+                .query(
+                    &format!(
+                        "SELECT {DEFINITION_COLUMNS} FROM job_definitions
+                         WHERE paused = 0 AND next_fire_at <= $1
+                         ORDER BY next_fire_at, id"
+                    ),
+                    &[&now],
+                )?
+                .iter()
+                .map(definition_from_row)
+                .collect())
+        })
+    }
+
+    fn materialize(
+        &mut self,
+        cursor: CursorMove,
+        now: i64,
+        actor: &Actor,
+        plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
+    ) -> StoreResult<usize> {
+        self.write(|tx| {
+            // The compare-and-swap: a racing tick waits for this row's lock, then finds the
+            // cursor moved and changes nothing.
+            let moved = tx.execute(
+                "UPDATE job_definitions SET materialized_through = $4, next_fire_at = $5
+                 WHERE id = $1 AND materialized_through = $2 AND revision = $3 AND paused = 0",
+                &[
+                    &cursor.definition_id,
+                    &cursor.expected_through,
+                    &cursor.expected_revision,
+                    &cursor.new_through,
+                    &cursor.next_fire_at,
+                ],
+            )?;
+            if moved == 0 {
+                return Ok(0);
+            }
+            let running: Option<i64> = tx
+                .query_opt(
+                    "SELECT id FROM job_runs WHERE definition_id = $1 AND status = 'running' ORDER BY id LIMIT 1",
+                    &[&cursor.definition_id],
+                )?
+                .map(|r| r.try_get(0))
+                .transpose()?;
+            let mut inserted = 0;
+            for run in plan(running) {
+                if let Some(run_id) = insert_run(tx, cursor.definition_id, &run, now)? {
+                    inserted += 1;
+                    insert_event(tx, run_id, now, actor, &run.event())?;
+                }
+            }
+            Ok(inserted)
+        })
+    }
+
+    fn expired_leases(&self, now: i64, limit: usize) -> StoreResult<Vec<ExpiredLease>> {
+        self.read(|client| {
+            client
+                .query(
+                    "SELECT r.id, d.name, r.attempt, r.max_attempts, r.lease_token, r.lease_expires_at,
+                            r.backoff_base_secs, r.backoff_max_secs,
+                            a.run_id, a.attempt, a.lease_token, a.host, a.runner_pid, a.runner_start_time,
+                            a.child_pid, a.child_start_time, a.started_at
+                     FROM job_runs r
+                     JOIN job_definitions d ON d.id = r.definition_id
+                     LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
+                     WHERE r.status = 'running' AND r.lease_expires_at < $1
+                     ORDER BY r.lease_expires_at
+                     LIMIT $2",
+                    &[&now, &(limit as i64)],
+                )?
+                .iter()
+                .map(|r| {
+                    let has_attempt = r.try_get::<_, Option<i64>>(8)?.is_some();
+                    Ok(ExpiredLease {
+                        run_id: r.try_get(0)?,
+                        job_name: r.try_get(1)?,
+                        attempt: u32_at(r, 2)?,
+                        retry: RetryPolicy::from_secs(u32_at(r, 3)?, r.try_get(6)?, r.try_get(7)?),
+                        lease_token: token_at(r, 4)?,
+                        lease_expires_at: r.try_get(5)?,
+                        holder: if has_attempt {
+                            Some(attempt_holder_from_row(r, 8)?)
+                        } else {
+                            None
+                        },
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn claim(
+        &mut self,
+        actor: &Actor,
+        now: i64,
+        lease_secs: i64,
+        batch: usize,
+    ) -> StoreResult<Claimed> {
+        self.claim_where(None, actor, now, lease_secs, batch)
+    }
+
+    fn claim_run(
+        &mut self,
+        run_id: i64,
+        actor: &Actor,
+        now: i64,
+        lease_secs: i64,
+    ) -> StoreResult<Option<ClaimedRun>> {
+        let claimed = self.claim_where(Some(run_id), actor, now, lease_secs, 1)?;
+        Ok(claimed.runs.into_iter().next())
+    }
+
+    fn record_starts(
+        &mut self,
+        starts: &[StartRecord],
+        now: i64,
+        lease_expires_at: i64,
+    ) -> StoreResult<Vec<Fenced>> {
+        if starts.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write(|tx| {
+            let mut landed = Vec::with_capacity(starts.len());
+            for start in starts {
+                // The lease must still be ours and unexpired (see the SQLite backend).
+                let held = tx.execute(
+                    "UPDATE job_runs SET lease_expires_at = $3, heartbeat_at = $4
+                     WHERE id = $1 AND lease_token = $2 AND status = 'running' AND lease_expires_at >= $4",
+                    &[&start.run_id, &start.lease_token.as_str(), &lease_expires_at, &now],
+                )?;
+                let recorded = held == 1
+                    && tx.execute(
+                        "UPDATE job_attempts SET child_pid = $4, child_start_time = $5
+                         WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL",
+                        &[
+                            &start.run_id,
+                            &i64::from(start.attempt),
+                            &start.lease_token.as_str(),
+                            &i64::from(start.child_pid),
+                            &start.child_start_time.map(|t| t as i64),
+                        ],
+                    )? == 1;
+                landed.push(if recorded {
+                    Fenced::Applied
+                } else {
+                    Fenced::LeaseLost
+                });
+            }
+            Ok(landed)
+        })
+    }
+
+    fn heartbeat(
+        &mut self,
+        tokens: &[LeaseToken],
+        now: i64,
+        lease_expires_at: i64,
+    ) -> StoreResult<Vec<Fenced>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let texts: Vec<&str> = tokens.iter().map(LeaseToken::as_str).collect();
+        let held: Vec<String> = self.write(|tx| {
+            tx.query(
+                "UPDATE job_runs SET lease_expires_at = $1, heartbeat_at = $2
+                 WHERE status = 'running' AND lease_token = ANY($3) RETURNING lease_token",
+                &[&lease_expires_at, &now, &texts],
+            )?
+            .iter()
+            .map(|r| Ok(r.try_get(0)?))
+            .collect()
+        })?;
+        Ok(texts
+            .iter()
+            .map(|token| {
+                if held.iter().any(|h| h == token) {
+                    Fenced::Applied
+                } else {
+                    Fenced::LeaseLost
+                }
+            })
+            .collect())
+    }
+
+    fn finish_attempts(&mut self, ends: &[AttemptEnd], actor: &Actor) -> StoreResult<Vec<Fenced>> {
+        self.write(|tx| ends.iter().map(|end| finish_in(tx, end, actor)).collect())
+    }
+
+    fn open_attempt(&self, run_id: i64) -> StoreResult<Option<AttemptHolder>> {
+        self.read(|client| {
+            client
+                .query_opt(
+                    &format!("{ATTEMPT_HOLDER} WHERE a.run_id = $1 AND a.finished_at IS NULL"),
+                    &[&run_id],
+                )?
+                .map(|r| attempt_holder_from_row(&r, 0))
+                .transpose()
+        })
+    }
+
+    fn orphaned_attempts(&self, host: &str, limit: usize) -> StoreResult<Vec<AttemptHolder>> {
+        self.read(|client| {
+            client
+                .query(
+                    &format!(
+                        "{ATTEMPT_HOLDER}
+                         JOIN job_runs r ON r.id = a.run_id
+                         WHERE a.host = $1 AND a.finished_at IS NULL
+                           AND NOT (r.status = 'running' AND r.lease_token IS NOT DISTINCT FROM a.lease_token)
+                         ORDER BY a.id LIMIT $2"
+                    ),
+                    &[&host, &(limit as i64)],
+                )?
+                .iter()
+                .map(|r| attempt_holder_from_row(r, 0))
+                .collect()
+        })
+    }
+
+    fn close_orphaned_attempt(
+        &mut self,
+        holder: &AttemptHolder,
+        now: i64,
+        close: &OrphanClose,
+        actor: &Actor,
+    ) -> StoreResult<bool> {
+        self.write(|tx| {
+            // Never the attempt a runner still holds: only one whose run moved on without it.
+            let closed = tx.execute(
+                "UPDATE job_attempts SET finished_at = $4, duration_ms = greatest(0, $4 - started_at) * 1000,
+                     outcome = 'failed', error_code = $5, error_detail = $6
+                 WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM job_runs WHERE id = $1 AND status = 'running' AND lease_token = $3)",
+                &[
+                    &holder.run_id,
+                    &i64::from(holder.attempt),
+                    &holder.lease_token.as_str(),
+                    &now,
+                    &close.code.to_string(),
+                    &close.detail,
+                ],
+            )?;
+            if closed == 1 {
+                insert_event(tx, holder.run_id, now, actor, &close.event)?;
+            }
+            Ok(closed == 1)
+        })
+    }
+
+    fn enqueue(
+        &mut self,
+        definition_id: i64,
+        run: &NewRun,
+        now: i64,
+        actor: &Actor,
+    ) -> StoreResult<i64> {
+        self.write(|tx| {
+            let run_id = insert_run(tx, definition_id, run, now)?.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the schedule of run {} was removed meanwhile",
+                    run.idempotency_key
+                )
+            })?;
+            insert_event(tx, run_id, now, actor, &run.event())?;
+            Ok(run_id)
+        })
+    }
+
+    fn reanchor_definition(
+        &mut self,
+        cursor: CursorMove,
+        now: i64,
+    ) -> StoreResult<Option<Reanchored>> {
+        self.write(|tx| {
+            let moved = tx.execute(
+                "UPDATE job_definitions SET materialized_through = $4, next_fire_at = $5, updated_at = $6,
+                     revision = revision + 1
+                 WHERE id = $1 AND materialized_through = $2 AND revision = $3",
+                &[
+                    &cursor.definition_id,
+                    &cursor.expected_through,
+                    &cursor.expected_revision,
+                    &cursor.new_through,
+                    &cursor.next_fire_at,
+                    &now,
+                ],
+            )?;
+            if moved == 0 {
+                return Ok(None);
+            }
+            let skips_forgotten = tx.execute(
+                "DELETE FROM job_runs
+                 WHERE definition_id = $1 AND trigger = 'schedule' AND status = 'skipped' AND scheduled_for > $2",
+                &[&cursor.definition_id, &cursor.new_through],
+            )?;
+            let runs_kept: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM job_runs
+                     WHERE definition_id = $1 AND trigger = 'schedule' AND scheduled_for > $2",
+                    &[&cursor.definition_id, &cursor.new_through],
+                )?
+                .try_get(0)?;
+            Ok(Some(Reanchored {
+                skips_forgotten,
+                runs_kept: runs_kept as u64,
+            }))
+        })
+    }
+
+    fn lower_clock_high_water(&mut self, now: i64) -> StoreResult<Option<i64>> {
+        self.write(|tx| {
+            tx.execute(
+                "SELECT 1 FROM runner_state WHERE key = 'clock_high_water' FOR UPDATE",
+                &[],
+            )?;
+            let high_water: Option<i64> = tx.query_one(CLOCK_HIGH_WATER, &[])?.try_get(0)?;
+            Ok(match high_water {
+                Some(high) if high > now => {
+                    tx.execute(
+                        "INSERT INTO runner_state (key, value) VALUES ('clock_high_water', $1)
+                         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        &[&now],
+                    )?;
+                    Some(high)
+                }
+                _ => None,
+            })
+        })
+    }
+
+    fn history(&self, filter: &RunFilter) -> StoreResult<Vec<RunView>> {
+        let (sql, values) = history_query(filter);
+        let params: Params<'_> = values.iter().map(|v| v.as_ref()).collect();
+        self.read(|client| {
+            client
+                .query(&sql, &params)?
+                .iter()
+                .map(run_view_from_row)
+                .collect()
+        })
+    }
+
+    fn run(&self, run_id: i64) -> StoreResult<Option<RunView>> {
+        self.read(|client| {
+            client
+                .query_opt(&format!("{RUN_VIEW}\nWHERE r.id = $1"), &[&run_id])?
+                .map(|r| run_view_from_row(&r))
+                .transpose()
+        })
+    }
+
+    fn attempts(&self, run_id: i64) -> StoreResult<Vec<AttemptView>> {
+        self.read(|client| {
+            client
+                .query(
+                    "SELECT attempt, owner, host, runner_pid, child_pid, started_at, finished_at, duration_ms,
+                            outcome, exit_code, error_code, error_detail, stdout_tail, stderr_tail, stdout_bytes,
+                            stderr_bytes
+                     FROM job_attempts WHERE run_id = $1 ORDER BY attempt",
+                    &[&run_id],
+                )?
+                .iter()
+                .map(|r| {
+                    Ok(AttemptView {
+                        attempt: u32_at(r, 0)?,
+                        owner: r.try_get(1)?,
+                        host: r.try_get(2)?,
+                        runner_pid: u32_at(r, 3)?,
+                        child_pid: opt_u32_at(r, 4)?,
+                        started_at: r.try_get(5)?,
+                        finished_at: r.try_get(6)?,
+                        duration_ms: r.try_get(7)?,
+                        outcome: r.try_get(8)?,
+                        exit_code: opt_i32_at(r, 9)?,
+                        error_code: r.try_get(10)?,
+                        error_detail: r.try_get(11)?,
+                        stdout_tail: r.try_get::<_, Option<Vec<u8>>>(12)?.unwrap_or_default(),
+                        stderr_tail: r.try_get::<_, Option<Vec<u8>>>(13)?.unwrap_or_default(),
+                        stdout_bytes: r.try_get(14)?,
+                        stderr_bytes: r.try_get(15)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn events(&self, run_id: i64) -> StoreResult<Vec<EventView>> {
+        self.read(|client| {
+            client
+                .query(
+                    "SELECT at, kind, actor, detail FROM job_events WHERE run_id = $1 ORDER BY id",
+                    &[&run_id],
+                )?
+                .iter()
+                .map(|r| {
+                    Ok(EventView {
+                        at: r.try_get(0)?,
+                        kind: r.try_get(1)?,
+                        actor: r.try_get(2)?,
+                        detail: r.try_get(3)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn health(&self, now: i64, recent_since: i64) -> StoreResult<Health> {
+        self.snapshot(|tx| {
+            let mut counts: Vec<(RunStatus, i64)> =
+                RunStatus::ALL.iter().map(|s| (*s, 0)).collect();
+            for row in tx.query(COUNT_RUNS_BY_STATUS, &[])? {
+                let status = status_at(&row, 0)?;
+                if let Some(entry) = counts.iter_mut().find(|(s, _)| *s == status) {
+                    entry.1 = row.try_get(1)?;
+                }
+            }
+
+            let oldest_due = tx
+                .query_opt(OLDEST_DUE, &[&now])?
+                .map(|r| run_brief_from_row(&r))
+                .transpose()?;
+
+            let running = tx
+                .query(RUNNING_RUNS, &[&(RUNNING_LISTED as i64)])?
+                .iter()
+                .map(|r| {
+                    let c = RUN_BRIEF_COLUMNS;
+                    Ok(RunningView {
+                        run: run_brief_from_row(r)?,
+                        owner: r.try_get(c)?,
+                        host: r.try_get(c + 1)?,
+                        attempt_started_at: r.try_get(c + 2)?,
+                        heartbeat_at: r.try_get(c + 3)?,
+                        lease_expires_at: r.try_get(c + 4)?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+
+            let expired_leases: i64 = tx.query_one(COUNT_EXPIRED_LEASES, &[&now])?.try_get(0)?;
+
+            let retries_in_flight = tx
+                .query(RETRIES_IN_FLIGHT, &[])?
+                .iter()
+                .map(|r| Ok((u32_at(r, 0)?, r.try_get(1)?)))
+                .collect::<Result<Vec<_>>>()?;
+
+            let top_errors = tx
+                .query(TOP_ERRORS, &[&recent_since, &(RECENT_LISTED as i64)])?
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<Result<Vec<_>>>()?;
+
+            let dead_rows = tx.query(DEAD_RECENT, &[&recent_since, &(RECENT_LISTED as i64)])?;
+            let dead_recent = match dead_rows.first() {
+                Some(row) => row.try_get(RUN_BRIEF_COLUMNS)?,
+                None => 0,
+            };
+            let dead_recent_runs = dead_rows
+                .iter()
+                .map(run_brief_from_row)
+                .collect::<Result<Vec<_>>>()?;
+
+            let (mut last_tick_at, mut last_prune_at, mut dead_runs_total) = (None, None, 0);
+            for row in tx.query(RUNNER_STATE, &[])? {
+                let value: i64 = row.try_get(1)?;
+                match row.try_get::<_, &str>(0)? {
+                    "last_tick_at" => last_tick_at = Some(value),
+                    "last_prune_at" => last_prune_at = Some(value),
+                    _ => dead_runs_total = value,
+                }
+            }
+
+            let clock_high_water: Option<i64> = tx.query_one(CLOCK_HIGH_WATER, &[])?.try_get(0)?;
+
+            let oldest_run = tx
+                .query_opt(OLDEST_RUN, &[])?
+                .map(|r| run_brief_from_row(&r))
+                .transpose()?;
+
+            let database_bytes: i64 = tx.query_one(STORAGE_BYTES, &[])?.try_get(0)?;
+            let storage = Storage {
+                database_bytes: database_bytes.max(0) as u64,
+                wal_bytes: 0,
+            };
+
+            Ok(Health {
+                counts,
+                oldest_due,
+                running,
+                expired_leases,
+                retries_in_flight,
+                top_errors,
+                dead_recent,
+                dead_recent_runs,
+                last_tick_at,
+                clock_high_water,
+                last_prune_at,
+                dead_runs_total,
+                oldest_run,
+                storage,
+            })
+        })
+    }
+
+    fn attempt_durations(&self, since: i64) -> StoreResult<Vec<(String, i64)>> {
+        self.read(|client| {
+            client
+                .query(ATTEMPT_DURATIONS, &[&since])?
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect()
+        })
+    }
+
+    fn steer(
+        &mut self,
+        run_id: i64,
+        request: Steer,
+        now: i64,
+        actor: &Actor,
+    ) -> StoreResult<Steered> {
+        self.write(|tx| {
+            // Read and change under the row's lock: the state cannot move in between.
+            let Some(row) = tx.query_opt(
+                "SELECT status, attempt, max_attempts FROM job_runs WHERE id = $1 FOR UPDATE",
+                &[&run_id],
+            )?
+            else {
+                return Ok(Steered::NotFound);
+            };
+            let state = RunState {
+                status: status_at(&row, 0)?,
+                attempt: u32_at(&row, 1)?,
+                max_attempts: u32_at(&row, 2)?,
+            };
+            let (change, event, steered) = match request.decide(state, now, actor) {
+                Steering::Refuse(steered) => return Ok(steered),
+                Steering::Apply {
+                    change,
+                    event,
+                    steered,
+                } => (change, event, steered),
+            };
+            let from = state.status.as_str();
+            match change {
+                RunChange::Requeue {
+                    due_by,
+                    max_attempts,
+                } => tx.execute(
+                    "UPDATE job_runs SET status = 'pending', run_at = least(run_at, $3), max_attempts = $4,
+                         finished_at = NULL
+                     WHERE id = $1 AND status = $2",
+                    &[&run_id, &from, &due_by, &i64::from(max_attempts)],
+                )?,
+                // The CHECK constraints: only a running run holds a lease.
+                RunChange::Cancel { at, detail } => tx.execute(
+                    "UPDATE job_runs SET status = 'cancelled', finished_at = $3, owner = NULL,
+                         lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+                         error_code = $4, error_detail = $5
+                     WHERE id = $1 AND status = $2",
+                    &[&run_id, &from, &at, &ErrorCode::Cancelled.to_string(), &detail],
+                )?,
+            };
+            insert_event(tx, run_id, now, actor, &event)?;
+            Ok(steered)
+        })
+    }
+
+    fn prunable(&self, cutoff: i64) -> StoreResult<PruneCounts> {
+        self.read(|client| {
+            let row = client.query_one(
+                &format!(
+                    "WITH doomed AS ({PRUNABLE_RUNS})
+                     SELECT (SELECT count(*) FROM doomed),
+                            (SELECT count(*) FROM job_attempts WHERE run_id IN (SELECT id FROM doomed)),
+                            (SELECT count(*) FROM job_events WHERE run_id IN (SELECT id FROM doomed))"
+                ),
+                &[&cutoff],
+            )?;
+            Ok(PruneCounts {
+                runs: row.try_get::<_, i64>(0)? as u64,
+                attempts: row.try_get::<_, i64>(1)? as u64,
+                events: row.try_get::<_, i64>(2)? as u64,
+            })
+        })
+    }
+
+    fn prune_batch(&mut self, cutoff: i64, limit: usize) -> StoreResult<PruneCounts> {
+        self.write(|tx| {
+            let ids: Vec<i64> = tx
+                .query(
+                    &format!("{PRUNABLE_RUNS} LIMIT $2 FOR UPDATE SKIP LOCKED"),
+                    &[&cutoff, &(limit as i64)],
+                )?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+            if ids.is_empty() {
+                return Ok(PruneCounts::default());
+            }
+            // Counted before the delete: rows removed by ON DELETE CASCADE are not reported by it.
+            let counts = tx.query_one(
+                "SELECT (SELECT count(*) FROM job_attempts WHERE run_id = ANY($1)),
+                        (SELECT count(*) FROM job_events WHERE run_id = ANY($1))",
+                &[&ids],
+            )?;
+            let runs = tx.execute("DELETE FROM job_runs WHERE id = ANY($1)", &[&ids])?;
+            Ok(PruneCounts {
+                runs,
+                attempts: counts.try_get::<_, i64>(0)? as u64,
+                events: counts.try_get::<_, i64>(1)? as u64,
+            })
+        })
+    }
+
+    fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> StoreResult<bool> {
+        self.write(|tx| {
+            // A turn recorded in the future means the clock went back (or --now was used): take it.
+            let taken = tx.execute(
+                "INSERT INTO runner_state (key, value) VALUES ('last_prune_at', $1)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value
+                 WHERE runner_state.value <= excluded.value - $2 OR runner_state.value > excluded.value",
+                &[&now, &every_secs],
+            )?;
+            Ok(taken == 1)
+        })
+    }
+}

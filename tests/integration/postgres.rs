@@ -1,0 +1,564 @@
+//! What only the PostgreSQL backend has: its schema versioning, its connections (passwords, TLS,
+//! errors that name the server and never the password), several hosts draining one database.
+//! Each test gets a database of its own on the server at `RUNNER_TEST_PG` (`./test` starts one);
+//! without it these tests say so and pass.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use postgres::{Client, NoTls};
+use tempfile::TempDir;
+
+use super::common::{stderr, stdout, BIN};
+
+/// A database of its own on the test server, dropped at the end.
+struct PgEnv {
+    dir: TempDir,
+    server: String,
+    name: String,
+    url: String,
+}
+
+impl PgEnv {
+    /// `None` (after saying why) when no test server is configured.
+    fn new() -> Option<PgEnv> {
+        if std::env::var("RUNNER_TEST_BACKEND").as_deref() == Ok("sqlite") {
+            return None; // ./test runs these in its PostgreSQL pass
+        }
+        let Some(server) = std::env::var("RUNNER_TEST_PG")
+            .ok()
+            .filter(|v| !v.is_empty())
+        else {
+            eprintln!("skipped: RUNNER_TEST_PG is not set (./test starts a PostgreSQL server)");
+            return None;
+        };
+        let name = format!("runner_pg_{:016x}", fastrand::u64(..));
+        let mut admin = Client::connect(&server, NoTls).expect("connect to RUNNER_TEST_PG");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create database");
+        let url = database_url(&server, &name);
+        let dir = tempfile::Builder::new()
+            .prefix("runner-test-")
+            .tempdir()
+            .expect("tempdir");
+        Some(PgEnv {
+            dir,
+            server,
+            name,
+            url,
+        })
+    }
+
+    fn init() -> Option<PgEnv> {
+        let env = PgEnv::new()?;
+        env.ok(&["init"]);
+        Some(env)
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.env("RUNNER_DB", &self.url)
+            .env("HOME", self.dir.path())
+            .env_remove("PGPASSWORD")
+            .env_remove("PGPASSFILE")
+            .env_remove("XDG_STATE_HOME")
+            .current_dir(self.dir.path());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().expect("spawn runner")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "runner {args:?} failed ({:?})\nstdout: {}\nstderr: {}",
+            out.status.code(),
+            stdout(&out),
+            stderr(&out)
+        );
+        stdout(&out)
+    }
+
+    fn fails(&self, code: i32, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "runner {args:?}: expected exit {code}\nstdout: {}\nstderr: {}",
+            stdout(&out),
+            stderr(&out)
+        );
+        stderr(&out)
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.url, NoTls).expect("connect to the test database")
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        self.client().query_one(sql, &[]).expect(sql).get(0)
+    }
+}
+
+impl Drop for PgEnv {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = Client::connect(&self.server, NoTls) {
+            let _ = admin.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+/// The server URL with another database: `postgres://u@h:p/postgres` -> `.../NAME`.
+fn database_url(server: &str, name: &str) -> String {
+    let (base, query) = match server.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (server, String::new()),
+    };
+    let (host_part, _) = base.rsplit_once('/').expect("a URL with a database");
+    format!("{host_part}/{name}{query}")
+}
+
+/// `postgres://postgres@127.0.0.1:5432/db` with another user (and password).
+fn with_user(url: &str, userinfo: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{userinfo}@{host}")
+}
+
+#[test]
+fn init_creates_the_schema_and_other_commands_need_it() {
+    let Some(env) = PgEnv::new() else { return };
+    let err = env.fails(4, &["status"]);
+    assert!(err.contains("has no runner schema"), "{err}");
+    assert!(err.contains("runner init"), "{err}");
+    assert!(err.contains("127.0.0.1"), "the host is named: {err}");
+    env.ok(&["init"]);
+    env.ok(&["init"]); // idempotent
+    assert_eq!(
+        env.count("SELECT max(version) FROM runner_schema_version"),
+        1
+    );
+    // The constraints and indexes SQLite has, partial ones included.
+    let indexes = env.count(
+        "SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_runs_one_per_instant', 'job_runs_due',
+             'job_runs_leases', 'job_definitions_due', 'job_attempts_open')
+           AND indexdef LIKE '% WHERE %'",
+    );
+    assert_eq!(indexes, 5);
+    // A newer schema than this runner knows: refused, exit 4.
+    env.client()
+        .batch_execute("INSERT INTO runner_schema_version VALUES (99, 0)")
+        .expect("forge");
+    let err = env.fails(4, &["status"]);
+    assert!(err.contains("schema version 99"), "{err}");
+    let err = env.fails(4, &["init"]);
+    assert!(err.contains("upgrade runner"), "{err}");
+}
+
+#[test]
+fn schedule_add_creates_the_schema_and_a_tick_executes_runs() {
+    let Some(env) = PgEnv::new() else { return };
+    env.ok(&[
+        "schedule",
+        "add",
+        "hello",
+        "--cron",
+        "* * * * *",
+        "--",
+        "echo",
+        "hi",
+    ]);
+    env.ok(&["run", "hello"]);
+    env.ok(&["tick"]);
+    let history: serde_json::Value =
+        serde_json::from_str(&env.ok(&["history", "--json"])).expect("json");
+    assert_eq!(history[0]["status"], "succeeded", "{history:#}");
+    let shown = env.ok(&["show", "1"]);
+    assert!(shown.contains("hi"), "{shown}");
+    // The last tick is recorded by the database's clock (the only host here is the server's).
+    let skew = env.count(
+        "SELECT abs(value - extract(epoch FROM now())::bigint) FROM runner_state WHERE key = 'last_tick_at'",
+    );
+    assert!(
+        skew < 600,
+        "last_tick_at is {skew}s away from the database's clock"
+    );
+}
+
+/// Four "hosts" (ticks with their own owner, at once) drain one queue: every run executes
+/// exactly once and succeeds.
+#[test]
+fn ticks_on_several_hosts_run_every_run_exactly_once() {
+    let Some(env) = PgEnv::init() else { return };
+    let log = env.dir.path().join("ran.log");
+    let command = format!("echo $RUNNER_RUN_ID >> {}", log.display());
+    env.ok(&[
+        "--now",
+        "2030-01-01T00:00:30Z",
+        "schedule",
+        "add",
+        "every-minute",
+        "--cron",
+        "* * * * *",
+        "--catch-up",
+        "all",
+        "--overlap",
+        "allow",
+        "--",
+        &command,
+    ]);
+    // 100 minutes later: 100 instants are due (catch-up all).
+    let later = "2030-01-01T01:40:30Z";
+    let ticks: Vec<_> = (0..4)
+        .map(|host| {
+            env.cmd()
+                .args([
+                    "--now",
+                    later,
+                    "tick",
+                    "--owner",
+                    &format!("host-{host}"),
+                    "--concurrency",
+                    "4",
+                ])
+                .spawn()
+                .expect("spawn tick")
+        })
+        .collect();
+    for mut tick in ticks {
+        assert!(tick.wait().expect("wait").success());
+    }
+    let runs = env.count("SELECT count(*) FROM job_runs");
+    assert_eq!(runs, 100, "one run per instant");
+    let ran = std::fs::read_to_string(&log).unwrap_or_default();
+    let mut ids: Vec<&str> = ran.lines().collect();
+    let executed = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(executed, ids.len(), "a run executed twice: {ran}");
+    // Every due run executed (a tick keeps claiming while due work exists).
+    let succeeded = env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded'");
+    let skipped = env.count("SELECT count(*) FROM job_runs WHERE status = 'skipped'");
+    assert_eq!(succeeded + skipped, runs);
+    assert_eq!(succeeded as usize, executed);
+    assert_eq!(executed, 100, "{ran}");
+    assert_eq!(env.count("SELECT count(*) FROM job_attempts"), 100);
+}
+
+#[test]
+fn a_wrong_password_or_a_server_that_is_down_exit_4_naming_the_host_never_the_password() {
+    let Some(env) = PgEnv::init() else { return };
+    let Ok(user) = std::env::var("RUNNER_TEST_PG_PASSWORD_USER") else {
+        eprintln!("skipped: RUNNER_TEST_PG_PASSWORD_USER is not set");
+        return;
+    };
+    let wrong = with_user(&env.url, &format!("{user}:not-the-Password-42"));
+    let out = env
+        .cmd()
+        .args(["--db", &wrong, "status"])
+        .output()
+        .expect("run");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("127.0.0.1"), "the host is named: {err}");
+    assert!(err.contains("password authentication failed"), "{err}");
+    assert!(
+        !err.contains("not-the-Password-42"),
+        "the password is printed: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+
+    // Nothing listens on port 1: unreachable, exit 4, the host named, the password not.
+    let down = "postgres://someone:Secret-77@127.0.0.1:1/runner";
+    let out = env
+        .cmd()
+        .args(["--db", down, "tick"])
+        .output()
+        .expect("run");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("127.0.0.1:1"), "{err}");
+    assert!(!err.contains("Secret-77"), "the password is printed: {err}");
+}
+
+#[test]
+fn the_password_comes_from_pgpassword_or_the_password_file() {
+    let Some(env) = PgEnv::init() else { return };
+    let Ok(user) = std::env::var("RUNNER_TEST_PG_PASSWORD_USER") else {
+        eprintln!("skipped: RUNNER_TEST_PG_PASSWORD_USER is not set");
+        return;
+    };
+    let url = with_user(&env.url, &user);
+    // Without a password the server refuses; the role may not read the tables either way, so a
+    // login that worked shows as a permission error, not an authentication one.
+    let out = env
+        .cmd()
+        .args(["--db", &url, "status"])
+        .output()
+        .expect("run");
+    assert!(stderr(&out).contains("password"), "{}", stderr(&out));
+    let logged_in = |out: &Output| {
+        let err = stderr(out);
+        assert!(!err.contains("authentication failed"), "{err}");
+        assert!(!err.contains("password"), "{err}");
+    };
+    let out = env
+        .cmd()
+        .args(["--db", &url, "status"])
+        .env("PGPASSWORD", "right-password")
+        .output()
+        .expect("run");
+    logged_in(&out);
+    let pgpass = env.dir.path().join(".pgpass");
+    std::fs::write(&pgpass, format!("127.0.0.1:*:*:{user}:right-password\n")).expect("write");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let out = env
+        .cmd()
+        .args(["--db", &url, "status"])
+        .output()
+        .expect("run");
+    logged_in(&out);
+}
+
+#[test]
+fn tls_when_the_url_asks_for_it() {
+    let Some(env) = PgEnv::init() else { return };
+    if std::env::var("RUNNER_TEST_PG_TLS").is_err() {
+        eprintln!("skipped: the test server has no TLS");
+        return;
+    }
+    let require = format!("{}?sslmode=require", env.url);
+    env.ok(&["--db", &require, "status"]);
+    // The test server's certificate is self-signed: verifying it fails, exit 4.
+    let verify = format!("{}?sslmode=verify-full", env.url);
+    let err = env.fails(4, &["--db", &verify, "status"]);
+    assert!(err.contains("certificate"), "{err}");
+}
+
+/// `runner ARGS` as a tick on another host: in a UTS namespace of its own whose host name is
+/// `host` (`unshare -u`, root only). `None` (after saying why) where namespaces are not allowed.
+fn on_host(env: &PgEnv, host: &str, args: &[&str]) -> Option<Command> {
+    let allowed = Command::new("unshare")
+        .args(["-u", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !allowed {
+        eprintln!("skipped: `unshare -u` is not allowed here (it needs root)");
+        return None;
+    }
+    let mut cmd = env.cmd();
+    let program = cmd.get_program().to_owned();
+    let mut wrapped = Command::new("unshare");
+    wrapped
+        .args([
+            "-u",
+            "sh",
+            "-c",
+            r#"hostname "$1" && shift && exec "$@""#,
+            "sh",
+            host,
+        ])
+        .arg(program)
+        .args(args);
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    wrapped.current_dir(env.dir.path());
+    let _ = cmd.args(args);
+    Some(wrapped)
+}
+
+/// The database's clock, `ahead` seconds on, as `--now` wants it.
+fn database_time_plus(env: &PgEnv, ahead: i64) -> String {
+    let epoch = env.count("SELECT extract(epoch FROM now())::bigint") + ahead;
+    chrono::DateTime::from_timestamp(epoch, 0)
+        .expect("a time")
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// A host recovers another host's expired lease (the run is retried) but cannot stop processes
+/// there, so it leaves the attempt open; the owning host's next tick kills what the dead tick
+/// left running and closes the attempt.
+#[test]
+fn a_host_recovers_another_hosts_lease_and_the_owner_stops_its_leftovers() {
+    let Some(env) = PgEnv::init() else { return };
+    let Some(mut tick_a) = on_host(&env, "host-a", &["tick", "--lease", "3s", "--owner", "a"])
+    else {
+        return;
+    };
+    env.ok(&[
+        "schedule",
+        "add",
+        "slow",
+        "--cron",
+        "0 0 1 1 *",
+        "--",
+        "sleep",
+        "600",
+    ]);
+    env.ok(&["run", "slow"]);
+    let mut tick_a = tick_a.spawn().expect("spawn tick on host-a");
+    let mut job_pid = 0;
+    super::common::wait_until(Duration::from_secs(120), "the job to start", || {
+        job_pid =
+            env.count("SELECT coalesce(max(child_pid), 0) FROM job_attempts WHERE run_id = 1");
+        job_pid > 0 && super::common::process_alive(job_pid as u32)
+    });
+    tick_a.kill().expect("kill -9 the tick on host-a");
+    tick_a.wait().expect("reap");
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_attempts WHERE host = 'host-a'"),
+        1
+    );
+
+    // host-b, its clock past the lease: recovers the run, leaves the attempt (and the job) alone.
+    let later = database_time_plus(&env, 600);
+    let out = on_host(&env, "host-b", &["--now", &later, "tick", "--owner", "b"])
+        .expect("unshare")
+        .output()
+        .expect("tick on host-b");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'pending' AND attempt = 1"
+        ),
+        1,
+        "recovered and waiting to retry"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_attempts WHERE run_id = 1 AND finished_at IS NULL"),
+        1,
+        "the attempt stays open for its host"
+    );
+    assert!(
+        super::common::process_alive(job_pid as u32),
+        "host-b cannot kill host-a's job"
+    );
+    let recovered = env.count(
+        "SELECT count(*) FROM job_events WHERE run_id = 1 AND kind = 'RECOVERED'
+           AND detail LIKE '%stopped by that host''s next tick%'",
+    );
+    assert_eq!(recovered, 1);
+
+    // host-a's next tick: kills its leftover and closes the attempt.
+    let out = on_host(&env, "host-a", &["--now", &later, "tick", "--owner", "a2"])
+        .expect("unshare")
+        .output()
+        .expect("tick on host-a");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !super::common::process_alive(job_pid as u32),
+        "the leftover job is killed"
+    );
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM job_attempts WHERE run_id = 1 AND attempt = 1
+               AND finished_at IS NOT NULL AND error_code = 'LEASE:EXPIRED'"
+        ),
+        1
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_events WHERE run_id = 1 AND kind = 'ATTEMPT_CLOSED'"),
+        1
+    );
+}
+
+/// The server goes away while a tick holds a running job: the tick says so in a line that
+/// names the server, connects again, and nothing is lost: the run ends succeeded, attempts never
+/// overlap. A restart as this test database's clients see it: the server ends their sessions
+/// (`pg_terminate_backend`, what a fast shutdown does) and refuses new ones for a while; the
+/// rest of the shared test server, and the tests running on it, go on undisturbed.
+#[test]
+fn a_server_restart_during_a_tick_fails_cleanly_and_nothing_is_lost() {
+    let Some(env) = PgEnv::init() else { return };
+    let started = env.dir.path().join("started");
+    let release = env.dir.path().join("release");
+    let command = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.1; done",
+        started.display(),
+        release.display()
+    );
+    env.ok(&[
+        "schedule",
+        "add",
+        "steady",
+        "--cron",
+        "0 0 1 1 *",
+        "--",
+        &command,
+    ]);
+    env.ok(&["run", "steady"]);
+    let tick = env
+        .cmd()
+        .args(["tick", "--lease", "3s"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tick");
+    super::common::wait_until(Duration::from_secs(120), "the job to start", || {
+        started.exists()
+    });
+    let mut admin = Client::connect(&env.server, NoTls).expect("connect as admin");
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {0} ALLOW_CONNECTIONS false;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}';",
+            env.name
+        ))
+        .expect("take the database away");
+    // Let a heartbeat (every second) meet the lost connection, then bring the database back and
+    // let the job end.
+    std::thread::sleep(Duration::from_secs(3));
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+            env.name
+        ))
+        .expect("bring the database back");
+    std::fs::write(&release, "").expect("release the job");
+    let out = tick.wait_with_output().expect("wait for the tick");
+    let err = stderr(&out);
+    assert!(
+        matches!(out.status.code(), Some(0 | 1 | 5)),
+        "exit {:?}: {err}",
+        out.status.code()
+    );
+    // One clear line per problem met, naming the server (and the tick's summary of them).
+    assert!(err.contains("PostgreSQL at 127.0.0.1"), "{err}");
+    for line in err.lines() {
+        assert!(
+            line.starts_with("runner: error:")
+                && (line.contains("PostgreSQL at 127.0.0.1") || line.contains("runner error(s)")),
+            "{err}"
+        );
+    }
+    // Later ticks (clocks past any lease and backoff) finish whatever is left.
+    for ahead in [3600, 7200] {
+        let now = database_time_plus(&env, ahead);
+        env.ok(&["--now", &now, "tick"]);
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM job_attempts a JOIN job_attempts b
+               ON a.run_id = b.run_id AND a.attempt < b.attempt
+             WHERE a.finished_at IS NULL OR a.finished_at > b.started_at"
+        ),
+        0,
+        "attempts overlap"
+    );
+}
