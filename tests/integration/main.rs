@@ -6,6 +6,7 @@ mod completions;
 mod crash;
 mod damage;
 mod database;
+mod doctor;
 mod execution;
 mod faults;
 mod materialize;
