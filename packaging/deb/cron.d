@@ -14,5 +14,6 @@ RUNNER_DB=/var/lib/runner/runner.db
 # Cron mails any output: runner prints one line per run that went dead and per runner error.
 MAILTO=root
 
+# (`test -x` keeps cron quiet when the package was removed but this file was kept.)
 # m h dom mon dow  user    command
-# *   * *   *   *    runner  /usr/bin/runner tick
+# *   * *   *   *    runner  test -x /usr/bin/runner && /usr/bin/runner tick
