@@ -4,6 +4,7 @@
 #
 #   sudo -u runner RUNNER_DB=/var/lib/runner/runner.db runner init
 #   sudo -u runner RUNNER_DB=/var/lib/runner/runner.db runner schedule add NAME --cron EXPR -- COMMAND
+#   sudo -u runner RUNNER_DB=/var/lib/runner/runner.db runner schedule apply /etc/runner/schedules.toml
 #   sudo -u runner RUNNER_DB=/var/lib/runner/runner.db runner doctor     # once enabled
 #
 # Jobs inherit this environment (cron's is minimal): set PATH here, or use absolute paths in

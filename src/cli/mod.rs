@@ -8,6 +8,7 @@ macro_rules! say {
     };
 }
 
+mod apply;
 mod completions;
 mod doctor;
 mod history;

@@ -70,6 +70,20 @@ pub enum Command {
     /// `--all` re-anchors every schedule and also lowers the latest time a tick saw to now, so
     /// ticks stop warning that this clock is behind: use it once the clock is known to be right.
     Reanchor(super::reanchor::Args),
+    /// Make the schedules match a TOML file: add, change, leave alone, and with --prune remove.
+    ///
+    /// The file has one table per schedule, named by the schedule, with the fields of `schedule
+    /// add` in snake_case (cron, command, tz, max_attempts, timeout, backoff_base, backoff_max,
+    /// overlap, catch_up, grace, workdir, leftovers, paused); a field left out takes the default
+    /// of `schedule add`. `command` is a string run by /bin/sh -c, or an array of words run
+    /// without a shell. Changes take effect from the next fire time, as with `edit`.
+    ///
+    /// Prints `+ added`, `~ changed (field: old → new)`, `- removed`, `= unchanged`. All changes
+    /// are written in one transaction; an invalid file changes nothing and the error names the
+    /// file, line, schedule and field. Applying the same file again changes nothing.
+    Apply(super::apply::ApplyArgs),
+    /// Print schedules in the TOML format `schedule apply` reads (`export | apply` is a no-op).
+    Export(super::apply::ExportArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -123,8 +137,9 @@ pub struct EditArgs {
 }
 
 /// The flags `add` takes and `edit` may change. `[add: X]` is the default for a new schedule;
-/// `edit` keeps the current value of every flag it is not given.
-#[derive(Debug, clap::Args)]
+/// `edit` keeps the current value of every flag it is not given. `schedule apply` builds them
+/// from a file's fields, so a file is validated exactly as the flags are.
+#[derive(Debug, Default, clap::Args)]
 pub struct SettingsFlags {
     /// Cron expression, Debian cron syntax: five fields or a macro like @daily.
     #[arg(long, value_name = "EXPR")]
@@ -213,6 +228,8 @@ pub fn run(command: Command, ctx: &Ctx) -> Result<()> {
         Command::Resume(args) => set_paused(args, ctx, false),
         Command::Next(args) => next(args, ctx),
         Command::Reanchor(args) => super::reanchor::run(args, ctx),
+        Command::Apply(args) => super::apply::apply(args, ctx),
+        Command::Export(args) => super::apply::export(args, ctx),
     }
 }
 
@@ -267,7 +284,7 @@ impl SettingsFlags {
     }
 
     /// The settings with these flags applied over `base`, all validated.
-    fn apply(&self, base: Settings) -> Result<Settings> {
+    pub(super) fn apply(&self, base: Settings) -> Result<Settings> {
         let mut s = base;
         if let Some(cron) = &self.cron {
             s.cron = cron.trim().to_string();
@@ -359,7 +376,9 @@ impl SettingsFlags {
     }
 }
 
-fn defaults(cron: &str) -> Settings {
+/// A new schedule's settings: the defaults of `schedule add` (and of a `schedule apply` field
+/// left out).
+pub(super) fn defaults(cron: &str) -> Settings {
     Settings {
         cron: cron.to_string(),
         timezone: "UTC".to_string(),

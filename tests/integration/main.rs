@@ -1,5 +1,6 @@
 //! One integration crate: every test drives the real `runner` binary on temp databases.
 
+mod apply;
 mod clock;
 mod common;
 mod completions;
