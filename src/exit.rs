@@ -41,8 +41,31 @@ impl Failure {
     }
 }
 
-/// The exit code for an error: the first `Failure` in its chain, else a classified SQLite error,
-/// else 1.
+/// A backend error, classified by the store that met it (this module knows no backend): the
+/// exit code it means, if any, and what the user can do about it, if anything. It shows as the
+/// backend's own error, so messages read the same whichever layer wraps it.
+#[derive(Debug)]
+pub struct Classified {
+    /// `DATABASE` or `BUSY`; `None`: an error like any other (exit 1).
+    pub code: Option<i32>,
+    pub hint: Option<&'static str>,
+    pub error: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl fmt::Display for Classified {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for Classified {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+/// The exit code for an error: the first `Failure` in its chain, or classified backend error
+/// that names one, else 1.
 pub fn code_for(error: &anyhow::Error) -> i32 {
     for cause in error.chain() {
         if let Some(failure) = cause.downcast_ref::<Failure>() {
@@ -54,26 +77,19 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
                 Failure::JobExit(code) => *code,
             };
         }
-        if let Some(sqlite) = cause.downcast_ref::<rusqlite::Error>() {
-            if let Some(code) = sqlite_exit_code(sqlite) {
-                return code;
-            }
+        if let Some(code) = cause.downcast_ref::<Classified>().and_then(|c| c.code) {
+            return code;
         }
     }
     RUNTIME
 }
 
-fn sqlite_exit_code(error: &rusqlite::Error) -> Option<i32> {
-    use rusqlite::ErrorCode as C;
-    match error.sqlite_error_code()? {
-        C::DatabaseBusy | C::DatabaseLocked => Some(BUSY),
-        C::NotADatabase
-        | C::DatabaseCorrupt
-        | C::CannotOpen
-        | C::ReadOnly
-        | C::PermissionDenied => Some(DATABASE),
-        _ => None,
-    }
+/// What the user can do about an error, when its backend said (see `Classified`).
+pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
+    error
+        .chain()
+        .find_map(|c| c.downcast_ref::<Classified>())?
+        .hint
 }
 
 /// Write one line to stderr. Unlike `eprintln!`, a closed or full stderr is ignored instead of
@@ -87,29 +103,4 @@ pub fn stderr_line(line: std::fmt::Arguments<'_>) {
 #[macro_export]
 macro_rules! complain {
     ($($arg:tt)*) => { $crate::exit::stderr_line(format_args!($($arg)*)) };
-}
-
-/// A hint appended to SQLite errors whose cause a user can act on.
-pub fn sqlite_hint(error: &anyhow::Error) -> Option<&'static str> {
-    use rusqlite::ErrorCode as C;
-    let sqlite = error
-        .chain()
-        .find_map(|c| c.downcast_ref::<rusqlite::Error>())?;
-    Some(match sqlite.sqlite_error_code()? {
-        C::DatabaseBusy | C::DatabaseLocked => {
-            "the database stayed locked by another runner beyond the wait limit; it is safe to retry"
-        }
-        C::NotADatabase | C::DatabaseCorrupt => {
-            "the file is not a SQLite database or is corrupt; restore it from a backup or point --db elsewhere"
-        }
-        C::ReadOnly | C::PermissionDenied | C::CannotOpen => {
-            "check that the database file and its directory are writable by this user"
-        }
-        C::DiskFull => "the disk is full; free space and run again (nothing was committed)",
-        C::SystemIoFailure => {
-            "an I/O error: check that the disk is not full and that the database's directory is \
-             writable (SQLite keeps its -wal and -shm files next to the database)"
-        }
-        _ => return None,
-    })
 }

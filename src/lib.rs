@@ -11,7 +11,6 @@ pub mod exit;
 pub mod model;
 pub mod process;
 pub mod schedule;
-pub mod security;
 pub mod store;
 pub mod tick;
 pub mod timing;

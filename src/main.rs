@@ -17,7 +17,7 @@ fn main() {
                 .any(|c| matches!(c.downcast_ref::<Failure>(), Some(Failure::JobExit(_))));
             if !job_spoke {
                 runner::complain!("runner: error: {error:#}");
-                if let Some(hint) = exit::sqlite_hint(&error) {
+                if let Some(hint) = exit::hint(&error) {
                     runner::complain!("runner: hint: {hint}");
                 }
             }

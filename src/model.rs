@@ -4,6 +4,9 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde_json::json;
+
+use crate::backoff::RetryPolicy;
 use crate::schedule::CatchUp;
 
 macro_rules! text_enum {
@@ -93,6 +96,87 @@ text_enum!(
     },
     "trigger"
 );
+
+text_enum!(
+    /// What happened to a run, as its timeline (`job_events.kind`) records it.
+    EventKind {
+        Enqueued => "ENQUEUED",
+        Skipped => "SKIPPED",
+        Claimed => "CLAIMED",
+        Succeeded => "SUCCEEDED",
+        Failed => "FAILED",
+        Recovered => "RECOVERED",
+        RetryScheduled => "RETRY_SCHEDULED",
+        Dead => "DEAD",
+        Cancelled => "CANCELLED",
+        Retried => "RETRIED",
+        LeaseLost => "LEASE_LOST",
+        Leftovers => "LEFTOVERS",
+        AttemptClosed => "ATTEMPT_CLOSED",
+    },
+    "event kind"
+);
+
+/// An event to add to a run's timeline: what happened, with its details (stored as JSON text).
+/// The store adds when (the time of the write it belongs to) and who (the actor's owner).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub kind: EventKind,
+    pub detail: serde_json::Value,
+}
+
+impl NewEvent {
+    fn new(kind: EventKind, detail: serde_json::Value) -> NewEvent {
+        NewEvent { kind, detail }
+    }
+
+    /// A run was claimed: attempt `attempt` starts on `host`.
+    pub fn claimed(attempt: u32, host: &str) -> NewEvent {
+        NewEvent::new(
+            EventKind::Claimed,
+            json!({ "attempt": attempt, "host": host }),
+        )
+    }
+
+    /// An attempt left open under a run that moved on without it was closed.
+    pub fn attempt_closed(attempt: u32, code: &ErrorCode, detail: &str) -> NewEvent {
+        NewEvent::new(
+            EventKind::AttemptClosed,
+            json!({
+                "attempt": attempt,
+                "error_code": code.to_string(),
+                "detail": truncate_detail(detail, EVENT_DETAIL_MAX),
+            }),
+        )
+    }
+}
+
+/// An event's copy of an error detail is shorter still than the run's.
+const EVENT_DETAIL_MAX: usize = 200;
+
+/// The secret a run's holder proves itself with: every write about a running run is fenced by
+/// it (applied only while the run is running under this token), so a runner that lost its lease
+/// (cancelled, or recovered by another runner) can never overwrite what came after.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeaseToken(String);
+
+impl LeaseToken {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for LeaseToken {
+    fn from(token: String) -> LeaseToken {
+        LeaseToken(token)
+    }
+}
+
+impl fmt::Display for LeaseToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// Classifiable failure reasons, `CATEGORY:SUB`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -375,6 +459,52 @@ pub struct NewRun {
     pub scheduled_for: i64,
     /// `Some(reason)`: recorded as skipped, never executed.
     pub skip_reason: Option<String>,
+    /// What the job gets as `RUNNER_IDEMPOTENCY_KEY`: the same for every attempt of the run.
+    pub idempotency_key: String,
+}
+
+impl NewRun {
+    /// The run of schedule `name` for the instant `scheduled_for`: its key names the schedule and
+    /// the instant (`nightly@2026-03-08T02:30:00Z`), the same whichever tick materialises it.
+    pub fn scheduled(name: &str, scheduled_for: i64, skip_reason: Option<String>) -> NewRun {
+        let instant = crate::display::utc_time(scheduled_for);
+        NewRun {
+            trigger: Trigger::Schedule,
+            scheduled_for,
+            skip_reason,
+            idempotency_key: format!("{name}@{instant}"),
+        }
+    }
+
+    /// A manual run of schedule `name`, due `now`: its key is unique (`nightly@manual:EPOCH:NONCE`)
+    /// since several manual runs may share one second.
+    pub fn manual(name: &str, now: i64, nonce: u64) -> NewRun {
+        NewRun {
+            trigger: Trigger::Manual,
+            scheduled_for: now,
+            skip_reason: None,
+            idempotency_key: format!("{name}@manual:{now}:{nonce:016x}"),
+        }
+    }
+
+    /// `skipped` (finished as it is inserted) or `pending`.
+    pub fn status(&self) -> RunStatus {
+        match self.skip_reason {
+            Some(_) => RunStatus::Skipped,
+            None => RunStatus::Pending,
+        }
+    }
+
+    /// The event that records its insertion.
+    pub fn event(&self) -> NewEvent {
+        match &self.skip_reason {
+            Some(reason) => NewEvent::new(EventKind::Skipped, json!({ "reason": reason })),
+            None => NewEvent::new(
+                EventKind::Enqueued,
+                json!({ "trigger": self.trigger.as_str() }),
+            ),
+        }
+    }
 }
 
 /// A run this runner now holds under lease, with what it needs to execute it.
@@ -384,15 +514,14 @@ pub struct ClaimedRun {
     pub definition_id: i64,
     pub job_name: String,
     pub attempt: u32,
-    pub max_attempts: u32,
+    /// `attempts` is the run's `max_attempts`.
+    pub retry: RetryPolicy,
     pub scheduled_for: i64,
     pub command: String,
     pub workdir: Option<String>,
     pub timeout_secs: i64,
-    pub backoff_base_secs: i64,
-    pub backoff_max_secs: i64,
     pub idempotency_key: String,
-    pub lease_token: String,
+    pub lease_token: LeaseToken,
     pub leftovers: Leftovers,
 }
 
@@ -415,16 +544,41 @@ pub enum AfterFailure {
     Cancelled,
 }
 
+impl AfterFailure {
+    /// By the run's retry policy: retry after a jittered backoff, or dead once all its attempts
+    /// have been made. `now_ms` is the failure time in epoch milliseconds.
+    pub fn by_policy(
+        policy: &RetryPolicy,
+        attempt: u32,
+        now_ms: i64,
+        rng: &mut fastrand::Rng,
+    ) -> AfterFailure {
+        match policy.retry_at(attempt, now_ms, rng) {
+            Some(at) => AfterFailure::RetryAt(at),
+            None => AfterFailure::Dead,
+        }
+    }
+}
+
+/// Why an attempt failed, and what its run does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptFailure {
+    pub code: ErrorCode,
+    /// A short summary (at most `ERROR_DETAIL_MAX` bytes).
+    pub detail: String,
+    pub then: AfterFailure,
+}
+
 /// The result of one attempt, as the runner that held the lease reports it.
 #[derive(Debug, Clone)]
 pub struct AttemptResult {
     pub run_id: i64,
     pub attempt: u32,
-    pub lease_token: String,
+    pub lease_token: LeaseToken,
     pub finished_at: i64,
     pub duration_ms: i64,
     /// `None`: succeeded.
-    pub failure: Option<(ErrorCode, String, AfterFailure)>,
+    pub failure: Option<AttemptFailure>,
     pub exit_code: Option<i32>,
     pub stdout_tail: Vec<u8>,
     pub stderr_tail: Vec<u8>,
@@ -433,6 +587,306 @@ pub struct AttemptResult {
     /// What the job left behind when its shell exited (`pid comm`), and whether it was killed.
     pub leftovers: Vec<String>,
     pub leftovers_killed: bool,
+}
+
+text_enum!(
+    /// How an attempt ended, as its row (`job_attempts.outcome`) records it.
+    AttemptOutcome {
+        Succeeded => "succeeded",
+        Failed => "failed",
+    },
+    "attempt outcome"
+);
+
+/// The run's side of an attempt's end: the state it moves to from `running` (the lease is
+/// released in the same write).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEnd {
+    /// `succeeded`, `pending` (to retry), `dead` or `cancelled`.
+    pub status: RunStatus,
+    /// When a retry is due (`pending` only); otherwise the run keeps its `run_at`.
+    pub run_at: Option<i64>,
+    /// Set when the run is finished for good; `None` while it is to be retried.
+    pub finished_at: Option<i64>,
+    pub error_code: Option<String>,
+    pub error_detail: Option<String>,
+}
+
+/// An attempt's end, decided: what the store writes, fenced by the attempt's lease token, in one
+/// transaction. The rules (the run's next state, the events that tell it, the dead count) are
+/// here, once, whatever the backend; `Store::finish_attempt` says how it is written.
+#[derive(Debug, Clone)]
+pub struct AttemptEnd {
+    /// The attempt row's values (and the fence: run, attempt, lease token).
+    pub result: AttemptResult,
+    pub outcome: AttemptOutcome,
+    pub run: RunEnd,
+    /// Recorded, in order, when the write lands.
+    pub events: Vec<NewEvent>,
+    /// The run went dead: the dead-runs counter (which retry and prune never lower) rises by one.
+    pub counts_dead: bool,
+}
+
+impl AttemptEnd {
+    pub fn decide(result: AttemptResult) -> AttemptEnd {
+        let at = result.finished_at;
+        let attempt = result.attempt;
+        let (outcome, run) = match &result.failure {
+            None => (
+                AttemptOutcome::Succeeded,
+                RunEnd {
+                    status: RunStatus::Succeeded,
+                    run_at: None,
+                    finished_at: Some(at),
+                    error_code: None,
+                    error_detail: None,
+                },
+            ),
+            Some(failure) => {
+                let (status, run_at) = match failure.then {
+                    AfterFailure::RetryAt(when) => (RunStatus::Pending, Some(when)),
+                    AfterFailure::Dead => (RunStatus::Dead, None),
+                    AfterFailure::Cancelled => (RunStatus::Cancelled, None),
+                };
+                (
+                    AttemptOutcome::Failed,
+                    RunEnd {
+                        status,
+                        run_at,
+                        finished_at: (status != RunStatus::Pending).then_some(at),
+                        error_code: Some(failure.code.to_string()),
+                        error_detail: Some(failure.detail.clone()),
+                    },
+                )
+            }
+        };
+        let mut events = Vec::new();
+        if !result.leftovers.is_empty() {
+            events.push(NewEvent::new(
+                EventKind::Leftovers,
+                json!({
+                    "attempt": attempt,
+                    "killed": result.leftovers_killed,
+                    "processes": result.leftovers,
+                }),
+            ));
+        }
+        let mut counts_dead = false;
+        match &result.failure {
+            None => events.push(NewEvent::new(
+                EventKind::Succeeded,
+                json!({ "attempt": attempt }),
+            )),
+            Some(failure) => {
+                let kind = if failure.code == ErrorCode::LeaseExpired {
+                    EventKind::Recovered
+                } else {
+                    EventKind::Failed
+                };
+                events.push(NewEvent::new(
+                    kind,
+                    json!({
+                        "attempt": attempt,
+                        "error_code": failure.code.to_string(),
+                        "detail": truncate_detail(&failure.detail, EVENT_DETAIL_MAX),
+                    }),
+                ));
+                events.push(match failure.then {
+                    AfterFailure::RetryAt(when) => NewEvent::new(
+                        EventKind::RetryScheduled,
+                        json!({
+                            "next_attempt": attempt + 1,
+                            "run_at": crate::display::utc_time(when),
+                            "run_at_epoch": when,
+                        }),
+                    ),
+                    AfterFailure::Cancelled => NewEvent::new(
+                        EventKind::Cancelled,
+                        json!({ "from": RunStatus::Running.as_str(), "attempt": attempt }),
+                    ),
+                    AfterFailure::Dead => {
+                        counts_dead = true;
+                        NewEvent::new(EventKind::Dead, json!({ "attempts": attempt }))
+                    }
+                });
+            }
+        }
+        AttemptEnd {
+            result,
+            outcome,
+            run,
+            events,
+            counts_dead,
+        }
+    }
+
+    /// The event recorded instead when the fence refused the write (the run, now in `current`,
+    /// is no longer held under this attempt's token).
+    pub fn lease_lost(&self, current: RunStatus) -> NewEvent {
+        NewEvent::new(
+            EventKind::LeaseLost,
+            json!({
+                "attempt": self.result.attempt,
+                "refused": self.run.status.as_str(),
+                "error_code": self.run.error_code,
+                "run_status": current.as_str(),
+            }),
+        )
+    }
+}
+
+/// How an orphaned attempt (open under a run that moved on without it) is closed, decided: its
+/// error, and the event that tells it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OrphanClose {
+    pub code: ErrorCode,
+    /// At most `ERROR_DETAIL_MAX` bytes.
+    pub detail: String,
+    pub event: NewEvent,
+}
+
+impl OrphanClose {
+    /// Its processes are gone and the run had been cancelled.
+    pub fn cancelled(attempt: u32, detail: &str) -> OrphanClose {
+        let code = ErrorCode::Cancelled;
+        let detail = truncate_detail(detail, ERROR_DETAIL_MAX);
+        OrphanClose {
+            event: NewEvent::attempt_closed(attempt, &code, &detail),
+            code,
+            detail,
+        }
+    }
+}
+
+/// An operator's request on one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steer {
+    Retry,
+    Cancel,
+}
+
+/// What a steer request reads of a run, under the write lock that its change is made in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunState {
+    pub status: RunStatus,
+    pub attempt: u32,
+    pub max_attempts: u32,
+}
+
+/// The change an operator's request makes to a run (applied only while the run is still in the
+/// state it was read in).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunChange {
+    /// Back to `pending`, due by `due_by` at the latest (an earlier `run_at` is kept), with
+    /// `max_attempts`; no longer finished.
+    Requeue { due_by: i64, max_attempts: u32 },
+    /// `cancelled` at `at`, with error `CANCELLED` and `detail`; the lease (if any) is released,
+    /// which is what tells the tick holding it (at its next heartbeat) to kill the job.
+    Cancel { at: i64, detail: String },
+}
+
+/// What a steer request decides for a run in a given state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Steering {
+    /// Write `change` with `event`; the request then reports `steered`.
+    Apply {
+        change: RunChange,
+        event: NewEvent,
+        steered: Steered,
+    },
+    /// Not a state this request applies to: change nothing.
+    Refuse(Steered),
+}
+
+impl Steer {
+    /// The transitions an operator may ask for, written once. Retry: a dead run, or a pending
+    /// run waiting out a backoff delay (it has had an attempt). Cancel: pending or running.
+    pub fn allows(self, status: RunStatus, attempt: u32) -> bool {
+        match self {
+            Steer::Retry => {
+                status == RunStatus::Dead || (status == RunStatus::Pending && attempt >= 1)
+            }
+            Steer::Cancel => matches!(status, RunStatus::Pending | RunStatus::Running),
+        }
+    }
+
+    /// What this request does to a run found in `state`, at `now`, asked by `actor`.
+    pub fn decide(self, state: RunState, now: i64, actor: &Actor) -> Steering {
+        let RunState {
+            status: from,
+            attempt,
+            max_attempts,
+        } = state;
+        if !self.allows(from, attempt) {
+            return Steering::Refuse(Steered::Refused {
+                status: from,
+                attempt,
+            });
+        }
+        match self {
+            Steer::Retry => {
+                // Attempts keep counting: a run that used them all gets exactly one more.
+                let max_after = max_attempts.max(attempt + 1);
+                let raised = (max_after != max_attempts).then_some(max_attempts);
+                Steering::Apply {
+                    change: RunChange::Requeue {
+                        due_by: now,
+                        max_attempts: max_after,
+                    },
+                    event: NewEvent::new(
+                        EventKind::Retried,
+                        json!({
+                            "from": from.as_str(),
+                            "next_attempt": attempt + 1,
+                            "max_attempts": max_after,
+                            "max_attempts_before": raised,
+                        }),
+                    ),
+                    steered: Steered::Done {
+                        from,
+                        attempt,
+                        max_attempts: max_after,
+                        raised_max_from: raised,
+                    },
+                }
+            }
+            Steer::Cancel => Steering::Apply {
+                change: RunChange::Cancel {
+                    at: now,
+                    detail: format!("cancelled by {}", actor.owner),
+                },
+                event: NewEvent::new(
+                    EventKind::Cancelled,
+                    json!({ "from": from.as_str(), "attempt": attempt }),
+                ),
+                steered: Steered::Done {
+                    from,
+                    attempt,
+                    max_attempts,
+                    raised_max_from: None,
+                },
+            },
+        }
+    }
+}
+
+/// What a retry or cancel found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Steered {
+    /// Applied. `from` is the state the run was in.
+    Done {
+        from: RunStatus,
+        attempt: u32,
+        max_attempts: u32,
+        /// Retry of a run that had used all its attempts: the limit it had before.
+        raised_max_from: Option<u32>,
+    },
+    /// Not a state this request applies to; nothing changed.
+    Refused {
+        status: RunStatus,
+        attempt: u32,
+    },
+    NotFound,
 }
 
 /// Whether a fenced write landed.
@@ -450,11 +904,9 @@ pub struct ExpiredLease {
     pub run_id: i64,
     pub job_name: String,
     pub attempt: u32,
-    pub max_attempts: u32,
-    pub lease_token: String,
+    pub retry: RetryPolicy,
+    pub lease_token: LeaseToken,
     pub lease_expires_at: i64,
-    pub backoff_base_secs: i64,
-    pub backoff_max_secs: i64,
     /// The attempt's processes as recorded (`None` only for a damaged database).
     pub holder: Option<AttemptHolder>,
 }
@@ -465,7 +917,7 @@ pub struct ExpiredLease {
 pub struct AttemptHolder {
     pub run_id: i64,
     pub attempt: u32,
-    pub lease_token: String,
+    pub lease_token: LeaseToken,
     pub host: String,
     pub runner_pid: u32,
     pub runner_start_time: Option<u64>,
@@ -479,7 +931,7 @@ pub struct AttemptHolder {
 pub struct StartRecord {
     pub run_id: i64,
     pub attempt: u32,
-    pub lease_token: String,
+    pub lease_token: LeaseToken,
     pub child_pid: u32,
     pub child_start_time: Option<u64>,
 }

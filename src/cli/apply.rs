@@ -612,8 +612,8 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     // before the transaction (stopping a job is not something a transaction can undo).
     for (_, runs) in &running {
         for run in runs {
-            if let crate::store::Steered::Done { attempt, .. } =
-                store.steer(run.id, crate::store::Steer::Cancel, now.timestamp(), &me)?
+            if let crate::model::Steered::Done { attempt, .. } =
+                store.steer(run.id, crate::model::Steer::Cancel, now.timestamp(), &me)?
             {
                 let how = super::steer::stop_cancelled(store.as_mut(), ctx, &me, run, attempt)?;
                 say!(

@@ -568,7 +568,7 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
             ),
         )
     } else {
-        match crate::security::check_executable_database(&database) {
+        match crate::store::execution_refusal(&ctx.location).map_or(Ok(()), Err) {
             Ok(()) => Check::ok(
                 "permissions",
                 format!(

@@ -155,10 +155,8 @@ impl Ctx {
     /// After creating or using a database where `tick` would refuse to execute (a directory
     /// others can write, such as /tmp), say so now rather than at the first tick under cron.
     pub fn warn_if_unsafe_for_tick(&self) {
-        if let Location::Sqlite(path) = &self.location {
-            if let Err(e) = crate::security::check_executable_database(path) {
-                crate::complain!("runner: warning: `runner tick` will refuse this database: {e:#}");
-            }
+        if let Some(e) = store::execution_refusal(&self.location) {
+            crate::complain!("runner: warning: `runner tick` will refuse this database: {e:#}");
         }
     }
 }

@@ -5,14 +5,15 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::tick::{open_for_execution, shutdown_flag};
+use super::tick::shutdown_flag;
 use super::{actor, find_definition, Ctx};
 use crate::exit::Failure;
-use crate::model::AfterFailure;
+use crate::model::{AfterFailure, NewRun};
 use crate::process::{Outcome, SpawnErrorKind};
 use crate::store::OpenMode;
-use crate::tick::execute::execute_due;
-use crate::tick::{OnShutdown, Tick, TickOptions, TickReport};
+use crate::tick::claim::claim_run;
+use crate::tick::execute::execute_claimed;
+use crate::tick::{runner_error, OnShutdown, Tick, TickOptions, TickReport};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -24,14 +25,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
-    let mut store = if args.wait {
-        open_for_execution(ctx)?
+    let mut store = ctx.open(if args.wait {
+        OpenMode::Execute
     } else {
-        ctx.open(OpenMode::MustExist)?
-    };
+        OpenMode::MustExist
+    })?;
     let definition = find_definition(store.as_ref(), &args.name)?;
     let me = actor(None);
-    let run_id = store.enqueue_manual(&definition, ctx.clock.epoch(), &me)?;
+    let now = ctx.clock.epoch();
+    let run = NewRun::manual(&definition.name, now, fastrand::u64(..));
+    let run_id = store.enqueue(definition.id, &run, now, &me)?;
     if !args.wait {
         say!(
             "enqueued run {run_id} of {}; the next tick executes it",
@@ -45,19 +48,25 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         batch: 1,
         lease: Duration::from_secs(60),
         max_tick: Duration::from_secs(1),
-        only_run: Some(run_id),
+        stream_output: true,
         shutdown: shutdown_flag()?,
         // Ctrl-C at the terminal means "stop this run", not "retry it at the next tick".
         on_shutdown: OnShutdown::Cancel,
     };
     let mut report = TickReport::default();
-    execute_due(&mut Tick {
+    // The tick's own steps, for this run alone: claim it, execute it, record its end.
+    let mut tick = Tick {
         store: store.as_mut(),
         clock: &ctx.clock,
         options: &options,
         rng: &mut fastrand::Rng::new(),
         report: &mut report,
-    })?;
+    };
+    match claim_run(&mut tick, run_id) {
+        Ok(Some(claimed)) => execute_claimed(&mut tick, vec![claimed]),
+        Ok(None) => {}
+        Err(e) => runner_error(&mut tick.report.errors, "claiming runs", &e),
+    }
     let Some(executed) = report.executed.first() else {
         return Err(anyhow::anyhow!(
             "run {run_id} is queued but could not start now: the schedule {} forbids overlap and \

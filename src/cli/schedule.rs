@@ -16,10 +16,11 @@ use super::{
 use crate::display::{escape_line, is_bidi_control, local_time, put_time};
 use crate::exit::Failure;
 use crate::model::{
-    repair_flag, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
+    repair_flag, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings, Steer,
+    Steered,
 };
 use crate::schedule::{parse_zone, CatchUp};
-use crate::store::{DefinitionRow, OpenMode, Removal, Steer, Steered, Store};
+use crate::store::{DefinitionRow, OpenMode, Removal, Store};
 use crate::tick::materialize::materialize_definition;
 use crate::timing::Timing;
 
@@ -532,7 +533,7 @@ fn remove(args: RmArgs, ctx: &Ctx) -> Result<()> {
         let runs = running
             .iter()
             .map(|id| store.run(*id))
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<crate::store::Result<Vec<_>>>()?;
         let runs: Vec<_> = runs.into_iter().flatten().collect();
         if !args.force {
             let listed: Vec<String> = runs

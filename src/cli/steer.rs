@@ -7,9 +7,8 @@ use super::show::find_run;
 use super::{actor, emit, Ctx};
 use crate::display::local_time;
 use crate::exit::Failure;
-use crate::model::Actor;
-use crate::model::RunStatus;
-use crate::store::{OpenMode, RunView, Steer, Steered, Store};
+use crate::model::{Actor, RunStatus, Steer, Steered};
+use crate::store::{OpenMode, RunView, Store};
 use crate::tick::recover::{runner_alive, stop_attempt, Stopped};
 
 #[derive(Debug, clap::Args)]

@@ -8,8 +8,7 @@ use anyhow::{Context, Result};
 
 use super::{actor, parse_duration, Ctx};
 use crate::exit::Failure;
-use crate::security::check_executable_database;
-use crate::store::{Location, OpenMode, Store};
+use crate::store::OpenMode;
 use crate::tick::{tick, OnShutdown, TickOptions};
 
 #[derive(Debug, clap::Args)]
@@ -51,14 +50,14 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     if args.max_tick > MAX_LEASE {
         return Err(Failure::usage("--max-tick must be at most 24h"));
     }
-    let mut store = open_for_execution(ctx)?;
+    let mut store = ctx.open(OpenMode::Execute)?;
     let options = TickOptions {
         actor: actor(args.owner),
         concurrency: args.concurrency,
         batch: args.batch,
         lease: args.lease,
         max_tick: args.max_tick,
-        only_run: None,
+        stream_output: false,
         shutdown: shutdown_flag()?,
         on_shutdown: OnShutdown::Retry,
     };
@@ -93,19 +92,6 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
 const MIN_LEASE: Duration = Duration::from_secs(3);
 /// Long enough for any heartbeat gap; short enough that the arithmetic on it cannot overflow.
 const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
-
-/// Open the database for a command that executes jobs: it must exist, and nobody but its owner
-/// may be able to write it (see `security`).
-pub fn open_for_execution(ctx: &Ctx) -> Result<Box<dyn Store>> {
-    // Check before opening: opening replays a WAL file, which is exactly what an attacker who
-    // could write next to the database would have planted.
-    if let Location::Sqlite(path) = &ctx.location {
-        if path.exists() {
-            check_executable_database(path)?;
-        }
-    }
-    ctx.open(OpenMode::MustExist)
-}
 
 /// SIGTERM, SIGINT and SIGHUP only set this flag; the supervisor loop stops the jobs and exits.
 pub fn shutdown_flag() -> Result<Arc<AtomicBool>> {

@@ -3,24 +3,60 @@
 
 mod sqlite;
 pub(crate) mod sqlite_files;
+mod sqlite_security;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
-
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AttemptHolder, AttemptResult, ClaimedRun, DamagedDefinition, Definition, ErrorCode,
-    ExpiredLease, Fenced, NewRun, RunStatus, Settings, StartRecord,
+    Actor, AttemptEnd, AttemptHolder, ClaimedRun, DamagedDefinition, Definition, ExpiredLease,
+    Fenced, LeaseToken, NewRun, OrphanClose, RunStatus, Settings, StartRecord, Steer, Steered,
 };
 
 pub use sqlite::SqliteStore;
 
-/// Whether opening may create a missing database. Only `init` and `schedule add` may.
+/// An error of the store. A backend error is classified where it is met (`exit::Classified`:
+/// its exit code and hint), by the backend's `From` conversion, so nothing above the store
+/// knows backend types. Converts into `anyhow::Error` with `?`.
+#[derive(Debug)]
+pub struct Error(anyhow::Error);
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<anyhow::Error> for Error {
+    fn from(error: anyhow::Error) -> Error {
+        Error(error)
+    }
+}
+
+impl From<Error> for anyhow::Error {
+    fn from(error: Error) -> anyhow::Error {
+        error.0
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(error: serde_json::Error) -> Error {
+        Error(error.into())
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// What opening may do to a missing database, and what it checks first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
     MustExist,
+    /// Only `init` and `schedule add` may create one.
     CreateIfMissing,
+    /// For commands that execute jobs (`tick`, `run --wait`): it must exist, and the backend
+    /// refuses a database that someone else could have written (whoever writes it decides what
+    /// runs; for SQLite see `sqlite_security`).
+    Execute,
 }
 
 /// Where the database lives, from `--db` / `RUNNER_DB` / the XDG default.
@@ -40,7 +76,7 @@ impl Location {
     }
 
     /// `$XDG_STATE_HOME/runner/runner.db`, else `~/.local/state/runner/runner.db`.
-    pub fn default_path() -> Result<PathBuf> {
+    pub fn default_path() -> anyhow::Result<PathBuf> {
         // The XDG spec: a relative XDG_STATE_HOME is invalid and must be ignored.
         if let Some(state) =
             std::env::var_os("XDG_STATE_HOME").filter(|v| Path::new(v).is_absolute())
@@ -76,12 +112,21 @@ impl std::fmt::Display for Location {
     }
 }
 
-pub fn open(location: &Location, mode: OpenMode) -> Result<Box<dyn Store>> {
+pub fn open(location: &Location, mode: OpenMode) -> anyhow::Result<Box<dyn Store>> {
     match location {
         Location::Sqlite(path) => Ok(Box::new(SqliteStore::open(path, mode)?)),
         Location::Postgres(_) => Err(Failure::usage(format!(
             "{location}: the PostgreSQL backend is not available in this build yet; use a SQLite path"
         ))),
+    }
+}
+
+/// Why `tick` would refuse to execute jobs from this database (see `OpenMode::Execute`), if it
+/// would: `init` and `schedule add` warn at once rather than at the first tick under cron.
+pub fn execution_refusal(location: &Location) -> Option<anyhow::Error> {
+    match location {
+        Location::Sqlite(path) => sqlite_security::check_executable_database(path).err(),
+        Location::Postgres(_) => None,
     }
 }
 
@@ -324,47 +369,14 @@ pub const PRUNABLE: [RunStatus; 4] = [
     RunStatus::Skipped,
 ];
 
-/// An operator's request on one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Steer {
-    Retry,
-    Cancel,
-}
-
-impl Steer {
-    /// The transitions an operator may ask for, written once. Retry: a dead run, or a pending
-    /// run waiting out a backoff delay (it has had an attempt). Cancel: pending or running.
-    pub fn allows(self, status: RunStatus, attempt: u32) -> bool {
-        match self {
-            Steer::Retry => {
-                status == RunStatus::Dead || (status == RunStatus::Pending && attempt >= 1)
-            }
-            Steer::Cancel => matches!(status, RunStatus::Pending | RunStatus::Running),
-        }
-    }
-}
-
-/// What a retry or cancel found and did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Steered {
-    /// Applied. `from` is the state the run was in.
-    Done {
-        from: RunStatus,
-        attempt: u32,
-        max_attempts: u32,
-        /// Retry of a run that had used all its attempts: the limit it had before.
-        raised_max_from: Option<u32>,
-    },
-    /// Not a state this request applies to; nothing changed.
-    Refused {
-        status: RunStatus,
-        attempt: u32,
-    },
-    NotFound,
-}
-
+/// A backend persists what it is told, in the transaction it is told to use: every decision
+/// (a run's next state, the events that tell it, retry, overlap at materialisation, idempotency
+/// keys) is made in `model` and `tick` and handed over as values. Times are epoch seconds, taken
+/// from the caller (`now`). Each method is one transaction unless it says otherwise; a write
+/// transaction takes the write lock at its start. "Fenced by a token" means: applied only while
+/// the run is `running` under that lease token (`LeaseToken`).
 pub trait Store {
-    /// Where this store lives, for messages.
+    /// Where this store lives, for messages (never a password).
     fn describe(&self) -> String;
     /// What names this database on this host in a job's marker (`RUNNER_DATABASE`): a job's
     /// processes are only ever signalled by runners of the database that started them, never by
@@ -372,7 +384,8 @@ pub trait Store {
     fn identity(&self) -> String;
 
     // ---- schedules ----
-    /// Errors with `Failure::Usage` when the name is taken.
+    /// Insert a schedule with its cursor at `now` (`materialized_through`, `created_at`,
+    /// `updated_at`) and `next_fire_at`. `Failure::Usage` when the name is taken.
     fn add_definition(
         &mut self,
         name: &str,
@@ -380,9 +393,11 @@ pub trait Store {
         now: i64,
         next_fire_at: Option<i64>,
     ) -> Result<Definition>;
-    /// Rewrites settings and the cursor (pause/resume/edit). Fails if the definition vanished.
+    /// Rewrite settings and the cursor (pause/resume/edit): the cursor never moves back; the
+    /// revision rises by one. `Failure::NotFound` if the definition vanished.
     fn update_definition(&mut self, definition: &Definition, now: i64) -> Result<()>;
-    /// Delete a schedule with its runs, unless a run of it is running.
+    /// Delete a schedule with its runs (and their attempts and events), unless a run of it is
+    /// running (checked under the write lock).
     fn remove_definition(&mut self, name: &str) -> Result<Removal>;
     /// `schedule apply`: in ONE transaction, delete `changes.remove` (with their runs), rewrite
     /// `changes.update` (settings and cursor exactly as `update_definition` writes them, each only
@@ -397,6 +412,7 @@ pub trait Store {
     fn definition(&self, name: &str) -> Result<Option<DefinitionRow>>;
     /// Every schedule, by name; damaged rows come back as such, never failing the others.
     fn definitions(&self) -> Result<Vec<DefinitionRow>>;
+    /// The schedule's latest finished run (by scheduled time).
     fn last_result(&self, definition_id: i64) -> Result<Option<LastResult>>;
 
     // ---- the tick ----
@@ -409,9 +425,12 @@ pub trait Store {
     /// pause flag or next fire time cannot be read (so a tick reports them instead of never
     /// seeing them).
     fn due_definitions(&self, now: i64) -> Result<Vec<DefinitionRow>>;
-    /// In one transaction: if the cursor is still where `cursor` expects, insert the runs that
-    /// `plan` returns (given the id of a run of this schedule that is running now, if any) and
-    /// move the cursor. Returns the runs inserted; 0 if another tick got there first.
+    /// In one transaction: if the cursor is still where `cursor` expects (and the schedule is not
+    /// paused), move it, then insert the runs that `plan` returns (given the id of a run of this
+    /// schedule that is running now, if any), each with its `NewRun::event()`, copying the
+    /// schedule's command and policies onto the run. An instant that already has a schedule run
+    /// is left alone (one run per instant). Returns the runs inserted; 0 if another tick got
+    /// there first.
     fn materialize(
         &mut self,
         cursor: CursorMove,
@@ -419,54 +438,77 @@ pub trait Store {
         actor: &Actor,
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> Result<usize>;
-    /// Running runs whose lease expired before `now`, oldest first.
+    /// Insert a manual run (`run NAME`) of the schedule, copying its command and policies, with
+    /// its `NewRun::event()`. Returns its id.
+    fn enqueue(&mut self, definition_id: i64, run: &NewRun, now: i64, actor: &Actor)
+        -> Result<i64>;
+    /// Running runs whose lease expired before `now`, oldest first, with their open attempt.
     fn expired_leases(&self, now: i64, limit: usize) -> Result<Vec<ExpiredLease>>;
-    /// Claim up to `batch` due runs (only `only_run`, when given) under a fresh lease each, in
-    /// one short transaction, opening an attempt for each.
-    fn claim(
+    /// Claim up to `batch` claimable runs, by `run_at` then id, in one short transaction.
+    ///
+    /// The claim rule, the same for every backend and checked inside the claiming transaction so
+    /// racing claims cannot both pass it: a run is claimable when it is `pending` with
+    /// `run_at <= now`, and, if its schedule's overlap policy is `forbid`, no run of that schedule
+    /// is `running` and it is the schedule's oldest such run (by `run_at`, then id). So a claim
+    /// never starts a second run of a `forbid` schedule, and never takes two at once.
+    ///
+    /// Each claimed run becomes `running` under a fresh random lease token owned by
+    /// `actor.owner`, expiring at `now + lease_secs`, with `heartbeat_at = now`, its attempt
+    /// number one higher and `started_at` set if unset; an attempt row is opened for it (actor,
+    /// token, `started_at = now`) and `NewEvent::claimed` recorded. `more_due` tells whether any
+    /// `pending` run with `run_at <= now` is left after the claim.
+    fn claim(&mut self, actor: &Actor, now: i64, lease_secs: i64, batch: usize) -> Result<Claimed>;
+    /// Claim run `run_id` alone (`run --wait`), exactly as `claim` would, if the claim rule
+    /// allows it now.
+    fn claim_run(
         &mut self,
+        run_id: i64,
         actor: &Actor,
         now: i64,
         lease_secs: i64,
-        batch: usize,
-        only_run: Option<i64>,
-    ) -> Result<Claimed>;
+    ) -> Result<Option<ClaimedRun>>;
     /// In one transaction, record the processes of attempts about to be released (pid and start
-    /// time, so recovery can find them) and extend their leases to `lease_expires_at`, each only
-    /// if its lease is still held and unexpired at `now`. Per start, in order: whether it landed.
-    /// Only a start that landed may run its command.
+    /// time, so recovery can find them) and extend their leases to `lease_expires_at`, each
+    /// fenced by its token and only if its lease has not expired at `now`. Per start, in order:
+    /// whether it landed. Only a start that landed may run its command.
     fn record_starts(
         &mut self,
         starts: &[StartRecord],
         now: i64,
         lease_expires_at: i64,
     ) -> Result<Vec<Fenced>>;
-    /// Extend the leases this runner holds; returns the tokens still held (the rest are lost).
+    /// In one transaction, extend the lease of each token, fenced by it, to `lease_expires_at`
+    /// (`heartbeat_at = now`). Per token, in order: whether it is still held (a lost one was
+    /// cancelled or recovered: its job must stop).
     fn heartbeat(
         &mut self,
-        tokens: &[String],
+        tokens: &[LeaseToken],
         now: i64,
         lease_expires_at: i64,
-    ) -> Result<Vec<String>>;
-    /// Record an attempt's end, fenced by its lease token.
-    fn finish_attempt(&mut self, result: &AttemptResult, actor: &Actor) -> Result<Fenced>;
+    ) -> Result<Vec<Fenced>>;
+    /// Write an attempt's decided end, fenced by its token, in one transaction: the run moves to
+    /// `end.run` (lease released), then `end.events` are recorded, and, if `end.counts_dead`, the
+    /// dead-runs counter rises by one. The attempt row is closed with `end.result` and
+    /// `end.outcome` when the run write landed, or when the run was cancelled under it (cancel
+    /// leaves the open attempt to its runner); one that a recovering runner closed is never
+    /// rewritten. When the fence refuses and the run still exists, `end.lease_lost(current)` is
+    /// recorded instead, and nothing else changes.
+    fn finish_attempt(&mut self, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>;
     /// The open attempt of a run, if any.
     fn open_attempt(&self, run_id: i64) -> Result<Option<AttemptHolder>>;
     /// Attempts on `host` still open whose run no longer holds them (cancelled or recovered
     /// under them): their processes may be alive and must be stopped before they are closed.
     fn orphaned_attempts(&self, host: &str, limit: usize) -> Result<Vec<AttemptHolder>>;
-    /// Close an orphaned attempt (its processes are gone), with an event. False if it was closed
-    /// meanwhile.
+    /// Close an orphaned attempt (its processes are gone) as failed with `close`'s error, and
+    /// record `close.event`; never one its run still holds under its token. False if it was
+    /// closed meanwhile.
     fn close_orphaned_attempt(
         &mut self,
         holder: &AttemptHolder,
         now: i64,
-        code: &ErrorCode,
-        detail: &str,
+        close: &OrphanClose,
         actor: &Actor,
     ) -> Result<bool>;
-    /// Enqueue a manual run due now; returns its id.
-    fn enqueue_manual(&mut self, definition: &Definition, now: i64, actor: &Actor) -> Result<i64>;
 
     /// `schedule reanchor`: in one transaction, if the schedule's cursor and revision are still
     /// what `cursor` expects, move the cursor to `cursor.new_through` (back: that is the point)
@@ -492,7 +534,10 @@ pub trait Store {
     fn attempt_durations(&self, since: i64) -> Result<Vec<(String, i64)>>;
 
     // ---- steer ----
-    /// Retry or cancel one run, if its state allows it (see `Steer::allows`), recording an event.
+    /// An operator's request on one run, in one write transaction: read the run's `RunState`,
+    /// and write what `request.decide(state, now, actor)` returns (its change, applied only if
+    /// the status is still the one read, and its event). Returns the decision's `Steered`, or
+    /// `Steered::NotFound` when there is no such run.
     fn steer(&mut self, run_id: i64, request: Steer, now: i64, actor: &Actor) -> Result<Steered>;
 
     // ---- retention ----
@@ -502,7 +547,7 @@ pub trait Store {
     /// short transaction; returns what was deleted (0 runs: nothing left).
     fn prune_batch(&mut self, cutoff: i64, limit: usize) -> Result<PruneCounts>;
     /// Take the automatic-prune turn: true (and the turn is recorded) if no prune started in the
-    /// last `every_secs`.
+    /// last `every_secs` (or one is recorded in the future: the clock went back).
     fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> Result<bool>;
 }
 

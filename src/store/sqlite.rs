@@ -6,24 +6,25 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Context;
+use rusqlite::types::{FromSql, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{
     named_params, params, Connection, OpenFlags, OptionalExtension, Row, Transaction,
     TransactionBehavior,
 };
-use serde_json::json;
 
 use super::sqlite_files as files;
 use super::{
     Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
-    LastResult, OpenMode, PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView,
-    RunningView, Steer, Steered, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    LastResult, OpenMode, PruneCounts, Reanchored, Removal, Result, RunBrief, RunFilter, RunView,
+    RunningView, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
 };
-use crate::exit::Failure;
+use crate::backoff::RetryPolicy;
+use crate::exit::{Classified, Failure, BUSY, DATABASE};
 use crate::model::{
-    Actor, AfterFailure, AttemptHolder, AttemptResult, ClaimedRun, ColumnProblem,
-    DamagedDefinition, Definition, ErrorCode, ExpiredLease, Fenced, Leftovers, NewRun, Overlap,
-    RunStatus, Settings, StartRecord, Trigger,
+    Actor, AttemptEnd, AttemptHolder, ClaimedRun, ColumnProblem, DamagedDefinition, Definition,
+    ErrorCode, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap,
+    RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 use crate::schedule::CatchUp;
 
@@ -43,33 +44,98 @@ pub struct SqliteStore {
     path: PathBuf,
 }
 
+/// SQLite errors leave the store classified: the exit code they mean and the user's next step.
+impl From<rusqlite::Error> for super::Error {
+    fn from(error: rusqlite::Error) -> super::Error {
+        sql_error(error).into()
+    }
+}
+
+/// A SQLite error as `anyhow::Error`, classified (see `exit::Classified`).
+fn sql_error(error: rusqlite::Error) -> anyhow::Error {
+    use rusqlite::ErrorCode as C;
+    let (code, hint) = match error.sqlite_error_code() {
+        Some(C::DatabaseBusy | C::DatabaseLocked) => (
+            Some(BUSY),
+            Some("the database stayed locked by another runner beyond the wait limit; it is safe to retry"),
+        ),
+        Some(C::NotADatabase | C::DatabaseCorrupt) => (
+            Some(DATABASE),
+            Some("the file is not a SQLite database or is corrupt; restore it from a backup or point --db elsewhere"),
+        ),
+        Some(C::ReadOnly | C::PermissionDenied | C::CannotOpen) => (
+            Some(DATABASE),
+            Some("check that the database file and its directory are writable by this user"),
+        ),
+        Some(C::DiskFull) => (
+            None,
+            Some("the disk is full; free space and run again (nothing was committed)"),
+        ),
+        Some(C::SystemIoFailure) => (
+            None,
+            Some(
+                "an I/O error: check that the disk is not full and that the database's directory is \
+                 writable (SQLite keeps its -wal and -shm files next to the database)",
+            ),
+        ),
+        _ => (None, None),
+    };
+    Classified {
+        code,
+        hint,
+        error: Box::new(error),
+    }
+    .into()
+}
+
+/// Lease tokens are stored as text.
+impl ToSql for LeaseToken {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for LeaseToken {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<LeaseToken> {
+        String::column_result(value).map(LeaseToken::from)
+    }
+}
+
 impl SqliteStore {
     pub fn open(path: &Path, mode: OpenMode) -> Result<SqliteStore> {
+        // Check before opening: opening replays a WAL file, which is exactly what an attacker
+        // who could write next to the database would have planted.
+        if mode == OpenMode::Execute && path.exists() {
+            super::sqlite_security::check_executable_database(path)?;
+        }
         let shown = path.display();
         if path.is_dir() {
             return Err(Failure::database(format!(
                 "{shown} is a directory, not a runner database; point --db at a file"
-            )));
+            ))
+            .into());
         }
         if !path.exists() {
-            if mode == OpenMode::MustExist {
+            if mode != OpenMode::CreateIfMissing {
                 return Err(Failure::database(format!(
                     "no runner database at {shown}; create it with `runner init` \
                      (or `runner schedule add`), or point --db / RUNNER_DB at an existing one"
-                )));
+                ))
+                .into());
             }
             create_private_file(path)?;
-        } else if mode == OpenMode::MustExist && path.metadata().is_ok_and(|m| m.len() == 0) {
+        } else if mode != OpenMode::CreateIfMissing && path.metadata().is_ok_and(|m| m.len() == 0) {
             // An empty file is not a database yet; only init and schedule add may make it one.
             return Err(Failure::database(format!(
                 "{shown} is an empty file, not a runner database; create one with `runner init`"
-            )));
+            ))
+            .into());
         }
         // A user who cannot write the database only reads it. Read it in SQLite's immutable mode
         // when nobody has it open and its -wal is empty: otherwise SQLite would create -wal and
         // -shm files next to it with the database's (read-only) mode, and leave them behind to
         // block its owner's next write.
-        if mode == OpenMode::MustExist
+        if mode != OpenMode::CreateIfMissing
             && !files::writable(path)
             && !files::maybe_in_use(path)
             && files::immutable_read_sees_everything(path)
@@ -94,14 +160,15 @@ impl SqliteStore {
             Err(e) if is_read_only(&e) => {
                 drop(store);
                 if files::immutable_read_sees_everything(path) {
-                    return Self::open_immutable(path).map_err(|_| open_error(path, e));
+                    return Self::open_immutable(path).map_err(|_| open_error(path, e).into());
                 }
                 return Err(match files::unreadable_wal(path) {
                     Some(why) => Failure::database(why),
                     None => read_only_error(path, e),
-                });
+                }
+                .into());
             }
-            Err(e) => return Err(open_error(path, e)),
+            Err(e) => return Err(open_error(path, e).into()),
         }
         store.migrate()?;
         Ok(store)
@@ -169,28 +236,35 @@ impl SqliteStore {
             return Err(Failure::database(format!(
                 "{shown} has schema version {version}, newer than this runner understands ({known}); \
                  upgrade runner"
-            )));
+            )).into());
         }
         // Not ours: marked by another application, or holding tables without our mark.
         if app_id != APPLICATION_ID && (app_id != 0 || tables > 0) {
             return Err(Failure::database(format!(
                 "{shown} is a SQLite database but not a runner database; point --db elsewhere"
-            )));
+            ))
+            .into());
         }
         if version == known {
             return Ok(());
         }
-        let tx = self.write().with_context(|| format!("migrating {shown}"))?;
+        let tx = self
+            .write()
+            .map_err(anyhow::Error::from)
+            .with_context(|| format!("migrating {shown}"))?;
         // Re-read inside the lock: another process may have migrated meanwhile.
         let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(sql)
+                .map_err(sql_error)
                 .with_context(|| format!("applying migration {} to {shown}", index + 1))?;
         }
         tx.execute_batch(&format!(
             "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {known};"
         ))?;
-        tx.commit().with_context(|| format!("migrating {shown}"))?;
+        tx.commit()
+            .map_err(sql_error)
+            .with_context(|| format!("migrating {shown}"))?;
         Ok(())
     }
 
@@ -210,7 +284,7 @@ impl SqliteStore {
     /// Begin a write transaction (`BEGIN IMMEDIATE`: take the write lock now, not mid-way).
     fn write(&mut self) -> Result<Transaction<'_>> {
         if self.conn.is_readonly(rusqlite::MAIN_DB)? {
-            return Err(cannot_write(&self.path, None));
+            return Err(cannot_write(&self.path, None).into());
         }
         match self
             .conn
@@ -219,9 +293,86 @@ impl SqliteStore {
             Ok(tx) => Ok(tx),
             // The database file is writable, but a -wal or -shm file (or the directory) is not:
             // name the file at fault, not the database.
-            Err(e) if is_read_only(&e) => Err(cannot_write(&self.path, Some(e))),
+            Err(e) if is_read_only(&e) => Err(cannot_write(&self.path, Some(e)).into()),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// `claim`, or `claim_run` when `only` names the run: one claim, one statement.
+    fn claim_where(
+        &mut self,
+        only: Option<i64>,
+        actor: &Actor,
+        now: i64,
+        lease_secs: i64,
+        batch: usize,
+    ) -> Result<Claimed> {
+        let sql = CLAIM_SQL.replace(
+            "{only}",
+            if only.is_some() {
+                "AND r.id = :run_id"
+            } else {
+                ""
+            },
+        );
+        let tx = self.write()?;
+        let runs: Vec<ClaimedRun> = {
+            let mut stmt = tx.prepare_cached(&sql)?;
+            let lease_expires_at = now + lease_secs;
+            let batch = batch as i64;
+            let mut params = named_params! {
+                ":owner": actor.owner,
+                ":lease_expires_at": lease_expires_at,
+                ":now": now,
+                ":batch": batch,
+            }
+            .to_vec();
+            if let Some(run_id) = &only {
+                params.push((":run_id", run_id as &dyn ToSql));
+            }
+            let rows = stmt.query_map(params.as_slice(), |r| {
+                let leftovers: String = r.get(13)?;
+                Ok(ClaimedRun {
+                    run_id: r.get(0)?,
+                    definition_id: r.get(1)?,
+                    job_name: r.get(2)?,
+                    attempt: r.get(3)?,
+                    retry: RetryPolicy::from_secs(r.get(4)?, r.get(9)?, r.get(10)?),
+                    scheduled_for: r.get(5)?,
+                    command: r.get(6)?,
+                    workdir: r.get(7)?,
+                    timeout_secs: r.get(8)?,
+                    idempotency_key: r.get(11)?,
+                    lease_token: r.get(12)?,
+                    leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
+                })
+            })?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        for run in &runs {
+            tx.prepare_cached(
+                "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time, lease_token,
+                     started_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                run.run_id,
+                run.attempt,
+                actor.owner,
+                actor.host,
+                actor.pid,
+                actor.start_time.map(|t| t as i64),
+                run.lease_token,
+                now
+            ])?;
+            let event = NewEvent::claimed(run.attempt, &actor.host);
+            insert_event(&tx, run.run_id, now, actor, &event)?;
+        }
+        let more_due: bool = tx
+            .prepare_cached(MORE_DUE_SQL)?
+            .query_row([now], |r| r.get(0))?;
+        tx.commit()?;
+        Ok(Claimed { runs, more_due })
     }
 }
 
@@ -262,7 +413,7 @@ fn open_error(path: &Path, error: rusqlite::Error) -> anyhow::Error {
             BUSY_TIMEOUT.as_secs()
         ))
         .into(),
-        _ => anyhow::Error::new(error).context(format!("opening database {}", path.display())),
+        _ => sql_error(error).context(format!("opening database {}", path.display())),
     }
 }
 
@@ -348,10 +499,9 @@ fn create_private_file(path: &Path) -> Result<()> {
     {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()), // a racing init made it
-        Err(e) => Err(Failure::database(format!(
-            "cannot create database {}: {e}",
-            path.display()
-        ))),
+        Err(e) => {
+            Err(Failure::database(format!("cannot create database {}: {e}", path.display())).into())
+        }
     }
 }
 
@@ -489,19 +639,62 @@ impl Columns<'_, '_> {
     }
 }
 
+/// Record `event` on run `run_id`'s timeline, at `at`, by `actor`.
 fn insert_event(
     tx: &Transaction<'_>,
     run_id: i64,
     at: i64,
-    kind: &str,
-    actor: &str,
-    detail: serde_json::Value,
+    actor: &Actor,
+    event: &NewEvent,
 ) -> Result<()> {
     tx.prepare_cached(
         "INSERT INTO job_events (run_id, at, kind, actor, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![run_id, at, kind, actor, detail.to_string()])?;
+    .execute(params![
+        run_id,
+        at,
+        event.kind.as_str(),
+        actor.owner,
+        event.detail.to_string()
+    ])?;
     Ok(())
+}
+
+/// Insert a run of definition `definition_id`, copying the schedule's command and policies, as
+/// `run` says; `None` when its instant already has a schedule run (one run per instant).
+fn insert_run(
+    tx: &Transaction<'_>,
+    definition_id: i64,
+    run: &NewRun,
+    now: i64,
+) -> Result<Option<i64>> {
+    let status = run.status();
+    let finished_at = status.is_final().then_some(now);
+    Ok(tx
+        .prepare_cached(
+            "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
+                 max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
+                 skip_reason, created_at, finished_at, leftovers)
+             SELECT id, :trigger, :at, :status, :at, command, workdir, max_attempts, timeout_secs,
+                 backoff_base_secs, backoff_max_secs, :key, :skip_reason, :now, :finished_at, leftovers
+             FROM job_definitions WHERE id = :definition_id
+             ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
+             RETURNING id",
+        )?
+        .query_row(
+            named_params! {
+                ":trigger": run.trigger.as_str(),
+                ":at": run.scheduled_for,
+                ":status": status.as_str(),
+                ":key": run.idempotency_key,
+                ":skip_reason": run.skip_reason,
+                ":now": now,
+                ":finished_at": finished_at,
+                ":definition_id": definition_id,
+            },
+            |r| r.get(0),
+        )
+        .optional()?)
 }
 
 fn status_from(index: usize, text: String) -> rusqlite::Result<RunStatus> {
@@ -691,6 +884,7 @@ SELECT id FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < :cutoff
   AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = job_runs.id AND a.finished_at IS NULL)";
 
+/// The claim (see `Store::claim` for the rule). `{only}` narrows it to one run (`claim_run`).
 const CLAIM_SQL: &str = "
 UPDATE job_runs
 SET status = 'running',
@@ -703,8 +897,7 @@ SET status = 'running',
 WHERE id IN (
     SELECT r.id
     FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-    WHERE r.status = 'pending' AND r.run_at <= :now
-      AND (:only_run IS NULL OR r.id = :only_run)
+    WHERE r.status = 'pending' AND r.run_at <= :now {only}
       AND (d.overlap = 'allow' OR (
             -- forbid: nothing of this schedule running, and only its oldest due run
             NOT EXISTS (SELECT 1 FROM job_runs o WHERE o.definition_id = r.definition_id AND o.status = 'running')
@@ -828,7 +1021,7 @@ impl Store for SqliteStore {
         if insert_definition(&tx, name, s, now, next_fire_at)? == 0 {
             return Err(Failure::usage(format!(
                 "a schedule named {name:?} already exists; use `runner schedule edit {name}` to change it"
-            )));
+            )).into());
         }
         let definition = tx
             .query_row(
@@ -844,10 +1037,9 @@ impl Store for SqliteStore {
     fn update_definition(&mut self, d: &Definition, now: i64) -> Result<()> {
         let tx = self.write()?;
         if rewrite_definition(&tx, d, now, None)? == 0 {
-            return Err(Failure::not_found(format!(
-                "schedule {:?} no longer exists",
-                d.name
-            )));
+            return Err(
+                Failure::not_found(format!("schedule {:?} no longer exists", d.name)).into(),
+            );
         }
         tx.commit()?;
         Ok(())
@@ -988,43 +1180,9 @@ impl Store for SqliteStore {
             .optional()?;
         let mut inserted = 0;
         for run in plan(running) {
-            let (status, finished_at) = match run.skip_reason {
-                Some(_) => ("skipped", Some(now)),
-                None => ("pending", None),
-            };
-            let run_id: Option<i64> = tx
-                .prepare_cached(
-                    "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
-                         max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
-                         skip_reason, created_at, finished_at, leftovers)
-                     SELECT id, :trigger, :at, :status, :at, command, workdir, max_attempts, timeout_secs,
-                         backoff_base_secs, backoff_max_secs, name || '@' || :key_time, :skip_reason, :now, :finished_at,
-                         leftovers
-                     FROM job_definitions WHERE id = :definition_id
-                     ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
-                     RETURNING id",
-                )?
-                .query_row(
-                    named_params! {
-                        ":trigger": run.trigger.as_str(),
-                        ":at": run.scheduled_for,
-                        ":status": status,
-                        ":key_time": crate::clock::from_epoch(run.scheduled_for).to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                        ":skip_reason": run.skip_reason,
-                        ":now": now,
-                        ":finished_at": finished_at,
-                        ":definition_id": cursor.definition_id,
-                    },
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(run_id) = run_id {
+            if let Some(run_id) = insert_run(&tx, cursor.definition_id, &run, now)? {
                 inserted += 1;
-                let (kind, detail) = match &run.skip_reason {
-                    Some(reason) => ("SKIPPED", json!({ "reason": reason })),
-                    None => ("ENQUEUED", json!({ "trigger": run.trigger.as_str() })),
-                };
-                insert_event(&tx, run_id, now, kind, &actor.owner, detail)?;
+                insert_event(&tx, run_id, now, actor, &run.event())?;
             }
         }
         tx.commit()?;
@@ -1050,11 +1208,9 @@ impl Store for SqliteStore {
                 run_id: r.get(0)?,
                 job_name: r.get(1)?,
                 attempt: r.get(2)?,
-                max_attempts: r.get(3)?,
+                retry: RetryPolicy::from_secs(r.get(3)?, r.get(6)?, r.get(7)?),
                 lease_token: r.get(4)?,
                 lease_expires_at: r.get(5)?,
-                backoff_base_secs: r.get(6)?,
-                backoff_max_secs: r.get(7)?,
                 holder: if has_attempt {
                     Some(attempt_holder_from_row(r, 8)?)
                 } else {
@@ -1065,77 +1221,19 @@ impl Store for SqliteStore {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    fn claim(
+    fn claim(&mut self, actor: &Actor, now: i64, lease_secs: i64, batch: usize) -> Result<Claimed> {
+        self.claim_where(None, actor, now, lease_secs, batch)
+    }
+
+    fn claim_run(
         &mut self,
+        run_id: i64,
         actor: &Actor,
         now: i64,
         lease_secs: i64,
-        batch: usize,
-        only_run: Option<i64>,
-    ) -> Result<Claimed> {
-        let tx = self.write()?;
-        let runs: Vec<ClaimedRun> = {
-            let mut stmt = tx.prepare_cached(CLAIM_SQL)?;
-            let rows = stmt.query_map(
-                named_params! {
-                    ":owner": actor.owner,
-                    ":lease_expires_at": now + lease_secs,
-                    ":now": now,
-                    ":batch": batch as i64,
-                    ":only_run": only_run,
-                },
-                |r| {
-                    let leftovers: String = r.get(13)?;
-                    Ok(ClaimedRun {
-                        run_id: r.get(0)?,
-                        definition_id: r.get(1)?,
-                        job_name: r.get(2)?,
-                        attempt: r.get(3)?,
-                        max_attempts: r.get(4)?,
-                        scheduled_for: r.get(5)?,
-                        command: r.get(6)?,
-                        workdir: r.get(7)?,
-                        timeout_secs: r.get(8)?,
-                        backoff_base_secs: r.get(9)?,
-                        backoff_max_secs: r.get(10)?,
-                        idempotency_key: r.get(11)?,
-                        lease_token: r.get(12)?,
-                        leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
-                    })
-                },
-            )?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
-        for run in &runs {
-            tx.prepare_cached(
-                "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time, lease_token,
-                     started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                run.run_id,
-                run.attempt,
-                actor.owner,
-                actor.host,
-                actor.pid,
-                actor.start_time.map(|t| t as i64),
-                run.lease_token,
-                now
-            ])?;
-            insert_event(
-                &tx,
-                run.run_id,
-                now,
-                "CLAIMED",
-                &actor.owner,
-                json!({ "attempt": run.attempt, "host": actor.host }),
-            )?;
-        }
-        let more_due: bool = tx
-            .prepare_cached(MORE_DUE_SQL)?
-            .query_row([now], |r| r.get(0))?;
-        tx.commit()?;
-        Ok(Claimed { runs, more_due })
+    ) -> Result<Option<ClaimedRun>> {
+        let claimed = self.claim_where(Some(run_id), actor, now, lease_secs, 1)?;
+        Ok(claimed.runs.into_iter().next())
     }
 
     fn record_starts(
@@ -1184,10 +1282,10 @@ impl Store for SqliteStore {
 
     fn heartbeat(
         &mut self,
-        tokens: &[String],
+        tokens: &[LeaseToken],
         now: i64,
         lease_expires_at: i64,
-    ) -> Result<Vec<String>> {
+    ) -> Result<Vec<Fenced>> {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
@@ -1197,7 +1295,7 @@ impl Store for SqliteStore {
              WHERE status = 'running' AND lease_token IN ({placeholders}) RETURNING lease_token"
         );
         let tx = self.write()?;
-        let held: Vec<String> = {
+        let held: Vec<LeaseToken> = {
             let mut stmt = tx.prepare(&sql)?;
             let values = [lease_expires_at, now]
                 .into_iter()
@@ -1205,47 +1303,36 @@ impl Store for SqliteStore {
                 .chain(
                     tokens
                         .iter()
-                        .map(|t| rusqlite::types::Value::from(t.clone())),
+                        .map(|t| rusqlite::types::Value::from(t.as_str().to_string())),
                 );
             let rows = stmt.query_map(rusqlite::params_from_iter(values), |r| r.get(0))?;
             rows.collect::<rusqlite::Result<_>>()?
         };
         tx.commit()?;
-        Ok(held)
+        Ok(tokens
+            .iter()
+            .map(|token| {
+                if held.contains(token) {
+                    Fenced::Applied
+                } else {
+                    Fenced::LeaseLost
+                }
+            })
+            .collect())
     }
 
-    fn finish_attempt(&mut self, result: &AttemptResult, actor: &Actor) -> Result<Fenced> {
-        let (run_status, run_at, error_code, error_detail) = match &result.failure {
-            None => ("succeeded", None, None, None),
-            Some((code, detail, AfterFailure::RetryAt(at))) => (
-                "pending",
-                Some(*at),
-                Some(code.to_string()),
-                Some(detail.as_str()),
-            ),
-            Some((code, detail, AfterFailure::Dead)) => {
-                ("dead", None, Some(code.to_string()), Some(detail.as_str()))
-            }
-            Some((code, detail, AfterFailure::Cancelled)) => (
-                "cancelled",
-                None,
-                Some(code.to_string()),
-                Some(detail.as_str()),
-            ),
-        };
-        let finished_at = (run_status != "pending").then_some(result.finished_at);
+    fn finish_attempt(&mut self, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
+        let (result, run) = (&end.result, &end.run);
         let tx = self.write()?;
         let changed = tx.execute(
             "UPDATE job_runs SET status = ?3, run_at = coalesce(?4, run_at), owner = NULL, lease_token = NULL,
                  lease_expires_at = NULL, heartbeat_at = NULL, error_code = ?5, error_detail = ?6, finished_at = ?7
              WHERE id = ?1 AND lease_token = ?2 AND status = 'running'",
-            params![result.run_id, result.lease_token, run_status, run_at, error_code, error_detail, finished_at],
+            params![
+                result.run_id, result.lease_token, run.status.as_str(), run.run_at, run.error_code,
+                run.error_detail, run.finished_at
+            ],
         )?;
-        let outcome = if result.failure.is_none() {
-            "succeeded"
-        } else {
-            "failed"
-        };
         let applied = changed == 1;
         // The attempt row is fenced by the same token and closed by the runner that held it: when
         // its run write landed, or when the run was cancelled under it (cancel leaves the open
@@ -1256,116 +1343,36 @@ impl Store for SqliteStore {
              WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL
                AND (?14 OR EXISTS (SELECT 1 FROM job_runs WHERE id = ?1 AND status = 'cancelled'))",
             params![
-                result.run_id, result.attempt, result.lease_token, result.finished_at, result.duration_ms, outcome,
-                result.exit_code, error_code, error_detail, result.stdout_tail, result.stderr_tail,
-                result.stdout_bytes as i64, result.stderr_bytes as i64, applied
+                result.run_id, result.attempt, result.lease_token, result.finished_at, result.duration_ms,
+                end.outcome.as_str(), result.exit_code, run.error_code, run.error_detail, result.stdout_tail,
+                result.stderr_tail, result.stdout_bytes as i64, result.stderr_bytes as i64, applied
             ],
         )?;
+        let at = result.finished_at;
         if !applied {
-            let current: Option<String> = tx
+            let current = tx
                 .query_row(
                     "SELECT status FROM job_runs WHERE id = ?1",
                     [result.run_id],
-                    |r| r.get(0),
+                    |r| status_from(0, r.get(0)?),
                 )
                 .optional()?;
             if let Some(current) = current {
-                insert_event(
-                    &tx,
-                    result.run_id,
-                    result.finished_at,
-                    "LEASE_LOST",
-                    &actor.owner,
-                    json!({
-                        "attempt": result.attempt,
-                        "refused": run_status,
-                        "error_code": error_code,
-                        "run_status": current,
-                    }),
-                )?;
+                insert_event(&tx, result.run_id, at, actor, &end.lease_lost(current))?;
             }
             tx.commit()?;
             return Ok(Fenced::LeaseLost);
         }
-        let at = result.finished_at;
-        if !result.leftovers.is_empty() {
-            insert_event(
-                &tx,
-                result.run_id,
-                at,
-                "LEFTOVERS",
-                &actor.owner,
-                json!({
-                    "attempt": result.attempt,
-                    "killed": result.leftovers_killed,
-                    "processes": result.leftovers,
-                }),
-            )?;
+        for event in &end.events {
+            insert_event(&tx, result.run_id, at, actor, event)?;
         }
-        match &result.failure {
-            None => insert_event(
-                &tx,
-                result.run_id,
-                at,
-                "SUCCEEDED",
-                &actor.owner,
-                json!({ "attempt": result.attempt }),
-            )?,
-            Some((code, detail, after)) => {
-                let kind = if *code == ErrorCode::LeaseExpired {
-                    "RECOVERED"
-                } else {
-                    "FAILED"
-                };
-                insert_event(
-                    &tx,
-                    result.run_id,
-                    at,
-                    kind,
-                    &actor.owner,
-                    json!({
-                        "attempt": result.attempt, "error_code": code.to_string(), "detail": crate::model::truncate_detail(detail, 200)
-                    }),
-                )?;
-                match after {
-                    AfterFailure::RetryAt(when) => insert_event(
-                        &tx,
-                        result.run_id,
-                        at,
-                        "RETRY_SCHEDULED",
-                        &actor.owner,
-                        json!({
-                            "next_attempt": result.attempt + 1,
-                            "run_at": crate::display::utc_time(*when),
-                            "run_at_epoch": when,
-                        }),
-                    )?,
-                    AfterFailure::Cancelled => insert_event(
-                        &tx,
-                        result.run_id,
-                        at,
-                        "CANCELLED",
-                        &actor.owner,
-                        json!({ "from": "running", "attempt": result.attempt }),
-                    )?,
-                    AfterFailure::Dead => {
-                        insert_event(
-                            &tx,
-                            result.run_id,
-                            at,
-                            "DEAD",
-                            &actor.owner,
-                            json!({ "attempts": result.attempt }),
-                        )?;
-                        // runner_dead_runs_total: a counter, so retry and prune never lower it.
-                        tx.execute(
-                            "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', 1)
-                             ON CONFLICT (key) DO UPDATE SET value = value + 1",
-                            [],
-                        )?;
-                    }
-                }
-            }
+        if end.counts_dead {
+            // runner_dead_runs_total: a counter, so retry and prune never lower it.
+            tx.execute(
+                "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', 1)
+                 ON CONFLICT (key) DO UPDATE SET value = value + 1",
+                [],
+            )?;
         }
         tx.commit()?;
         Ok(Fenced::Applied)
@@ -1400,55 +1407,47 @@ impl Store for SqliteStore {
         &mut self,
         holder: &AttemptHolder,
         now: i64,
-        code: &ErrorCode,
-        detail: &str,
+        close: &OrphanClose,
         actor: &Actor,
     ) -> Result<bool> {
         let tx = self.write()?;
-        let detail = crate::model::truncate_detail(detail, crate::model::ERROR_DETAIL_MAX);
         // Never the attempt a runner still holds: only one whose run moved on without it.
         let closed = tx.execute(
             "UPDATE job_attempts SET finished_at = ?4, duration_ms = max(0, ?4 - started_at) * 1000,
                  outcome = 'failed', error_code = ?5, error_detail = ?6
              WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL
                AND NOT EXISTS (SELECT 1 FROM job_runs WHERE id = ?1 AND status = 'running' AND lease_token = ?3)",
-            params![holder.run_id, holder.attempt, holder.lease_token, now, code.to_string(), detail],
+            params![
+                holder.run_id,
+                holder.attempt,
+                holder.lease_token,
+                now,
+                close.code.to_string(),
+                close.detail
+            ],
         )?;
         if closed == 1 {
-            insert_event(
-                &tx,
-                holder.run_id,
-                now,
-                "ATTEMPT_CLOSED",
-                &actor.owner,
-                json!({ "attempt": holder.attempt, "error_code": code.to_string(), "detail": crate::model::truncate_detail(&detail, 200) }),
-            )?;
+            insert_event(&tx, holder.run_id, now, actor, &close.event)?;
         }
         tx.commit()?;
         Ok(closed == 1)
     }
 
-    fn enqueue_manual(&mut self, d: &Definition, now: i64, actor: &Actor) -> Result<i64> {
+    fn enqueue(
+        &mut self,
+        definition_id: i64,
+        run: &NewRun,
+        now: i64,
+        actor: &Actor,
+    ) -> Result<i64> {
         let tx = self.write()?;
-        let key = format!("{}@manual:{}:{:016x}", d.name, now, fastrand::u64(..));
-        let run_id: i64 = tx.query_row(
-            "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir, max_attempts,
-                 timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key, created_at, leftovers)
-             SELECT id, ?2, ?3, 'pending', ?3, command, workdir, max_attempts, timeout_secs, backoff_base_secs,
-                 backoff_max_secs, ?4, ?3, leftovers
-             FROM job_definitions WHERE id = ?1
-             RETURNING id",
-            params![d.id, Trigger::Manual.as_str(), now, key],
-            |r| r.get(0),
-        )?;
-        insert_event(
-            &tx,
-            run_id,
-            now,
-            "ENQUEUED",
-            &actor.owner,
-            json!({ "trigger": "manual" }),
-        )?;
+        let run_id = insert_run(&tx, definition_id, run, now)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "the schedule of run {} was removed meanwhile",
+                run.idempotency_key
+            )
+        })?;
+        insert_event(&tx, run_id, now, actor, &run.event())?;
         tx.commit()?;
         Ok(run_id)
     }
@@ -1647,7 +1646,7 @@ impl Store for SqliteStore {
             let mut rows = stmt.query([])?;
             while let Some(row) = rows.next()? {
                 let value: i64 = row.get(1)?;
-                match row.get_ref(0)?.as_str()? {
+                match row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)? {
                     "last_tick_at" => last_tick_at = Some(value),
                     "last_prune_at" => last_prune_at = Some(value),
                     _ => dead_runs_total = value,
@@ -1702,77 +1701,47 @@ impl Store for SqliteStore {
                 "SELECT status, attempt, max_attempts FROM job_runs WHERE id = ?1",
                 [run_id],
                 |r| {
-                    Ok((
-                        status_from(0, r.get(0)?)?,
-                        r.get::<_, u32>(1)?,
-                        r.get::<_, u32>(2)?,
-                    ))
+                    Ok(RunState {
+                        status: status_from(0, r.get(0)?)?,
+                        attempt: r.get(1)?,
+                        max_attempts: r.get(2)?,
+                    })
                 },
             )
             .optional()?;
-        let Some((from, attempt, max_attempts)) = found else {
+        let Some(state) = found else {
             return Ok(Steered::NotFound);
         };
-        if !request.allows(from, attempt) {
-            return Ok(Steered::Refused {
-                status: from,
-                attempt,
-            });
-        }
-        let (max_after, raised_max_from) = match request {
-            Steer::Retry => {
-                // Attempts keep counting: a run that used them all gets exactly one more.
-                let max_after = max_attempts.max(attempt + 1);
-                tx.execute(
-                    "UPDATE job_runs SET status = 'pending', run_at = min(run_at, ?3), max_attempts = ?4,
-                         finished_at = NULL
-                     WHERE id = ?1 AND status = ?2",
-                    params![run_id, from.as_str(), now, max_after],
-                )?;
-                let raised = (max_after != max_attempts).then_some(max_attempts);
-                insert_event(
-                    &tx,
-                    run_id,
-                    now,
-                    "RETRIED",
-                    &actor.owner,
-                    json!({
-                        "from": from.as_str(),
-                        "next_attempt": attempt + 1,
-                        "max_attempts": max_after,
-                        "max_attempts_before": raised,
-                    }),
-                )?;
-                (max_after, raised)
-            }
-            Steer::Cancel => {
-                let detail = format!("cancelled by {}", actor.owner);
-                // The CHECK constraints: only a running run holds a lease. Clearing the token is
-                // also what tells the tick holding it (at its next heartbeat) to kill the job.
-                tx.execute(
-                    "UPDATE job_runs SET status = 'cancelled', finished_at = ?3, owner = NULL, lease_token = NULL,
-                         lease_expires_at = NULL, heartbeat_at = NULL, error_code = 'CANCELLED', error_detail = ?4
-                     WHERE id = ?1 AND status = ?2",
-                    params![run_id, from.as_str(), now, detail],
-                )?;
-                insert_event(
-                    &tx,
-                    run_id,
-                    now,
-                    "CANCELLED",
-                    &actor.owner,
-                    json!({ "from": from.as_str(), "attempt": attempt }),
-                )?;
-                (max_attempts, None)
-            }
+        let (change, event, steered) = match request.decide(state, now, actor) {
+            Steering::Refuse(steered) => return Ok(steered),
+            Steering::Apply {
+                change,
+                event,
+                steered,
+            } => (change, event, steered),
         };
+        let from = state.status.as_str();
+        match change {
+            RunChange::Requeue {
+                due_by,
+                max_attempts,
+            } => tx.execute(
+                "UPDATE job_runs SET status = 'pending', run_at = min(run_at, ?3), max_attempts = ?4,
+                     finished_at = NULL
+                 WHERE id = ?1 AND status = ?2",
+                params![run_id, from, due_by, max_attempts],
+            )?,
+            // The CHECK constraints: only a running run holds a lease.
+            RunChange::Cancel { at, detail } => tx.execute(
+                "UPDATE job_runs SET status = 'cancelled', finished_at = ?3, owner = NULL, lease_token = NULL,
+                     lease_expires_at = NULL, heartbeat_at = NULL, error_code = ?4, error_detail = ?5
+                 WHERE id = ?1 AND status = ?2",
+                params![run_id, from, at, ErrorCode::Cancelled.to_string(), detail],
+            )?,
+        };
+        insert_event(&tx, run_id, now, actor, &event)?;
         tx.commit()?;
-        Ok(Steered::Done {
-            from,
-            attempt,
-            max_attempts: max_after,
-            raised_max_from,
-        })
+        Ok(steered)
     }
 
     fn prunable(&self, cutoff: i64) -> Result<PruneCounts> {

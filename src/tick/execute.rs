@@ -15,9 +15,9 @@ use anyhow::Result;
 
 use super::claim::claim_due;
 use super::record::{record_end, StopReason, KILL_GRACE};
-use super::{attempt_marker, runner_error, test_hook, Tick};
+use super::{attempt_marker, runner_error, test_hook, Tick, TickOptions};
 use crate::display::utc_time;
-use crate::model::{AfterFailure, ClaimedRun, Fenced, StartRecord};
+use crate::model::{AfterFailure, ClaimedRun, Fenced, LeaseToken, StartRecord};
 use crate::process::{procfs, JobSpec, RunningJob};
 
 /// How long the pipes may stay open after the shell exited (a process that escaped containment
@@ -51,42 +51,107 @@ struct Claiming {
     ended_since: bool,
 }
 
+/// The jobs this runner supervises, with their leases.
+struct Supervisor {
+    active: Vec<Active>,
+    lease_secs: i64,
+    heartbeat_every: Duration,
+    last_heartbeat: Instant,
+    /// The database's identity, for the jobs' markers.
+    identity: String,
+}
+
+impl Supervisor {
+    fn new(tick: &mut Tick<'_>) -> Supervisor {
+        // Orphans of our jobs (a double fork, `setsid`) are re-parented to us, where their end
+        // of job sweep finds them by marker.
+        procfs::become_subreaper();
+        let lease_secs = lease_secs(tick.options);
+        Supervisor {
+            active: Vec::new(),
+            lease_secs,
+            heartbeat_every: Duration::from_secs((lease_secs / 3).max(1) as u64),
+            last_heartbeat: Instant::now(),
+            identity: tick.store.identity(),
+        }
+    }
+
+    /// On a shutdown signal, stop every job not stopped yet.
+    fn stop_all_on_shutdown(&mut self, tick: &Tick<'_>) -> bool {
+        let shutting_down = tick.options.shutdown.load(Ordering::Relaxed);
+        if shutting_down {
+            for a in self.active.iter_mut().filter(|a| a.stopped.is_none()) {
+                a.job.kill(Instant::now());
+                a.stopped = Some(StopReason::Shutdown(tick.options.on_shutdown));
+            }
+        }
+        shutting_down
+    }
+
+    /// Poll every job once and record the ends; returns whether one ended, and whether one of
+    /// them is to be retried at once.
+    fn poll(&mut self, tick: &mut Tick<'_>) -> (bool, bool) {
+        let now = Instant::now();
+        let (mut ended, mut retry_due_now) = (false, false);
+        let mut index = 0;
+        while index < self.active.len() {
+            if let Some(finished) = self.active[index].job.poll(now) {
+                let done = self.active.swap_remove(index);
+                let before = tick.report.executed.len();
+                record_end(tick, &done.run, Ok(finished), done.stopped);
+                ended = true;
+                retry_due_now |= tick.report.executed[before..].iter().any(|e| {
+                    matches!(e.after, Some(AfterFailure::RetryAt(at)) if at <= tick.clock.epoch())
+                });
+            } else {
+                index += 1;
+            }
+        }
+        (ended, retry_due_now)
+    }
+
+    /// Heart-beat the leases when a third of the lease has passed since the last time.
+    fn heartbeat_if_due(&mut self, tick: &mut Tick<'_>) {
+        if !self.active.is_empty() && self.last_heartbeat.elapsed() >= self.heartbeat_every {
+            self.last_heartbeat = Instant::now();
+            heartbeat(tick, self.lease_secs, &mut self.active);
+        }
+    }
+
+    fn sleep(&self) {
+        std::thread::sleep(poll_interval(&self.active));
+    }
+}
+
+/// The lease length, clamped so the lease arithmetic can never overflow, whatever the caller
+/// passed.
+pub(super) fn lease_secs(options: &TickOptions) -> i64 {
+    options.lease.as_secs().clamp(3, 86_400) as i64
+}
+
+/// Execute due runs: claim while there is room and due work, supervise the jobs, record each
+/// end, until nothing is due and nothing runs, or the tick is old enough to stop claiming.
 pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
-    // Orphans of our jobs (a double fork, `setsid`) are re-parented to us, where their end of
-    // job sweep finds them by marker.
-    procfs::become_subreaper();
     let options = tick.options;
     let started = Instant::now();
-    // Clamped so the lease arithmetic below can never overflow, whatever the caller passed.
-    let lease_secs = options.lease.as_secs().clamp(3, 86_400) as i64;
-    let heartbeat_every = Duration::from_secs((lease_secs / 3).max(1) as u64);
-    let identity = tick.store.identity();
-    let mut last_heartbeat = Instant::now();
-    let mut active: Vec<Active> = Vec::new();
+    let mut supervisor = Supervisor::new(tick);
     let mut claiming = Claiming {
         next_at: Instant::now(),
         took_nothing: false,
         more_due: false,
         ended_since: false,
     };
-    let mut claimed_only_run = false;
 
     loop {
-        let shutting_down = options.shutdown.load(Ordering::Relaxed);
-        if shutting_down {
-            for a in active.iter_mut().filter(|a| a.stopped.is_none()) {
-                a.job.kill(Instant::now());
-                a.stopped = Some(StopReason::Shutdown(options.on_shutdown));
-            }
-        }
-        let young = started.elapsed() < options.max_tick && !shutting_down && !claimed_only_run;
+        let shutting_down = supervisor.stop_all_on_shutdown(tick);
+        let young = started.elapsed() < options.max_tick && !shutting_down;
         let room = options
             .concurrency
-            .saturating_sub(active.len())
+            .saturating_sub(supervisor.active.len())
             .min(options.batch);
         if young && room > 0 && Instant::now() >= claiming.next_at {
             claiming.ended_since = false;
-            match claim_due(tick.store, tick.clock, options, room, lease_secs) {
+            match claim_due(tick, room, supervisor.lease_secs) {
                 Ok(claimed) => {
                     claiming.took_nothing = claimed.runs.is_empty();
                     claiming.more_due = claimed.more_due;
@@ -97,8 +162,7 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
                     } else {
                         Instant::now() + RECHECK_INTERVAL
                     };
-                    claimed_only_run = options.only_run.is_some() && !claimed.runs.is_empty();
-                    start_all(tick, claimed.runs, lease_secs, &identity, &mut active);
+                    start_all(tick, claimed.runs, &mut supervisor);
                 }
                 Err(e) => {
                     runner_error(&mut tick.report.errors, "claiming runs", &e);
@@ -112,53 +176,47 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
         // take (whatever is still due is held back by another runner's run, which that runner
         // claims after it), or when the tick is old enough.
         let settled = claiming.took_nothing && !claiming.ended_since;
-        if active.is_empty() && (settled || !young) {
+        if supervisor.active.is_empty() && (settled || !young) {
             return Ok(());
         }
 
-        let now = Instant::now();
-        let mut index = 0;
-        while index < active.len() {
-            if let Some(finished) = active[index].job.poll(now) {
-                let done = active.swap_remove(index);
-                let before = tick.report.executed.len();
-                record_end(tick, &done.run, Ok(finished), done.stopped);
-                claiming.ended_since = true;
-                let retry_due_now = tick.report.executed[before..].iter().any(|e| {
-                    matches!(e.after, Some(AfterFailure::RetryAt(at)) if at <= tick.clock.epoch())
-                });
-                if claiming.more_due || retry_due_now {
-                    claiming.next_at = Instant::now();
-                }
-            } else {
-                index += 1;
+        let (ended, retry_due_now) = supervisor.poll(tick);
+        if ended {
+            claiming.ended_since = true;
+            if claiming.more_due || retry_due_now {
+                claiming.next_at = Instant::now();
             }
         }
-        if active.is_empty() {
+        if supervisor.active.is_empty() {
             // Before exiting, claim once more: this loop's ends may have made work due.
             claiming.next_at = claiming.next_at.min(Instant::now());
         }
+        supervisor.heartbeat_if_due(tick);
+        supervisor.sleep();
+    }
+}
 
-        if !active.is_empty() && last_heartbeat.elapsed() >= heartbeat_every {
-            last_heartbeat = Instant::now();
-            heartbeat(tick, lease_secs, &mut active);
+/// Execute runs already claimed (`run --wait`), claiming nothing more: start them, supervise
+/// them and record each end.
+pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
+    let mut supervisor = Supervisor::new(tick);
+    start_all(tick, runs, &mut supervisor);
+    while !supervisor.active.is_empty() {
+        supervisor.stop_all_on_shutdown(tick);
+        supervisor.poll(tick);
+        supervisor.heartbeat_if_due(tick);
+        if !supervisor.active.is_empty() {
+            supervisor.sleep();
         }
-        std::thread::sleep(poll_interval(&active));
     }
 }
 
 /// Spawn the claimed runs at their gate, record their starts in one transaction, and release the
 /// ones whose start landed; the others never run their command.
-fn start_all(
-    tick: &mut Tick<'_>,
-    runs: Vec<ClaimedRun>,
-    lease_secs: i64,
-    identity: &str,
-    active: &mut Vec<Active>,
-) {
+fn start_all(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>, supervisor: &mut Supervisor) {
     let mut spawned = Vec::with_capacity(runs.len());
     for run in runs {
-        match RunningJob::spawn(&job_spec(tick, &run, identity)) {
+        match RunningJob::spawn(&job_spec(tick, &run, &supervisor.identity)) {
             Ok(job) => spawned.push(Active {
                 run,
                 job,
@@ -182,11 +240,18 @@ fn start_all(
         })
         .collect();
     let now = tick.clock.epoch();
-    let landed = match tick.store.record_starts(&starts, now, now + lease_secs) {
+    let landed = match tick
+        .store
+        .record_starts(&starts, now, now + supervisor.lease_secs)
+    {
         Ok(landed) => landed,
         Err(e) => {
             // Not recorded, so not started: the leases expire and recovery retries the runs.
-            runner_error(&mut tick.report.errors, "recording the start of jobs", &e);
+            runner_error(
+                &mut tick.report.errors,
+                "recording the start of jobs",
+                &e.into(),
+            );
             vec![Fenced::LeaseLost; spawned.len()]
         }
     };
@@ -194,7 +259,7 @@ fn start_all(
     for (mut a, landed) in spawned.into_iter().zip(landed) {
         if landed == Fenced::Applied {
             a.job.release();
-            active.push(a);
+            supervisor.active.push(a);
         } else {
             // Cancelled or taken over before it could start: it never runs.
             a.job.abort();
@@ -213,13 +278,13 @@ fn job_spec(tick: &Tick<'_>, run: &ClaimedRun, identity: &str) -> JobSpec {
             ("RUNNER_ATTEMPT".into(), run.attempt.to_string()),
             ("RUNNER_SCHEDULED_AT".into(), utc_time(run.scheduled_for)),
             ("RUNNER_IDEMPOTENCY_KEY".into(), run.idempotency_key.clone()),
-            ("RUNNER_LEASE_TOKEN".into(), run.lease_token.clone()),
+            ("RUNNER_LEASE_TOKEN".into(), run.lease_token.to_string()),
             ("RUNNER_DATABASE".into(), identity.to_string()),
         ],
         timeout: Duration::from_secs(run.timeout_secs.max(1) as u64),
         kill_grace: KILL_GRACE,
         pipe_leak_timeout: PIPE_LEAK_TIMEOUT,
-        stream_output: tick.options.only_run.is_some(),
+        stream_output: tick.options.stream_output,
         leftovers: run.leftovers,
         marker,
     }
@@ -234,7 +299,7 @@ fn poll_interval(active: &[Active]) -> Duration {
 }
 
 fn heartbeat(tick: &mut Tick<'_>, lease_secs: i64, active: &mut [Active]) {
-    let tokens: Vec<String> = active
+    let tokens: Vec<LeaseToken> = active
         .iter()
         .filter(|a| a.stopped.is_none())
         .map(|a| a.run.lease_token.clone())
@@ -243,8 +308,9 @@ fn heartbeat(tick: &mut Tick<'_>, lease_secs: i64, active: &mut [Active]) {
     let now = tick.clock.epoch();
     match tick.store.heartbeat(&tokens, now, now + lease_secs) {
         Ok(held) => {
-            for a in active.iter_mut().filter(|a| a.stopped.is_none()) {
-                if !held.contains(&a.run.lease_token) {
+            let beating = active.iter_mut().filter(|a| a.stopped.is_none());
+            for (a, held) in beating.zip(held) {
+                if held == Fenced::LeaseLost {
                     // Cancelled, or recovered by another runner: this job must stop now.
                     a.job.kill(Instant::now());
                     a.stopped = Some(StopReason::LeaseLost);
@@ -253,7 +319,7 @@ fn heartbeat(tick: &mut Tick<'_>, lease_secs: i64, active: &mut [Active]) {
         }
         Err(e) => {
             // Keep running: the next heartbeat may succeed before the lease runs out.
-            runner_error(&mut tick.report.errors, "heartbeat", &e);
+            runner_error(&mut tick.report.errors, "heartbeat", &e.into());
         }
     }
 }

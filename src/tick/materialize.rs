@@ -5,8 +5,9 @@
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 
+use super::Tick;
 use crate::clock::from_epoch;
-use crate::model::{Actor, Definition, NewRun, Overlap, Trigger};
+use crate::model::{Actor, Definition, NewRun, Overlap};
 use crate::schedule::{plan_catch_up, Decision};
 use crate::store::{CursorMove, Store};
 use crate::timing::Timing;
@@ -15,12 +16,10 @@ use crate::timing::Timing;
 /// older missed instants are counted in a skip reason, not recorded one by one.
 pub const INSTANTS_RECORDED_LIMIT: usize = 1000;
 
-pub fn materialize_due(
-    store: &mut dyn Store,
-    now: DateTime<Utc>,
-    actor: &Actor,
-    errors: &mut usize,
-) -> Result<usize> {
+pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
+    let (store, errors) = (&mut *tick.store, &mut tick.report.errors);
+    let actor = &tick.options.actor;
+    let now = tick.clock.now();
     let mut inserted = 0;
     for row in store.due_definitions(now.timestamp())? {
         let definition = match row {
@@ -41,7 +40,8 @@ pub fn materialize_due(
             }
         }
     }
-    Ok(inserted)
+    tick.report.materialized = inserted;
+    Ok(())
 }
 
 /// Materialise one definition's due instants (a no-op when none are due, it is paused, or
@@ -92,19 +92,19 @@ fn materialize_one(
         next_fire_at: timing.next_after(new_through),
     };
     let overlap = d.settings.overlap;
-    store.materialize(cursor, now.timestamp(), actor, &mut |running| {
+    let inserted = store.materialize(cursor, now.timestamp(), actor, &mut |running| {
         plan.iter()
-            .map(|(at, decision)| NewRun {
-                trigger: Trigger::Schedule,
-                scheduled_for: at.timestamp(),
-                skip_reason: match (decision, running) {
+            .map(|(at, decision)| {
+                let skip_reason = match (decision, running) {
                     (Decision::Skip(reason), _) => Some(reason.clone()),
                     (Decision::Run, Some(run_id)) if overlap == Overlap::Forbid => Some(format!(
                         "overlap forbid: run {run_id} of this schedule is still running"
                     )),
                     (Decision::Run, _) => None,
-                },
+                };
+                NewRun::scheduled(&d.name, at.timestamp(), skip_reason)
             })
             .collect()
-    })
+    })?;
+    Ok(inserted)
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::clock::Clock;
-use crate::model::Actor;
+use crate::model::{Actor, LeaseToken};
 use crate::process::Marker;
 use crate::store::Store;
 
@@ -26,8 +26,8 @@ pub struct TickOptions {
     pub batch: usize,
     pub lease: Duration,
     pub max_tick: Duration,
-    /// Execute only this run (`run --wait`), with its output streamed to the terminal.
-    pub only_run: Option<i64>,
+    /// Stream the jobs' output to the terminal (`run --wait`) instead of capturing only.
+    pub stream_output: bool,
     /// Set by SIGTERM/SIGINT/SIGHUP: stop claiming, stop the jobs, record them, exit.
     pub shutdown: Arc<AtomicBool>,
     /// What stopping early means for the runs this tick holds.
@@ -88,12 +88,7 @@ pub fn tick(
     };
     recover::recover_expired(&mut tick)?;
     recover::stop_orphaned_attempts(&mut tick)?;
-    tick.report.materialized = materialize::materialize_due(
-        tick.store,
-        clock.now(),
-        &options.actor,
-        &mut tick.report.errors,
-    )?;
+    materialize::materialize_due(&mut tick)?;
     execute::execute_due(&mut tick)?;
     // Retention is measured from now: only the real clock, and one that is not behind what the
     // database has seen, may decide what is old enough to delete.
@@ -105,7 +100,7 @@ pub fn tick(
         None
     };
     if tick.report.auto_prune_skipped.is_none() {
-        prune::auto_prune(tick.store, clock, &mut tick.report.errors);
+        prune::auto_prune(&mut tick);
     }
     Ok(report)
 }
@@ -129,7 +124,7 @@ fn warn_clock_behind(now: i64, high_water: i64, behind: i64) {
 /// `RUNNER_LEASE_TOKEN`, `RUNNER_DATABASE`): how recovery, cancel and the end of a job find its
 /// processes, even those that left its process group, and how they tell them from a job of the
 /// same run id in another database (a restored copy).
-pub fn attempt_marker(database: &str, run_id: i64, lease_token: &str) -> Marker {
+pub fn attempt_marker(database: &str, run_id: i64, lease_token: &LeaseToken) -> Marker {
     Marker {
         entries: vec![
             format!("RUNNER_RUN_ID={run_id}"),
@@ -144,7 +139,7 @@ pub fn attempt_marker(database: &str, run_id: i64, lease_token: &str) -> Marker 
 pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: &anyhow::Error) {
     *errors += 1;
     crate::complain!("runner: error: {context}: {error:#}");
-    if let Some(hint) = crate::exit::sqlite_hint(error) {
+    if let Some(hint) = crate::exit::hint(error) {
         crate::complain!("runner: hint: {hint}");
     }
 }

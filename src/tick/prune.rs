@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::clock::Clock;
+use super::Tick;
 use crate::store::{PruneCounts, Store};
 
 /// Runs deleted per transaction: small enough that a tick waiting for the lock waits briefly.
@@ -82,7 +82,8 @@ pub fn prune_finished(
 
 /// The tick's step 5: apply the default retention if no runner did in the last hour. Problems
 /// are printed (cron mails them) and counted, never fatal to the tick.
-pub fn auto_prune(store: &mut dyn Store, clock: &Clock, errors: &mut usize) {
+pub fn auto_prune(tick: &mut Tick<'_>) {
+    let (store, errors) = (&mut *tick.store, &mut tick.report.errors);
     let retention = match retention_from_env() {
         Ok(Some(retention)) => retention,
         Ok(None) => return,
@@ -92,17 +93,15 @@ pub fn auto_prune(store: &mut dyn Store, clock: &Clock, errors: &mut usize) {
             return;
         }
     };
-    let now = clock.epoch();
-    let result = store
-        .claim_auto_prune(now, AUTO_PRUNE_EVERY_SECS)
-        .and_then(|taken| {
-            if !taken {
-                return Ok(PruneCounts::default());
-            }
-            let cutoff = now.saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX));
-            prune_finished(store, cutoff, Some(AUTO_PRUNE_BUDGET), &mut |_| {})
-        });
-    if let Err(e) = result {
+    let now = tick.clock.epoch();
+    let mut prune = || -> Result<PruneCounts> {
+        if !store.claim_auto_prune(now, AUTO_PRUNE_EVERY_SECS)? {
+            return Ok(PruneCounts::default());
+        }
+        let cutoff = now.saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX));
+        prune_finished(store, cutoff, Some(AUTO_PRUNE_BUDGET), &mut |_| {})
+    };
+    if let Err(e) = prune() {
         super::runner_error(errors, "automatic pruning", &e);
     }
 }

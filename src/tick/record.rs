@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
+use anyhow::Result;
+
 use super::{runner_error, OnShutdown, Tick};
-use crate::backoff::retry_delay;
 use crate::model::{
-    AfterFailure, AttemptResult, ClaimedRun, ErrorCode, Fenced, Leftovers, ERROR_DETAIL_MAX,
+    AfterFailure, AttemptEnd, AttemptFailure, AttemptResult, ClaimedRun, ErrorCode, Fenced,
+    Leftovers, ERROR_DETAIL_MAX,
 };
 use crate::process::{signal_name, Finished, Outcome, SpawnErrorKind};
 
@@ -66,20 +68,17 @@ pub fn record_end(
             (Some((code, message.clone())), None, Err(*kind))
         }
     };
-    let after = failure.as_ref().map(|_| {
-        if stopped == Some(StopReason::Shutdown(OnShutdown::Cancel)) {
+    let failure = failure.map(|(code, detail)| AttemptFailure {
+        code,
+        detail,
+        then: if stopped == Some(StopReason::Shutdown(OnShutdown::Cancel)) {
             AfterFailure::Cancelled
         } else {
-            after_failure(
-                run.attempt,
-                run.max_attempts,
-                run.backoff_base_secs,
-                run.backoff_max_secs,
-                now_ms,
-                tick.rng,
-            )
-        }
+            AfterFailure::by_policy(&run.retry, run.attempt, now_ms, tick.rng)
+        },
     });
+    let after = failure.as_ref().map(|f| f.then);
+    let error_code = failure.as_ref().map(|f| f.code.clone());
     let finished = ended.as_ref().ok();
     let leftovers = finished.map_or_else(Vec::new, |f| f.leftovers.clone());
     let result = AttemptResult {
@@ -88,20 +87,17 @@ pub fn record_end(
         lease_token: run.lease_token.clone(),
         finished_at: now_ms.div_euclid(1000),
         duration_ms: finished.map_or(0, |f| f.duration.as_millis() as i64),
-        failure: failure
-            .clone()
-            .zip(after)
-            .map(|((code, detail), after)| (code, detail, after)),
+        // A timeout or a stop ends everything of the attempt; a normal end, by its policy.
+        leftovers_killed: run.leftovers == Leftovers::Kill || failure.is_some(),
+        failure,
         exit_code,
         stdout_tail: finished.map_or_else(Vec::new, |f| f.stdout_tail.clone()),
         stderr_tail: finished.map_or_else(Vec::new, |f| f.stderr_tail.clone()),
         stdout_bytes: finished.map_or(0, |f| f.stdout_total),
         stderr_bytes: finished.map_or(0, |f| f.stderr_total),
-        // A timeout or a stop ends everything of the attempt; a normal end, by its policy.
-        leftovers_killed: run.leftovers == Leftovers::Kill || failure.is_some(),
         leftovers,
     };
-    let recorded = match tick.store.finish_attempt(&result, &tick.options.actor) {
+    let recorded = match write_end(tick, &run.job_name, result) {
         Ok(recorded) => recorded,
         Err(e) => {
             // The lease will expire and recovery will retry the run: at-least-once holds.
@@ -110,12 +106,6 @@ pub fn record_end(
             Fenced::LeaseLost
         }
     };
-    let error_code = failure.map(|(code, _)| code);
-    if recorded == Fenced::Applied && after == Some(AfterFailure::Dead) {
-        if let Some(code) = &error_code {
-            print_dead(&run.job_name, run.run_id, run.attempt, code);
-        }
-    }
     tick.report.executed.push(Executed {
         run_id: run.run_id,
         attempt: run.attempt,
@@ -178,77 +168,21 @@ fn last_line(bytes: &[u8]) -> Option<String> {
     ))
 }
 
-/// The one stderr line a tick prints for a run that went dead (cron mails it).
-pub fn print_dead(job: &str, run_id: i64, attempts: u32, code: &ErrorCode) {
-    crate::complain!("runner: job {job} run {run_id} is dead after {attempts} attempt(s): {code}");
-}
-
-/// Retry after a jittered backoff, or dead once `max_attempts` have been made.
-///
-/// `now_ms` is the failure time in epoch milliseconds. Runs become due at whole seconds
-/// (`run_at <= now` in epoch seconds), so the retry time is rounded *up* from the exact
-/// failure time plus the delay: a retry never comes sooner than its delay (rounding from the
-/// whole-second "now" would let it come up to a second early). A zero delay is due at once.
-pub fn after_failure(
-    attempt: u32,
-    max_attempts: u32,
-    base_secs: i64,
-    max_secs: i64,
-    now_ms: i64,
-    rng: &mut fastrand::Rng,
-) -> AfterFailure {
-    if attempt >= max_attempts {
-        return AfterFailure::Dead;
-    }
-    let delay = retry_delay(
-        attempt,
-        Duration::from_secs(base_secs.max(0) as u64),
-        Duration::from_secs(max_secs.max(0) as u64),
-        rng,
-    );
-    let due_ms = now_ms.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
-    let whole_secs = due_ms.div_euclid(1000);
-    // No delay (base 0): due now, so this very tick retries it.
-    let round_up = !delay.is_zero() && due_ms.rem_euclid(1000) != 0;
-    AfterFailure::RetryAt(whole_secs + i64::from(round_up))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_is_never_sooner_than_its_delay() {
-        for now_ms in [10_000, 10_001, 10_499, 10_500, 10_999] {
-            for seed in 0..100 {
-                let delay = retry_delay(
-                    2,
-                    Duration::from_secs(1),
-                    Duration::from_secs(2),
-                    &mut fastrand::Rng::with_seed(seed),
-                );
-                let after = after_failure(2, 3, 1, 2, now_ms, &mut fastrand::Rng::with_seed(seed));
-                let AfterFailure::RetryAt(at) = after else {
-                    panic!("attempt 2 of 3 is retried");
-                };
-                let due_ms = now_ms + delay.as_millis() as i64;
-                assert!(at * 1000 >= due_ms, "{at} < {due_ms} ms");
-                assert!(at * 1000 < due_ms + 1000, "{at} rounds up by less than 1 s");
-            }
-        }
-    }
-
-    #[test]
-    fn dead_after_max_attempts() {
-        let mut rng = fastrand::Rng::with_seed(1);
-        assert_eq!(after_failure(3, 3, 1, 2, 0, &mut rng), AfterFailure::Dead);
-        assert_eq!(after_failure(1, 1, 1, 2, 0, &mut rng), AfterFailure::Dead);
-        // No backoff: due at once (the same tick retries it).
-        for now_ms in [5_000, 5_001, 5_999] {
-            assert_eq!(
-                after_failure(1, 2, 0, 0, now_ms, &mut rng),
-                AfterFailure::RetryAt(5)
+/// Write an attempt's end, executed or recovered alike: decide what it does to its run
+/// (`AttemptEnd::decide`), write that fenced by its lease token, and print the one stderr line
+/// a run that went dead gets (cron mails it).
+pub fn write_end(tick: &mut Tick<'_>, job: &str, result: AttemptResult) -> Result<Fenced> {
+    let end = AttemptEnd::decide(result);
+    let fenced = tick.store.finish_attempt(&end, &tick.options.actor)?;
+    if let Some(failure) = &end.result.failure {
+        if fenced == Fenced::Applied && failure.then == AfterFailure::Dead {
+            crate::complain!(
+                "runner: job {job} run {} is dead after {} attempt(s): {}",
+                end.result.run_id,
+                end.result.attempt,
+                failure.code
             );
         }
     }
+    Ok(fenced)
 }

@@ -10,10 +10,13 @@
 
 use anyhow::Result;
 
-use super::record::{after_failure, print_dead, KILL_GRACE};
+use super::record::{write_end, KILL_GRACE};
 use super::{attempt_marker, runner_error, Tick};
 use crate::clock::Clock;
-use crate::model::{Actor, AfterFailure, AttemptHolder, AttemptResult, ErrorCode, Fenced};
+use crate::model::{
+    Actor, AfterFailure, AttemptFailure, AttemptHolder, AttemptResult, ErrorCode, Fenced,
+    OrphanClose,
+};
 use crate::process::procfs::{self, Killed};
 use crate::store::Store;
 
@@ -22,7 +25,8 @@ const RECOVER_BATCH: usize = 100;
 
 pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
     let identity = tick.store.identity();
-    let actor = &tick.options.actor;
+    let options = tick.options;
+    let actor = &options.actor;
     for lease in tick
         .store
         .expired_leases(tick.clock.epoch(), RECOVER_BATCH)?
@@ -51,14 +55,7 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
         }
         let now_ms = tick.clock.now().timestamp_millis();
         let now = now_ms.div_euclid(1000);
-        let after = after_failure(
-            lease.attempt,
-            lease.max_attempts,
-            lease.backoff_base_secs,
-            lease.backoff_max_secs,
-            now_ms,
-            tick.rng,
-        );
+        let then = AfterFailure::by_policy(&lease.retry, lease.attempt, now_ms, tick.rng);
         let started_at = lease.holder.as_ref().map(|h| h.started_at);
         let result = AttemptResult {
             run_id: lease.run_id,
@@ -66,7 +63,11 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
             lease_token: lease.lease_token.clone(),
             finished_at: now,
             duration_ms: started_at.map_or(0, |s| (now - s).max(0) * 1000),
-            failure: Some((ErrorCode::LeaseExpired, detail, after)),
+            failure: Some(AttemptFailure {
+                code: ErrorCode::LeaseExpired,
+                detail,
+                then,
+            }),
             exit_code: None,
             stdout_tail: Vec::new(),
             stderr_tail: Vec::new(),
@@ -75,16 +76,8 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
             leftovers: Vec::new(),
             leftovers_killed: false,
         };
-        if tick.store.finish_attempt(&result, actor)? == Fenced::Applied {
+        if write_end(tick, &lease.job_name, result)? == Fenced::Applied {
             tick.report.recovered += 1;
-            if after == AfterFailure::Dead {
-                print_dead(
-                    &lease.job_name,
-                    lease.run_id,
-                    lease.attempt,
-                    &ErrorCode::LeaseExpired,
-                );
-            }
         }
     }
     Ok(())
@@ -150,7 +143,8 @@ pub fn stop_attempt(
         "the run was cancelled while its runner (pid {}) was gone; {stopped}",
         holder.runner_pid
     );
-    store.close_orphaned_attempt(holder, clock.epoch(), &ErrorCode::Cancelled, &detail, actor)?;
+    let close = OrphanClose::cancelled(holder.attempt, &detail);
+    store.close_orphaned_attempt(holder, clock.epoch(), &close, actor)?;
     Ok(Stopped::Closed(killed.processes))
 }
 

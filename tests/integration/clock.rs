@@ -5,13 +5,14 @@
 //! The tests compare the binary's clock with the real one, so they read the real clock too.
 //! Nothing here depends on the machine's speed: every wait polls to a generous deadline.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::common::{stderr, stdout, wait_until, Env};
+use super::common::{json, real_now, stderr, stdout, utc, wait_until, Env};
 use super::observe::{parse_exposition, promtool_check, sample};
 
 /// The test-only hook in `src/clock.rs`: every clock reading adds the seconds in this file.
@@ -19,79 +20,11 @@ const STEP_FILE_ENV: &str = "RUNNER_TEST_CLOCK_STEP_FILE";
 const DAY: i64 = 86_400;
 const DEADLINE: Duration = Duration::from_secs(120);
 
-#[allow(clippy::disallowed_methods)] // the tests hold the binary's clock against the real one
-fn real_now() -> i64 {
-    chrono::Utc::now().timestamp()
-}
-
-fn time_at(epoch: i64) -> String {
-    chrono::DateTime::from_timestamp(epoch, 0)
-        .expect("a valid time")
-        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
-
-fn one(env: &Env, sql: &str) -> i64 {
-    env.count(sql)
-}
-
-/// A tick on the real clock; it must succeed. Returns its stderr.
-fn tick(env: &Env) -> String {
-    let out = env.run(&["tick"]);
-    assert!(out.status.success(), "tick: {}", stderr(&out));
-    stderr(&out)
-}
-
-/// A tick with `--now TIME`; it must succeed. Returns its stderr.
-fn tick_at(env: &Env, at: i64) -> String {
-    let out = env.run(&["--now", &time_at(at), "tick"]);
-    assert!(
-        out.status.success(),
-        "tick at {}: {}",
-        time_at(at),
-        stderr(&out)
-    );
-    stderr(&out)
-}
-
-/// A yearly schedule: due only if a test's clock passes a new year.
-fn add_yearly(env: &Env, name: &str, command: &str) {
-    env.ok(&[
-        "schedule",
-        "add",
-        name,
-        "--cron",
-        "0 0 1 1 *",
-        "--",
-        command,
-    ]);
-}
-
-/// A paused schedule: it only runs when `runner run NAME` asks, whatever the clock says.
-fn add_paused(env: &Env, name: &str, command: &str) {
-    env.ok(&[
-        "schedule",
-        "add",
-        name,
-        "--cron",
-        "0 0 1 1 *",
-        "--paused",
-        "--",
-        command,
-    ]);
-}
-
 fn runs(env: &Env, name: &str, status: &str) -> i64 {
-    one(
-        env,
-        &format!(
-            "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+    env.count(&format!(
+        "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
              WHERE d.name = '{name}' AND r.status = '{status}'"
-        ),
-    )
+    ))
 }
 
 /// `runner metrics`, validated by the strict parser and `promtool check metrics` (see
@@ -148,9 +81,9 @@ fn heartbeats_after_a_forward_clock_step_write_leases_by_the_stepped_clock() {
         cmd
     };
     // The job runs until the test releases it: no fixed sleep decides how long.
-    add_paused(
-        &env,
+    env.add(
         "steady",
+        &["--paused"],
         &format!(
             "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done",
             started.display(),
@@ -217,8 +150,7 @@ fn heartbeats_after_a_forward_clock_step_write_leases_by_the_stepped_clock() {
     );
     assert!(finished_at >= stepped, "recorded by the stepped clock");
     assert_eq!(
-        one(
-            &env,
+        env.count(
             "SELECT count(*) FROM job_events WHERE kind IN ('RECOVERED', 'LEASE_LOST', 'FAILED')"
         ),
         0
@@ -234,27 +166,27 @@ fn heartbeats_after_a_forward_clock_step_write_leases_by_the_stepped_clock() {
 #[test]
 fn a_tick_45_days_ahead_does_not_prune_history() {
     let env = Env::init();
-    add_paused(&env, "job", "true");
+    env.add("job", &["--paused"], "true");
     for _ in 0..3 {
         env.ok(&["run", "job"]);
     }
-    assert_eq!(tick(&env), "");
+    assert_eq!(env.tick(&[]), "");
     assert_eq!(runs(&env, "job", "succeeded"), 3);
 
     let ahead = real_now() + 45 * DAY;
-    assert_eq!(tick_at(&env, ahead), "", "the tick ahead says nothing");
+    assert_eq!(env.tick_at(&utc(ahead)), "", "the tick ahead says nothing");
     assert_eq!(
         runs(&env, "job", "succeeded"),
         3,
         "the tick ahead pruned history"
     );
     // Back on the real clock: behind the latest tick, so still no pruning (and a warning).
-    let err = tick(&env);
+    let err = env.tick(&[]);
     assert!(err.contains("behind"), "{err}");
     assert_eq!(runs(&env, "job", "succeeded"), 3);
 
     // Asked for explicitly: done, but said.
-    let out = env.run(&["--now", &time_at(ahead), "prune", "--dry-run"]);
+    let out = env.run(&["--now", &utc(ahead), "prune", "--dry-run"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stdout(&out).starts_with("would remove 3 runs"),
@@ -266,7 +198,7 @@ fn a_tick_45_days_ahead_does_not_prune_history() {
         "{}",
         stderr(&out)
     );
-    let out = env.run(&["--now", &time_at(ahead), "prune"]);
+    let out = env.run(&["--now", &utc(ahead), "prune"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("shifted by --now"),
@@ -284,21 +216,21 @@ fn a_tick_45_days_ahead_does_not_prune_history() {
 #[test]
 fn a_tick_behind_the_latest_tick_warns_once_and_status_and_metrics_say_so() {
     let env = Env::init();
-    add_yearly(&env, "yearly", "true");
-    assert_eq!(tick(&env), "");
-    assert_eq!(tick(&env), "", "ticks on one clock do not warn");
+    env.add("yearly", &[], "true");
+    assert_eq!(env.tick(&[]), "");
+    assert_eq!(env.tick(&[]), "", "ticks on one clock do not warn");
     // Half an hour more than 45 days, so that the gap reads "45d" however long the ticks take.
     let ahead = real_now() + 45 * DAY + 1800;
-    assert_eq!(tick_at(&env, ahead), "");
+    assert_eq!(env.tick_at(&utc(ahead)), "");
 
-    let err = tick(&env);
+    let err = env.tick(&[]);
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "one line for cron to mail: {err}");
     assert!(
         lines[0].starts_with("runner: warning: this host's clock (")
             && lines[0].contains(&format!(
                 "is 45d behind the latest time a tick saw ({})",
-                time_at(ahead)
+                utc(ahead)
             ))
             && lines[0].contains("runner schedule reanchor"),
         "{err}"
@@ -311,7 +243,7 @@ fn a_tick_behind_the_latest_tick_warns_once_and_status_and_metrics_say_so() {
     );
     assert!(
         text.contains("WARNING: 1 schedule(s) will not fire until the clock reaches their cursor")
-            && text.contains(&format!("yearly (cursor at {})", time_at(ahead))),
+            && text.contains(&format!("yearly (cursor at {})", utc(ahead))),
         "{text}"
     );
     let report = json(&env.ok(&["status", "--json"]));
@@ -339,7 +271,7 @@ fn a_tick_behind_the_latest_tick_warns_once_and_status_and_metrics_say_so() {
     assert_eq!(metric(&env, "runner_schedules_ahead_of_clock"), 1.0);
 
     // The warning is a warning, every tick until the clock gets there or is re-anchored.
-    let err = tick(&env);
+    let err = env.tick(&[]);
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
@@ -352,7 +284,7 @@ fn status_warns_about_a_last_tick_in_the_future_then_shows_the_real_one() {
     let far = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:00Z")
         .expect("time")
         .timestamp();
-    assert_eq!(tick_at(&env, far), "");
+    assert_eq!(env.tick_at(&utc(far)), "");
 
     let text = env.ok(&["status"]);
     assert!(
@@ -381,7 +313,7 @@ fn status_warns_about_a_last_tick_in_the_future_then_shows_the_real_one() {
     );
 
     let before = real_now();
-    tick(&env);
+    env.tick(&[]);
     let after = real_now();
     let report = json(&env.ok(&["status", "--json"]));
     let at = report["last_tick_at_epoch"].as_i64().expect("last tick");
@@ -396,7 +328,7 @@ fn status_warns_about_a_last_tick_in_the_future_then_shows_the_real_one() {
     );
     let text = env.ok(&["status"]);
     assert!(
-        text.contains(&format!("last tick:       {} (", time_at(at))) && !text.contains("future"),
+        text.contains(&format!("last tick:       {} (", utc(at))) && !text.contains("future"),
         "{text}"
     );
     assert_eq!(
@@ -405,7 +337,7 @@ fn status_warns_about_a_last_tick_in_the_future_then_shows_the_real_one() {
     );
     // Ten minutes on, the real last tick is ten minutes old: the "is cron running?" warning
     // works again.
-    let later = time_at(at + 600);
+    let later = utc(at + 600);
     let text = env.ok(&["--now", &later, "status"]);
     assert!(
         text.starts_with("WARNING: the last tick ran 10m 0s ago"),
@@ -434,17 +366,17 @@ fn reanchor_brings_a_schedule_pushed_to_2099_back_and_the_next_real_tick_fires_i
         "--",
         "true",
     ]);
-    add_yearly(&env, "yearly", "true");
-    assert_eq!(tick(&env), "");
+    env.add("yearly", &[], "true");
+    assert_eq!(env.tick(&[]), "");
     let far = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:30Z")
         .expect("time")
         .timestamp();
-    assert_eq!(tick_at(&env, far), "");
+    assert_eq!(env.tick_at(&utc(far)), "");
     let executed = runs(&env, "minutely", "succeeded");
     assert_eq!(executed, 1, "the tick in 2099 ran its latest instant");
 
     // On the real clock: nothing fires, and the schedule says when it would.
-    let err = tick(&env);
+    let err = env.tick(&[]);
     assert!(err.contains("behind"), "{err}");
     assert_eq!(runs(&env, "minutely", "succeeded"), executed);
     let listed = json(&env.ok(&["schedule", "show", "minutely", "--json"]));
@@ -453,32 +385,23 @@ fn reanchor_brings_a_schedule_pushed_to_2099_back_and_the_next_real_tick_fires_i
     // Re-anchored as of two minutes ago, so that the next real tick has instants to fire without
     // this test waiting for the next minute.
     let anchor = real_now() - 120;
-    let out = env.ok(&[
-        "--now",
-        &time_at(anchor),
-        "schedule",
-        "reanchor",
-        "minutely",
-    ]);
+    let out = env.ok(&["--now", &utc(anchor), "schedule", "reanchor", "minutely"]);
     assert!(
         out.starts_with("reanchored minutely: next fire 2099-01-01T00:01:00+00:00 -> "),
         "{out}"
     );
-    let stored = one(
-        &env,
-        "SELECT materialized_through FROM job_definitions WHERE name = 'minutely'",
-    );
+    let stored =
+        env.count("SELECT materialized_through FROM job_definitions WHERE name = 'minutely'");
     assert!((anchor..anchor + 60).contains(&stored), "cursor {stored}");
     // The clock is still behind the latest tick: the tick warns, and fires the schedule.
-    let err = tick(&env);
+    let err = env.tick(&[]);
     assert!(err.contains("behind"), "{err}");
     assert_eq!(
         runs(&env, "minutely", "succeeded"),
         executed + 1,
         "catch-up latest: the newest instant since the re-anchor ran"
     );
-    let newest = one(
-        &env,
+    let newest = env.count(
         "SELECT max(scheduled_for) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
          WHERE d.name = 'minutely' AND r.status = 'succeeded' AND r.scheduled_for < 4000000000",
     );
@@ -499,7 +422,7 @@ fn reanchor_brings_a_schedule_pushed_to_2099_back_and_the_next_real_tick_fires_i
         out.contains("the latest time a tick saw was 2099-01-01T00:00:3"),
         "{out}"
     );
-    assert_eq!(tick(&env), "", "no more warnings");
+    assert_eq!(env.tick(&[]), "", "no more warnings");
     let report = json(&env.ok(&["status", "--json"]));
     assert_eq!(report["warnings"], Value::Array(vec![]), "{report}");
     assert_eq!(metric(&env, "runner_clock_behind_seconds"), 0.0);
@@ -530,7 +453,7 @@ fn reanchor_forgets_instants_skipped_ahead_of_their_time() {
         "true",
     ]);
     let now = real_now();
-    assert_eq!(tick_at(&env, now + 45 * DAY), "");
+    assert_eq!(env.tick_at(&utc(now + 45 * DAY)), "");
     let skipped_ahead = runs(&env, "daily", "skipped");
     assert!((43..=45).contains(&skipped_ahead), "{skipped_ahead}");
     assert_eq!(runs(&env, "daily", "succeeded"), 1);
@@ -548,7 +471,7 @@ fn reanchor_forgets_instants_skipped_ahead_of_their_time() {
     assert_eq!(runs(&env, "daily", "succeeded"), 1);
 
     // A day and a bit later, that day's 03:00 instant runs (it is not blocked by a skip).
-    let out = env.run(&["--now", &time_at(now + DAY + 3600), "tick"]);
+    let out = env.run(&["--now", &utc(now + DAY + 3600), "tick"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(runs(&env, "daily", "succeeded"), 2);
 }
@@ -608,7 +531,7 @@ fn a_database_restored_from_a_snapshot_catches_up_and_recovers_its_running_run()
     // The tick at 00:05:30 runs both 00:05 instants; the snapshot is taken while every5 runs.
     let first = env
         .cmd()
-        .args(["--now", &time_at(base + 300), "tick", "--lease", "60s"])
+        .args(["--now", &utc(base + 300), "tick", "--lease", "60s"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -640,7 +563,7 @@ fn a_database_restored_from_a_snapshot_catches_up_and_recovers_its_running_run()
     );
 
     // The host comes back 30 minutes later.
-    let err = tick_at(&env, base + 1800);
+    let err = env.tick_at(&utc(base + 1800));
     assert_eq!(
         err, "",
         "nothing to warn about: the clock is ahead of the snapshot"
@@ -657,10 +580,7 @@ fn a_database_restored_from_a_snapshot_catches_up_and_recovers_its_running_run()
         .expect("the 00:05 run");
     assert_eq!((status.as_str(), attempt), ("succeeded", 2));
     assert_eq!(
-        one(
-            &env,
-            "SELECT count(*) FROM job_attempts WHERE error_code = 'LEASE:EXPIRED'"
-        ),
+        env.count("SELECT count(*) FROM job_attempts WHERE error_code = 'LEASE:EXPIRED'"),
         1
     );
     // The instants after the snapshot (00:10 .. 00:30): catch-up latest runs the newest and
@@ -668,4 +588,97 @@ fn a_database_restored_from_a_snapshot_catches_up_and_recovers_its_running_run()
     assert_eq!(runs(&env, "every5", "skipped"), 4);
     assert_eq!(runs(&env, "every5", "succeeded"), 2);
     assert_eq!(runs(&env, "all-of-them", "succeeded"), 1 + 5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// `--now` jumping back and forth
+// ---------------------------------------------------------------------------------------------
+
+/// `--now` jumps a day forward, then an hour back: every instant exists once, catch-up policies
+/// decide what runs, nothing crashes, nothing executes twice.
+#[test]
+fn clock_jumps_create_no_duplicate_instants() {
+    let env = Env::init();
+    let log = env.path("log");
+    let at = |t: &str| vec!["--now".to_string(), t.to_string()];
+    for policy in ["latest", "all", "none"] {
+        let mut args = at("2030-01-01T00:30:00Z");
+        args.extend(
+            [
+                "schedule",
+                "add",
+                policy,
+                "--cron",
+                "0 * * * *",
+                "--catch-up",
+                policy,
+                "--",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        args.push(format!(
+            "echo \"$RUNNER_JOB $RUNNER_SCHEDULED_AT\" >> {}",
+            log.display()
+        ));
+        let out = env.cmd().args(&args).output().expect("spawn");
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let tick_at = |t: &str| {
+        let out = env
+            .cmd()
+            .args(["--now", t, "tick", "--concurrency", "8"])
+            .output()
+            .expect("spawn");
+        assert!(out.status.success(), "tick at {t}: {}", stderr(&out));
+    };
+    tick_at("2030-01-01T01:00:30Z"); // 01:00 due
+    tick_at("2030-01-02T01:00:30Z"); // a day forward: 24 instants due
+    tick_at("2030-01-02T00:00:30Z"); // an hour back: nothing new
+    tick_at("2030-01-01T12:00:00Z"); // back half a day: still nothing
+    tick_at("2030-01-02T02:00:30Z"); // 02:00 due
+    tick_at("2030-01-02T02:00:40Z"); // again: nothing new
+
+    let count = |sql: &str| env.count(sql);
+    assert_eq!(
+        count("SELECT count(*) FROM (SELECT definition_id, scheduled_for FROM job_runs GROUP BY 1, 2 HAVING count(*) > 1)"),
+        0,
+        "duplicate instants"
+    );
+    let by = |policy: &str, status: &str| {
+        count(&format!(
+            "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+             WHERE d.name = '{policy}' AND r.status = '{status}'"
+        ))
+    };
+    // 01:00 day 1, then 02:00 day 1 .. 01:00 day 2 (24), then 02:00 day 2: 26 instants each.
+    for policy in ["latest", "all", "none"] {
+        let total = by(policy, "succeeded") + by(policy, "skipped");
+        assert_eq!(total, 26, "{policy}: every instant recorded once");
+    }
+    assert_eq!(by("all", "succeeded"), 26, "all: every missed instant runs");
+    assert_eq!(
+        by("latest", "succeeded"),
+        3,
+        "latest: only the newest of the missed day runs"
+    );
+    assert_eq!(
+        by("none", "succeeded"),
+        3,
+        "none: the on-time instant of the jump runs, the missed do not"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM job_runs WHERE status = 'skipped' AND (skip_reason IS NULL OR skip_reason = '')"),
+        0,
+        "every skip has a reason"
+    );
+    // The jobs' own account: every executed instant exactly once.
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let unique: BTreeSet<&String> = lines.iter().collect();
+    assert_eq!(unique.len(), lines.len(), "an instant executed twice");
+    assert_eq!(lines.len(), 26 + 3 + 3);
 }

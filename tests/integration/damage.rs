@@ -6,19 +6,17 @@
 //! leave them. Tests that need another user run the binary as `nobody` with setpriv when they
 //! run as root (permission bits do not bind root), and say so and return when they cannot.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
-use crate::common::{process_alive, stderr, stdout, wait_until, Env, BIN};
-
-/// A cron expression that never fires during a test: runs come from `runner run`.
-const NEVER: &str = "0 0 1 1 *";
+use crate::common::{
+    chmod, is_root, json, process_alive, stderr, stdout, wait_until, Bg, Env, BIN, NEVER,
+};
 
 fn forge(env: &Env, sql: &str) {
     env.conn()
@@ -195,7 +193,7 @@ struct Stranger {
 impl Stranger {
     /// Copy `env`'s database into a fresh directory of the stranger's.
     fn with_copy_of(env: &Env, test: &str) -> Option<Stranger> {
-        let as_root = nix::unistd::geteuid().is_root();
+        let as_root = is_root();
         if as_root && !Path::new("/usr/bin/setpriv").exists() {
             println!("{test}: running as root without setpriv: skipped");
             return None;
@@ -248,10 +246,6 @@ impl Drop for Stranger {
         // Let the temp dir be removed.
         chmod(&self.dir, 0o755);
     }
-}
-
-fn chmod(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
 /// A database 0444 in a directory 0555: reads used to fail with exit 4 ("attempt to write a
@@ -389,10 +383,6 @@ fn stale_read_only_sidecar_files_are_named_when_writes_fail() {
 
 const T0: &str = "2030-01-01T00:00:30Z";
 const T1: &str = "2030-01-01T00:05:30Z";
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
-}
 
 /// Two every-minute schedules, `a` and `b`, added at T0.
 fn two_schedules() -> Env {
@@ -645,35 +635,6 @@ fn every_kind_of_damage_is_named_and_the_rest_keep_running() {
 // schedule rm of a running schedule (item 9)
 // ---------------------------------------------------------------------------------------------
 
-/// A tick running in the background, killed (with its job's group) if the test ends early.
-struct Background {
-    child: Option<Child>,
-    pidfile: PathBuf,
-}
-
-impl Background {
-    fn job_pid(&self) -> Option<u32> {
-        std::fs::read_to_string(&self.pidfile)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-    }
-}
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if let Some(pid) = self.job_pid().filter(|p| *p > 1 && process_alive(*p)) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    }
-}
-
 /// `schedule rm` used to delete a schedule whose run was running, killing its job without a word.
 /// Now it refuses (exit 2) saying it would kill it; `--force` cancels the run (the tick holding it
 /// kills the job at its next heartbeat) and says so.
@@ -686,18 +647,7 @@ fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
         "schedule", "add", "sleeper", "--cron", NEVER, "--", &command,
     ]);
     env.ok(&["run", "sleeper"]);
-    let mut bg = Background {
-        child: Some(
-            env.cmd()
-                .args(["tick", "--lease", "3s"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("tick"),
-        ),
-        pidfile: pidfile.clone(),
-    };
+    let bg = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]).with_job_pidfile(&pidfile);
     wait_until(Duration::from_secs(30), "the job to run", || {
         bg.job_pid().is_some()
             && env.count("SELECT count(*) FROM job_runs WHERE status = 'running'") == 1
@@ -724,10 +674,7 @@ fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
     wait_until(Duration::from_secs(60), "the job to be killed", || {
         !process_alive(job)
     });
-    let mut child = bg.child.take().expect("tick");
-    wait_until(Duration::from_secs(60), "the tick to exit", || {
-        child.try_wait().expect("try_wait").is_some()
-    });
+    bg.finish(Duration::from_secs(60));
 }
 
 /// `schedule rm` of a schedule with nothing running is unchanged; its help mentions --force.

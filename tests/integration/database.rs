@@ -8,15 +8,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-use super::common::{stderr, Env};
-
-fn mode(path: &Path) -> u32 {
-    fs::metadata(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .permissions()
-        .mode()
-        & 0o777
-}
+use super::common::{mode, stderr, Env};
 
 /// Every path under `dir` (relative), sorted.
 fn tree(dir: &Path) -> Vec<PathBuf> {

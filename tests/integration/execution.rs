@@ -3,165 +3,18 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
-use std::path::Path;
-use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rusqlite::params;
 
-use super::common::{process_alive, stderr, stdout, wait_until, Env};
+use super::common::{
+    last_run_id, one_i64, one_opt_string, process_alive, read_pid, sh_quote, status_of, stderr,
+    stdout, wait_until, Bg, Env, Strays, NEVER,
+};
 
 // ---------------------------------------------------------------------------
-// Helpers (shared with recovery.rs)
+// Helpers
 // ---------------------------------------------------------------------------
-
-/// A `runner` process started in the background; killed (with its process group) on drop.
-/// Its stdout/stderr go to files so a full pipe can never block it.
-pub struct Bg {
-    child: Option<Child>,
-    out: std::path::PathBuf,
-    err: std::path::PathBuf,
-}
-
-impl Bg {
-    pub fn spawn(env: &Env, label: &str, args: &[&str]) -> Bg {
-        let out = env.path(&format!("{label}.stdout"));
-        let err = env.path(&format!("{label}.stderr"));
-        let child = env
-            .cmd()
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(fs::File::create(&out).expect("stdout file"))
-            .stderr(fs::File::create(&err).expect("stderr file"))
-            .spawn()
-            .expect("spawn runner");
-        Bg {
-            child: Some(child),
-            out,
-            err,
-        }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    /// Wait up to `timeout` for it to exit; panics if it does not.
-    pub fn finish(mut self, timeout: Duration) -> Output {
-        let mut child = self.child.take().expect("not finished yet");
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                break status;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "runner did not exit within {timeout:?}\nstderr: {}",
-                    fs::read_to_string(&self.err).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Output {
-            status,
-            stdout: fs::read(&self.out).unwrap_or_default(),
-            stderr: fs::read(&self.err).unwrap_or_default(),
-        }
-    }
-
-    /// SIGKILL the runner itself (not its jobs, which live in their own process groups).
-    pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().expect("kill -9");
-            child.wait().expect("reap");
-        }
-    }
-}
-
-impl Drop for Bg {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Process groups / pids a test started indirectly (jobs); SIGKILLed on drop if still alive.
-#[derive(Default)]
-pub struct Strays {
-    groups: Vec<u32>,
-    pids: Vec<u32>,
-}
-
-impl Strays {
-    pub fn group(&mut self, pgid: u32) {
-        self.groups.push(pgid);
-    }
-
-    pub fn pid(&mut self, pid: u32) {
-        self.pids.push(pid);
-    }
-}
-
-impl Drop for Strays {
-    fn drop(&mut self) {
-        use nix::sys::signal::{kill, killpg, Signal};
-        use nix::unistd::Pid;
-        for &pgid in &self.groups {
-            if pgid > 1 && process_alive(pgid) {
-                let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
-            }
-        }
-        for &pid in &self.pids {
-            if pid > 1 && process_alive(pid) {
-                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-            }
-        }
-    }
-}
-
-/// Shell-quote a path for use inside a job command.
-pub fn sh_quote(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
-}
-
-/// Poll a file until it holds a pid.
-pub fn read_pid(path: &Path, timeout: Duration) -> u32 {
-    let mut pid = 0;
-    wait_until(timeout, &format!("a pid in {}", path.display()), || {
-        pid = fs::read_to_string(path)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        pid != 0
-    });
-    pid
-}
-
-pub fn one_i64(env: &Env, sql: &str, p: impl rusqlite::Params) -> i64 {
-    env.conn().query_row(sql, p, |r| r.get(0)).expect(sql)
-}
-
-pub fn one_opt_string(env: &Env, sql: &str, p: impl rusqlite::Params) -> Option<String> {
-    env.conn().query_row(sql, p, |r| r.get(0)).expect(sql)
-}
-
-fn status_of(env: &Env, run_id: i64) -> String {
-    one_opt_string(env, "SELECT status FROM job_runs WHERE id = ?1", [run_id]).unwrap_or_default()
-}
-
-/// The id of the newest run of a schedule.
-pub fn last_run_id(env: &Env, name: &str) -> i64 {
-    one_i64(
-        env,
-        "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-         WHERE d.name = ?1 ORDER BY r.id DESC LIMIT 1",
-        [name],
-    )
-}
 
 /// Run ticks (synchronously) until `done` or the deadline; every tick must exit 0.
 /// Returns each tick's stderr, in order.
@@ -189,8 +42,6 @@ fn tick_until(
     }
     errs
 }
-
-const NEVER: &str = "0 0 1 1 *"; // a schedule that does not fire during a test
 
 // ---------------------------------------------------------------------------
 // (1) many runs, four concurrent ticks: each executed exactly once

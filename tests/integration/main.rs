@@ -1,17 +1,22 @@
 //! One integration crate: every test drives the real `runner` binary on temp databases.
 
 mod apply;
+mod bad_input;
 mod clock;
 mod common;
 mod completions;
 mod crash;
 mod damage;
 mod database;
+mod db_faults;
 mod doctor;
 mod execution;
-mod faults;
+mod hostile_jobs;
 mod materialize;
 mod never_twice;
 mod observe;
+mod prune;
 mod recovery;
 mod schedules;
+mod security;
+mod steer;

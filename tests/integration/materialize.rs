@@ -10,8 +10,7 @@ use std::fs::File;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use super::common::Env;
-use super::schedules::{epoch, utc};
+use super::common::{epoch, utc, Env};
 
 /// `(scheduled_for as UTC text, status, skip_reason)` of a schedule's rows, oldest first.
 fn rows(env: &Env, name: &str) -> Vec<(String, String, Option<String>)> {
@@ -40,21 +39,10 @@ fn instants_between(env: &Env, name: &str, from: &str, to: &str) -> Vec<String> 
         .collect()
 }
 
-fn add(env: &Env, now: &str, name: &str, cron: &str, extra: &[&str]) {
-    let mut args = vec!["--now", now, "schedule", "add", name, "--cron", cron];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", "true"]);
-    env.ok(&args);
-}
-
+/// A tick at `now` that must succeed silently.
 fn tick(env: &Env, now: &str) {
-    let out = env.run(&["--now", now, "tick"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && err.is_empty(),
-        "tick --now {now}: exit {:?}, stderr: {err}",
-        out.status.code()
-    );
+    let err = env.tick_at(now);
+    assert!(err.is_empty(), "tick --now {now}: stderr: {err}");
 }
 
 /// A tick whose clock is behind the latest tick's: it succeeds, with one warning line.
@@ -141,10 +129,28 @@ fn race_ticks(env: &Env, now: &str, n: usize, round: usize) {
 fn eight_racing_ticks_make_exactly_one_run_per_due_instant() {
     let env = Env::init();
     let t0 = "2026-01-01T00:00:00Z";
-    add(&env, t0, "all-a", "*/10 * * * *", &["--catch-up", "all"]);
-    add(&env, t0, "all-b", "*/10 * * * *", &["--catch-up", "all"]);
-    add(&env, t0, "latest", "*/10 * * * *", &[]);
-    add(&env, t0, "minutely", "* * * * *", &["--catch-up", "all"]);
+    env.add_at(
+        Some(t0),
+        "all-a",
+        "*/10 * * * *",
+        &["--catch-up", "all"],
+        "true",
+    );
+    env.add_at(
+        Some(t0),
+        "all-b",
+        "*/10 * * * *",
+        &["--catch-up", "all"],
+        "true",
+    );
+    env.add_at(Some(t0), "latest", "*/10 * * * *", &[], "true");
+    env.add_at(
+        Some(t0),
+        "minutely",
+        "* * * * *",
+        &["--catch-up", "all"],
+        "true",
+    );
 
     // Three rounds of eight simultaneous ticks, each round 35 minutes after the last.
     let mut now = epoch(t0);
@@ -192,16 +198,28 @@ fn eight_racing_ticks_make_exactly_one_run_per_due_instant() {
 fn catch_up_after_five_hours_without_ticks() {
     let env = Env::init();
     let t0 = "2026-01-01T00:00:00Z";
-    add(&env, t0, "latest", "0 * * * *", &["--catch-up", "latest"]);
-    add(&env, t0, "all", "0 * * * *", &["--catch-up", "all"]);
-    add(&env, t0, "none", "0 * * * *", &["--catch-up", "none"]);
+    env.add_at(
+        Some(t0),
+        "latest",
+        "0 * * * *",
+        &["--catch-up", "latest"],
+        "true",
+    );
+    env.add_at(Some(t0), "all", "0 * * * *", &["--catch-up", "all"], "true");
+    env.add_at(
+        Some(t0),
+        "none",
+        "0 * * * *",
+        &["--catch-up", "none"],
+        "true",
+    );
     // none with a grace longer than the lateness: the newest instant is not missed.
-    add(
-        &env,
-        t0,
+    env.add_at(
+        Some(t0),
         "none-15m",
         "0 * * * *",
         &["--catch-up", "none", "--grace", "15m"],
+        "true",
     );
     tick(&env, t0);
     assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
@@ -269,12 +287,12 @@ fn catch_up_after_five_hours_without_ticks() {
 #[test]
 fn dst_spring_forward_runs_the_skipped_fixed_time_once_after_the_jump() {
     let env = Env::init();
-    add(
-        &env,
-        "2026-03-07T12:00:00Z",
+    env.add_at(
+        Some("2026-03-07T12:00:00Z"),
         "nightly",
         "30 2 * * *",
         &["--tz", "America/New_York"],
+        "true",
     );
     // Tick every 30 minutes across 2026-03-08 (02:00 EST jumps to 03:00 EDT at 07:00Z).
     tick_every(&env, "2026-03-08T00:00:00Z", "2026-03-08T12:00:00Z", 1800);
@@ -294,8 +312,20 @@ fn dst_spring_forward_runs_the_skipped_fixed_time_once_after_the_jump() {
 fn dst_fall_back_fixed_time_runs_once_and_wildcard_runs_in_both_passes() {
     let env = Env::init();
     let tz = ["--tz", "America/New_York"];
-    add(&env, "2026-10-31T12:00:00Z", "fixed", "30 1 * * *", &tz);
-    add(&env, "2026-10-31T12:00:00Z", "wild", "*/30 * * * *", &tz);
+    env.add_at(
+        Some("2026-10-31T12:00:00Z"),
+        "fixed",
+        "30 1 * * *",
+        &tz,
+        "true",
+    );
+    env.add_at(
+        Some("2026-10-31T12:00:00Z"),
+        "wild",
+        "*/30 * * * *",
+        &tz,
+        "true",
+    );
     // Tick every 30 minutes across the repeated hour (01:00 EDT = 05:00Z, 01:00 EST = 06:00Z).
     tick_every(&env, "2026-11-01T03:00:00Z", "2026-11-01T09:00:00Z", 1800);
 
@@ -335,14 +365,20 @@ fn dst_in_berlin_with_fixed_time_lists() {
     // after each transition day with catch-up all records every distinct instant of the day.
     let env = Env::init();
     let opts = ["--tz", "Europe/Berlin", "--catch-up", "all"];
-    add(
-        &env,
-        "2026-03-28T12:00:00Z",
+    env.add_at(
+        Some("2026-03-28T12:00:00Z"),
         "spring",
         "0,30 2 * * *",
         &opts,
+        "true",
     );
-    add(&env, "2026-10-24T12:00:00Z", "fall", "0,30 2 * * *", &opts);
+    env.add_at(
+        Some("2026-10-24T12:00:00Z"),
+        "fall",
+        "0,30 2 * * *",
+        &opts,
+        "true",
+    );
     // 2026-03-29: 02:00 and 02:30 do not exist; both become 03:00 CEST (01:00Z): one run.
     tick(&env, "2026-03-29T12:00:00Z");
     assert_eq!(
@@ -371,8 +407,14 @@ fn dst_in_berlin_with_fixed_time_lists() {
 fn the_same_minute_ticked_twice_creates_nothing_new() {
     let env = Env::init();
     let t0 = "2026-01-01T00:00:00Z";
-    add(&env, t0, "minutely", "* * * * *", &[]);
-    add(&env, t0, "every5", "*/5 * * * *", &["--catch-up", "all"]);
+    env.add_at(Some(t0), "minutely", "* * * * *", &[], "true");
+    env.add_at(
+        Some(t0),
+        "every5",
+        "*/5 * * * *",
+        &["--catch-up", "all"],
+        "true",
+    );
     tick(&env, "2026-01-01T00:05:00Z");
     let before = (rows(&env, "minutely"), rows(&env, "every5"));
     assert_eq!(before.0.len(), 5, "00:01..00:05: {:?}", before.0);
@@ -401,8 +443,8 @@ fn the_same_minute_ticked_twice_creates_nothing_new() {
 fn now_jumping_forward_a_day_and_back_an_hour_duplicates_nothing() {
     let env = Env::init();
     let t0 = "2026-01-01T00:00:00Z";
-    add(&env, t0, "latest", "0 * * * *", &[]);
-    add(&env, t0, "all", "0 * * * *", &["--catch-up", "all"]);
+    env.add_at(Some(t0), "latest", "0 * * * *", &[], "true");
+    env.add_at(Some(t0), "all", "0 * * * *", &["--catch-up", "all"], "true");
     tick(&env, "2026-01-01T01:00:00Z");
     tick(&env, "2026-01-02T01:00:00Z"); // a day later
     let hours = |n: i64| -> Vec<String> { (1..=n).map(|h| utc(epoch(t0) + h * 3600)).collect() };
@@ -437,21 +479,27 @@ fn now_jumping_forward_a_day_and_back_an_hour_duplicates_nothing() {
 fn paused_schedules_materialise_nothing() {
     let env = Env::init();
     let t0 = "2026-01-01T00:00:00Z";
-    add(
-        &env,
-        t0,
+    env.add_at(
+        Some(t0),
         "paused",
         "*/15 * * * *",
         &["--catch-up", "all", "--paused"],
+        "true",
     );
-    add(
-        &env,
-        t0,
+    env.add_at(
+        Some(t0),
         "later-paused",
         "*/15 * * * *",
         &["--catch-up", "all"],
+        "true",
     );
-    add(&env, t0, "active", "*/15 * * * *", &["--catch-up", "all"]);
+    env.add_at(
+        Some(t0),
+        "active",
+        "*/15 * * * *",
+        &["--catch-up", "all"],
+        "true",
+    );
     tick(&env, "2026-01-01T00:15:00Z");
     assert_eq!(rows(&env, "later-paused").len(), 1);
     env.ok(&[
@@ -474,13 +522,19 @@ fn paused_schedules_materialise_nothing() {
 fn more_than_a_thousand_missed_instants_are_counted_not_lost() {
     let env = Env::init();
     // Two days of minutes missed (2,880 instants; the tick at +2d sees 2,880 due).
-    add(&env, "2026-01-01T00:00:00Z", "latest", "* * * * *", &[]);
-    add(
-        &env,
-        "2026-01-01T00:00:00Z",
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
+        "latest",
+        "* * * * *",
+        &[],
+        "true",
+    );
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
         "lenient",
         "* * * * *",
         &["--catch-up", "none", "--grace", "30d"],
+        "true",
     );
     tick(&env, "2026-01-03T00:00:00Z");
 

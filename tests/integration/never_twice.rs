@@ -9,26 +9,12 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::common::{process_alive, processes_of_run, stderr, wait_until, Env};
-use super::execution::{last_run_id, one_i64, one_opt_string, read_pid, sh_quote, Bg, Strays};
+use super::common::{
+    last_run_id, one_i64, one_opt_string, process_alive, processes_of_run, read_pid, sh_quote,
+    status_of, stderr, wait_until, Bg, Env, Strays,
+};
 
 const LONG: Duration = Duration::from_secs(120);
-
-fn add(env: &Env, name: &str, flags: &[&str], command: &str) {
-    let mut args = vec!["schedule", "add", name, "--cron", "0 0 1 1 *"];
-    args.extend_from_slice(flags);
-    args.extend_from_slice(&["--", command]);
-    env.ok(&args);
-}
-
-fn enqueue(env: &Env, name: &str) -> i64 {
-    env.ok(&["run", name]);
-    last_run_id(env, name)
-}
-
-fn status(env: &Env, run: i64) -> String {
-    one_opt_string(env, "SELECT status FROM job_runs WHERE id = ?1", [run]).unwrap_or_default()
-}
 
 fn lines(path: &std::path::Path) -> Vec<String> {
     fs::read_to_string(path)
@@ -114,13 +100,12 @@ fn a_job_never_starts_unless_its_attempt_is_recorded_first() {
     for point in ["spawned", "recorded"] {
         let env = Env::init();
         let log = env.path("log");
-        add(
-            &env,
+        env.add(
             "once",
             &["--backoff-base", "0s", "--backoff-max", "0s"],
             &format!("echo \"attempt $RUNNER_ATTEMPT\" >> {}", sh_quote(&log)),
         );
-        let run = enqueue(&env, "once");
+        let run = env.enqueue("once");
         let out = env
             .cmd()
             .args(["tick", "--lease", "3s"])
@@ -156,7 +141,7 @@ fn a_job_never_starts_unless_its_attempt_is_recorded_first() {
         // Once the lease has expired, a tick recovers the run and executes it, once.
         let out = env.run(&["tick", "--now", &an_hour_later()]);
         assert!(out.status.success(), "{point}: {}", stderr(&out));
-        assert_eq!(status(&env, run), "succeeded", "{point}");
+        assert_eq!(status_of(&env, run), "succeeded", "{point}");
         assert_eq!(lines(&log), vec!["attempt 2".to_string()], "{point}");
     }
 }
@@ -170,12 +155,12 @@ fn a_tick_that_stalls_after_claiming_never_starts_a_run_taken_over() {
     let (run, log, go, mut stalled) = claim_and_stall(&env);
     let out = env.run(&["tick", "--now", &an_hour_later()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(status(&env, run), "succeeded");
+    assert_eq!(status_of(&env, run), "succeeded");
     fs::write(&go, "").expect("release the stalled tick");
     let out = stalled.finish();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(lines(&log), vec!["attempt 2".to_string()]);
-    assert_eq!(status(&env, run), "succeeded");
+    assert_eq!(status_of(&env, run), "succeeded");
 }
 
 /// A tick stalls after claiming until its lease has expired (forged: nobody took it over yet).
@@ -209,19 +194,18 @@ fn a_tick_that_stalls_past_its_lease_never_starts_the_run() {
 fn claim_and_stall(env: &Env) -> (i64, std::path::PathBuf, std::path::PathBuf, StalledTick) {
     let log = env.path("log");
     let go = env.path("go");
-    add(
-        env,
+    env.add(
         "once",
         &["--backoff-base", "0s", "--backoff-max", "0s"],
         &format!("echo \"attempt $RUNNER_ATTEMPT\" >> {}", sh_quote(&log)),
     );
-    let run = enqueue(env, "once");
+    let run = env.enqueue("once");
     let mut cmd = env.cmd();
     cmd.args(["tick", "--lease", "3s"])
         .env("RUNNER_TEST_HOOK", format!("claimed:wait={}", go.display()));
     let stalled = StalledTick::spawn(cmd, env);
     wait_until(LONG, "the stalled tick to claim the run", || {
-        status(env, run) == "running"
+        status_of(env, run) == "running"
     });
     (run, log, go, stalled)
 }
@@ -272,8 +256,7 @@ impl Drop for StalledTick {
 fn ctrl_c_on_run_wait_cancels_the_run_and_exits_130() {
     let env = Env::init();
     let started = env.path("started");
-    add(
-        &env,
+    env.add(
         "long",
         &["--backoff-base", "0s", "--backoff-max", "0s"],
         &format!("echo $$ > {}; exec sleep 60", sh_quote(&started)),
@@ -287,7 +270,7 @@ fn ctrl_c_on_run_wait_cancels_the_run_and_exits_130() {
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(!process_alive(job), "the job outlived the interrupt");
     let run = last_run_id(&env, "long");
-    assert_eq!(status(&env, run), "cancelled");
+    assert_eq!(status_of(&env, run), "cancelled");
     assert_eq!(
         one_i64(
             &env,
@@ -299,7 +282,7 @@ fn ctrl_c_on_run_wait_cancels_the_run_and_exits_130() {
     // The next tick does not run what the user just interrupted.
     let out = env.run(&["tick"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(status(&env, run), "cancelled");
+    assert_eq!(status_of(&env, run), "cancelled");
     assert_eq!(
         one_i64(
             &env,
@@ -318,13 +301,12 @@ fn ctrl_c_on_run_wait_cancels_the_run_and_exits_130() {
 /// 60`, pid returned) runs on. The job's group is killed when the returned `Strays` drops.
 fn orphaned_job(env: &Env) -> (i64, u32, std::path::PathBuf, Strays) {
     let started = env.path("started");
-    add(
-        env,
+    env.add(
         "orphan",
         &[],
         &format!("echo $$ > {}; exec sleep 60", sh_quote(&started)),
     );
-    let run = enqueue(env, "orphan");
+    let run = env.enqueue("orphan");
     let mut strays = Strays::default();
     let mut tick = Bg::spawn(env, "tick", &["tick"]);
     let job = read_pid(&started, LONG);
@@ -345,7 +327,7 @@ fn cancel_stops_a_run_whose_tick_died() {
     assert!(said.contains("terminated"), "{said}");
     assert!(!process_alive(job), "cancel left the orphan running");
     assert!(processes_of_run(&env, run).is_empty());
-    assert_eq!(status(&env, run), "cancelled");
+    assert_eq!(status_of(&env, run), "cancelled");
     let (finished, code) = env
         .conn()
         .query_row(
@@ -364,11 +346,11 @@ fn cancel_stops_a_run_whose_tick_died() {
 
     // A new run of the (forbid) schedule starts, alone.
     fs::remove_file(&started).expect("rm");
-    let next = enqueue(&env, "orphan");
+    let next = env.enqueue("orphan");
     let mut tick = Bg::spawn(&env, "tick-2", &["tick"]);
     let job = read_pid(&started, LONG);
     strays.group(job);
-    assert_eq!(status(&env, next), "running");
+    assert_eq!(status_of(&env, next), "running");
     tick.kill9();
 }
 
@@ -413,8 +395,7 @@ fn background_processes_die_with_their_attempt_before_the_next_one() {
     let lock = env.path("lock");
     let log = env.path("log");
     let violations = env.path("violations");
-    add(
-        &env,
+    env.add(
         "bg",
         &["--backoff-base", "0s", "--backoff-max", "0s"],
         &format!(
@@ -426,10 +407,10 @@ fn background_processes_die_with_their_attempt_before_the_next_one() {
             violations = sh_quote(&violations),
         ),
     );
-    let run = enqueue(&env, "bg");
+    let run = env.enqueue("bg");
     let out = env.run(&["tick", "--max-tick", "10m"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(status(&env, run), "dead");
+    assert_eq!(status_of(&env, run), "dead");
     assert!(
         processes_of_run(&env, run).is_empty(),
         "leftovers outlived the dead run"
@@ -455,8 +436,7 @@ fn background_processes_die_with_their_attempt_before_the_next_one() {
 fn leftovers_after_success_are_killed_and_shown() {
     let env = Env::init();
     let marker = env.path("marker");
-    add(
-        &env,
+    env.add(
         "quick",
         &[],
         &format!(
@@ -464,10 +444,10 @@ fn leftovers_after_success_are_killed_and_shown() {
             sh_quote(&marker)
         ),
     );
-    let run = enqueue(&env, "quick");
+    let run = env.enqueue("quick");
     let out = env.run(&["tick"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(status(&env, run), "succeeded");
+    assert_eq!(status_of(&env, run), "succeeded");
     assert!(processes_of_run(&env, run).is_empty());
     let shown = env.ok(&["show", &run.to_string()]);
     // The subshell, and its `sleep` once it started: "killed 2 leftover processes: ...".
@@ -486,13 +466,12 @@ fn leftovers_after_success_are_killed_and_shown() {
 fn a_restored_copy_never_kills_the_live_databases_job() {
     let env = Env::init();
     let started = env.path("started");
-    add(
-        &env,
+    env.add(
         "live",
         &[],
         &format!("echo $$ > {}; exec sleep 60", sh_quote(&started)),
     );
-    let run = enqueue(&env, "live");
+    let run = env.enqueue("live");
     let mut strays = Strays::default();
     let tick = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]);
     let job = read_pid(&started, LONG);
@@ -529,13 +508,12 @@ fn a_restored_copy_never_kills_the_live_databases_job() {
 #[test]
 fn a_recorded_pid_that_is_not_the_jobs_is_never_signalled() {
     let env = Env::init();
-    add(
-        &env,
+    env.add(
         "victim",
         &["--backoff-base", "0s", "--backoff-max", "0s"],
         "true",
     );
-    let run = enqueue(&env, "victim");
+    let run = env.enqueue("victim");
     let mut bystander = std::process::Command::new("sleep")
         .arg("60")
         .spawn()
@@ -572,5 +550,5 @@ fn a_recorded_pid_that_is_not_the_jobs_is_never_signalled() {
     let _ = bystander.kill();
     let _ = bystander.wait();
     assert!(alive, "recovery killed a process that was not the job's");
-    assert_eq!(status(&env, run), "succeeded", "recovered and retried");
+    assert_eq!(status_of(&env, run), "succeeded", "recovered and retried");
 }

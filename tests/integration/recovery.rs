@@ -5,8 +5,10 @@
 use std::fs;
 use std::time::{Duration, Instant};
 
-use super::common::{process_alive, stderr, stdout, wait_until, Env};
-use super::execution::{last_run_id, one_i64, one_opt_string, read_pid, sh_quote, Bg, Strays};
+use super::common::{
+    last_run_id, one_i64, one_opt_string, process_alive, read_pid, sh_quote, stderr, stdout,
+    wait_until, Bg, Env, Strays,
+};
 
 #[test]
 fn kill_9_of_a_tick_then_recovery_kills_the_leftover_and_retries_without_overlap() {

@@ -2,37 +2,19 @@
 //! JSON shapes, fire times in the schedule's zone, and how edits, pauses and resumes move the
 //! materialisation cursor (checked with `runner tick --now`).
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::DateTime;
 use serde_json::Value;
 
-use super::common::{stderr, Env};
+use super::common::{epoch, json as parse_json, stderr, utc, Env};
 
 // ---------------------------------------------------------------------------
-// Helpers (shared with materialize.rs and database.rs)
+// Helpers
 // ---------------------------------------------------------------------------
-
-/// Epoch seconds of an RFC 3339 time.
-pub fn epoch(t: &str) -> i64 {
-    DateTime::parse_from_rfc3339(t)
-        .unwrap_or_else(|e| panic!("{t:?} is not RFC 3339: {e}"))
-        .timestamp()
-}
-
-/// Epoch seconds as RFC 3339 UTC (`2026-01-01T00:00:00Z`).
-pub fn utc(epoch: i64) -> String {
-    DateTime::<Utc>::from_timestamp(epoch, 0)
-        .expect("epoch in range")
-        .to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
-pub fn parse_json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
-}
 
 /// Every JSON time is a pair: `<key>` an RFC 3339 UTC string (or null) and `<key>_epoch` the same
 /// instant in epoch seconds (or null). Checks every pair in `value`, recursively; returns how many
 /// non-null pairs it saw, so callers can make sure the check was not vacuous.
-pub fn check_time_pairs(value: &Value) -> usize {
+fn check_time_pairs(value: &Value) -> usize {
     let mut seen = 0;
     match value {
         Value::Array(items) => seen += items.iter().map(check_time_pairs).sum::<usize>(),

@@ -1,0 +1,162 @@
+//! Bad input: every invalid name, expression, number, duration or flag exits 2 with a message and
+//! writes nothing.
+
+use crate::common::{snapshot, stderr, Env};
+
+// ---------------------------------------------------------------------------------------------
+// bad input
+// ---------------------------------------------------------------------------------------------
+
+/// Every invalid input exits 2 with a message and writes nothing.
+#[test]
+fn bad_input_is_exit_2_with_a_message_and_nothing_written() {
+    let env = Env::init();
+    env.add("x", &[], "true");
+    env.ok(&["tick"]);
+    let long_name = "n".repeat(120 * 1024); // near the kernel's 128 KiB limit for one argument
+    let add_named = |name: &str| -> Vec<String> {
+        ["schedule", "add", name, "--cron", "@daily", "--", "true"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let add_with = |flags: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["schedule", "add", "y", "--cron", "@daily"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(flags.iter().map(|s| s.to_string()));
+        args.extend(["--".to_string(), "true".to_string()]);
+        args
+    };
+    let words = |args: &[&str]| -> Vec<String> { args.iter().map(|s| s.to_string()).collect() };
+    let mut cases: Vec<Vec<String>> = vec![
+        // names
+        add_named(""),
+        add_named(&long_name),
+        add_named("a\u{1}b"),
+        add_named("a\nb"),
+        add_named("a\tb"),
+        add_named("\u{1b}[2J"),
+        add_named("x'); DROP TABLE job_runs;--"),
+        add_named("-x"),
+        add_named("x"), // taken
+        // cron expressions
+        words(&["schedule", "add", "y", "--cron", "", "--", "true"]),
+        words(&["schedule", "add", "y", "--", "true"]), // no --cron
+        words(&["schedule", "add", "y", "--cron", "@daily"]), // no command
+        words(&["schedule", "add", "y", "--cron", "@daily", "--", "   "]),
+        // numbers and durations
+        add_with(&["--max-attempts", "-1"]),
+        add_with(&["--max-attempts", "0"]),
+        add_with(&["--max-attempts", "1001"]),
+        add_with(&["--max-attempts", "99999999999"]),
+        add_with(&["--max-attempts", "lots"]),
+        add_with(&["--timeout", "0s"]),
+        add_with(&["--timeout", "-1s"]),
+        add_with(&["--timeout", "99999999999h"]),
+        add_with(&["--timeout", "5 parsecs"]),
+        add_with(&["--timeout", ""]),
+        add_with(&["--backoff-base", "2h", "--backoff-max", "1h"]),
+        add_with(&["--grace", "soon"]),
+        add_with(&["--overlap", "sometimes"]),
+        add_with(&["--catch-up", "most"]),
+        add_with(&["--workdir", "/no/such/dir"]),
+        words(&["schedule", "edit", "x"]), // nothing to change
+        words(&["schedule", "edit", "x", "--max-attempts", "0"]),
+        words(&["schedule", "edit", "x", "--cron", "61 * * * *"]),
+        words(&["schedule", "next", "--cron", "* * * * *", "-n", "0"]),
+        words(&["schedule", "next", "--cron", "* * * * *", "-n", "-1"]),
+        words(&[
+            "schedule",
+            "next",
+            "--cron",
+            "* * * * *",
+            "-n",
+            "99999999999",
+        ]),
+        words(&["tick", "--concurrency", "0"]),
+        words(&["tick", "--concurrency", "-1"]),
+        words(&["tick", "--batch", "0"]),
+        words(&["tick", "--lease", "1s"]),
+        words(&["tick", "--lease", "forever"]),
+        words(&["tick", "--max-tick", "-5s"]),
+        words(&["--now", "yesterday", "tick"]),
+        words(&["--now", "2026-13-01T00:00:00Z", "tick"]),
+        words(&["run"]),
+        words(&["frobnicate"]),
+    ];
+    for cron in [
+        "* * * *",
+        "* * * * * *",
+        "61 * * * *",
+        "0/10 * * * *",
+        "*/0 * * * *",
+        "@reboot",
+        "0 0 30 2 *",
+        "0 0 L * *",
+        "1,,2 * * * *",
+        "0 0 * * MONDAY",
+        "0 0 * JANUARY *",
+    ] {
+        cases.push(words(&[
+            "schedule", "add", "y", "--cron", cron, "--", "true",
+        ]));
+    }
+    for zone in [
+        "Mars/Olympus_Mons",
+        "UTC+99",
+        "UTC'; DROP TABLE job_runs;--",
+        "",
+    ] {
+        cases.push(add_with(&["--tz", zone]));
+    }
+    let before = snapshot(&env.db);
+    for args in &cases {
+        let out = env.cmd().args(args).output().expect("spawn");
+        let shown: Vec<String> = args
+            .iter()
+            .map(|a| {
+                if a.len() > 60 {
+                    format!("<{} bytes>", a.len())
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        assert_eq!(out.status.code(), Some(2), "{shown:?}: {}", stderr(&out));
+        assert!(stderr(&out).trim().len() > 10, "{shown:?}: no message");
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{shown:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(snapshot(&env.db), before, "{shown:?} wrote to the database");
+    }
+    // Nothing created either, when the database does not exist yet.
+    let fresh = Env::new();
+    let taken = add_named("x"); // valid where no schedule x exists
+    for args in cases
+        .iter()
+        .filter(|a| a.first().is_some_and(|w| w == "schedule") && **a != taken)
+    {
+        let out = fresh.cmd().args(args).output().expect("spawn");
+        assert_ne!(out.status.code(), Some(0), "{:?}", &args[..3]);
+        assert!(!fresh.db.exists(), "{:?} created the database", &args[..3]);
+    }
+}
+
+/// A huge lease must be refused, not wrapped: `--lease 18446744073709551615s` became a lease of
+/// -1 s, so the next tick "recovered" a live run and killed its job.
+#[test]
+fn huge_lease_is_refused() {
+    let env = Env::init();
+    for lease in [
+        "18446744073709551615s",
+        "9223372036854775807s",
+        "99999999999h",
+    ] {
+        let err = env.fails(2, &["tick", "--lease", lease]);
+        assert!(err.contains("--lease"), "{err}");
+    }
+}

@@ -1,0 +1,644 @@
+//! Database faults: a busy database (eight ticks and readers at once), and one that is missing,
+//! unreadable, read-only, corrupt, newer, or whose disk fills up.
+//!
+//! Tests that need root (tmpfs mounts, `chattr`, dropping to `nobody`) check for it and, when
+//! they cannot run, say so on stdout and return: they never pass silently by accident of setup
+//! without a printed note.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+
+use crate::common::{
+    chmod, is_root, sh, snapshot, stderr, stdout, subcommands, timed, Cleanup, Env, BIN, NEVER,
+};
+
+// ---------------------------------------------------------------------------------------------
+// a busy database
+// ---------------------------------------------------------------------------------------------
+
+/// Eight ticks start at once on 160 due runs while readers (and a writer) loop: nobody sees
+/// "database is locked", every command exits 0, every run executes exactly once (no crash, so
+/// exactly once, not just at least once). Reports the claim wait (due → job started).
+#[test]
+fn contention_eight_ticks_and_readers_never_see_a_locked_database() {
+    let env = Env::init();
+    let log = env.path("log");
+    env.add(
+        "c",
+        &["--overlap", "allow"],
+        &format!("echo \"$RUNNER_RUN_ID $(date +%s%N)\" >> {}", log.display()),
+    );
+    const RUNS: usize = 160;
+    for _ in 0..RUNS {
+        env.enqueue("c");
+    }
+    let commands = subcommands();
+    let mut readers: Vec<Vec<&str>> =
+        vec![vec!["schedule", "list"], vec!["schedule", "list", "--json"]];
+    for (command, args) in [
+        ("status", vec!["status"]),
+        ("history", vec!["history", "--limit", "20"]),
+        ("prune", vec!["prune", "--older-than", "30d"]),
+    ] {
+        if commands.contains(command) {
+            readers.push(args);
+        } else {
+            println!("contention: `runner {command}` does not exist in this build; not exercised");
+        }
+    }
+    let t0: u128 = String::from_utf8_lossy(&sh("date +%s%N").stdout)
+        .trim()
+        .parse()
+        .expect("nanotime");
+
+    let done = AtomicBool::new(false);
+    let failures = Mutex::new(Vec::<String>::new());
+    let check = |what: String, out: &Output| {
+        let err = stderr(out);
+        if !out.status.success() || err.contains("locked") || err.contains("busy") {
+            failures
+                .lock()
+                .expect("lock")
+                .push(format!("{what}: exit {:?}: {err}", out.status.code()));
+        }
+    };
+    let mut reader_calls = 0;
+    std::thread::scope(|scope| {
+        let ticks: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    let (out, _) =
+                        env.tick_within(&["--concurrency", "4"], Duration::from_secs(120));
+                    check("tick".into(), &out);
+                })
+            })
+            .collect();
+        let reader = scope.spawn(|| {
+            let mut calls = 0;
+            while !done.load(Ordering::Relaxed) {
+                for args in &readers {
+                    check(format!("runner {}", args.join(" ")), &env.run(args));
+                    calls += 1;
+                }
+                // A writer in the crowd too: it enqueues work the ticks may or may not take.
+                check("runner run c".into(), &env.run(&["run", "c"]));
+                calls += 1;
+            }
+            calls
+        });
+        for t in ticks {
+            t.join().expect("tick thread");
+        }
+        done.store(true, Ordering::Relaxed);
+        reader_calls = reader.join().expect("reader thread");
+    });
+    // The runs the writer added late are taken by one more tick.
+    let (out, _) = env.tick_within(&["--concurrency", "8"], Duration::from_secs(120));
+    check("final tick".into(), &out);
+    let failures = failures.into_inner().expect("lock");
+    assert!(failures.is_empty(), "{failures:#?}");
+
+    let total = env.count("SELECT count(*) FROM job_runs");
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded'"),
+        total,
+        "every run succeeds"
+    );
+    let mut executions: BTreeMap<i64, usize> = BTreeMap::new();
+    let mut waits = Vec::new();
+    for line in std::fs::read_to_string(&log).expect("log").lines() {
+        let (id, at) = line.split_once(' ').expect("log line");
+        let id: i64 = id.parse().expect("id");
+        *executions.entry(id).or_default() += 1;
+        if id <= RUNS as i64 {
+            let at: u128 = at.parse().expect("nanotime");
+            waits.push(at.saturating_sub(t0) as f64 / 1e6);
+        }
+    }
+    let twice: Vec<_> = executions.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "runs executed more than once: {twice:?}");
+    assert_eq!(executions.len() as i64, total, "every run executed");
+    waits.sort_by(f64::total_cmp);
+    let pct = |p: f64| waits[((waits.len() as f64 * p).ceil() as usize).clamp(1, waits.len()) - 1];
+    println!(
+        "contention: 8 ticks, {total} runs, {reader_calls} reader/writer calls alongside; \
+         due -> job started: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (includes process start)",
+        pct(0.50),
+        pct(0.99),
+        pct(1.0)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// a missing, unreadable, read-only, corrupt, newer or full database
+// ---------------------------------------------------------------------------------------------
+
+/// Commands that must not create a database.
+const NON_CREATING: &[&[&str]] = &[
+    &["tick"],
+    &["schedule", "list"],
+    &["schedule", "show", "x"],
+    &["schedule", "rm", "x"],
+    &["schedule", "pause", "x"],
+    &["schedule", "next", "x"],
+    &["run", "x"],
+    &["run", "x", "--wait"],
+];
+
+#[test]
+fn missing_database_is_exit_4_and_nothing_is_created() {
+    let env = Env::new();
+    for db in [env.db.clone(), env.path("no/such/dir/runner.db")] {
+        for args in NON_CREATING {
+            let mut cmd = env.cmd();
+            cmd.arg("--db").arg(&db).args(*args);
+            let out = cmd.output().expect("spawn");
+            assert_eq!(out.status.code(), Some(4), "{args:?}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains(&db.display().to_string()),
+                "{args:?}: names the path: {}",
+                stderr(&out)
+            );
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(env.dir.path())
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "created: {left:?}");
+}
+
+#[test]
+fn directory_instead_of_database_is_exit_4() {
+    let env = Env::new();
+    std::fs::create_dir(&env.db).expect("mkdir");
+    for args in NON_CREATING.iter().copied().chain([&["init"][..]]) {
+        let err = env.fails(4, args);
+        assert!(err.contains("directory"), "{args:?}: {err}");
+    }
+}
+
+/// A file this user cannot read: exit 4 naming it. As root (who reads anything) the runner is
+/// run as `nobody` with setpriv.
+#[test]
+fn unreadable_database_is_exit_4() {
+    let env = Env::init();
+    env.add("a", &[], "true");
+    if !is_root() {
+        chmod(&env.db, 0o000);
+        for args in [&["schedule", "list"][..], &["tick"]] {
+            let err = env.fails(4, args);
+            assert!(err.contains(&env.db.display().to_string()), "{err}");
+        }
+        chmod(&env.db, 0o600);
+        return;
+    }
+    if !Path::new("/usr/bin/setpriv").exists() {
+        println!("unreadable database: running as root without setpriv: skipped");
+        return;
+    }
+    // A directory nobody owns, a database nobody owns with mode 000: only root could read it.
+    chmod(env.dir.path(), 0o711);
+    let home = env.path("nobody");
+    std::fs::create_dir(&home).expect("mkdir");
+    let db = home.join("runner.db");
+    std::fs::copy(&env.db, &db).expect("copy");
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).expect("chown");
+    std::os::unix::fs::chown(&db, Some(65534), Some(65534)).expect("chown");
+    chmod(&db, 0o000);
+    for args in [&["schedule", "list"][..], &["tick"], &["run", "a"]] {
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                BIN,
+                "--db",
+            ])
+            .arg(&db)
+            .args(args)
+            .env_remove("RUNNER_DB")
+            .env("HOME", &home)
+            .current_dir(&home)
+            .output()
+            .expect("setpriv");
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&db.display().to_string()),
+            "{args:?}: names the path: {}",
+            stderr(&out)
+        );
+    }
+}
+
+/// A read-only database file: reads work, writes fail with exit 4 and a hint, nothing changes.
+/// As root, permissions do not stop writes: the file is made immutable (`chattr +i`) instead.
+#[test]
+fn read_only_database_reads_work_and_writes_fail_clearly() {
+    let env = Env::init();
+    env.add("a", &[], "true");
+    let db = env.db.clone();
+    let _restore = if is_root() {
+        let out = Command::new("chattr").arg("+i").arg(&db).output();
+        if !out.as_ref().is_ok_and(|o| o.status.success()) {
+            println!("read-only database: root and chattr +i unavailable here: skipped");
+            return;
+        }
+        Cleanup(Box::new(move || {
+            let _ = Command::new("chattr").arg("-i").arg(&db).output();
+        }) as Box<dyn FnMut()>)
+    } else {
+        chmod(&db, 0o400);
+        Cleanup(Box::new(move || chmod(&db, 0o600)) as Box<dyn FnMut()>)
+    };
+    let before = snapshot(&env.db);
+    let listed = env.ok(&["schedule", "list"]);
+    assert!(listed.contains('a'), "{listed}");
+    env.ok(&["schedule", "show", "a"]);
+    for args in [
+        &["run", "a"][..],
+        &["tick"],
+        &["schedule", "pause", "a"],
+        &["schedule", "add", "b", "--cron", NEVER, "--", "true"],
+    ] {
+        let err = env.fails(4, args);
+        assert!(
+            err.contains("readonly") || err.contains("read-only"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            err.contains("writable"),
+            "{args:?}: a hint on what to fix: {err}"
+        );
+    }
+    assert_eq!(snapshot(&env.db), before, "nothing written");
+}
+
+/// Garbage, or a runner database with corrupt pages: exit 4, and the file is left as it was for
+/// the user to inspect or restore (runner never "repairs" by rewriting).
+#[test]
+fn corrupt_database_is_exit_4_and_left_untouched() {
+    let env = Env::new();
+    let garbage: Vec<u8> = (0..50_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&env.db, &garbage).expect("write");
+    chmod(&env.db, 0o600);
+    for args in NON_CREATING.iter().copied().chain([&["init"][..]]) {
+        let err = env.fails(4, args);
+        assert!(
+            err.contains("not a usable runner database") || err.contains("not a database"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(
+        std::fs::read(&env.db).expect("read") == garbage,
+        "the file was changed"
+    );
+
+    // A real runner database whose pages after the first are overwritten.
+    let env = Env::init();
+    env.add("a", &[], "true");
+    env.enqueue("a");
+    let mut bytes = std::fs::read(&env.db).expect("read");
+    for (i, b) in bytes.iter_mut().enumerate().skip(4096) {
+        *b = if i % 2 == 0 { 0xde } else { 0xad };
+    }
+    std::fs::write(&env.db, &bytes).expect("write");
+    for args in [&["tick"][..], &["run", "a"], &["schedule", "list"]] {
+        let err = env.fails(4, args);
+        assert!(
+            err.contains("corrupt") || err.contains("malformed"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// A database written by a newer runner: exit 4 saying to upgrade; never migrated down.
+#[test]
+fn newer_schema_is_exit_4_and_left_alone() {
+    let env = Env::init();
+    Connection::open(&env.db)
+        .expect("open")
+        .execute_batch("PRAGMA user_version = 99")
+        .expect("user_version");
+    for args in NON_CREATING.iter().copied().chain([&["init"][..]]) {
+        let err = env.fails(4, args);
+        assert!(err.contains("upgrade runner"), "{args:?}: {err}");
+    }
+    assert_eq!(env.count("PRAGMA user_version"), 99);
+}
+
+/// Mounts a small tmpfs (root only); unmounted by the guard.
+fn small_tmpfs(dir: &Path, size: &str) -> Option<Cleanup<impl FnMut()>> {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let out = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size},mode=0700"),
+            "tmpfs",
+        ])
+        .arg(dir)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let dir = dir.to_path_buf();
+    Some(Cleanup(move || {
+        let _ = Command::new("umount").arg("-l").arg(&dir).output();
+    }))
+}
+
+/// The disk fills up in the middle of a tick (the job itself fills it): the tick does not crash
+/// or corrupt anything, says "disk is full", and once space is freed the next ticks finish every
+/// run (the filling job runs again: its result could not be recorded, at-least-once).
+#[test]
+fn disk_full_during_a_tick_loses_nothing() {
+    let env = Env::new();
+    let fs = env.path("fs");
+    let Some(_mount) = (if is_root() {
+        small_tmpfs(&fs, "4m")
+    } else {
+        None
+    }) else {
+        println!("disk full: cannot mount a tmpfs (not root, or not permitted): skipped");
+        return;
+    };
+    let db = fs.join("runner.db");
+    let run_in = |args: &[&str]| {
+        let mut cmd = env.cmd();
+        cmd.arg("--db").arg(&db).args(args);
+        cmd
+    };
+    let ok = |args: &[&str]| {
+        let out = run_in(args).output().expect("spawn");
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    ok(&["init"]);
+    let once = env.path("filled-once");
+    let filler = fs.join("filler");
+    ok(&[
+        "schedule", "add", "fill", "--cron", NEVER, "--max-attempts", "5", "--backoff-base", "0s", "--",
+        &format!(
+            "if [ ! -e {once} ]; then touch {once}; head -c 100M /dev/zero > {filler} 2>/dev/null; fi; echo filled",
+            once = once.display(),
+            filler = filler.display()
+        ),
+    ]);
+    ok(&[
+        "schedule",
+        "add",
+        "quiet",
+        "--cron",
+        NEVER,
+        "--max-attempts",
+        "5",
+        "--backoff-base",
+        "0s",
+        "--",
+        "echo quiet",
+    ]);
+    ok(&["run", "fill"]);
+    for _ in 0..3 {
+        ok(&["run", "quiet"]);
+    }
+    let (out, _) = timed(
+        run_in(&["tick", "--lease", "3s", "--concurrency", "1"]),
+        Duration::from_secs(60),
+    );
+    let err = stderr(&out);
+    assert!(once.exists(), "the filling job ran");
+    assert!(
+        err.contains("disk is full"),
+        "the tick says the disk is full: {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        out.status.code() == Some(0) || out.status.code() == Some(1),
+        "exit {:?}: {err}",
+        out.status.code()
+    );
+
+    // While the disk is still full: no command may damage the database.
+    for args in [
+        &["tick", "--lease", "3s"][..],
+        &["run", "quiet"],
+        &["schedule", "list"],
+    ] {
+        let (out, _) = timed(run_in(args), Duration::from_secs(60));
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+
+    std::fs::remove_file(&filler).expect("free the space");
+    assert_eq!(integrity(&db), "ok");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (out, _) = timed(run_in(&["tick", "--lease", "3s"]), Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "after freeing space: {}",
+            stderr(&out)
+        );
+        let open: i64 = Connection::open(&db)
+            .expect("open")
+            .query_row(
+                "SELECT count(*) FROM job_runs WHERE status <> 'succeeded'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("count");
+        if open == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} runs unfinished after the disk was freed"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(integrity(&db), "ok");
+    let conn = Connection::open(&db).expect("open");
+    let runs: i64 = conn
+        .query_row("SELECT count(*) FROM job_runs", [], |r| r.get(0))
+        .expect("count");
+    assert!(runs >= 4, "no run was lost: {runs}");
+}
+
+/// The same fault without root: a file size limit (RLIMIT_FSIZE, via prlimit) stops the tick in
+/// the middle of a write (SIGXFSZ). Like a crash: the database stays intact, and the next ticks
+/// finish every run (one that was running is re-run after its lease: at-least-once).
+#[test]
+fn file_size_limit_stops_a_tick_mid_write_and_loses_nothing() {
+    if !Path::new("/usr/bin/prlimit").exists() {
+        println!("file size limit: prlimit (util-linux) not found: skipped");
+        return;
+    }
+    let env = Env::init();
+    let log = env.path("log");
+    // Each attempt stores 60 KB of output: the WAL outgrows the limit within a few runs.
+    env.add(
+        "w",
+        &["--max-attempts", "5", "--backoff-base", "0s"],
+        &format!(
+            "head -c 60000 /dev/zero | tr '\\0' a; echo $RUNNER_RUN_ID >> {}",
+            log.display()
+        ),
+    );
+    let runs: Vec<i64> = (0..12).map(|_| env.enqueue("w")).collect();
+    let limit = std::fs::metadata(&env.db).expect("stat").len() + 200_000;
+    let mut cmd = Command::new("prlimit");
+    cmd.arg(format!("--fsize={limit}"))
+        .arg(BIN)
+        .args(["tick", "--lease", "3s"])
+        .env("RUNNER_DB", &env.db)
+        .current_dir(env.dir.path());
+    let (out, _) = timed(cmd, Duration::from_secs(60));
+    assert!(
+        !out.status.success(),
+        "the tick was expected to hit the file size limit: {}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    assert_eq!(integrity(&env.db), "ok");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while env.count("SELECT count(*) FROM job_runs WHERE status <> 'succeeded'") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "runs unfinished after the limit was lifted"
+        );
+        let (out, _) = env.tick_within(&["--lease", "3s"], Duration::from_secs(60));
+        assert!(out.status.success(), "{}", stderr(&out));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(integrity(&env.db), "ok");
+    let ran: BTreeSet<i64> = std::fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .map(|l| l.parse().expect("run id"))
+        .collect();
+    let expected: BTreeSet<i64> = runs.into_iter().collect();
+    assert_eq!(ran, expected, "every run executed");
+    println!(
+        "file size limit: the tick died with {}; {} runs, {} attempts, all succeeded afterwards",
+        out.status,
+        env.count("SELECT count(*) FROM job_runs"),
+        env.count("SELECT count(*) FROM job_attempts")
+    );
+}
+
+/// What the user is told about a fault must match the fault. Today a full disk at open, and a
+/// read-only directory, are reported as "not a usable runner database ... restore it from a
+/// backup" (of a healthy database), and a tick that could not record its results exits 0.
+#[test]
+fn database_fault_messages_are_actionable() {
+    let env = Env::new();
+    let fs = env.path("fs");
+    let Some(_mount) = (if is_root() {
+        small_tmpfs(&fs, "2m")
+    } else {
+        None
+    }) else {
+        println!("fault messages: cannot mount a tmpfs: skipped");
+        return;
+    };
+    let db = fs.join("runner.db");
+    let runner = |args: &[&str]| {
+        let mut cmd = env.cmd();
+        cmd.arg("--db").arg(&db).args(args);
+        timed(cmd, Duration::from_secs(60)).0
+    };
+    let filler = fs.join("filler");
+    for args in [
+        &["init"][..],
+        &[
+            "schedule",
+            "add",
+            "fill",
+            "--cron",
+            NEVER,
+            "--",
+            &format!(
+                "head -c 100M /dev/zero > {} 2>/dev/null; true",
+                filler.display()
+            ),
+        ],
+        &["run", "fill"],
+    ] {
+        let out = runner(args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+    // Full in the middle of the tick: the job fills the disk, its result cannot be recorded.
+    let out = runner(&["tick", "--lease", "3s"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("hint: the disk is full"),
+        "{}",
+        stderr(&out)
+    );
+    // Full before the tick: the first tick's exit freed its WAL, so fill what is left; now SQLite
+    // cannot even create its shared-memory file.
+    let top_up = fs.join("top-up");
+    let _ = std::fs::write(&top_up, vec![0u8; 4 << 20]); // fails with ENOSPC once full: intended
+    for args in [&["tick"][..], &["schedule", "list"]] {
+        let out = runner(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(!err.contains("restore it from a backup"), "{args:?}: {err}");
+        assert!(
+            err.contains("full") || err.contains("space"),
+            "{args:?}: {err}"
+        );
+    }
+    std::fs::remove_file(&filler).expect("rm");
+    std::fs::remove_file(&top_up).expect("rm");
+
+    // A read-only directory (and file): the database is fine, say what is wrong.
+    let env = Env::init();
+    env.add("a", &[], "true");
+    let dir = env.dir.path().to_path_buf();
+    let db = env.db.clone();
+    let chattr = |flag: &str, path: &Path| {
+        Command::new("chattr")
+            .arg(flag)
+            .arg(path)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !(chattr("+i", &db) && chattr("+i", &dir)) {
+        chattr("-i", &db);
+        println!("fault messages: chattr +i unavailable: read-only directory not checked");
+        return;
+    }
+    let _restore = Cleanup(|| {
+        chattr("-i", &dir);
+        chattr("-i", &db);
+    });
+    let out = env.run(&["schedule", "list"]);
+    let err = stderr(&out);
+    assert!(
+        out.status.success()
+            || (!err.contains("restore it from a backup") && err.contains("directory")),
+        "reads work, or the message names the directory: {err}"
+    );
+}
+
+fn integrity(db: &Path) -> String {
+    Connection::open(db)
+        .expect("open")
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .expect("integrity_check")
+}

@@ -1,0 +1,378 @@
+//! `prune` and the tick's own hourly prune: what is deleted (finished runs with their attempts
+//! and events, never pending or running ones), in batches, by `RUNNER_RETENTION`, without
+//! letting a tick run a pruned instant again or blocking the ticks meanwhile.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use super::common::{
+    epoch, insert_finished_runs, json, real_now, run_ids, status_of, stderr, stdout, utc,
+    wait_until, Bg, Env,
+};
+
+#[test]
+fn prune_dry_run_then_prune_never_touches_pending_or_running() {
+    let env = Env::init();
+    let t0 = "2026-07-01T00:00:00Z";
+    env.add_at(Some(t0), "tenmin", "*/10 * * * *", &[], "true");
+    env.add_at(
+        Some(t0),
+        "failing",
+        "0 0 1 1 *",
+        &["--backoff-base", "1h", "--backoff-max", "1h"],
+        "exit 2",
+    );
+    let pidfile = env.path("job.pid");
+    env.add_at(
+        Some(t0),
+        "sleeper",
+        "0 0 1 1 *",
+        &[],
+        &format!("echo $$ > '{}'; sleep 30", pidfile.display()),
+    );
+    for minute in ["10", "20", "30"] {
+        env.tick_at(&format!("2026-07-01T00:{minute}:30Z"));
+    }
+    // A run waiting to retry, and one skipped (overlap) besides the succeeded ones.
+    env.ok(&["--now", "2026-07-01T00:31:00Z", "run", "failing"]);
+    env.tick_at("2026-07-01T00:31:01Z");
+    // A running run, held by a tick that stops claiming after a second.
+    env.ok(&["--now", "2026-07-01T00:32:00Z", "run", "sleeper"]);
+    let bg = Bg::spawn(
+        &env,
+        "tick",
+        &["--now", "2026-07-01T00:32:01Z", "tick", "--max-tick", "1s"],
+    )
+    .with_job_pidfile(&pidfile);
+    let sleeper = run_ids(&env, "sleeper")[0];
+    wait_until(Duration::from_secs(20), "the sleeper to run", || {
+        status_of(&env, sleeper) == "running" && bg.job_pid().is_some()
+    });
+    std::thread::sleep(Duration::from_millis(1500)); // past its --max-tick: it claims no more
+                                                     // A pending run nobody has claimed.
+    env.ok(&["--now", "2026-07-01T00:33:00Z", "run", "tenmin"]);
+
+    let count = |sql: &str| env.count(sql);
+    let finished = count(
+        "SELECT count(*) FROM job_runs WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped')",
+    );
+    let unfinished = count("SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')");
+    assert_eq!(finished, 3, "three succeeded runs of tenmin");
+    assert_eq!(unfinished, 3, "retrying, running, pending");
+    let attempts = count(
+        "SELECT count(*) FROM job_attempts a JOIN job_runs r ON r.id = a.run_id
+         WHERE r.status = 'succeeded'",
+    );
+    let events = count(
+        "SELECT count(*) FROM job_events e JOIN job_runs r ON r.id = e.run_id
+         WHERE r.status = 'succeeded'",
+    );
+
+    let later = ["--now", "2026-07-02T00:00:00Z"];
+    let mut args = later.to_vec();
+    args.extend(["prune", "--older-than", "1h", "--dry-run"]);
+    let out = env.ok(&args);
+    assert_eq!(
+        out,
+        format!(
+            "would remove 3 runs ({attempts} attempts, {events} events) that finished before \
+             2026-07-01T23:00:00Z (dry run; nothing was deleted)\n"
+        )
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM job_runs"),
+        6,
+        "dry run deleted nothing"
+    );
+
+    let mut args = later.to_vec();
+    args.extend(["prune", "--older-than", "1h"]);
+    let out = env.ok(&args);
+    assert_eq!(
+        out,
+        format!(
+            "removed 3 runs ({attempts} attempts, {events} events) that finished before \
+             2026-07-01T23:00:00Z\n"
+        )
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')"),
+        3,
+        "pending and running runs are untouched"
+    );
+    assert_eq!(count("SELECT count(*) FROM job_runs"), 3);
+    assert_eq!(
+        count("SELECT count(*) FROM job_attempts WHERE run_id NOT IN (SELECT id FROM job_runs)"),
+        0,
+        "no orphan attempts"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM job_events WHERE run_id NOT IN (SELECT id FROM job_runs)"),
+        0,
+        "no orphan events"
+    );
+    let mut args = later.to_vec();
+    args.extend(["prune", "--older-than", "1h"]);
+    assert!(env.ok(&args).starts_with("nothing to prune"));
+    assert_eq!(status_of(&env, sleeper), "running");
+
+    // Clean up the running job through the product: cancel stops it.
+    env.ok(&["cancel", &sleeper.to_string()]);
+    let out = bg.finish(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn pruning_a_schedules_history_never_lets_a_tick_run_its_instants_again() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-07-01T00:00:00Z"),
+        "tenmin",
+        "*/10 * * * *",
+        &[],
+        "true",
+    );
+    for minute in ["10", "20", "30", "40"] {
+        env.tick_at(&format!("2026-07-01T00:{minute}:05Z"));
+    }
+    assert_eq!(run_ids(&env, "tenmin").len(), 4);
+    let out = env.ok(&[
+        "--now",
+        "2026-08-15T00:00:00Z",
+        "prune",
+        "--older-than",
+        "1d",
+    ]);
+    assert!(out.starts_with("removed 4 runs"), "{out}");
+    assert_eq!(run_ids(&env, "tenmin").len(), 0);
+    // Ticks inside the pruned period, on and between handled instants: nothing comes back.
+    for now in [
+        "2026-07-01T00:10:00Z",
+        "2026-07-01T00:20:30Z",
+        "2026-07-01T00:35:00Z",
+        "2026-07-01T00:40:05Z",
+    ] {
+        env.tick_at(now);
+        assert_eq!(
+            run_ids(&env, "tenmin"),
+            Vec::<i64>::new(),
+            "a tick at {now} re-materialised a pruned instant"
+        );
+    }
+    // The next instant after the cursor still runs.
+    env.tick_at("2026-07-01T00:50:05Z");
+    assert_eq!(run_ids(&env, "tenmin").len(), 1);
+}
+
+#[test]
+fn prune_deletes_in_batches_of_5000_runs() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-07-01T00:00:00Z"),
+        "bulk",
+        "0 0 1 1 *",
+        &[],
+        "true",
+    );
+    let now = epoch("2026-07-01T00:00:00Z");
+    insert_finished_runs(&env, "bulk", 12_000, now, 40 * 86_400);
+    let out = env.run(&["--now", "2026-07-01T00:00:00Z", "-v", "prune"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("removed 12000 runs (12000 attempts, 24000 events)"),
+        "{}",
+        stdout(&out)
+    );
+    let batches: Vec<String> = stderr(&out)
+        .lines()
+        .filter(|l| l.contains("pruned a batch of"))
+        .map(String::from)
+        .collect();
+    assert_eq!(batches.len(), 3, "{batches:#?}");
+    assert!(
+        batches[0].contains("batch of 5000 runs (5000 so far"),
+        "{batches:?}"
+    );
+    assert!(
+        batches[2].contains("batch of 2000 runs (12000 so far"),
+        "{batches:?}"
+    );
+    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    assert_eq!(env.count("SELECT count(*) FROM job_attempts"), 0);
+    assert_eq!(env.count("SELECT count(*) FROM job_events"), 0);
+}
+
+#[test]
+fn prune_retention_comes_from_runner_retention() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-07-01T00:00:00Z"),
+        "kept",
+        "0 0 1 1 *",
+        &[],
+        "true",
+    );
+    let now = epoch("2026-07-01T00:00:00Z");
+    insert_finished_runs(&env, "kept", 10, now, 10 * 86_400);
+    let prune = |retention: Option<&str>, extra: &[&str]| {
+        let mut cmd = env.cmd();
+        cmd.args(["--now", "2026-07-01T00:00:00Z", "prune"])
+            .args(extra);
+        match retention {
+            Some(r) => cmd.env("RUNNER_RETENTION", r),
+            None => cmd.env_remove("RUNNER_RETENTION"),
+        };
+        cmd.output().expect("prune")
+    };
+    // Default 30 days: 10-day-old runs stay.
+    let out = prune(None, &[]);
+    assert!(
+        stdout(&out).starts_with("nothing to prune"),
+        "{}",
+        stdout(&out)
+    );
+    let out = prune(Some("20d"), &["--dry-run"]);
+    assert!(
+        stdout(&out).starts_with("would remove 0 runs"),
+        "{}",
+        stdout(&out)
+    );
+    let out = prune(Some("5d"), &["--dry-run"]);
+    assert!(
+        stdout(&out).starts_with("would remove 10 runs"),
+        "{}",
+        stdout(&out)
+    );
+    // off: the tick does not prune, and prune needs an explicit --older-than.
+    let out = prune(Some("off"), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--older-than"), "{}", stderr(&out));
+    let out = prune(Some("soon"), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        prune(Some("off"), &["--older-than", "9d"]).status.code(),
+        Some(0)
+    );
+    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+}
+
+/// On the real clock: the automatic prune may not run on a clock shifted by `--now` (see
+/// `clock.rs`), so this test ages its runs instead of moving its clock.
+#[test]
+fn the_tick_prunes_by_itself_at_most_once_an_hour() {
+    let env = Env::init();
+    env.ok(&[
+        "schedule",
+        "add",
+        "old",
+        "--cron",
+        "0 0 1 1 *",
+        "--paused",
+        "--",
+        "true",
+    ]);
+    let tick_with = |retention: Option<&str>| {
+        let mut cmd = env.cmd();
+        cmd.arg("tick");
+        match retention {
+            Some(r) => cmd.env("RUNNER_RETENTION", r),
+            None => cmd.env_remove("RUNNER_RETENTION"),
+        };
+        let out = cmd.output().expect("tick");
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(stderr(&out), "", "a pruning tick stays quiet");
+    };
+    // Retention off: nothing happens.
+    let now = real_now();
+    insert_finished_runs(&env, "old", 50, now, 40 * 86_400);
+    tick_with(Some("off"));
+    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 50);
+    // Default 30 days: the first tick prunes the 40-day-old runs.
+    let before = real_now();
+    tick_with(None);
+    let after = real_now();
+    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    let pruned_at = env.count("SELECT value FROM runner_state WHERE key = 'last_prune_at'");
+    assert!((before..=after).contains(&pruned_at), "{pruned_at}");
+    // Within the hour: not again.
+    insert_finished_runs(&env, "old", 50, real_now() + 1, 40 * 86_400);
+    tick_with(None);
+    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 50);
+    // An hour later (the turn's time moved back an hour, as if it had passed): again. Status
+    // says when.
+    env.conn()
+        .execute(
+            "UPDATE runner_state SET value = value - 3600 WHERE key = 'last_prune_at'",
+            [],
+        )
+        .expect("age the last prune");
+    let before = real_now();
+    tick_with(None);
+    let after = real_now();
+    assert_eq!(env.count("SELECT count(*) FROM job_runs"), 0);
+    let report = json(&env.ok(&["status", "--json"]));
+    let pruned_at = report["last_prune_at_epoch"].as_i64().expect("last prune");
+    assert!((before..=after).contains(&pruned_at), "{report}");
+}
+
+#[test]
+fn ticks_keep_succeeding_while_a_big_prune_runs() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-07-01T00:00:00Z"),
+        "bulk",
+        "0 0 1 1 *",
+        &[],
+        "true",
+    );
+    env.add_at(
+        Some("2026-07-01T00:00:00Z"),
+        "live",
+        "* * * * *",
+        &[],
+        "true",
+    );
+    let now = epoch("2026-07-01T00:00:00Z");
+    // Enough for about 20 batches, so ticks must interleave with them.
+    insert_finished_runs(&env, "bulk", 100_000, now, 40 * 86_400);
+    let mut pruner = env
+        .cmd()
+        .args(["--now", "2026-07-01T00:00:00Z", "prune"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("prune");
+    // Ticks (and manual runs) while it deletes: each must succeed, none may report a lock.
+    // Their own hourly prune is off here, so the command does all the deleting.
+    let mut ticks = 0;
+    while pruner.try_wait().expect("try_wait").is_none() && ticks < 500 {
+        ticks += 1;
+        let at = utc(now + 60 * ticks);
+        env.ok(&["--now", &at, "run", "live"]);
+        let out = env
+            .cmd()
+            .args(["--now", &at, "tick"])
+            .env("RUNNER_RETENTION", "off")
+            .output()
+            .expect("tick");
+        assert!(out.status.success(), "tick {ticks}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "tick {ticks} reported a problem");
+    }
+    let out = pruner.wait_with_output().expect("prune output");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("removed 100000 runs (100000 attempts, 200000 events)"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        ticks >= 3,
+        "the prune finished before ticks could interleave ({ticks})"
+    );
+    let live_pending = env.count(
+        "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+         WHERE d.name = 'live' AND r.status IN ('pending', 'running')",
+    );
+    assert_eq!(live_pending, 0, "every live run executed");
+    assert!(env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded'") >= ticks);
+}

@@ -1,0 +1,274 @@
+//! Steer what runs: `cancel` of a running or pending run, `retry` of a dead run or of one waiting
+//! out its backoff, on real databases through the real binary. Times are pinned with `--now`.
+
+use std::fs;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::common::{
+    epoch, json, process_alive, run_ids, status_of, stderr, utc, wait_until, Bg, Env,
+};
+
+#[test]
+fn cancel_of_a_running_run_stops_its_process_group_and_status_shows_its_lease() {
+    let env = Env::init();
+    let pidfile = env.path("job.pid");
+    let command = format!("echo $$ > '{}'; sleep 30", pidfile.display());
+    env.add_at(
+        Some("2026-07-01T11:00:00Z"),
+        "sleeper",
+        "0 0 1 1 *",
+        &[],
+        &command,
+    );
+    env.ok(&["run", "sleeper"]);
+    let bg = Bg::spawn(
+        &env,
+        "tick",
+        &["tick", "--lease", "3s", "--owner", "bg-tick"],
+    )
+    .with_job_pidfile(&pidfile);
+    let run_id = run_ids(&env, "sleeper")[0];
+    wait_until(Duration::from_secs(20), "the job to start", || {
+        bg.job_pid().is_some() && status_of(&env, run_id) == "running"
+    });
+    let job = bg.job_pid().expect("pid");
+
+    // status: the running run with its owner, host and lease; 10 minutes on, its lease expired.
+    let report = json(&env.ok(&["status", "--json"]));
+    let running = &report["running"][0];
+    assert_eq!(running["run_id"], run_id, "{report}");
+    assert_eq!(running["owner"], "bg-tick");
+    assert!(running["host"].as_str().is_some_and(|h| !h.is_empty()));
+    assert_eq!(running["lease_expired"], false);
+    assert!(running["lease_expires_at_epoch"].as_i64().is_some());
+    assert_eq!(report["expired_leases"], Value::Array(vec![]));
+    let later = utc(running["lease_expires_at_epoch"].as_i64().expect("expiry") + 600);
+    let report = json(&env.ok(&["--now", &later, "status", "--json"]));
+    assert_eq!(report["expired_leases"][0]["run_id"], run_id, "{report}");
+    assert!(
+        report["warnings"]
+            .as_array()
+            .expect("warnings")
+            .iter()
+            .any(|w| w.as_str().unwrap_or("").contains("expired lease")),
+        "{report}"
+    );
+    let text = env.ok(&["--now", &later, "status"]);
+    assert!(text.contains("lease EXPIRED"), "{text}");
+    assert!(text.contains("expired lease"), "{text}");
+    // And in history, shown running with how long it has run.
+    assert!(env.ok(&["history", "sleeper"]).contains("running"));
+
+    // Retrying a running run makes no sense.
+    let err = env.fails(2, &["retry", &run_id.to_string()]);
+    assert!(err.contains("running"), "{err}");
+
+    let out = env.ok(&["cancel", &run_id.to_string()]);
+    assert!(out.contains(&format!("cancelled run {run_id}")), "{out}");
+    assert!(out.contains("next heartbeat"), "{out}");
+    assert_eq!(status_of(&env, run_id), "cancelled");
+    wait_until(
+        Duration::from_secs(20),
+        "the job's process group to be killed",
+        || !process_alive(job),
+    );
+    let out = bg.finish(Duration::from_secs(30));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the tick still succeeds: {}",
+        stderr(&out)
+    );
+
+    let conn = env.conn();
+    let (lease, owner, finished, code): (Option<String>, Option<String>, Option<i64>, String) =
+        conn.query_row(
+            "SELECT lease_token, owner, finished_at, error_code FROM job_runs WHERE id = ?1",
+            [run_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .expect("run");
+    assert_eq!((lease, owner), (None, None));
+    assert!(finished.is_some());
+    assert_eq!(code, "CANCELLED");
+    // The tick closed the attempt when the job stopped.
+    let attempt_code: Option<String> = conn
+        .query_row(
+            "SELECT error_code FROM job_attempts WHERE run_id = ?1 AND finished_at IS NOT NULL",
+            [run_id],
+            |r| r.get(0),
+        )
+        .expect("closed attempt");
+    assert_eq!(attempt_code.as_deref(), Some("CANCELLED"));
+    let kinds = env.strings(&format!(
+        "SELECT kind FROM job_events WHERE run_id = {run_id} ORDER BY id"
+    ));
+    assert!(kinds.contains(&"CANCELLED".to_string()), "{kinds:?}");
+
+    // Cancelled is final: neither cancel nor retry applies.
+    let err = env.fails(2, &["cancel", &run_id.to_string()]);
+    assert!(err.contains("already finished"), "{err}");
+    env.fails(2, &["retry", &run_id.to_string()]);
+}
+
+#[test]
+fn cancel_of_a_pending_run_means_it_never_runs() {
+    let env = Env::init();
+    let marker = env.path("ran");
+    env.add_at(
+        Some("2026-07-01T11:00:00Z"),
+        "once",
+        "0 0 1 1 *",
+        &[],
+        &format!("touch '{}'", marker.display()),
+    );
+    env.ok(&["run", "once"]);
+    let id = run_ids(&env, "once")[0];
+    let out = env.ok(&["cancel", &id.to_string()]);
+    assert!(
+        out.contains(&format!("cancelled run {id} of once")),
+        "{out}"
+    );
+    env.ok(&["tick"]);
+    assert!(!marker.exists(), "a cancelled run was executed");
+    assert_eq!(status_of(&env, id), "cancelled");
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM job_runs WHERE id = {id} AND finished_at IS NOT NULL"
+        )),
+        1
+    );
+    let shown = json(&env.ok(&["show", &id.to_string(), "--json"]));
+    let last = shown["events"].as_array().expect("events").last().cloned();
+    assert_eq!(
+        last.as_ref().map(|e| e["kind"].clone()),
+        Some("CANCELLED".into())
+    );
+    assert_eq!(
+        last.map(|e| e["detail"]["from"].clone()),
+        Some("pending".into())
+    );
+    env.fails(3, &["cancel", "424242"]);
+    env.fails(3, &["retry", "424242"]);
+}
+
+#[test]
+fn retry_of_a_dead_run_allows_one_more_attempt_and_keeps_counting() {
+    let env = Env::init();
+    let flag = env.path("healed");
+    // Fails until the flag file exists.
+    let command = format!("test -e '{}' || exit 7", flag.display());
+    env.add_at(
+        Some("2026-07-01T11:00:00Z"),
+        "fragile",
+        "0 0 1 1 *",
+        &[
+            "--max-attempts",
+            "2",
+            "--backoff-base",
+            "0s",
+            "--backoff-max",
+            "0s",
+        ],
+        &command,
+    );
+    env.ok(&["--now", "2026-07-01T12:00:00Z", "run", "fragile"]);
+    let id = run_ids(&env, "fragile")[0];
+    env.tick_at("2026-07-01T12:00:01Z");
+    env.tick_at("2026-07-01T12:00:05Z");
+    assert_eq!(status_of(&env, id), "dead");
+
+    let out = env.ok(&["--now", "2026-07-01T12:01:00Z", "retry", &id.to_string()]);
+    assert!(
+        out.contains("attempt 3 of 3") && out.contains("raised from 2 to 3"),
+        "{out}"
+    );
+    let row = |what: &str| env.count(&format!("SELECT {what} FROM job_runs WHERE id = {id}"));
+    assert_eq!(status_of(&env, id), "pending");
+    assert_eq!(row("attempt"), 2, "attempts keep counting");
+    assert_eq!(row("max_attempts"), 3);
+    assert_eq!(row("finished_at IS NULL"), 1);
+    let shown = json(&env.ok(&["show", &id.to_string(), "--json"]));
+    let retried = shown["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .find(|e| e["kind"] == "RETRIED")
+        .cloned()
+        .expect("a RETRIED event");
+    assert_eq!(retried["detail"]["from"], "dead");
+    assert_eq!(retried["detail"]["next_attempt"], 3);
+    assert_eq!(retried["detail"]["max_attempts_before"], 2);
+
+    fs::write(&flag, "").expect("flag");
+    env.tick_at("2026-07-01T12:01:01Z");
+    assert_eq!(status_of(&env, id), "succeeded");
+    assert_eq!(row("attempt"), 3);
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM job_attempts WHERE run_id = {id}"
+        )),
+        3
+    );
+    // Succeeded: nothing to retry.
+    let err = env.fails(2, &["retry", &id.to_string()]);
+    assert!(
+        err.contains("succeeded") && err.contains("runner run fragile"),
+        "{err}"
+    );
+}
+
+#[test]
+fn retry_of_a_run_waiting_out_its_backoff_makes_it_due_now() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-07-01T11:00:00Z"),
+        "slowretry",
+        "0 0 1 1 *",
+        &["--backoff-base", "1h", "--backoff-max", "1h"],
+        "exit 9",
+    );
+    env.ok(&["--now", "2026-07-01T12:00:00Z", "run", "slowretry"]);
+    let id = run_ids(&env, "slowretry")[0];
+    // Not yet tried: nothing to retry.
+    let err = env.fails(2, &["retry", &id.to_string()]);
+    assert!(err.contains("not failed yet"), "{err}");
+
+    env.tick_at("2026-07-01T12:00:01Z");
+    assert_eq!(status_of(&env, id), "pending");
+    let run_at = env.count(&format!("SELECT run_at FROM job_runs WHERE id = {id}"));
+    assert!(run_at > epoch("2026-07-01T12:20:00Z"), "a backoff delay");
+    // A tick now does nothing; after retry it runs attempt 2.
+    env.tick_at("2026-07-01T12:00:10Z");
+    assert_eq!(
+        env.count(&format!("SELECT attempt FROM job_runs WHERE id = {id}")),
+        1
+    );
+    let out = env.ok(&["--now", "2026-07-01T12:00:20Z", "retry", &id.to_string()]);
+    assert!(out.contains("attempt 2 of 3"), "{out}");
+    assert!(
+        env.count(&format!("SELECT run_at FROM job_runs WHERE id = {id}"))
+            <= epoch("2026-07-01T12:00:21Z")
+    );
+    assert_eq!(
+        env.count(&format!(
+            "SELECT max_attempts FROM job_runs WHERE id = {id}"
+        )),
+        3,
+        "attempts were left: the limit stays"
+    );
+    env.tick_at("2026-07-01T12:00:30Z");
+    assert_eq!(
+        env.count(&format!("SELECT attempt FROM job_runs WHERE id = {id}")),
+        2
+    );
+    assert_eq!(
+        env.strings(&format!(
+            "SELECT kind FROM job_events WHERE run_id = {id} AND kind = 'RETRIED'"
+        ))
+        .len(),
+        1
+    );
+}
