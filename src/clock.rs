@@ -38,20 +38,46 @@ impl Clock {
         }
     }
 
-    pub fn now(&self) -> DateTime<Utc> {
+    /// One reading: the "now" of one decision.
+    pub fn read(&self) -> Now {
         let wall = wall_clock();
-        wall.checked_add_signed(self.offset).unwrap_or(wall)
+        Now(wall.checked_add_signed(self.offset).unwrap_or(wall))
+    }
+
+    pub fn now(&self) -> DateTime<Utc> {
+        self.read().time()
     }
 
     /// Now as UTC epoch seconds, the unit of every time stored in the database.
     pub fn epoch(&self) -> i64 {
-        self.now().timestamp()
+        self.read().secs()
     }
 
     /// Whether `--now` moved this clock away from the system clock. A shifted clock is a test or
     /// a replay: it must not do what only the real clock may decide (automatic pruning).
     pub fn is_shifted(&self) -> bool {
         self.shifted
+    }
+}
+
+/// One reading of the clock, taken once per decision and handed to everything that decision
+/// needs, in the unit each part needs: schedules a time, the store epoch seconds, a retry time
+/// epoch milliseconds (so it is never rounded early).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Now(DateTime<Utc>);
+
+impl Now {
+    pub fn time(self) -> DateTime<Utc> {
+        self.0
+    }
+
+    /// Epoch seconds, the unit of every time stored in the database.
+    pub fn secs(self) -> i64 {
+        self.0.timestamp()
+    }
+
+    pub fn millis(self) -> i64 {
+        self.0.timestamp_millis()
     }
 }
 

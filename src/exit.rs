@@ -91,16 +91,3 @@ pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
         .find_map(|c| c.downcast_ref::<Classified>())?
         .hint
 }
-
-/// Write one line to stderr. Unlike `eprintln!`, a closed or full stderr is ignored instead of
-/// panicking: a tick must go on supervising its jobs even when nobody reads its complaints.
-pub fn stderr_line(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-}
-
-/// `eprintln!` that never panics (see `stderr_line`).
-#[macro_export]
-macro_rules! complain {
-    ($($arg:tt)*) => { $crate::exit::stderr_line(format_args!($($arg)*)) };
-}

@@ -11,6 +11,7 @@ pub mod exit;
 pub mod model;
 pub mod process;
 pub mod schedule;
+pub mod stderr;
 pub mod store;
 pub mod tick;
 pub mod timing;

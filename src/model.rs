@@ -2,11 +2,15 @@
 //! Stored as text; converted here, at the boundary, and nowhere else.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde_json::json;
 
 use crate::backoff::RetryPolicy;
+use crate::clock::Now;
+use crate::exit::Failure;
 use crate::schedule::CatchUp;
 
 macro_rules! text_enum {
@@ -240,6 +244,196 @@ pub struct Settings {
     pub paused: bool,
 }
 
+/// The most attempts a schedule may ask for: enough for any sane retry policy.
+const MAX_ATTEMPTS_LIMIT: u32 = 1000;
+const NAME_MAX_CHARS: usize = 200;
+/// Linux's MAX_ARG_STRLEN: one argv string (the command given to `sh -c`) must be shorter.
+const COMMAND_MAX_BYTES: usize = 128 * 1024;
+/// The longest duration a setting may hold.
+const DURATION_MAX_SECS: u64 = 10 * 365 * 86_400;
+
+/// A schedule's name as `schedule add` accepts it: what a shell word and a log line can carry.
+pub fn validate_name(name: &str) -> anyhow::Result<()> {
+    let problem = if name.is_empty() {
+        Some("must not be empty".to_string())
+    } else if name.chars().count() > NAME_MAX_CHARS {
+        Some(format!("is longer than {NAME_MAX_CHARS} characters"))
+    } else if name.starts_with('-') {
+        Some("must not start with '-'".to_string())
+    } else if name
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || crate::display::is_bidi_control(c))
+    {
+        Some("must not contain spaces, control characters or bidi controls".to_string())
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(Failure::usage(format!(
+            "schedule name \"{}\" {problem}; e.g. nightly-backup, reports.daily",
+            crate::display::escape_line(&truncate_detail(name, 60))
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A change to a schedule's settings as asked for (the flags of `schedule add` and `edit`):
+/// `None` keeps the current value. Nothing in it is checked yet: `Settings::changed` does that,
+/// once, and its errors name the flag to fix.
+#[derive(Debug, Clone, Default)]
+pub struct SettingsChange {
+    pub cron: Option<String>,
+    pub timezone: Option<String>,
+    pub max_attempts: Option<i64>,
+    pub timeout: Option<Duration>,
+    pub backoff_base: Option<Duration>,
+    pub backoff_max: Option<Duration>,
+    pub overlap: Option<Overlap>,
+    pub catch_up: Option<CatchUp>,
+    pub grace: Option<Duration>,
+    pub workdir: Option<PathBuf>,
+    pub leftovers: Option<Leftovers>,
+    /// Set the schedule paused (`false` keeps the current state).
+    pub paused: bool,
+    pub command: Option<String>,
+}
+
+impl Settings {
+    /// A new schedule of `cron` with every other setting at its default: what `schedule add`
+    /// documents as `[add: X]`. No command yet: `changed` insists on one.
+    pub fn defaults(cron: &str) -> Settings {
+        Settings {
+            cron: cron.to_string(),
+            timezone: "UTC".to_string(),
+            command: String::new(),
+            workdir: None,
+            max_attempts: 3,
+            timeout_secs: 3600,
+            backoff_base_secs: 30,
+            backoff_max_secs: 3600,
+            overlap: Overlap::Forbid,
+            catch_up: CatchUp::Latest,
+            grace_secs: 300,
+            leftovers: Leftovers::Kill,
+            paused: false,
+        }
+    }
+
+    /// These settings with `change` applied, all validated (usage errors, exit 2). The working
+    /// directory is resolved to an absolute path, so the job runs where it was meant to whatever
+    /// directory the tick starts in.
+    pub fn changed(&self, change: &SettingsChange) -> anyhow::Result<Settings> {
+        let mut s = self.clone();
+        if let Some(cron) = &change.cron {
+            s.cron = cron.trim().to_string();
+        }
+        if let Some(tz) = &change.timezone {
+            s.timezone = tz.trim().to_string();
+        }
+        if let Some(n) = change.max_attempts {
+            s.max_attempts = u32::try_from(n)
+                .ok()
+                .filter(|n| (1..=MAX_ATTEMPTS_LIMIT).contains(n))
+                .ok_or_else(|| {
+                    Failure::usage(format!(
+                        "--max-attempts must be between 1 and {MAX_ATTEMPTS_LIMIT}, not {n}"
+                    ))
+                })?;
+        }
+        if let Some(d) = change.timeout {
+            s.timeout_secs = duration_secs("timeout", d, 1)?;
+        }
+        if let Some(d) = change.backoff_base {
+            s.backoff_base_secs = duration_secs("backoff-base", d, 0)?;
+        }
+        if let Some(d) = change.backoff_max {
+            s.backoff_max_secs = duration_secs("backoff-max", d, 0)?;
+        }
+        if s.backoff_max_secs < s.backoff_base_secs {
+            return Err(Failure::usage(format!(
+                "--backoff-max ({}) must not be shorter than --backoff-base ({})",
+                humantime::format_duration(Duration::from_secs(s.backoff_max_secs as u64)),
+                humantime::format_duration(Duration::from_secs(s.backoff_base_secs as u64)),
+            )));
+        }
+        if let Some(policy) = change.overlap {
+            s.overlap = policy;
+        }
+        if let Some(policy) = change.catch_up {
+            s.catch_up = policy;
+        }
+        if let Some(policy) = change.leftovers {
+            s.leftovers = policy;
+        }
+        if let Some(d) = change.grace {
+            s.grace_secs = duration_secs("grace", d, 0)?;
+        }
+        if let Some(dir) = &change.workdir {
+            s.workdir = Some(resolve_workdir(dir)?);
+        }
+        if change.paused {
+            s.paused = true;
+        }
+        if let Some(command) = &change.command {
+            s.command = command.clone();
+        }
+        if s.command.trim().is_empty() {
+            return Err(Failure::usage(
+                "no command given; put it after `--`, e.g. `-- /usr/local/bin/backup --full`",
+            ));
+        }
+        if s.command.contains('\0') {
+            return Err(Failure::usage("the command must not contain a NUL byte"));
+        }
+        if s.command.len() >= COMMAND_MAX_BYTES {
+            return Err(Failure::usage(format!(
+                "the command is {} bytes; the kernel passes at most {} bytes to `sh -c`: put it in a \
+                 script and schedule the script",
+                s.command.len(),
+                COMMAND_MAX_BYTES - 1
+            )));
+        }
+        crate::schedule::CronSchedule::parse(&s.cron).map_err(Failure::usage)?;
+        crate::schedule::parse_zone(&s.timezone).map_err(Failure::usage)?;
+        Ok(s)
+    }
+}
+
+/// Whole seconds of a duration setting (`--timeout` etc.), refusing values that do not fit.
+fn duration_secs(flag: &str, value: Duration, min_secs: u64) -> anyhow::Result<i64> {
+    let secs = value.as_secs();
+    if secs < min_secs {
+        return Err(Failure::usage(format!(
+            "--{flag} must be at least {min_secs}s"
+        )));
+    }
+    i64::try_from(secs)
+        .ok()
+        .filter(|s| *s as u64 <= DURATION_MAX_SECS)
+        .ok_or_else(|| Failure::usage(format!("--{flag} is too large (at most 10 years)")))
+}
+
+/// `--workdir`: an existing directory, made absolute.
+fn resolve_workdir(dir: &Path) -> anyhow::Result<String> {
+    let resolved = match dir.canonicalize() {
+        Ok(p) if p.is_dir() => p,
+        Ok(_) => {
+            return Err(Failure::usage(format!(
+                "--workdir {}: not a directory",
+                dir.display()
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Failure::usage(format!(
+                "--workdir {}: no such directory",
+                dir.display()
+            )))
+        }
+        Err(e) => return Err(Failure::usage(format!("--workdir {}: {e}", dir.display()))),
+    };
+    Ok(resolved.to_string_lossy().into_owned())
+}
+
 /// A row of `job_definitions`.
 #[derive(Debug, Clone)]
 pub struct Definition {
@@ -251,6 +445,38 @@ pub struct Definition {
     pub created_at: i64,
     pub updated_at: i64,
     pub revision: i64,
+}
+
+/// A schedule's cursor: every instant up to `materialized_through` is handled (run, skipped or
+/// deliberately not replayed); it next fires at `next_fire_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    pub materialized_through: i64,
+    pub next_fire_at: Option<i64>,
+}
+
+impl Cursor {
+    /// Where a cursor at `through` restarts at `now` (`schedule add`, `resume`, `edit`): every
+    /// instant up to now counts as handled, so a paused or damaged period is never replayed (a
+    /// cursor never moves back), and the schedule next fires at the first instant after that,
+    /// by `settings`.
+    pub fn restart(settings: &Settings, through: i64, now: i64) -> anyhow::Result<Cursor> {
+        let materialized_through = through.max(now);
+        Ok(Cursor {
+            materialized_through,
+            next_fire_at: crate::timing::Timing::of(settings)?.next_after(materialized_through),
+        })
+    }
+}
+
+impl Definition {
+    /// Restart the cursor at `now` by the current settings (see `Cursor::restart`).
+    pub fn restart_cursor(&mut self, now: i64) -> anyhow::Result<()> {
+        let cursor = Cursor::restart(&self.settings, self.materialized_through, now)?;
+        self.materialized_through = cursor.materialized_through;
+        self.next_fire_at = cursor.next_fire_at;
+        Ok(())
+    }
 }
 
 /// One column of a stored definition that this runner cannot act on, and why.
@@ -546,14 +772,14 @@ pub enum AfterFailure {
 
 impl AfterFailure {
     /// By the run's retry policy: retry after a jittered backoff, or dead once all its attempts
-    /// have been made. `now_ms` is the failure time in epoch milliseconds.
+    /// have been made. `now` is when the attempt failed.
     pub fn by_policy(
         policy: &RetryPolicy,
         attempt: u32,
-        now_ms: i64,
+        now: Now,
         rng: &mut fastrand::Rng,
     ) -> AfterFailure {
-        match policy.retry_at(attempt, now_ms, rng) {
+        match policy.retry_at(attempt, now.millis(), rng) {
             Some(at) => AfterFailure::RetryAt(at),
             None => AfterFailure::Dead,
         }
@@ -946,19 +1172,10 @@ mod tests {
                 id: 7,
                 name: name.to_string(),
                 settings: Settings {
-                    cron: "* * * * *".to_string(),
-                    timezone: "UTC".to_string(),
                     command: "true".to_string(),
-                    workdir: None,
-                    max_attempts: 3,
                     timeout_secs: 60,
-                    backoff_base_secs: 30,
                     backoff_max_secs: 60,
-                    overlap: Overlap::Forbid,
-                    catch_up: CatchUp::Latest,
-                    grace_secs: 300,
-                    leftovers: Leftovers::Kill,
-                    paused: false,
+                    ..Settings::defaults("* * * * *")
                 },
                 materialized_through: 0,
                 next_fire_at: None,

@@ -3,9 +3,9 @@
 //!
 //! The file has one table per schedule, named by the schedule, with the fields of `schedule add`
 //! (snake_case) and the same defaults: a field the file leaves out takes its default, so the
-//! file is the whole truth about each schedule it names. Each table is turned into the flags of
-//! `schedule add` and validated by the very code `add` and `edit` use, so the rules live in one
-//! place. Reading and validating the file (pure), planning against the database (pure), and
+//! file is the whole truth about each schedule it names. Each table becomes a `SettingsChange`
+//! over `Settings::defaults` and is validated by `Settings::changed`, as `add` and `edit` do, so
+//! the rules live in one place (the model). Reading and validating the file (pure), planning against the database (pure), and
 //! writing the plan (one store transaction) are separate steps: an invalid file changes nothing.
 
 use std::collections::BTreeMap;
@@ -16,14 +16,12 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use super::schedule::{defaults, validate_name, SettingsFlags};
 use super::{actor, parse_whole_seconds, Ctx};
 use crate::display::escape_line;
 use crate::exit::Failure;
-use crate::model::{Definition, Settings};
+use crate::model::{validate_name, Cursor, Definition, Settings, SettingsChange};
 use crate::store::{Applied, DefinitionChanges, DefinitionRow, Location, OpenMode, RunFilter};
 use crate::tick::materialize::materialize_definition;
-use crate::timing::Timing;
 
 #[derive(Debug, clap::Args)]
 pub struct ApplyArgs {
@@ -150,8 +148,8 @@ fn in_file_terms(message: &str) -> String {
 }
 
 /// Parse and validate a schedules file: every schedule's settings, by name, or every problem
-/// found (sorted by line). Validation is `schedule add`'s own, field by field, so each problem
-/// names the field at fault.
+/// found (sorted by line). Validation is the model's (`Settings::changed`), field by field, so
+/// each problem names the field at fault.
 pub fn read_file(text: &str) -> std::result::Result<BTreeMap<String, Settings>, Vec<FileError>> {
     let entries: BTreeMap<String, Spanned<Entry>> = toml::from_str(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
@@ -238,11 +236,11 @@ fn settings_of(
         }
     };
 
-    // Each step sets one field of the flags and validates the whole, as `schedule add` would.
+    // Each step sets one field of the change and validates the whole, as `schedule add` would.
     type Step<'a> = (
         &'static str,
         usize,
-        Box<dyn Fn(&mut SettingsFlags) -> std::result::Result<(), String> + 'a>,
+        Box<dyn Fn(&mut SettingsChange) -> std::result::Result<(), String> + 'a>,
     );
     let at = |span: std::ops::Range<usize>| line_of(text, span.start);
     let duration = |value: &str| parse_whole_seconds(value);
@@ -252,7 +250,7 @@ fn settings_of(
         at(cron.span()),
         Box::new(|f| {
             f.cron = Some(cron.get_ref().clone());
-            f.command = vec!["true".to_string()];
+            f.command = Some("true".to_string());
             Ok(())
         }),
     ));
@@ -260,7 +258,7 @@ fn settings_of(
         "command",
         at(command.span()),
         Box::new(|f| {
-            f.command = vec![command_line.clone()];
+            f.command = Some(command_line.clone());
             Ok(())
         }),
     ));
@@ -269,7 +267,7 @@ fn settings_of(
             "tz",
             at(v.span()),
             Box::new(|f| {
-                f.tz = Some(v.get_ref().clone());
+                f.timezone = Some(v.get_ref().clone());
                 Ok(())
             }),
         ));
@@ -288,7 +286,7 @@ fn settings_of(
         (
             "timeout",
             &entry.timeout,
-            (|f: &mut SettingsFlags, d| f.timeout = Some(d)) as fn(&mut SettingsFlags, Duration),
+            (|f: &mut SettingsChange, d| f.timeout = Some(d)) as fn(&mut SettingsChange, Duration),
         ),
         ("backoff_base", &entry.backoff_base, |f, d| {
             f.backoff_base = Some(d)
@@ -364,14 +362,14 @@ fn settings_of(
         ));
     }
 
-    let mut flags = SettingsFlags::default();
+    let mut flags = SettingsChange::default();
     let mut settings = None;
     for (field, line, set) in steps {
         set(&mut flags).map_err(|e| fail(line, field, e))?;
         let cron = flags.cron.clone().unwrap_or_default();
         settings = Some(
-            flags
-                .apply(defaults(&cron))
+            Settings::defaults(&cron)
+                .changed(&flags)
                 .map_err(|e| fail(line, field, format!("{e:#}")))?,
         );
     }
@@ -605,7 +603,8 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     let Some(store) = store.as_mut() else {
         unreachable!("a store is opened unless this is a dry run");
     };
-    let now = ctx.clock.now();
+    // One reading of the clock for the whole apply: what is due, and where cursors restart.
+    let now = ctx.clock.read();
     let me = actor(None);
 
     // --force: cancel the running runs of schedules to prune, as `schedule rm --force` does,
@@ -613,7 +612,7 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     for (_, runs) in &running {
         for run in runs {
             if let crate::model::Steered::Done { attempt, .. } =
-                store.steer(run.id, crate::model::Steer::Cancel, now.timestamp(), &me)?
+                store.steer(run.id, crate::model::Steer::Cancel, now.secs(), &me)?
             {
                 let how = super::steer::stop_cancelled(store.as_mut(), ctx, &me, run, attempt)?;
                 say!(
@@ -642,19 +641,14 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
                 }
             };
         }
-        let timing = Timing::of(settings)?;
         definition.settings = settings.clone();
-        definition.materialized_through = definition.materialized_through.max(now.timestamp());
-        definition.next_fire_at = timing.next_after(definition.materialized_through);
+        definition.restart_cursor(now.secs())?;
         update.push(definition);
     }
     let mut add = Vec::new();
     for (name, settings) in &plan.add {
-        add.push((
-            name.clone(),
-            settings.clone(),
-            Timing::of(settings)?.next_after(now.timestamp()),
-        ));
+        let cursor = Cursor::restart(settings, now.secs(), now.secs())?;
+        add.push((name.clone(), settings.clone(), cursor.next_fire_at));
     }
     let changes = DefinitionChanges {
         add,
@@ -668,7 +662,7 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     // Test hook (see `crate::tick::test_hook`): `apply-commit` stalls here, after planning and
     // before the transaction, so tests can run a tick in between.
     crate::tick::test_hook("apply-commit");
-    match store.apply_definitions(&changes, now.timestamp())? {
+    match store.apply_definitions(&changes, now.secs())? {
         Applied::Done => {}
         Applied::Conflict(name) => {
             return Err(anyhow::anyhow!(
@@ -691,7 +685,7 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
 
 /// The file `apply` reads, for these settings.
 fn export_entry(s: &Settings) -> ExportEntry {
-    let d = defaults(&s.cron);
+    let d = Settings::defaults(&s.cron);
     let differs = |a: String, b: String| (a != b).then_some(a);
     ExportEntry {
         cron: s.cron.clone(),
@@ -766,7 +760,7 @@ mod tests {
             Settings {
                 command: s.command.clone(),
                 timeout_secs: 7200,
-                ..defaults("30 2 * * *")
+                ..Settings::defaults("30 2 * * *")
             },
             *s
         );
@@ -812,7 +806,7 @@ mod tests {
             timezone: "Europe/Berlin".to_string(),
             timeout_secs: 5400,
             paused: true,
-            ..defaults("0 9 * * MON-FRI")
+            ..Settings::defaults("0 9 * * MON-FRI")
         };
         let mut entries = BTreeMap::new();
         entries.insert("reports.daily".to_string(), export_entry(&s));
@@ -824,8 +818,8 @@ mod tests {
     #[test]
     fn the_plan_adds_changes_and_leaves_alone() {
         let mut wanted = BTreeMap::new();
-        wanted.insert("new".to_string(), defaults("* * * * *"));
-        let mut same = defaults("@daily");
+        wanted.insert("new".to_string(), Settings::defaults("* * * * *"));
+        let mut same = Settings::defaults("@daily");
         same.command = "true".to_string();
         wanted.insert("same".to_string(), same.clone());
         let definition = |name: &str, settings: Settings| Definition {

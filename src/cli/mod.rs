@@ -293,17 +293,3 @@ pub fn parse_time(value: &str) -> Result<DateTime<Utc>, String> {
             format!("{value:?} is not an RFC 3339 time ({e}); use e.g. 2026-03-08T02:30:00Z")
         })
 }
-
-/// Whole seconds of a duration for storage, refusing values that do not fit.
-pub fn duration_secs(flag: &str, value: Duration, min_secs: u64) -> Result<i64> {
-    let secs = value.as_secs();
-    if secs < min_secs {
-        return Err(Failure::usage(format!(
-            "--{flag} must be at least {min_secs}s"
-        )));
-    }
-    i64::try_from(secs)
-        .ok()
-        .filter(|s| *s <= 10 * 365 * 86_400)
-        .ok_or_else(|| Failure::usage(format!("--{flag} is too large (at most 10 years)")))
-}

@@ -10,14 +10,13 @@ use comfy_table::Table;
 use serde_json::{json, Value};
 
 use super::{
-    actor, duration_secs, find_definition, find_definition_row, parse_whole_seconds,
-    unknown_schedule, Ctx,
+    actor, find_definition, find_definition_row, parse_whole_seconds, unknown_schedule, Ctx,
 };
-use crate::display::{escape_line, is_bidi_control, local_time, put_time};
+use crate::display::{escape_line, local_time, put_time};
 use crate::exit::Failure;
 use crate::model::{
-    repair_flag, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings, Steer,
-    Steered,
+    repair_flag, Cursor, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
+    SettingsChange, Steer, Steered,
 };
 use crate::schedule::{parse_zone, CatchUp};
 use crate::store::{DefinitionRow, OpenMode, Removal, Store};
@@ -138,9 +137,8 @@ pub struct EditArgs {
 }
 
 /// The flags `add` takes and `edit` may change. `[add: X]` is the default for a new schedule;
-/// `edit` keeps the current value of every flag it is not given. `schedule apply` builds them
-/// from a file's fields, so a file is validated exactly as the flags are.
-#[derive(Debug, Default, clap::Args)]
+/// `edit` keeps the current value of every flag it is not given.
+#[derive(Debug, clap::Args)]
 pub struct SettingsFlags {
     /// Cron expression, Debian cron syntax: five fields or a macro like @daily.
     #[arg(long, value_name = "EXPR")]
@@ -234,36 +232,6 @@ pub fn run(command: Command, ctx: &Ctx) -> Result<()> {
     }
 }
 
-/// The most attempts a schedule may ask for: enough for any sane retry policy.
-const MAX_ATTEMPTS_LIMIT: u32 = 1000;
-const NAME_MAX_CHARS: usize = 200;
-/// Linux's MAX_ARG_STRLEN: one argv string (the command given to `sh -c`) must be shorter.
-const COMMAND_MAX_BYTES: usize = 128 * 1024;
-
-pub fn validate_name(name: &str) -> Result<()> {
-    let problem = if name.is_empty() {
-        Some("must not be empty".to_string())
-    } else if name.chars().count() > NAME_MAX_CHARS {
-        Some(format!("is longer than {NAME_MAX_CHARS} characters"))
-    } else if name.starts_with('-') {
-        Some("must not start with '-'".to_string())
-    } else if name
-        .chars()
-        .any(|c| c.is_control() || c.is_whitespace() || is_bidi_control(c))
-    {
-        Some("must not contain spaces, control characters or bidi controls".to_string())
-    } else {
-        None
-    };
-    match problem {
-        Some(problem) => Err(Failure::usage(format!(
-            "schedule name \"{}\" {problem}; e.g. nightly-backup, reports.daily",
-            escape_line(&crate::model::truncate_detail(name, 60))
-        ))),
-        None => Ok(()),
-    }
-}
-
 impl SettingsFlags {
     /// Whether these flags set the `job_definitions` column (for repairing a damaged one).
     fn sets(&self, column: &str) -> bool {
@@ -284,129 +252,37 @@ impl SettingsFlags {
         }
     }
 
-    /// The settings with these flags applied over `base`, all validated.
-    pub(super) fn apply(&self, base: Settings) -> Result<Settings> {
-        let mut s = base;
-        if let Some(cron) = &self.cron {
-            s.cron = cron.trim().to_string();
+    /// The change these flags ask for (validated by `Settings::changed`).
+    fn change(&self) -> SettingsChange {
+        SettingsChange {
+            cron: self.cron.clone(),
+            timezone: self.tz.clone(),
+            max_attempts: self.max_attempts,
+            timeout: self.timeout,
+            backoff_base: self.backoff_base,
+            backoff_max: self.backoff_max,
+            overlap: self.overlap,
+            catch_up: self.catch_up,
+            grace: self.grace,
+            workdir: self.workdir.clone(),
+            leftovers: self.leftovers,
+            paused: self.paused,
+            command: (!self.command.is_empty()).then(|| self.command.join(" ")),
         }
-        if let Some(tz) = &self.tz {
-            s.timezone = tz.trim().to_string();
-        }
-        if let Some(n) = self.max_attempts {
-            s.max_attempts = u32::try_from(n)
-                .ok()
-                .filter(|n| (1..=MAX_ATTEMPTS_LIMIT).contains(n))
-                .ok_or_else(|| {
-                    Failure::usage(format!(
-                        "--max-attempts must be between 1 and {MAX_ATTEMPTS_LIMIT}, not {n}"
-                    ))
-                })?;
-        }
-        if let Some(d) = self.timeout {
-            s.timeout_secs = duration_secs("timeout", d, 1)?;
-        }
-        if let Some(d) = self.backoff_base {
-            s.backoff_base_secs = duration_secs("backoff-base", d, 0)?;
-        }
-        if let Some(d) = self.backoff_max {
-            s.backoff_max_secs = duration_secs("backoff-max", d, 0)?;
-        }
-        if s.backoff_max_secs < s.backoff_base_secs {
-            return Err(Failure::usage(format!(
-                "--backoff-max ({}) must not be shorter than --backoff-base ({})",
-                humantime::format_duration(Duration::from_secs(s.backoff_max_secs as u64)),
-                humantime::format_duration(Duration::from_secs(s.backoff_base_secs as u64)),
-            )));
-        }
-        if let Some(policy) = self.overlap {
-            s.overlap = policy;
-        }
-        if let Some(policy) = self.catch_up {
-            s.catch_up = policy;
-        }
-        if let Some(policy) = self.leftovers {
-            s.leftovers = policy;
-        }
-        if let Some(d) = self.grace {
-            s.grace_secs = duration_secs("grace", d, 0)?;
-        }
-        if let Some(dir) = &self.workdir {
-            let resolved = match dir.canonicalize() {
-                Ok(p) if p.is_dir() => p,
-                Ok(_) => {
-                    return Err(Failure::usage(format!(
-                        "--workdir {}: not a directory",
-                        dir.display()
-                    )))
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(Failure::usage(format!(
-                        "--workdir {}: no such directory",
-                        dir.display()
-                    )))
-                }
-                Err(e) => return Err(Failure::usage(format!("--workdir {}: {e}", dir.display()))),
-            };
-            s.workdir = Some(resolved.to_string_lossy().into_owned());
-        }
-        if self.paused {
-            s.paused = true;
-        }
-        if !self.command.is_empty() {
-            s.command = self.command.join(" ");
-        }
-        if s.command.trim().is_empty() {
-            return Err(Failure::usage(
-                "no command given; put it after `--`, e.g. `-- /usr/local/bin/backup --full`",
-            ));
-        }
-        if s.command.contains('\0') {
-            return Err(Failure::usage("the command must not contain a NUL byte"));
-        }
-        if s.command.len() >= COMMAND_MAX_BYTES {
-            return Err(Failure::usage(format!(
-                "the command is {} bytes; the kernel passes at most {} bytes to `sh -c`: put it in a \
-                 script and schedule the script",
-                s.command.len(),
-                COMMAND_MAX_BYTES - 1
-            )));
-        }
-        Timing::of(&s)?;
-        Ok(s)
-    }
-}
-
-/// A new schedule's settings: the defaults of `schedule add` (and of a `schedule apply` field
-/// left out).
-pub(super) fn defaults(cron: &str) -> Settings {
-    Settings {
-        cron: cron.to_string(),
-        timezone: "UTC".to_string(),
-        command: String::new(),
-        workdir: None,
-        max_attempts: 3,
-        timeout_secs: 3600,
-        backoff_base_secs: 30,
-        backoff_max_secs: 3600,
-        overlap: Overlap::Forbid,
-        catch_up: CatchUp::Latest,
-        grace_secs: 300,
-        leftovers: Leftovers::Kill,
-        paused: false,
     }
 }
 
 fn add(args: AddArgs, ctx: &Ctx) -> Result<()> {
-    validate_name(&args.name)?;
+    crate::model::validate_name(&args.name)?;
     let cron = args.flags.cron.as_deref().ok_or_else(|| {
         Failure::usage("--cron EXPR is required, e.g. --cron '0 3 * * *' (Debian cron syntax)")
     })?;
-    let settings = args.flags.apply(defaults(cron))?;
+    let settings = Settings::defaults(cron).changed(&args.flags.change())?;
     let timing = Timing::of(&settings)?;
     let now = ctx.clock.epoch();
     let mut store = ctx.open(OpenMode::CreateIfMissing)?;
-    let definition = store.add_definition(&args.name, &settings, now, timing.next_after(now))?;
+    let cursor = Cursor::restart(&settings, now, now)?;
+    let definition = store.add_definition(&args.name, &settings, now, cursor.next_fire_at)?;
     ctx.warn_if_unsafe_for_tick();
     let state = if settings.paused { " (paused)" } else { "" };
     say!(
@@ -473,12 +349,12 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
             (damaged.definition.clone(), Some(columns.join(", ")))
         }
     };
-    let mut settings = args.flags.apply(definition.settings.clone())?;
+    let mut settings = definition.settings.changed(&args.flags.change())?;
     if args.active {
         settings.paused = false;
     }
     let timing = Timing::of(&settings)?;
-    let now = ctx.clock.now();
+    let now = ctx.clock.read();
     // The edit takes effect from the next fire time after now. Instants that came due before the
     // edit belong to the old settings: materialise them as the next tick would have (unless the
     // schedule is or becomes paused: pausing stops materialising at once, as `pause` does; or
@@ -493,9 +369,8 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     definition.settings = settings;
     // Instants up to now are handled (or, for a paused or damaged schedule, never replayed); the
     // next one follows the new timing.
-    definition.materialized_through = definition.materialized_through.max(now.timestamp());
-    definition.next_fire_at = timing.next_after(definition.materialized_through);
-    store.update_definition(&definition, now.timestamp())?;
+    definition.restart_cursor(now.secs())?;
+    store.update_definition(&definition, now.secs())?;
     let name = escape_line(&definition.name);
     match &repaired {
         Some(columns) => {
@@ -592,9 +467,7 @@ fn set_paused(args: Name, ctx: &Ctx, paused: bool) -> Result<()> {
     let now = ctx.clock.epoch();
     if !paused {
         // Resuming does not replay the paused period: catch-up starts from now.
-        definition.materialized_through = definition.materialized_through.max(now);
-        definition.next_fire_at =
-            Timing::of(&definition.settings)?.next_after(definition.materialized_through);
+        definition.restart_cursor(now)?;
     }
     definition.settings.paused = paused;
     store.update_definition(&definition, now)?;
@@ -610,7 +483,7 @@ fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
         }
         (None, Some(cron)) => Timing::of(&Settings {
             timezone: args.tz.clone().unwrap_or_else(|| "UTC".to_string()),
-            ..defaults(cron)
+            ..Settings::defaults(cron)
         })?,
         (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
     };

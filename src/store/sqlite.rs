@@ -1866,19 +1866,10 @@ mod tests {
     fn damaged_rows_name_their_columns() {
         let (_dir, mut store) = store();
         let settings = Settings {
-            cron: "* * * * *".to_string(),
-            timezone: "UTC".to_string(),
             command: "true".to_string(),
-            workdir: None,
-            max_attempts: 3,
             timeout_secs: 60,
-            backoff_base_secs: 30,
             backoff_max_secs: 60,
-            overlap: Overlap::Forbid,
-            catch_up: CatchUp::Latest,
-            grace_secs: 300,
-            leftovers: Leftovers::Kill,
-            paused: false,
+            ..Settings::defaults("* * * * *")
         };
         for name in ["a", "b", "c"] {
             store

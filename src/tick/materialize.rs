@@ -3,10 +3,9 @@
 //! cursor is compare-and-swapped, so racing ticks never create a second run for an instant.
 
 use anyhow::Result;
-use chrono::{DateTime, Utc};
 
 use super::Tick;
-use crate::clock::from_epoch;
+use crate::clock::{from_epoch, Now};
 use crate::model::{Actor, Definition, NewRun, Overlap};
 use crate::schedule::{plan_catch_up, Decision};
 use crate::store::{CursorMove, Store};
@@ -19,9 +18,9 @@ pub const INSTANTS_RECORDED_LIMIT: usize = 1000;
 pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
     let (store, errors) = (&mut *tick.store, &mut tick.report.errors);
     let actor = &tick.options.actor;
-    let now = tick.clock.now();
+    let now = tick.clock.read();
     let mut inserted = 0;
-    for row in store.due_definitions(now.timestamp())? {
+    for row in store.due_definitions(now.secs())? {
         let definition = match row {
             Ok(definition) => definition,
             Err(damaged) => {
@@ -50,10 +49,10 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
 pub fn materialize_definition(
     store: &mut dyn Store,
     d: &Definition,
-    now: DateTime<Utc>,
+    now: Now,
     actor: &Actor,
 ) -> Result<usize> {
-    if d.settings.paused || d.next_fire_at.is_none_or(|next| next > now.timestamp()) {
+    if d.settings.paused || d.next_fire_at.is_none_or(|next| next > now.secs()) {
         return Ok(0);
     }
     materialize_one(store, d, now, actor)
@@ -62,20 +61,20 @@ pub fn materialize_definition(
 fn materialize_one(
     store: &mut dyn Store,
     d: &Definition,
-    now: DateTime<Utc>,
+    now: Now,
     actor: &Actor,
 ) -> Result<usize> {
     let timing = Timing::of(&d.settings)?;
     let through = d.materialized_through;
-    let new_through = through.max(now.timestamp());
+    let new_through = through.max(now.secs());
     let due = timing.cron.fire_times_between(
         timing.tz,
         from_epoch(through),
-        now,
+        now.time(),
         INSTANTS_RECORDED_LIMIT,
     );
     let grace = std::time::Duration::from_secs(d.settings.grace_secs.max(0) as u64);
-    let mut plan = plan_catch_up(&due.instants, now, d.settings.catch_up, grace);
+    let mut plan = plan_catch_up(&due.instants, now.time(), d.settings.catch_up, grace);
     // The oldest recorded instant tells of the older ones that were not recorded at all (only
     // when it is itself skipped: a run is never turned into a skip to carry the note).
     if let Some((_, Decision::Skip(reason))) = plan.first_mut().filter(|_| due.older_dropped > 0) {
@@ -92,7 +91,7 @@ fn materialize_one(
         next_fire_at: timing.next_after(new_through),
     };
     let overlap = d.settings.overlap;
-    let inserted = store.materialize(cursor, now.timestamp(), actor, &mut |running| {
+    let inserted = store.materialize(cursor, now.secs(), actor, &mut |running| {
         plan.iter()
             .map(|(at, decision)| {
                 let skip_reason = match (decision, running) {

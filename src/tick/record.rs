@@ -46,7 +46,7 @@ pub fn record_end(
     ended: Ended,
     stopped: Option<StopReason>,
 ) {
-    let now_ms = tick.clock.now().timestamp_millis();
+    let now = tick.clock.read();
     let (failure, exit_code, outcome) = match &ended {
         Ok(finished) => {
             let exit_code = match finished.outcome {
@@ -74,7 +74,7 @@ pub fn record_end(
         then: if stopped == Some(StopReason::Shutdown(OnShutdown::Cancel)) {
             AfterFailure::Cancelled
         } else {
-            AfterFailure::by_policy(&run.retry, run.attempt, now_ms, tick.rng)
+            AfterFailure::by_policy(&run.retry, run.attempt, now, tick.rng)
         },
     });
     let after = failure.as_ref().map(|f| f.then);
@@ -85,7 +85,7 @@ pub fn record_end(
         run_id: run.run_id,
         attempt: run.attempt,
         lease_token: run.lease_token.clone(),
-        finished_at: now_ms.div_euclid(1000),
+        finished_at: now.secs(),
         duration_ms: finished.map_or(0, |f| f.duration.as_millis() as i64),
         // A timeout or a stop ends everything of the attempt; a normal end, by its policy.
         leftovers_killed: run.leftovers == Leftovers::Kill || failure.is_some(),

@@ -53,16 +53,16 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
                 ));
             }
         }
-        let now_ms = tick.clock.now().timestamp_millis();
-        let now = now_ms.div_euclid(1000);
-        let then = AfterFailure::by_policy(&lease.retry, lease.attempt, now_ms, tick.rng);
+        // One reading for the whole decision: when the attempt ended, and when it retries.
+        let now = tick.clock.read();
+        let then = AfterFailure::by_policy(&lease.retry, lease.attempt, now, tick.rng);
         let started_at = lease.holder.as_ref().map(|h| h.started_at);
         let result = AttemptResult {
             run_id: lease.run_id,
             attempt: lease.attempt,
             lease_token: lease.lease_token.clone(),
-            finished_at: now,
-            duration_ms: started_at.map_or(0, |s| (now - s).max(0) * 1000),
+            finished_at: now.secs(),
+            duration_ms: started_at.map_or(0, |s| (now.secs() - s).max(0) * 1000),
             failure: Some(AttemptFailure {
                 code: ErrorCode::LeaseExpired,
                 detail,
