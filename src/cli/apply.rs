@@ -5,7 +5,7 @@
 //! (snake_case) and the same defaults: a field the file leaves out takes its default, so the
 //! file is the whole truth about each schedule it names. Each table becomes a `SettingsChange`
 //! over `Settings::defaults` and is validated by `Settings::changed`, as `add` and `edit` do, so
-//! the rules live in one place (the model). Reading and validating the file (pure), planning against the database (pure), and
+//! the rules live in one place (the model); cursors restart with `restart_cursor`, as `edit`'s do. Reading and validating the file (pure), planning against the database (pure), and
 //! writing the plan (one store transaction) are separate steps: an invalid file changes nothing.
 
 use std::collections::BTreeMap;
@@ -19,9 +19,9 @@ use toml::Spanned;
 use super::{actor, parse_whole_seconds, Ctx};
 use crate::display::escape_line;
 use crate::exit::Failure;
-use crate::model::{validate_name, Cursor, Definition, Settings, SettingsChange};
+use crate::model::{validate_name, Definition, Settings, SettingsChange};
 use crate::store::{Applied, DefinitionChanges, DefinitionRow, Location, OpenMode, RunFilter};
-use crate::tick::materialize::materialize_definition;
+use crate::tick::materialize::{materialize_definition, restart_cursor};
 
 #[derive(Debug, clap::Args)]
 pub struct ApplyArgs {
@@ -312,7 +312,7 @@ fn settings_of(
             "overlap",
             at(v.span()),
             Box::new(|f| {
-                f.overlap = Some(v.get_ref().parse()?);
+                f.overlap = Some(v.get_ref().parse().map_err(|e| format!("{e}"))?);
                 Ok(())
             }),
         ));
@@ -322,11 +322,7 @@ fn settings_of(
             "catch_up",
             at(v.span()),
             Box::new(|f| {
-                f.catch_up = Some(
-                    v.get_ref()
-                        .parse()
-                        .map_err(|e: crate::schedule::CronError| e.to_string())?,
-                );
+                f.catch_up = Some(v.get_ref().parse().map_err(|e| format!("{e}"))?);
                 Ok(())
             }),
         ));
@@ -336,7 +332,7 @@ fn settings_of(
             "leftovers",
             at(v.span()),
             Box::new(|f| {
-                f.leftovers = Some(v.get_ref().parse()?);
+                f.leftovers = Some(v.get_ref().parse().map_err(|e| format!("{e}"))?);
                 Ok(())
             }),
         ));
@@ -642,12 +638,16 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
             };
         }
         definition.settings = settings.clone();
-        definition.restart_cursor(now.secs())?;
+        definition.set_cursor(restart_cursor(
+            &definition.settings,
+            definition.materialized_through,
+            now.secs(),
+        )?);
         update.push(definition);
     }
     let mut add = Vec::new();
     for (name, settings) in &plan.add {
-        let cursor = Cursor::restart(settings, now.secs(), now.secs())?;
+        let cursor = restart_cursor(settings, now.secs(), now.secs())?;
         add.push((name.clone(), settings.clone(), cursor.next_fire_at));
     }
     let changes = DefinitionChanges {
@@ -794,7 +794,7 @@ mod tests {
         assert!(
             backoff[0]
                 .message
-                .contains("backoff_max (1h) must not be shorter than backoff_base (2h)"),
+                .contains("backoff_max (1h 0m) must not be shorter than backoff_base (2h 0m)"),
             "{backoff:?}"
         );
     }

@@ -628,13 +628,13 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
     checks.push(match health.last_tick_at {
         Some(at) if now - at <= TICK_STALE_SECS => Check::ok(
             "last tick",
-            format!("{} ago", super::secs_text(now - at)),
+            format!("{} ago", crate::display::duration_of_secs(now - at)),
         ),
         Some(at) => Check::fail(
             "last tick",
             format!(
                 "the last tick was {} ago ({}): cron is not running it every minute",
-                super::secs_text(now - at),
+                crate::display::duration_of_secs(now - at),
                 crate::display::local_time(at, chrono_tz::Tz::UTC)
             ),
             "check the cron line and the daemon above, and cron's mail or syslog (`grep CRON /var/log/syslog`, `journalctl -u cron`) for errors".to_string(),

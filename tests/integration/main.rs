@@ -19,4 +19,5 @@ mod prune;
 mod recovery;
 mod schedules;
 mod security;
+mod simulate;
 mod steer;
