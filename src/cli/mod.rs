@@ -8,7 +8,9 @@ macro_rules! say {
     };
 }
 
+mod apply;
 mod completions;
+mod doctor;
 mod history;
 mod init;
 mod man;
@@ -117,6 +119,16 @@ pub enum Command {
     ///
     /// The database file does not shrink: SQLite reuses the freed pages.
     Prune(prune::Args),
+    /// Check the cron setup: the cron line, the daemon, the last tick, the database's
+    /// permissions, and the schedules' commands under cron's environment.
+    ///
+    /// Looks for a line running `runner tick` for this database in your crontab, /etc/crontab and
+    /// /etc/cron.d; a running cron daemon; a tick in the last 2 minutes; a database and directory
+    /// that a tick run by you accepts; and, for each schedule, that its command's first word
+    /// resolves under cron's minimal environment (`env -i`, the crontab's PATH or /usr/bin:/bin,
+    /// HOME from passwd, no XDG_*) and that its workdir exists. Run it as the user cron runs the
+    /// tick as. Exit 0 when every check passes, 1 with the findings and how to fix each.
+    Doctor(doctor::Args),
     /// Print a completion script for bash, zsh or fish.
     ///
     /// Generated from this command line, so it offers exactly runner's commands and flags. Needs
@@ -177,6 +189,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Retry(args) => steer::retry(args, &ctx()?),
         Command::Cancel(args) => steer::cancel(args, &ctx()?),
         Command::Prune(args) => prune::run(args, &ctx()?),
+        Command::Doctor(args) => doctor::run(args, &ctx()?),
         Command::Completions(args) => completions::run(args),
         Command::Man(args) => man::run(args),
     }

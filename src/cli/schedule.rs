@@ -69,6 +69,20 @@ pub enum Command {
     /// `--all` re-anchors every schedule and also lowers the latest time a tick saw to now, so
     /// ticks stop warning that this clock is behind: use it once the clock is known to be right.
     Reanchor(super::reanchor::Args),
+    /// Make the schedules match a TOML file: add, change, leave alone, and with --prune remove.
+    ///
+    /// The file has one table per schedule, named by the schedule, with the fields of `schedule
+    /// add` in snake_case (cron, command, tz, max_attempts, timeout, backoff_base, backoff_max,
+    /// overlap, catch_up, grace, workdir, leftovers, paused); a field left out takes the default
+    /// of `schedule add`. `command` is a string run by /bin/sh -c, or an array of words run
+    /// without a shell. Changes take effect from the next fire time, as with `edit`.
+    ///
+    /// Prints `+ added`, `~ changed (field: old → new)`, `- removed`, `= unchanged`. All changes
+    /// are written in one transaction; an invalid file changes nothing and the error names the
+    /// file, line, schedule and field. Applying the same file again changes nothing.
+    Apply(super::apply::ApplyArgs),
+    /// Print schedules in the TOML format `schedule apply` reads (`export | apply` is a no-op).
+    Export(super::apply::ExportArgs),
     /// The fire times in a window, and what catch-up would do with them.
     ///
     /// Lists the instants a schedule (or --cron EXPR in --tz ZONE) fires at from --from to --to,
@@ -209,6 +223,8 @@ pub fn run(command: Command, ctx: &Ctx) -> Result<()> {
         Command::Resume(args) => set_paused(args, ctx, false),
         Command::Next(args) => next(args, ctx),
         Command::Reanchor(args) => super::reanchor::run(args, ctx),
+        Command::Apply(args) => super::apply::apply(args, ctx),
+        Command::Export(args) => super::apply::export(args, ctx),
         Command::Simulate(args) => super::simulate::run(args, ctx),
     }
 }

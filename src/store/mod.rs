@@ -146,6 +146,27 @@ pub struct Claimed {
 /// A `job_definitions` row as read: sound, or damaged (its problems named, the others unaffected).
 pub type DefinitionRow = std::result::Result<Definition, Box<DamagedDefinition>>;
 
+/// What `schedule apply` writes in one transaction (see `Store::apply_definitions`).
+#[derive(Debug, Clone, Default)]
+pub struct DefinitionChanges {
+    /// New schedules: name, settings, first fire time.
+    pub add: Vec<(String, Settings, Option<i64>)>,
+    /// Schedules rewritten as `update_definition` does, each only if its `revision` is unchanged.
+    pub update: Vec<Definition>,
+    /// Schedules deleted with their runs, by name, each only if none of its runs is running.
+    pub remove: Vec<String>,
+}
+
+/// What `Store::apply_definitions` did: everything, or nothing and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    Done,
+    /// Nothing changed: this schedule changed or vanished since it was read, or its name is taken.
+    Conflict(String),
+    /// Nothing changed: a run of this schedule, which was to be removed, is running.
+    Running(String),
+}
+
 /// What removing a schedule did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Removal {
@@ -393,6 +414,15 @@ pub trait Store {
     /// Delete a schedule with its runs (and their attempts and events), unless a run of it is
     /// running (checked under the write lock).
     fn remove_definition(&mut self, name: &str) -> Result<Removal>;
+    /// `schedule apply`: in ONE transaction, delete `changes.remove` (with their runs), rewrite
+    /// `changes.update` (settings and cursor exactly as `update_definition` writes them, each only
+    /// if its `revision` is still the one read) and insert `changes.add` (as `add_definition`).
+    /// All or nothing: on the first refusal, roll back and return it, having changed nothing:
+    /// `Applied::Running(name)` if a schedule to remove has a running run (checked under the write
+    /// lock), `Applied::Conflict(name)` if a schedule to update or remove changed or vanished
+    /// since it was read, or a name to add is taken. Every backend must implement it with the
+    /// same all-or-nothing rule; it is plain INSERT/UPDATE/DELETE, no tick logic.
+    fn apply_definitions(&mut self, changes: &DefinitionChanges, now: i64) -> Result<Applied>;
     /// The schedule named `name`; a damaged row comes back as such, never as an error.
     fn definition(&self, name: &str) -> Result<Option<DefinitionRow>>;
     /// Every schedule, by name; damaged rows come back as such, never failing the others.

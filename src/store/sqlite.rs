@@ -15,9 +15,9 @@ use rusqlite::{
 
 use super::sqlite_files as files;
 use super::{
-    AttemptView, Claimed, CursorMove, DefinitionRow, EventView, Health, LastResult,
-    Materialization, OpenMode, PruneCounts, Reanchored, Removal, Result, RunBrief, RunFilter,
-    RunView, RunningView, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
+    LastResult, Materialization, OpenMode, PruneCounts, Reanchored, Removal, Result, RunBrief,
+    RunFilter, RunView, RunningView, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
@@ -1031,6 +1031,69 @@ fn attempt_holder_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Atte
     })
 }
 
+/// Insert a schedule; 0 rows when the name is taken (`ON CONFLICT DO NOTHING`).
+fn insert_definition(
+    tx: &Transaction<'_>,
+    name: &str,
+    s: &Settings,
+    now: i64,
+    next_fire_at: Option<i64>,
+) -> rusqlite::Result<usize> {
+    tx.execute(
+        "INSERT INTO job_definitions (name, cron, timezone, command, workdir, max_attempts, timeout_secs,
+             backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused,
+             materialized_through, next_fire_at, created_at, updated_at, leftovers)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?14, ?14, ?16)
+         ON CONFLICT (name) DO NOTHING",
+        params![
+            name, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
+            s.backoff_base_secs, s.backoff_max_secs, s.overlap.as_str(), s.catch_up.as_str(),
+            s.grace_secs, s.paused, now, next_fire_at, s.leftovers.as_str()
+        ],
+    )
+}
+
+/// Rewrite a schedule's settings and cursor (edit, pause, resume, apply), bumping its revision;
+/// with `expected_revision`, only if its revision is still that. 0 rows: it vanished or changed.
+/// The cursor never moves back. Cursor columns that cannot be read (a damaged row being
+/// repaired) are rewritten from `d` and `now`.
+fn rewrite_definition(
+    tx: &Transaction<'_>,
+    d: &Definition,
+    now: i64,
+    expected_revision: Option<i64>,
+) -> rusqlite::Result<usize> {
+    let s = &d.settings;
+    tx.execute(
+        "UPDATE job_definitions SET cron = ?2, timezone = ?3, command = ?4, workdir = ?5, max_attempts = ?6,
+             timeout_secs = ?7, backoff_base_secs = ?8, backoff_max_secs = ?9, overlap = ?10, catch_up = ?11,
+             grace_secs = ?12, paused = ?13,
+             materialized_through = CASE typeof(materialized_through)
+                 WHEN 'integer' THEN max(materialized_through, ?14) ELSE ?14 END,
+             next_fire_at = ?15, updated_at = ?16, leftovers = ?17,
+             created_at = CASE typeof(created_at) WHEN 'integer' THEN created_at ELSE ?16 END,
+             revision = CASE typeof(revision) WHEN 'integer' THEN revision + 1 ELSE 1 END
+         WHERE id = ?1 AND (?18 IS NULL OR revision IS ?18)",
+        params![
+            d.id, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
+            s.backoff_base_secs, s.backoff_max_secs, s.overlap.as_str(), s.catch_up.as_str(),
+            s.grace_secs, s.paused, d.materialized_through, d.next_fire_at, now, s.leftovers.as_str(),
+            expected_revision
+        ],
+    )
+}
+
+/// The running runs of the schedule named `name`: checked under the write lock before deleting
+/// it, so no run of it can start between the check and the delete.
+fn running_runs_of(tx: &Transaction<'_>, name: &str) -> rusqlite::Result<Vec<i64>> {
+    let mut stmt = tx.prepare(
+        "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+         WHERE d.name = ?1 AND r.status = 'running' ORDER BY r.id",
+    )?;
+    let rows = stmt.query_map([name], |r| r.get(0))?;
+    rows.collect()
+}
+
 impl Store for SqliteStore {
     fn describe(&self) -> String {
         self.path.display().to_string()
@@ -1051,19 +1114,7 @@ impl Store for SqliteStore {
         next_fire_at: Option<i64>,
     ) -> Result<Definition> {
         let tx = self.write()?;
-        let inserted = tx.execute(
-            "INSERT INTO job_definitions (name, cron, timezone, command, workdir, max_attempts, timeout_secs,
-                 backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused,
-                 materialized_through, next_fire_at, created_at, updated_at, leftovers)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?14, ?14, ?16)
-             ON CONFLICT (name) DO NOTHING",
-            params![
-                name, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
-                s.backoff_base_secs, s.backoff_max_secs, s.overlap.as_str(), s.catch_up.as_str(),
-                s.grace_secs, s.paused, now, next_fire_at, s.leftovers.as_str()
-            ],
-        )?;
-        if inserted == 0 {
+        if insert_definition(&tx, name, s, now, next_fire_at)? == 0 {
             return Err(Failure::usage(format!(
                 "a schedule named {name:?} already exists; use `runner schedule edit {name}` to change it"
             )).into());
@@ -1080,27 +1131,8 @@ impl Store for SqliteStore {
     }
 
     fn update_definition(&mut self, d: &Definition, now: i64) -> Result<()> {
-        let s = &d.settings;
-        // The cursor never moves back. Cursor columns that cannot be read (a damaged row being
-        // repaired by `schedule edit`) are rewritten from `d` and `now`.
         let tx = self.write()?;
-        let changed = tx.execute(
-            "UPDATE job_definitions SET cron = ?2, timezone = ?3, command = ?4, workdir = ?5, max_attempts = ?6,
-                 timeout_secs = ?7, backoff_base_secs = ?8, backoff_max_secs = ?9, overlap = ?10, catch_up = ?11,
-                 grace_secs = ?12, paused = ?13,
-                 materialized_through = CASE typeof(materialized_through)
-                     WHEN 'integer' THEN max(materialized_through, ?14) ELSE ?14 END,
-                 next_fire_at = ?15, updated_at = ?16, leftovers = ?17,
-                 created_at = CASE typeof(created_at) WHEN 'integer' THEN created_at ELSE ?16 END,
-                 revision = CASE typeof(revision) WHEN 'integer' THEN revision + 1 ELSE 1 END
-             WHERE id = ?1",
-            params![
-                d.id, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
-                s.backoff_base_secs, s.backoff_max_secs, s.overlap.as_str(), s.catch_up.as_str(),
-                s.grace_secs, s.paused, d.materialized_through, d.next_fire_at, now, s.leftovers.as_str()
-            ],
-        )?;
-        if changed == 0 {
+        if rewrite_definition(&tx, d, now, None)? == 0 {
             return Err(
                 Failure::not_found(format!("schedule {:?} no longer exists", d.name)).into(),
             );
@@ -1112,14 +1144,7 @@ impl Store for SqliteStore {
     fn remove_definition(&mut self, name: &str) -> Result<Removal> {
         let tx = self.write()?;
         // Checked under the write lock: no run of it can start between the check and the delete.
-        let running: Vec<i64> = {
-            let mut stmt = tx.prepare(
-                "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-                 WHERE d.name = ?1 AND r.status = 'running' ORDER BY r.id",
-            )?;
-            let rows = stmt.query_map([name], |r| r.get(0))?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
+        let running = running_runs_of(&tx, name)?;
         if !running.is_empty() {
             return Ok(Removal::Running(running));
         }
@@ -1130,6 +1155,31 @@ impl Store for SqliteStore {
         } else {
             Removal::NotFound
         })
+    }
+
+    fn apply_definitions(&mut self, changes: &DefinitionChanges, now: i64) -> Result<Applied> {
+        let tx = self.write()?;
+        // Dropping `tx` without commit rolls back whatever came before a refusal.
+        for name in &changes.remove {
+            if !running_runs_of(&tx, name)?.is_empty() {
+                return Ok(Applied::Running(name.clone()));
+            }
+            if tx.execute("DELETE FROM job_definitions WHERE name = ?1", [name])? == 0 {
+                return Ok(Applied::Conflict(name.clone()));
+            }
+        }
+        for d in &changes.update {
+            if rewrite_definition(&tx, d, now, Some(d.revision))? == 0 {
+                return Ok(Applied::Conflict(d.name.clone()));
+            }
+        }
+        for (name, settings, next_fire_at) in &changes.add {
+            if insert_definition(&tx, name, settings, now, *next_fire_at)? == 0 {
+                return Ok(Applied::Conflict(name.clone()));
+            }
+        }
+        tx.commit()?;
+        Ok(Applied::Done)
     }
 
     fn definition(&self, name: &str) -> Result<Option<DefinitionRow>> {

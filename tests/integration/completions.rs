@@ -147,7 +147,7 @@ fn bash_completion_loads_and_completes_commands_and_shells() {
             .collect()
     };
     assert_eq!(complete("runner sch"), ["schedule"]);
-    assert_eq!(complete("runner schedule a"), ["add"]);
+    assert_eq!(complete("runner schedule a"), ["add", "apply"]);
     // An empty word offers the flags too; the values are the three shells.
     let shells: Vec<String> = complete("runner completions ''")
         .into_iter()

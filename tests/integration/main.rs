@@ -1,5 +1,6 @@
 //! One integration crate: every test drives the real `runner` binary on temp databases.
 
+mod apply;
 mod bad_input;
 mod batching;
 mod clock;
@@ -9,6 +10,7 @@ mod crash;
 mod damage;
 mod database;
 mod db_faults;
+mod doctor;
 mod execution;
 mod harness;
 mod hostile_jobs;

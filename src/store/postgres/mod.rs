@@ -23,9 +23,9 @@ use postgres::{Client, IsolationLevel, Row, Transaction};
 
 use self::connect::Server;
 use super::{
-    AttemptView, Claimed, CursorMove, DefinitionRow, EventView, Health, LastResult, OpenMode,
-    PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView, RunningView, Storage, Store,
-    RECENT_LISTED, RUNNING_LISTED,
+    Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
+    LastResult, OpenMode, PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView,
+    RunningView, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -431,6 +431,83 @@ impl Columns<'_> {
     }
 }
 
+/// Insert a schedule with its cursor at `now`; `None` when the name is taken.
+fn insert_definition(
+    tx: &mut Transaction<'_>,
+    name: &str,
+    s: &Settings,
+    now: i64,
+    next_fire_at: Option<i64>,
+) -> Result<Option<Row>> {
+    Ok(tx.query_opt(
+        &format!(
+            "INSERT INTO job_definitions (name, cron, timezone, command, workdir, max_attempts, timeout_secs,
+                 backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused,
+                 materialized_through, next_fire_at, created_at, updated_at, leftovers)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $14, $14, $16)
+             ON CONFLICT (name) DO NOTHING
+             RETURNING {DEFINITION_COLUMNS}"
+        ),
+        &[
+            &name,
+            &s.cron,
+            &s.timezone,
+            &s.command,
+            &s.workdir,
+            &i64::from(s.max_attempts),
+            &s.timeout_secs,
+            &s.backoff_base_secs,
+            &s.backoff_max_secs,
+            &s.overlap.as_str(),
+            &s.catch_up.as_str(),
+            &s.grace_secs,
+            &i64::from(s.paused),
+            &now,
+            &next_fire_at,
+            &s.leftovers.as_str(),
+        ],
+    )?)
+}
+
+/// Rewrite a schedule's settings and cursor (the cursor never moves back), bumping its revision;
+/// only while its revision is still `expected_revision`, when given. Returns the rows changed.
+fn rewrite_definition(
+    tx: &mut Transaction<'_>,
+    d: &Definition,
+    now: i64,
+    expected_revision: Option<i64>,
+) -> Result<u64> {
+    let s = &d.settings;
+    Ok(tx.execute(
+        "UPDATE job_definitions SET cron = $2, timezone = $3, command = $4, workdir = $5, max_attempts = $6,
+             timeout_secs = $7, backoff_base_secs = $8, backoff_max_secs = $9, overlap = $10, catch_up = $11,
+             grace_secs = $12, paused = $13,
+             materialized_through = greatest(materialized_through, $14),
+             next_fire_at = $15, updated_at = $16, leftovers = $17, revision = revision + 1
+         WHERE id = $1 AND revision = coalesce($18, revision)",
+        &[
+            &d.id,
+            &s.cron,
+            &s.timezone,
+            &s.command,
+            &s.workdir,
+            &i64::from(s.max_attempts),
+            &s.timeout_secs,
+            &s.backoff_base_secs,
+            &s.backoff_max_secs,
+            &s.overlap.as_str(),
+            &s.catch_up.as_str(),
+            &s.grace_secs,
+            &i64::from(s.paused),
+            &d.materialized_through,
+            &d.next_fire_at,
+            &now,
+            &s.leftovers.as_str(),
+            &expected_revision,
+        ],
+    )?)
+}
+
 /// One attempt's end within a group commit (see `Store::finish_attempt`).
 fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
     let (result, run) = (&end.result, &end.run);
@@ -796,35 +873,7 @@ impl Store for PostgresStore {
         next_fire_at: Option<i64>,
     ) -> StoreResult<Definition> {
         self.write(|tx| {
-            let row = tx.query_opt(
-                &format!(
-                    "INSERT INTO job_definitions (name, cron, timezone, command, workdir, max_attempts, timeout_secs,
-                         backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused,
-                         materialized_through, next_fire_at, created_at, updated_at, leftovers)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $14, $14, $16)
-                     ON CONFLICT (name) DO NOTHING
-                     RETURNING {DEFINITION_COLUMNS}"
-                ),
-                &[
-                    &name,
-                    &s.cron,
-                    &s.timezone,
-                    &s.command,
-                    &s.workdir,
-                    &i64::from(s.max_attempts),
-                    &s.timeout_secs,
-                    &s.backoff_base_secs,
-                    &s.backoff_max_secs,
-                    &s.overlap.as_str(),
-                    &s.catch_up.as_str(),
-                    &s.grace_secs,
-                    &i64::from(s.paused),
-                    &now,
-                    &next_fire_at,
-                    &s.leftovers.as_str(),
-                ],
-            )?;
-            let Some(row) = row else {
+            let Some(row) = insert_definition(tx, name, s, now, next_fire_at)? else {
                 return Err(Failure::usage(format!(
                     "a schedule named {name:?} already exists; use `runner schedule edit {name}` to change it"
                 )));
@@ -834,43 +883,50 @@ impl Store for PostgresStore {
     }
 
     fn update_definition(&mut self, d: &Definition, now: i64) -> StoreResult<()> {
-        let s = &d.settings;
-        // The cursor never moves back.
-        let changed = self.write(|tx| {
-            Ok(tx.execute(
-                "UPDATE job_definitions SET cron = $2, timezone = $3, command = $4, workdir = $5, max_attempts = $6,
-                     timeout_secs = $7, backoff_base_secs = $8, backoff_max_secs = $9, overlap = $10, catch_up = $11,
-                     grace_secs = $12, paused = $13,
-                     materialized_through = greatest(materialized_through, $14),
-                     next_fire_at = $15, updated_at = $16, leftovers = $17, revision = revision + 1
-                 WHERE id = $1",
-                &[
-                    &d.id,
-                    &s.cron,
-                    &s.timezone,
-                    &s.command,
-                    &s.workdir,
-                    &i64::from(s.max_attempts),
-                    &s.timeout_secs,
-                    &s.backoff_base_secs,
-                    &s.backoff_max_secs,
-                    &s.overlap.as_str(),
-                    &s.catch_up.as_str(),
-                    &s.grace_secs,
-                    &i64::from(s.paused),
-                    &d.materialized_through,
-                    &d.next_fire_at,
-                    &now,
-                    &s.leftovers.as_str(),
-                ],
-            )?)
-        })?;
+        let changed = self.write(|tx| rewrite_definition(tx, d, now, None))?;
         if changed == 0 {
             return Err(
                 Failure::not_found(format!("schedule {:?} no longer exists", d.name)).into(),
             );
         }
         Ok(())
+    }
+
+    fn apply_definitions(&mut self, changes: &DefinitionChanges, now: i64) -> StoreResult<Applied> {
+        self.write(|tx| {
+            // A savepoint: a refusal rolls back whatever came before it, and the (empty)
+            // transaction around it commits.
+            let mut all = tx.transaction()?;
+            for name in &changes.remove {
+                // Lock the schedule's runs (a claim passes them over), as `remove_definition` does.
+                let running = all
+                    .query(
+                        "SELECT r.status FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+                         WHERE d.name = $1 FOR UPDATE OF r",
+                        &[name],
+                    )?
+                    .iter()
+                    .any(|row| row.try_get::<_, &str>(0).ok() == Some("running"));
+                if running {
+                    return Ok(Applied::Running(name.clone()));
+                }
+                if all.execute("DELETE FROM job_definitions WHERE name = $1", &[name])? == 0 {
+                    return Ok(Applied::Conflict(name.clone()));
+                }
+            }
+            for d in &changes.update {
+                if rewrite_definition(&mut all, d, now, Some(d.revision))? == 0 {
+                    return Ok(Applied::Conflict(d.name.clone()));
+                }
+            }
+            for (name, settings, next_fire_at) in &changes.add {
+                if insert_definition(&mut all, name, settings, now, *next_fire_at)?.is_none() {
+                    return Ok(Applied::Conflict(name.clone()));
+                }
+            }
+            all.commit()?;
+            Ok(Applied::Done)
+        })
     }
 
     fn remove_definition(&mut self, name: &str) -> StoreResult<Removal> {

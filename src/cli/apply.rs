@@ -1,0 +1,850 @@
+//! Schedules as code: `runner schedule apply FILE` makes the database's schedules match a TOML
+//! file, `runner schedule export [NAME...]` writes that file from the database.
+//!
+//! The file has one table per schedule, named by the schedule, with the fields of `schedule add`
+//! (snake_case) and the same defaults: a field the file leaves out takes its default, so the
+//! file is the whole truth about each schedule it names. Each table becomes a `SettingsChange`
+//! over `Settings::defaults` and is validated by `Settings::changed`, as `add` and `edit` do, so
+//! the rules live in one place (the model); cursors restart with `restart_cursor`, as `edit`'s do. Reading and validating the file (pure), planning against the database (pure), and
+//! writing the plan (one store transaction) are separate steps: an invalid file changes nothing.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use super::{actor, parse_whole_seconds, Ctx};
+use crate::display::escape_line;
+use crate::exit::Failure;
+use crate::model::{validate_name, Definition, Settings, SettingsChange};
+use crate::store::{Applied, DefinitionChanges, DefinitionRow, Location, OpenMode, RunFilter};
+use crate::tick::materialize::{materialize_definition, restart_cursor};
+
+#[derive(Debug, clap::Args)]
+pub struct ApplyArgs {
+    /// The TOML file: one table per schedule (`[backup]`, with `cron`, `command` and any other
+    /// field of `schedule add`).
+    pub file: PathBuf,
+    /// Print what would change, and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also remove the schedules that are not in the file (with their runs and history).
+    #[arg(long)]
+    pub prune: bool,
+    /// With --prune, also remove a schedule whose run is running: that run is cancelled first
+    /// (its job is killed), as `schedule rm --force` does.
+    #[arg(long, requires = "prune")]
+    pub force: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// Only these schedules [default: all].
+    pub names: Vec<String>,
+}
+
+/// A schedule's table in the file. Every field but `cron` and `command` is optional and then
+/// takes the default of `schedule add`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    cron: Option<Spanned<String>>,
+    command: Option<Spanned<CommandSpec>>,
+    tz: Option<Spanned<String>>,
+    max_attempts: Option<Spanned<i64>>,
+    timeout: Option<Spanned<String>>,
+    backoff_base: Option<Spanned<String>>,
+    backoff_max: Option<Spanned<String>>,
+    overlap: Option<Spanned<String>>,
+    catch_up: Option<Spanned<String>>,
+    grace: Option<Spanned<String>>,
+    workdir: Option<Spanned<String>>,
+    leftovers: Option<Spanned<String>>,
+    paused: Option<Spanned<bool>>,
+}
+
+/// `command = "backup --full > /tmp/x"` is run by `/bin/sh -c` as written; `command = ["backup",
+/// "--full"]` runs exactly those words, no shell syntax (they are quoted for `sh`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum CommandSpec {
+    Line(String),
+    Words(Vec<String>),
+}
+
+/// A schedule as `export` writes it: `cron` and `command`, then only the fields that differ from
+/// the defaults of `schedule add`, in the order `schedule add --help` lists them.
+#[derive(Debug, Serialize)]
+struct ExportEntry {
+    cron: String,
+    command: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tz: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_attempts: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backoff_base: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backoff_max: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    overlap: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    catch_up: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workdir: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leftovers: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    paused: bool,
+}
+
+/// A problem with the file: where, which field, what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileError {
+    pub line: usize,
+    pub schedule: String,
+    pub field: &'static str,
+    pub message: String,
+}
+
+/// The line (1-based) of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+fn duration_text(secs: i64) -> String {
+    humantime::format_duration(Duration::from_secs(secs.max(0) as u64)).to_string()
+}
+
+/// The flags of `schedule add` and the file's field names, so a message about a value speaks the
+/// file's language.
+const FIELD_FLAGS: [(&str, &str); 11] = [
+    ("--max-attempts", "max_attempts"),
+    ("--timeout", "timeout"),
+    ("--backoff-base", "backoff_base"),
+    ("--backoff-max", "backoff_max"),
+    ("--catch-up", "catch_up"),
+    ("--overlap", "overlap"),
+    ("--grace", "grace"),
+    ("--workdir", "workdir"),
+    ("--leftovers", "leftovers"),
+    ("--tz", "tz"),
+    ("--cron", "cron"),
+];
+
+fn in_file_terms(message: &str) -> String {
+    FIELD_FLAGS
+        .iter()
+        .fold(message.to_string(), |m, (flag, field)| {
+            m.replace(flag, field)
+        })
+}
+
+/// Parse and validate a schedules file: every schedule's settings, by name, or every problem
+/// found (sorted by line). Validation is the model's (`Settings::changed`), field by field, so
+/// each problem names the field at fault.
+pub fn read_file(text: &str) -> std::result::Result<BTreeMap<String, Settings>, Vec<FileError>> {
+    let entries: BTreeMap<String, Spanned<Entry>> = toml::from_str(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        let message = e.message().trim();
+        // Name what the error points at when the message does not (`duplicate key`).
+        let at = text.get(span.clone()).unwrap_or("").trim();
+        let message = if at.is_empty() || at.contains('\n') || message.contains(at) {
+            message.to_string()
+        } else {
+            format!("{message}: {at}")
+        };
+        vec![FileError {
+            line: line_of(text, span.start),
+            schedule: String::new(),
+            field: "",
+            message,
+        }]
+    })?;
+    let mut schedules = BTreeMap::new();
+    let mut errors = Vec::new();
+    for (name, entry) in &entries {
+        match settings_of(name, entry, text) {
+            Ok(settings) => {
+                schedules.insert(name.clone(), settings);
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(schedules)
+    } else {
+        errors.sort_by_key(|e| e.line);
+        Err(errors)
+    }
+}
+
+/// One table's settings, validated as `schedule add` validates its flags: the fields are added
+/// one at a time, so the first that makes validation fail is the one named.
+fn settings_of(
+    name: &str,
+    entry: &Spanned<Entry>,
+    text: &str,
+) -> std::result::Result<Settings, FileError> {
+    let table_line = line_of(text, entry.span().start);
+    let fail = |line: usize, field: &'static str, message: String| FileError {
+        line,
+        schedule: name.to_string(),
+        field,
+        message: in_file_terms(&message),
+    };
+    validate_name(name).map_err(|e| fail(table_line, "name", format!("{e:#}")))?;
+    let entry = entry.get_ref();
+    let cron = entry.cron.as_ref().ok_or_else(|| {
+        fail(
+            table_line,
+            "cron",
+            "missing: every schedule needs cron = \"EXPR\"".to_string(),
+        )
+    })?;
+    let command = entry.command.as_ref().ok_or_else(|| {
+        fail(
+            table_line,
+            "command",
+            "missing: every schedule needs command = \"...\" or [\"program\", \"arg\"]".to_string(),
+        )
+    })?;
+    let command_line = match command.get_ref() {
+        CommandSpec::Line(line) => line.clone(),
+        CommandSpec::Words(words) if words.is_empty() => {
+            return Err(fail(
+                line_of(text, command.span().start),
+                "command",
+                "the array is empty; give the program and its arguments".to_string(),
+            ))
+        }
+        CommandSpec::Words(words) => {
+            shlex::try_join(words.iter().map(String::as_str)).map_err(|e| {
+                fail(
+                    line_of(text, command.span().start),
+                    "command",
+                    e.to_string(),
+                )
+            })?
+        }
+    };
+
+    // Each step sets one field of the change and validates the whole, as `schedule add` would.
+    type Step<'a> = (
+        &'static str,
+        usize,
+        Box<dyn Fn(&mut SettingsChange) -> std::result::Result<(), String> + 'a>,
+    );
+    let at = |span: std::ops::Range<usize>| line_of(text, span.start);
+    let duration = |value: &str| parse_whole_seconds(value);
+    let mut steps: Vec<Step> = Vec::new();
+    steps.push((
+        "cron",
+        at(cron.span()),
+        Box::new(|f| {
+            f.cron = Some(cron.get_ref().clone());
+            f.command = Some("true".to_string());
+            Ok(())
+        }),
+    ));
+    steps.push((
+        "command",
+        at(command.span()),
+        Box::new(|f| {
+            f.command = Some(command_line.clone());
+            Ok(())
+        }),
+    ));
+    if let Some(v) = &entry.tz {
+        steps.push((
+            "tz",
+            at(v.span()),
+            Box::new(|f| {
+                f.timezone = Some(v.get_ref().clone());
+                Ok(())
+            }),
+        ));
+    }
+    if let Some(v) = &entry.max_attempts {
+        steps.push((
+            "max_attempts",
+            at(v.span()),
+            Box::new(|f| {
+                f.max_attempts = Some(*v.get_ref());
+                Ok(())
+            }),
+        ));
+    }
+    for (field, value, set) in [
+        (
+            "timeout",
+            &entry.timeout,
+            (|f: &mut SettingsChange, d| f.timeout = Some(d)) as fn(&mut SettingsChange, Duration),
+        ),
+        ("backoff_base", &entry.backoff_base, |f, d| {
+            f.backoff_base = Some(d)
+        }),
+        ("backoff_max", &entry.backoff_max, |f, d| {
+            f.backoff_max = Some(d)
+        }),
+        ("grace", &entry.grace, |f, d| f.grace = Some(d)),
+    ] {
+        if let Some(v) = value {
+            steps.push((
+                field,
+                at(v.span()),
+                Box::new(move |f| {
+                    set(f, duration(v.get_ref())?);
+                    Ok(())
+                }),
+            ));
+        }
+    }
+    if let Some(v) = &entry.overlap {
+        steps.push((
+            "overlap",
+            at(v.span()),
+            Box::new(|f| {
+                f.overlap = Some(v.get_ref().parse().map_err(|e| format!("{e}"))?);
+                Ok(())
+            }),
+        ));
+    }
+    if let Some(v) = &entry.catch_up {
+        steps.push((
+            "catch_up",
+            at(v.span()),
+            Box::new(|f| {
+                f.catch_up = Some(v.get_ref().parse().map_err(|e| format!("{e}"))?);
+                Ok(())
+            }),
+        ));
+    }
+    if let Some(v) = &entry.leftovers {
+        steps.push((
+            "leftovers",
+            at(v.span()),
+            Box::new(|f| {
+                f.leftovers = Some(v.get_ref().parse().map_err(|e| format!("{e}"))?);
+                Ok(())
+            }),
+        ));
+    }
+    if let Some(v) = &entry.workdir {
+        steps.push((
+            "workdir",
+            at(v.span()),
+            Box::new(|f| {
+                f.workdir = Some(PathBuf::from(v.get_ref()));
+                Ok(())
+            }),
+        ));
+    }
+    if let Some(v) = &entry.paused {
+        steps.push((
+            "paused",
+            at(v.span()),
+            Box::new(|f| {
+                f.paused = *v.get_ref();
+                Ok(())
+            }),
+        ));
+    }
+
+    let mut flags = SettingsChange::default();
+    let mut settings = None;
+    for (field, line, set) in steps {
+        set(&mut flags).map_err(|e| fail(line, field, e))?;
+        let cron = flags.cron.clone().unwrap_or_default();
+        settings = Some(
+            Settings::defaults(&cron)
+                .changed(&flags)
+                .map_err(|e| fail(line, field, format!("{e:#}")))?,
+        );
+    }
+    // The cron step always runs, so there are settings.
+    settings.ok_or_else(|| fail(table_line, "cron", "missing".to_string()))
+}
+
+/// One field that differs: the file's name for it, and its old and new values as shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldChange {
+    pub field: &'static str,
+    pub old: String,
+    pub new: String,
+}
+
+/// The settings as the file's fields show them, in `schedule add --help` order.
+fn shown_fields(s: &Settings) -> [(&'static str, String); 13] {
+    [
+        ("cron", s.cron.clone()),
+        ("command", s.command.clone()),
+        ("tz", s.timezone.clone()),
+        ("max_attempts", s.max_attempts.to_string()),
+        ("timeout", duration_text(s.timeout_secs)),
+        ("backoff_base", duration_text(s.backoff_base_secs)),
+        ("backoff_max", duration_text(s.backoff_max_secs)),
+        ("overlap", s.overlap.to_string()),
+        ("catch_up", s.catch_up.to_string()),
+        ("grace", duration_text(s.grace_secs)),
+        (
+            "workdir",
+            s.workdir
+                .clone()
+                .unwrap_or_else(|| "(the tick's)".to_string()),
+        ),
+        ("leftovers", s.leftovers.to_string()),
+        ("paused", s.paused.to_string()),
+    ]
+}
+
+fn field_changes(old: &Settings, new: &Settings) -> Vec<FieldChange> {
+    shown_fields(old)
+        .into_iter()
+        .zip(shown_fields(new))
+        .filter(|((_, a), (_, b))| a != b)
+        .map(|((field, old), (_, new))| FieldChange { field, old, new })
+        .collect()
+}
+
+/// What applying a file does to the database.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub add: Vec<(String, Settings)>,
+    /// The schedule as read (damaged ones with the columns that are), its new settings, and what
+    /// differs.
+    pub change: Vec<(Definition, Settings, Vec<FieldChange>, Option<String>)>,
+    pub unchanged: Vec<String>,
+    /// In the database, not in the file: removed with --prune, else left alone.
+    pub not_in_file: Vec<String>,
+}
+
+/// Compare the file with the database (pure).
+pub fn plan(wanted: &BTreeMap<String, Settings>, current: &[DefinitionRow]) -> Plan {
+    let mut plan = Plan::default();
+    let mut seen = std::collections::BTreeSet::new();
+    for row in current {
+        let (definition, damaged) = match row {
+            Ok(d) => (d, None),
+            Err(damaged) => match damaged.name() {
+                Some(_) => (&damaged.definition, Some(damaged.problem_text())),
+                // A row whose name cannot be read matches nothing and cannot be named: the
+                // operator has to repair it (`schedule list` says how).
+                None => continue,
+            },
+        };
+        let name = &definition.name;
+        seen.insert(name.clone());
+        match wanted.get(name) {
+            None => plan.not_in_file.push(name.clone()),
+            Some(settings) if damaged.is_none() && *settings == definition.settings => {
+                plan.unchanged.push(name.clone())
+            }
+            Some(settings) => {
+                let changes = field_changes(&definition.settings, settings);
+                plan.change
+                    .push((definition.clone(), settings.clone(), changes, damaged));
+            }
+        }
+    }
+    for (name, settings) in wanted {
+        if !seen.contains(name) {
+            plan.add.push((name.clone(), settings.clone()));
+        }
+    }
+    plan
+}
+
+/// The summary lines: `+ added`, `~ changed (field: old → new)`, `- removed`, `= unchanged`.
+pub fn summary_lines(plan: &Plan, prune: bool) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (name, _) in &plan.add {
+        lines.push(format!("+ {}", escape_line(name)));
+    }
+    for (definition, _, changes, damaged) in &plan.change {
+        let mut what: Vec<String> = changes
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}: {} → {}",
+                    c.field,
+                    escape_line(&c.old),
+                    escape_line(&c.new)
+                )
+            })
+            .collect();
+        if let Some(problem) = damaged {
+            what.insert(0, format!("repairs damaged {problem}"));
+        }
+        lines.push(format!(
+            "~ {} ({})",
+            escape_line(&definition.name),
+            what.join("; ")
+        ));
+    }
+    if prune {
+        for name in &plan.not_in_file {
+            lines.push(format!("- {}", escape_line(name)));
+        }
+    }
+    for name in &plan.unchanged {
+        lines.push(format!("= {}", escape_line(name)));
+    }
+    lines
+}
+
+pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
+    let file = args.file.display().to_string();
+    let text = std::fs::read_to_string(&args.file)
+        .map_err(|e| Failure::usage(format!("cannot read {file}: {e}")))?;
+    let wanted = read_file(&text).map_err(|errors| {
+        let lines: Vec<String> = errors
+            .iter()
+            .map(|e| match e.field {
+                "" => format!("{file}:{}: {}", e.line, e.message),
+                field => format!(
+                    "{file}:{}: schedule {}, field {field}: {}",
+                    e.line,
+                    escape_line(&e.schedule),
+                    e.message
+                ),
+            })
+            .collect();
+        Failure::usage(format!("{} (nothing was changed)", lines.join("\n")))
+    })?;
+
+    let missing = matches!(&ctx.location, Location::Sqlite(path) if !path.exists());
+    let mut store = if args.dry_run && missing {
+        None
+    } else {
+        Some(ctx.open(if args.dry_run {
+            OpenMode::MustExist
+        } else {
+            OpenMode::CreateIfMissing
+        })?)
+    };
+    let current = match &store {
+        Some(store) => store.definitions()?,
+        None => Vec::new(),
+    };
+    let plan = plan(&wanted, &current);
+
+    // Schedules to prune with a running run: refused unless --force.
+    let mut running = Vec::new();
+    if args.prune {
+        if let Some(store) = &store {
+            for name in &plan.not_in_file {
+                let Some(Ok(definition)) = store.definition(name)? else {
+                    continue;
+                };
+                let runs = store.history(&RunFilter {
+                    definition_id: Some(definition.id),
+                    status: Some(crate::model::RunStatus::Running),
+                    since: None,
+                    limit: 1000,
+                })?;
+                if !runs.is_empty() {
+                    running.push((name.clone(), runs));
+                }
+            }
+        }
+    }
+    if !running.is_empty() && !args.force && !args.dry_run {
+        let names: Vec<String> = running.iter().map(|(n, _)| escape_line(n)).collect();
+        return Err(Failure::usage(format!(
+            "--prune would remove {} with a running run; removing it kills the job. Wait for it to \
+             finish, or add --force to cancel the run first (nothing was changed)",
+            names.join(", ")
+        )));
+    }
+
+    for line in summary_lines(&plan, args.prune) {
+        say!("{line}");
+    }
+    let removing = if args.prune {
+        plan.not_in_file.len()
+    } else {
+        0
+    };
+    let counts = format!(
+        "{} added, {} changed, {} removed, {} unchanged",
+        plan.add.len(),
+        plan.change.len(),
+        removing,
+        plan.unchanged.len()
+    );
+    let left_alone = if !args.prune && !plan.not_in_file.is_empty() {
+        format!(
+            "; {} schedule(s) not in the file left alone (--prune removes them)",
+            plan.not_in_file.len()
+        )
+    } else {
+        String::new()
+    };
+    if args.dry_run {
+        say!("dry run, nothing changed: would be {counts}{left_alone}");
+        return Ok(());
+    }
+    if plan.add.is_empty() && plan.change.is_empty() && removing == 0 {
+        say!("no changes: the database already matches {file}{left_alone}");
+        return Ok(());
+    }
+    let Some(store) = store.as_mut() else {
+        unreachable!("a store is opened unless this is a dry run");
+    };
+    // One reading of the clock for the whole apply: what is due, and where cursors restart.
+    let now = ctx.clock.read();
+    let me = actor(None);
+
+    // --force: cancel the running runs of schedules to prune, as `schedule rm --force` does,
+    // before the transaction (stopping a job is not something a transaction can undo).
+    for (_, runs) in &running {
+        for run in runs {
+            if let crate::model::Steered::Done { attempt, .. } =
+                store.steer(run.id, crate::model::Steer::Cancel, now.secs(), &me)?
+            {
+                let how = super::steer::stop_cancelled(store.as_mut(), ctx, &me, run, attempt)?;
+                say!(
+                    "cancelled running run {} (attempt {attempt}); {how}",
+                    run.id
+                );
+            }
+        }
+    }
+
+    // As `edit` does: instants that came due before the change belong to the old settings, so
+    // they are materialised first (what the next tick would have done); the change takes effect
+    // from the next fire time after now.
+    let mut update = Vec::new();
+    for (definition, settings, _, damaged) in &plan.change {
+        let mut definition = definition.clone();
+        if damaged.is_none() && !definition.settings.paused && !settings.paused {
+            materialize_definition(store.as_mut(), &definition, now, &me)?;
+            definition = match store.definition(&definition.name)? {
+                Some(Ok(d)) => d,
+                _ => {
+                    return Err(anyhow::anyhow!(
+                        "schedule {} changed while applying {file}; nothing was changed: run apply again",
+                        escape_line(&definition.name)
+                    ))
+                }
+            };
+        }
+        definition.settings = settings.clone();
+        definition.set_cursor(restart_cursor(
+            &definition.settings,
+            definition.materialized_through,
+            now.secs(),
+        )?);
+        update.push(definition);
+    }
+    let mut add = Vec::new();
+    for (name, settings) in &plan.add {
+        let cursor = restart_cursor(settings, now.secs(), now.secs())?;
+        add.push((name.clone(), settings.clone(), cursor.next_fire_at));
+    }
+    let changes = DefinitionChanges {
+        add,
+        update,
+        remove: if args.prune {
+            plan.not_in_file.clone()
+        } else {
+            Vec::new()
+        },
+    };
+    // Test hook (see `crate::tick::test_hook`): `apply-commit` stalls here, after planning and
+    // before the transaction, so tests can run a tick in between.
+    crate::tick::test_hook("apply-commit");
+    match store.apply_definitions(&changes, now.secs())? {
+        Applied::Done => {}
+        Applied::Conflict(name) => {
+            return Err(anyhow::anyhow!(
+                "schedule {} changed while applying {file}; nothing was changed: run apply again",
+                escape_line(&name)
+            ))
+        }
+        Applied::Running(name) => {
+            return Err(anyhow::anyhow!(
+                "a run of schedule {} started while applying {file}; nothing was changed: run apply again{}",
+                escape_line(&name),
+                if args.force { "" } else { " (with --force to cancel it)" }
+            ))
+        }
+    }
+    ctx.warn_if_unsafe_for_tick();
+    say!("applied {file}: {counts}{left_alone}");
+    Ok(())
+}
+
+/// The file `apply` reads, for these settings.
+fn export_entry(s: &Settings) -> ExportEntry {
+    let d = Settings::defaults(&s.cron);
+    let differs = |a: String, b: String| (a != b).then_some(a);
+    ExportEntry {
+        cron: s.cron.clone(),
+        command: s.command.clone(),
+        tz: differs(s.timezone.clone(), d.timezone),
+        max_attempts: (s.max_attempts != d.max_attempts).then_some(s.max_attempts),
+        timeout: differs(duration_text(s.timeout_secs), duration_text(d.timeout_secs)),
+        backoff_base: differs(
+            duration_text(s.backoff_base_secs),
+            duration_text(d.backoff_base_secs),
+        ),
+        backoff_max: differs(
+            duration_text(s.backoff_max_secs),
+            duration_text(d.backoff_max_secs),
+        ),
+        overlap: differs(s.overlap.to_string(), d.overlap.to_string()),
+        catch_up: differs(s.catch_up.to_string(), d.catch_up.to_string()),
+        grace: differs(duration_text(s.grace_secs), duration_text(d.grace_secs)),
+        workdir: s.workdir.clone(),
+        leftovers: differs(s.leftovers.to_string(), d.leftovers.to_string()),
+        paused: s.paused,
+    }
+}
+
+pub fn export(args: ExportArgs, ctx: &Ctx) -> Result<()> {
+    let store = ctx.open(OpenMode::MustExist)?;
+    let mut entries = BTreeMap::new();
+    if args.names.is_empty() {
+        for row in store.definitions()? {
+            match row {
+                Ok(d) => {
+                    entries.insert(d.name.clone(), export_entry(&d.settings));
+                }
+                Err(damaged) => crate::complain!("runner: warning: not exported: {damaged}"),
+            }
+        }
+    } else {
+        for name in &args.names {
+            let d = super::find_definition(store.as_ref(), name)?;
+            entries.insert(d.name.clone(), export_entry(&d.settings));
+        }
+    }
+    let body = toml::to_string(&entries).context("writing TOML")?;
+    say!(
+        "# runner schedules from {}; `runner schedule apply FILE` makes a database match this file.",
+        escape_line(&store.describe())
+    );
+    say!("# Fields left out take the defaults of `runner schedule add`.");
+    say!("");
+    super::emit(&body)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(text: &str) -> Vec<FileError> {
+        read_file(text).expect_err("invalid")
+    }
+
+    #[test]
+    fn fields_left_out_take_the_defaults_of_add() {
+        let schedules = read_file(
+            "[backup]\ncron = \"30 2 * * *\"\ncommand = [\"/usr/bin/backup\", \"--tag\", \"a b\"]\ntimeout = \"2h\"\n",
+        )
+        .expect("valid");
+        let s = &schedules["backup"];
+        assert_eq!(s.command, "/usr/bin/backup --tag 'a b'");
+        assert_eq!(s.timeout_secs, 7200);
+        assert_eq!(
+            Settings {
+                command: s.command.clone(),
+                timeout_secs: 7200,
+                ..Settings::defaults("30 2 * * *")
+            },
+            *s
+        );
+    }
+
+    #[test]
+    fn a_problem_names_its_line_schedule_and_field() {
+        let text = "[a]\ncron = \"* * * * *\"\ncommand = \"true\"\n\n[b]\ncron = \"61 * * * *\"\ncommand = \"true\"\n\n[c]\ncommand = \"x\"\ncron = \"@daily\"\nmax_attempts = 0\n";
+        let found = errors(text);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!((found[0].line, found[0].field), (6, "cron"));
+        assert_eq!(found[0].schedule, "b");
+        assert_eq!((found[1].line, found[1].field), (12, "max_attempts"));
+        assert!(
+            found[1].message.contains("max_attempts must be between 1"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_duplicates_and_backoff_rules_are_refused() {
+        let unknown = errors("[a]\ncron = \"* * * * *\"\ncommand = \"true\"\ntimeout_secs = 5\n");
+        assert_eq!(unknown[0].line, 4);
+        assert!(unknown[0].message.contains("timeout_secs"), "{unknown:?}");
+        let duplicate =
+            errors("[a]\ncron = \"* * * * *\"\ncommand = \"true\"\n[a]\ncron = \"* * * * *\"\n");
+        assert_eq!(duplicate[0].line, 4, "{duplicate:?}");
+        let backoff = errors("[a]\ncron = \"* * * * *\"\ncommand = \"true\"\nbackoff_base = \"2h\"\nbackoff_max = \"1h\"\n");
+        // The field that broke the rule, given those before it (and the defaults).
+        assert_eq!((backoff[0].line, backoff[0].field), (4, "backoff_base"));
+        assert!(
+            backoff[0]
+                .message
+                .contains("backoff_max (1h 0m) must not be shorter than backoff_base (2h 0m)"),
+            "{backoff:?}"
+        );
+    }
+
+    #[test]
+    fn export_writes_what_apply_reads_back_identically() {
+        let s = Settings {
+            command: "echo \"a\" > /tmp/x; exit 3".to_string(),
+            timezone: "Europe/Berlin".to_string(),
+            timeout_secs: 5400,
+            paused: true,
+            ..Settings::defaults("0 9 * * MON-FRI")
+        };
+        let mut entries = BTreeMap::new();
+        entries.insert("reports.daily".to_string(), export_entry(&s));
+        let text = toml::to_string(&entries).expect("toml");
+        assert!(text.contains("[\"reports.daily\"]"), "{text}");
+        assert_eq!(read_file(&text).expect("valid")["reports.daily"], s);
+    }
+
+    #[test]
+    fn the_plan_adds_changes_and_leaves_alone() {
+        let mut wanted = BTreeMap::new();
+        wanted.insert("new".to_string(), Settings::defaults("* * * * *"));
+        let mut same = Settings::defaults("@daily");
+        same.command = "true".to_string();
+        wanted.insert("same".to_string(), same.clone());
+        let definition = |name: &str, settings: Settings| Definition {
+            id: 1,
+            name: name.to_string(),
+            settings,
+            materialized_through: 0,
+            next_fire_at: None,
+            created_at: 0,
+            updated_at: 0,
+            revision: 0,
+        };
+        let mut changed = same.clone();
+        changed.timeout_secs = 60;
+        wanted.insert("edited".to_string(), same.clone());
+        let current = vec![
+            Ok(definition("same", same.clone())),
+            Ok(definition("edited", changed)),
+            Ok(definition("old", same)),
+        ];
+        let plan = plan(&wanted, &current);
+        assert_eq!(
+            summary_lines(&plan, true),
+            ["+ new", "~ edited (timeout: 1m → 1h)", "- old", "= same"]
+        );
+        assert_eq!(summary_lines(&plan, false).len(), 3);
+    }
+}

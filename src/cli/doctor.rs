@@ -1,0 +1,814 @@
+//! `runner doctor`: check what makes a cron setup fail silently, and say how to fix each finding.
+//!
+//! The checks are pure functions over what was gathered (crontab text, process names, file
+//! metadata, the store's last tick); `gather` does the I/O. Cron's view of the world is
+//! reconstructed the way Debian's cron builds it: the crontab's variable lines in order, `HOME`
+//! and `LOGNAME` from passwd, `PATH=/usr/bin:/bin` and `SHELL=/bin/sh` unless the crontab sets
+//! them, no `XDG_*`.
+//!
+//! Test-only overrides (so tests need not touch the real /etc or /proc): `RUNNER_DOCTOR_ETC`
+//! replaces `/etc` (for `crontab` and `cron.d/`), `RUNNER_DOCTOR_CRONTAB` is a file read instead
+//! of `crontab -l` (a missing file: no crontab), `RUNNER_DOCTOR_PROC` replaces `/proc`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::Ctx;
+use crate::display::escape_line;
+use crate::store::{Location, OpenMode};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Machine-readable output: `{ok, findings, checks: [{check, status, message, fix}]}`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Cron's `PATH` when the crontab does not set one (Debian's cron, `_PATH_DEFPATH`).
+pub const CRON_DEFAULT_PATH: &str = "/usr/bin:/bin";
+/// `status` warns when the last tick is older than this: cron wakes the tick every minute.
+const TICK_STALE_SECS: i64 = 120;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Fail,
+    /// Could not be checked because an earlier check failed (e.g. no database).
+    Skipped,
+}
+
+/// One check's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub check: &'static str,
+    pub status: Status,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn ok(check: &'static str, message: String) -> Check {
+        Check {
+            check,
+            status: Status::Ok,
+            message,
+            fix: None,
+        }
+    }
+    fn fail(check: &'static str, message: String, fix: String) -> Check {
+        Check {
+            check,
+            status: Status::Fail,
+            message,
+            fix: Some(fix),
+        }
+    }
+    fn skipped(check: &'static str, message: String) -> Check {
+        Check {
+            check,
+            status: Status::Skipped,
+            message,
+            fix: None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    ok: bool,
+    findings: usize,
+    database: String,
+    checks: &'a [Check],
+}
+
+pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
+    let checks = diagnose(ctx)?;
+    let findings = checks.iter().filter(|c| c.status == Status::Fail).count();
+    if args.json {
+        super::emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&Report {
+                ok: findings == 0,
+                findings,
+                database: ctx.location.to_string(),
+                checks: &checks,
+            })?
+        ))?;
+    } else {
+        say!("database: {}", escape_line(&ctx.location.to_string()));
+        for check in &checks {
+            let tag = match check.status {
+                Status::Ok => "ok  ",
+                Status::Fail => "FAIL",
+                Status::Skipped => "skip",
+            };
+            say!("{tag}  {}: {}", check.check, check.message);
+            if let Some(fix) = &check.fix {
+                say!("      fix: {fix}");
+            }
+        }
+    }
+    if findings == 0 {
+        if !args.json {
+            say!("all checks passed");
+        }
+        Ok(())
+    } else {
+        Err(anyhow::anyhow!(
+            "{findings} finding(s): cron may not be running your schedules"
+        ))
+    }
+}
+
+// ---- crontabs (pure) ----
+
+/// A job line of a crontab, with the variables cron gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronEntry {
+    /// `/etc/cron.d/runner:27`, or `crontab -l:3`.
+    pub source: String,
+    /// The user field of system crontabs; `None` in a user's own crontab.
+    pub user: Option<String>,
+    pub command: String,
+    /// The crontab's variable lines above this entry, in order (later ones win).
+    pub env: Vec<(String, String)>,
+}
+
+impl CronEntry {
+    fn var(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The job lines of a crontab. `system`: `/etc/crontab` and `/etc/cron.d` files, whose lines
+/// carry a user field after the time fields.
+pub fn parse_crontab(text: &str, source: &str, system: bool) -> Vec<CronEntry> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut entries = Vec::new();
+    for (index, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let starts_job = line.starts_with(|c: char| c.is_ascii_digit() || c == '*' || c == '@');
+        if !starts_job {
+            if let Some((name, value)) = line.split_once('=') {
+                let name = name.trim();
+                if !name.is_empty() && !name.contains(char::is_whitespace) {
+                    env.push((name.to_string(), unquote(value.trim()).to_string()));
+                }
+            }
+            continue;
+        }
+        let time_fields = if line.starts_with('@') { 1 } else { 5 };
+        let mut rest = line;
+        let mut fields = Vec::new();
+        for _ in 0..time_fields + usize::from(system) {
+            let trimmed = rest.trim_start();
+            let end = trimmed.find(char::is_whitespace).unwrap_or(trimmed.len());
+            fields.push(&trimmed[..end]);
+            rest = &trimmed[end..];
+        }
+        let command = rest.trim();
+        if command.is_empty() {
+            continue;
+        }
+        entries.push(CronEntry {
+            source: format!("{source}:{}", index + 1),
+            user: system.then(|| fields.last().copied().unwrap_or_default().to_string()),
+            command: command.to_string(),
+            env: env.clone(),
+        });
+    }
+    entries
+}
+
+fn unquote(value: &str) -> &str {
+    for quote in ['"', '\''] {
+        if let Some(inner) = value
+            .strip_prefix(quote)
+            .and_then(|v| v.strip_suffix(quote))
+        {
+            return inner;
+        }
+    }
+    value
+}
+
+/// A shell command's words as `sh` would split them (no expansion), or on whitespace when its
+/// quoting does not parse.
+fn words(command: &str) -> Vec<String> {
+    shlex::split(command)
+        .unwrap_or_else(|| command.split_whitespace().map(str::to_string).collect())
+}
+
+/// A cron line that runs `runner tick`: the binary as written and the `--db` it passes, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TickLine {
+    pub binary: String,
+    pub db_flag: Option<String>,
+    /// `RUNNER_DB=...` put before the command (`RUNNER_DB=x runner tick`, `env RUNNER_DB=x ...`).
+    pub db_assigned: Option<String>,
+}
+
+pub fn tick_line(command: &str) -> Option<TickLine> {
+    let words = words(command);
+    let at = words
+        .iter()
+        .position(|w| Path::new(w).file_name().is_some_and(|n| n == "runner"))?;
+    let args = &words[at + 1..];
+    if !args.iter().any(|a| a == "tick") {
+        return None;
+    }
+    let db_flag = args.iter().enumerate().find_map(|(i, a)| {
+        if a == "--db" {
+            args.get(i + 1).cloned()
+        } else {
+            a.strip_prefix("--db=").map(str::to_string)
+        }
+    });
+    let db_assigned = words[..at]
+        .iter()
+        .rev()
+        .find_map(|w| w.strip_prefix("RUNNER_DB=").map(str::to_string));
+    Some(TickLine {
+        binary: words[at].clone(),
+        db_flag,
+        db_assigned,
+    })
+}
+
+/// The database a cron entry's tick uses: `--db`, else `RUNNER_DB` (set on the command or in the
+/// crontab), else the default under cron's environment (`XDG_STATE_HOME` only if the crontab sets
+/// it; cron never does). Relative paths and `~` resolve against `home` (cron's working directory).
+pub fn cron_database(entry: &CronEntry, line: &TickLine, home: &Path) -> PathBuf {
+    let home_of = |value: &str| -> PathBuf {
+        let expanded = value
+            .replace("${HOME}", &home.to_string_lossy())
+            .replace("$HOME", &home.to_string_lossy());
+        let path = match expanded.strip_prefix("~/") {
+            Some(rest) => home.join(rest),
+            None => PathBuf::from(expanded),
+        };
+        if path.is_absolute() {
+            path
+        } else {
+            home.join(path)
+        }
+    };
+    let chosen = line
+        .db_flag
+        .clone()
+        .or_else(|| line.db_assigned.clone())
+        .or_else(|| entry.var("RUNNER_DB").map(str::to_string))
+        .filter(|v| !v.is_empty());
+    if let Some(value) = chosen {
+        return home_of(&value);
+    }
+    match entry
+        .var("XDG_STATE_HOME")
+        .filter(|v| Path::new(v).is_absolute())
+    {
+        Some(state) => Path::new(state).join("runner/runner.db"),
+        None => home.join(".local/state/runner/runner.db"),
+    }
+}
+
+/// Cron's `PATH` for an entry: the crontab's, else Debian cron's default.
+pub fn cron_path(entry: Option<&CronEntry>) -> String {
+    entry
+        .and_then(|e| e.var("PATH"))
+        .unwrap_or(CRON_DEFAULT_PATH)
+        .to_string()
+}
+
+/// What the shell runs first in a command: its first word, after `VAR=value` assignments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FirstWord {
+    Word(String),
+    /// Its value depends on expansion (`$TOOL run`): not checked, rather than executed.
+    Expanded(String),
+    None,
+}
+
+pub fn first_word(command: &str) -> FirstWord {
+    let words = words(command);
+    let assignment = |w: &str| {
+        w.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        })
+    };
+    match words.into_iter().find(|w| !assignment(w)) {
+        Some(w) if w.contains(['$', '`']) => FirstWord::Expanded(w),
+        Some(w) => FirstWord::Word(w),
+        None => FirstWord::None,
+    }
+}
+
+// ---- gathering (I/O) ----
+
+fn override_path(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from(default), PathBuf::from)
+}
+
+/// Every crontab job line cron would read: the user's own crontab, `/etc/crontab`, `/etc/cron.d/*`
+/// (cron skips names with a dot and editor leftovers, as `run-parts` does).
+fn all_cron_entries() -> Vec<CronEntry> {
+    let mut entries = Vec::new();
+    let user_crontab = match std::env::var_os("RUNNER_DOCTOR_CRONTAB") {
+        Some(file) => std::fs::read_to_string(file).ok(),
+        None => Command::new("crontab")
+            .arg("-l")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned()),
+    };
+    if let Some(text) = user_crontab {
+        entries.extend(parse_crontab(&text, "your crontab (crontab -l)", false));
+    }
+    let etc = override_path("RUNNER_DOCTOR_ETC", "/etc");
+    let system_crontab = etc.join("crontab");
+    if let Ok(text) = std::fs::read_to_string(&system_crontab) {
+        entries.extend(parse_crontab(
+            &text,
+            &system_crontab.display().to_string(),
+            true,
+        ));
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(etc.join("cron.d"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| !n.contains('.') && !n.ends_with('~'))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    for file in files {
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            entries.extend(parse_crontab(&text, &file.display().to_string(), true));
+        }
+    }
+    entries
+}
+
+/// Names of running processes that look like a cron daemon.
+fn cron_daemons() -> Vec<String> {
+    let proc = override_path("RUNNER_DOCTOR_PROC", "/proc");
+    let Ok(dir) = std::fs::read_dir(&proc) else {
+        return Vec::new();
+    };
+    let mut found: Vec<String> = dir
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let (_, rest) = stat.split_once(" (")?;
+            let (comm, state) = rest.rsplit_once(") ")?;
+            (!state.starts_with('Z')).then(|| comm.to_string())
+        })
+        .filter(|comm| {
+            matches!(
+                comm.as_str(),
+                "cron" | "crond" | "cronie" | "fcron" | "dcron"
+            )
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// A user's home directory and name from passwd.
+fn passwd_user(name: Option<&str>) -> Option<(String, PathBuf)> {
+    let user = match name {
+        Some(name) => nix::unistd::User::from_name(name).ok()??,
+        None => nix::unistd::User::from_uid(nix::unistd::geteuid()).ok()??,
+    };
+    Some((user.name, user.dir))
+}
+
+fn same_path(a: &Path, b: &Path) -> bool {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    a == b || canonical(a) == canonical(b)
+}
+
+/// Whether `word` resolves as a command under cron's environment, from `dir`: `command -v` in
+/// `sh` started with `env -i` and only cron's variables.
+fn resolves_under_cron(word: &str, path: &str, home: &Path, user: &str, dir: &Path) -> bool {
+    let mut env: Vec<(&str, OsString)> = vec![
+        ("PATH", path.into()),
+        ("HOME", home.into()),
+        ("SHELL", "/bin/sh".into()),
+        ("LOGNAME", user.into()),
+    ];
+    env.push(("USER", user.into()));
+    Command::new("env")
+        .arg("-i")
+        .args(env.iter().map(|(name, value)| {
+            let mut pair = OsString::from(*name);
+            pair.push("=");
+            pair.push(value);
+            pair
+        }))
+        .args([
+            "/bin/sh",
+            "-c",
+            "command -v -- \"$1\" >/dev/null",
+            "sh",
+            word,
+        ])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+// ---- the checks ----
+
+fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
+    let mut checks = Vec::new();
+    let me = passwd_user(None);
+    let my_name = me.as_ref().map_or_else(|| "?".to_string(), |m| m.0.clone());
+    let database = match &ctx.location {
+        Location::Sqlite(path) => path.clone(),
+        Location::Postgres(_) => {
+            checks.push(Check::fail(
+                "database",
+                format!(
+                    "{}: PostgreSQL is not available in this build",
+                    ctx.location
+                ),
+                "use a SQLite path with --db or RUNNER_DB".to_string(),
+            ));
+            return Ok(checks);
+        }
+    };
+
+    // 1. A cron line running `runner tick` for this database.
+    let entries = all_cron_entries();
+    let mut tick_lines = Vec::new();
+    for entry in &entries {
+        let Some(line) = tick_line(&entry.command) else {
+            continue;
+        };
+        let Some((user, home)) = passwd_user(entry.user.as_deref()) else {
+            tick_lines.push((entry, line, None, None));
+            continue;
+        };
+        let db = cron_database(entry, &line, &home);
+        tick_lines.push((entry, line, Some((user, home)), Some(db)));
+    }
+    let matching = tick_lines
+        .iter()
+        .find(|(_, _, _, db)| db.as_deref().is_some_and(|db| same_path(db, &database)));
+    let shell_db = std::env::var("RUNNER_DB").ok().filter(|v| !v.is_empty());
+    let cron_entry = match matching {
+        Some((entry, line, Some((user, _)), _)) => {
+            checks.push(Check::ok(
+                "cron line",
+                format!(
+                    "{} runs `{}` as {user} for this database",
+                    entry.source,
+                    escape_line(&entry.command)
+                ),
+            ));
+            checks.push(binary_check(entry, line));
+            Some((*entry, user.clone()))
+        }
+        _ => {
+            let others: Vec<String> = tick_lines
+                .iter()
+                .map(|(entry, _, user, db)| match (user, db) {
+                    (Some((user, _)), Some(db)) => {
+                        format!("{} (as {user}) uses {}", entry.source, db.display())
+                    }
+                    _ => format!(
+                        "{} names user {:?}, who does not exist",
+                        entry.source,
+                        entry.user.as_deref().unwrap_or("?")
+                    ),
+                })
+                .collect();
+            let (message, fix) = if others.is_empty() {
+                (
+                    "no crontab line runs `runner tick` (looked at your crontab, /etc/crontab and /etc/cron.d)".to_string(),
+                    format!(
+                        "add `* * * * * {} tick` with `crontab -e` (or install crontab.example as /etc/cron.d/runner), with RUNNER_DB={} above it",
+                        std::env::current_exe().map_or_else(|_| "/usr/bin/runner".to_string(), |p| p.display().to_string()),
+                        database.display()
+                    ),
+                )
+            } else {
+                (
+                    format!(
+                        "no `runner tick` line uses this database ({}): {}",
+                        database.display(),
+                        others.join("; ")
+                    ),
+                    format!(
+                        "set RUNNER_DB={} in that crontab, or point your shell at the database cron uses{}",
+                        database.display(),
+                        if shell_db.is_some() { " (your shell sets RUNNER_DB)" } else { " (your shell uses the default: set RUNNER_DB)" }
+                    ),
+                )
+            };
+            checks.push(Check::fail("cron line", message, fix));
+            None
+        }
+    };
+
+    // 2. A cron daemon.
+    let daemons = cron_daemons();
+    checks.push(if daemons.is_empty() {
+        Check::fail(
+            "cron daemon",
+            "no cron daemon is running: nothing will run `runner tick`".to_string(),
+            "start it: `sudo systemctl enable --now cron` (or `sudo service cron start`; install Debian's `cron` package if missing)".to_string(),
+        )
+    } else {
+        Check::ok("cron daemon", format!("running ({})", daemons.join(", ")))
+    });
+
+    // 3. The database and its directory, as a tick (run by this user) requires them.
+    let exists = database.exists();
+    checks.push(if !exists {
+        Check::fail(
+            "permissions",
+            format!("{} does not exist", database.display()),
+            format!(
+                "create it as the user cron runs the tick as: `runner --db {} init`",
+                database.display()
+            ),
+        )
+    } else {
+        match crate::store::execution_refusal(&ctx.location).map_or(Ok(()), Err) {
+            Ok(()) => Check::ok(
+                "permissions",
+                format!(
+                    "{} and its directory are private to {my_name}, as a tick requires",
+                    database.display()
+                ),
+            ),
+            Err(e) => {
+                let text = format!("{e:#}");
+                Check::fail(
+                    "permissions",
+                    text.clone(),
+                    "see the message: a tick refuses this database until it is fixed".to_string(),
+                )
+            }
+        }
+    });
+    if let Some((_, cron_user)) = &cron_entry {
+        if *cron_user != my_name {
+            checks.push(Check::fail(
+                "user",
+                format!("cron runs the tick as {cron_user}, but you are {my_name}: the permission and command checks are for {my_name}"),
+                format!("run doctor as that user: `sudo -u {cron_user} runner --db {} doctor`", database.display()),
+            ));
+        }
+    }
+
+    // 4. The last tick, and 5. the schedules' commands under cron's environment.
+    let store = if exists {
+        match ctx.open(OpenMode::MustExist) {
+            Ok(store) => Some(store),
+            Err(e) => {
+                checks.push(Check::fail(
+                    "database",
+                    format!("{e:#}"),
+                    "see the message".to_string(),
+                ));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let Some(store) = store else {
+        checks.push(Check::skipped(
+            "last tick",
+            "no database to read".to_string(),
+        ));
+        checks.push(Check::skipped(
+            "commands",
+            "no database to read".to_string(),
+        ));
+        return Ok(checks);
+    };
+    let now = ctx.clock.epoch();
+    let health = store.health(now, now)?;
+    checks.push(match health.last_tick_at {
+        Some(at) if now - at <= TICK_STALE_SECS => Check::ok(
+            "last tick",
+            format!("{} ago", crate::display::duration_of_secs(now - at)),
+        ),
+        Some(at) => Check::fail(
+            "last tick",
+            format!(
+                "the last tick was {} ago ({}): cron is not running it every minute",
+                crate::display::duration_of_secs(now - at),
+                crate::display::local_time(at, chrono_tz::Tz::UTC)
+            ),
+            "check the cron line and the daemon above, and cron's mail or syslog (`grep CRON /var/log/syslog`, `journalctl -u cron`) for errors".to_string(),
+        ),
+        None => Check::fail(
+            "last tick",
+            "no tick has ever run on this database".to_string(),
+            "once the cron line is in place, wait a minute and run doctor again (or run `runner tick` once by hand)".to_string(),
+        ),
+    });
+
+    let (cron_user, cron_home) = match &cron_entry {
+        Some((entry, user)) => (
+            user.clone(),
+            passwd_user(entry.user.as_deref()).map(|u| u.1),
+        ),
+        None => (my_name.clone(), me.as_ref().map(|m| m.1.clone())),
+    };
+    let cron_home = cron_home.unwrap_or_else(|| PathBuf::from("/"));
+    let path = cron_path(cron_entry.as_ref().map(|(e, _)| *e));
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for row in store.definitions()? {
+        let Ok(definition) = row else { continue };
+        checked += 1;
+        let name = escape_line(&definition.name);
+        let dir = match &definition.settings.workdir {
+            Some(dir) if !Path::new(dir).is_dir() => {
+                problems.push(format!(
+                    "{name}: its workdir {} does not exist",
+                    escape_line(dir)
+                ));
+                continue;
+            }
+            Some(dir) => PathBuf::from(dir),
+            None => cron_home.clone(),
+        };
+        match first_word(&definition.settings.command) {
+            FirstWord::Word(word) => {
+                if !resolves_under_cron(&word, &path, &cron_home, &cron_user, &dir) {
+                    problems.push(format!(
+                        "{name}: `{}` is not found with cron's PATH={path} (from {})",
+                        escape_line(&word),
+                        dir.display()
+                    ));
+                }
+            }
+            FirstWord::Expanded(_) | FirstWord::None => {}
+        }
+    }
+    checks.push(if problems.is_empty() {
+        Check::ok(
+            "commands",
+            format!("{checked} schedule(s): every command resolves under cron's environment (PATH={path}, HOME={})", cron_home.display()),
+        )
+    } else {
+        Check::fail(
+            "commands",
+            problems.join("; "),
+            format!("use absolute paths in the commands, or set PATH in the crontab above the `runner tick` line (now PATH={path}); create missing workdirs or change them with `runner schedule edit NAME --workdir DIR`"),
+        )
+    });
+    Ok(checks)
+}
+
+/// The binary a cron line names must exist (an absolute path) or be found in that crontab's PATH.
+fn binary_check(entry: &CronEntry, line: &TickLine) -> Check {
+    let path = cron_path(Some(entry));
+    let found = if line.binary.contains('/') {
+        Path::new(&line.binary).is_file()
+    } else {
+        path.split(':')
+            .any(|dir| Path::new(dir).join(&line.binary).is_file())
+    };
+    if found {
+        Check::ok("runner binary", format!("{} exists", line.binary))
+    } else {
+        Check::fail(
+            "runner binary",
+            format!(
+                "{} names `{}`, which is not there (cron's PATH={path})",
+                entry.source,
+                escape_line(&line.binary)
+            ),
+            "install runner there, or write its absolute path in the cron line".to_string(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_crontabs_have_a_user_field_and_variables_apply_from_their_line_on() {
+        let text = "# comment\nSHELL=/bin/sh\nPATH = \"/usr/local/bin:/usr/bin:/bin\"\n\n* * * * * runner /usr/bin/runner tick\nRUNNER_DB=/var/lib/runner/runner.db\n@hourly root  flock -n /run/x runner --db=/x.db tick -v\n";
+        let entries = parse_crontab(text, "/etc/cron.d/runner", true);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].source, "/etc/cron.d/runner:5");
+        assert_eq!(entries[0].user.as_deref(), Some("runner"));
+        assert_eq!(entries[0].command, "/usr/bin/runner tick");
+        assert_eq!(entries[0].var("PATH"), Some("/usr/local/bin:/usr/bin:/bin"));
+        assert_eq!(entries[0].var("RUNNER_DB"), None);
+        assert_eq!(entries[1].user.as_deref(), Some("root"));
+        assert_eq!(
+            entries[1].var("RUNNER_DB"),
+            Some("/var/lib/runner/runner.db")
+        );
+        let line = tick_line(&entries[1].command).expect("a tick line");
+        assert_eq!(line.db_flag.as_deref(), Some("/x.db"));
+        assert_eq!(
+            cron_database(&entries[1], &line, Path::new("/root")),
+            PathBuf::from("/x.db")
+        );
+    }
+
+    #[test]
+    fn user_crontabs_have_no_user_field() {
+        let entries = parse_crontab("*/5 1 * * MON  echo hi  there\n", "crontab -l", false);
+        assert_eq!(entries[0].user, None);
+        assert_eq!(entries[0].command, "echo hi  there");
+    }
+
+    #[test]
+    fn the_database_of_a_tick_line_follows_cron_not_the_shell() {
+        let entry = |env: &[(&str, &str)], command: &str| CronEntry {
+            source: "x:1".into(),
+            user: None,
+            command: command.into(),
+            env: env
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+        };
+        let home = Path::new("/home/ann");
+        let db = |e: &CronEntry| cron_database(e, &tick_line(&e.command).expect("tick"), home);
+        assert_eq!(
+            db(&entry(&[], "runner tick")),
+            PathBuf::from("/home/ann/.local/state/runner/runner.db")
+        );
+        assert_eq!(
+            db(&entry(&[("RUNNER_DB", "/srv/r.db")], "runner tick")),
+            PathBuf::from("/srv/r.db")
+        );
+        assert_eq!(
+            db(&entry(
+                &[("RUNNER_DB", "/srv/r.db")],
+                "RUNNER_DB=~/a.db runner tick"
+            )),
+            PathBuf::from("/home/ann/a.db")
+        );
+        assert_eq!(
+            db(&entry(&[], "$HOME/bin/runner --db r.db tick")),
+            PathBuf::from("/home/ann/r.db")
+        );
+        assert_eq!(
+            db(&entry(&[("XDG_STATE_HOME", "/st")], "runner tick")),
+            PathBuf::from("/st/runner/runner.db")
+        );
+        assert_eq!(tick_line("runner status"), None);
+        assert_eq!(tick_line("/usr/bin/backup tick"), None);
+    }
+
+    #[test]
+    fn the_first_word_skips_assignments_and_never_expands() {
+        assert_eq!(
+            first_word("LANG=C /usr/bin/report --x"),
+            FirstWord::Word("/usr/bin/report".into())
+        );
+        assert_eq!(
+            first_word("'my tool' run"),
+            FirstWord::Word("my tool".into())
+        );
+        assert_eq!(first_word("$TOOL run"), FirstWord::Expanded("$TOOL".into()));
+        assert_eq!(first_word("   "), FirstWord::None);
+    }
+}

@@ -1,0 +1,500 @@
+//! `runner schedule apply` and `export`: schedules as code, against the real binary.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::common::{stderr, stdout, wait_until, Env};
+
+const T0: &str = "2026-11-23T10:00:30Z";
+
+fn write(env: &Env, name: &str, text: &str) -> PathBuf {
+    let path = env.path(name);
+    std::fs::write(&path, text).expect("write file");
+    path
+}
+
+fn apply(env: &Env, file: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["schedule", "apply", file.to_str().expect("utf-8")];
+    args.extend_from_slice(extra);
+    env.run(&args)
+}
+
+const FILE: &str = r#"
+[backup]
+cron = "30 2 * * *"
+tz = "Europe/Berlin"
+command = ["/usr/local/bin/backup", "--label", "nightly run"]
+timeout = "2h"
+
+[heartbeat]
+cron = "* * * * *"
+command = "echo alive"
+
+["reports.daily"]
+cron = "0 9 * * MON-FRI"
+command = "./report.sh > out.txt"
+max_attempts = 5
+backoff_base = "1m"
+paused = true
+"#;
+
+/// Every schedule's settings as `schedule list --json` reports them, by name.
+fn listed(env: &Env) -> String {
+    let mut out = env.ok(&["schedule", "list", "--json"]);
+    // Times move on between two listings; the settings do not.
+    out.retain(|c| c != '\r');
+    let value: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let mut rows: Vec<String> = value
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} {} {} {} {} {} {} {} {} {}",
+                s["name"],
+                s["cron"],
+                s["timezone"],
+                s["command"],
+                s["workdir"],
+                s["state"],
+                s["max_attempts"],
+                s["timeout_secs"],
+                s["backoff_base_secs"],
+                s["backoff_max_secs"],
+                s["grace_secs"]
+            )
+        })
+        .collect();
+    rows.sort();
+    rows.join("\n")
+}
+
+#[test]
+fn apply_creates_then_is_idempotent() {
+    let env = Env::new(); // apply creates the database, as `schedule add` does
+    let file = write(&env, "schedules.toml", FILE);
+    let out = apply(&env, &file, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("+ backup\n+ heartbeat\n+ reports.daily\n")
+            && text.contains("applied ")
+            && text.contains("3 added, 0 changed, 0 removed, 0 unchanged"),
+        "{text}"
+    );
+    let show = env.ok(&["schedule", "show", "backup"]);
+    assert!(
+        show.contains("/usr/local/bin/backup --label 'nightly run'"),
+        "{show}"
+    );
+    assert!(
+        show.contains("Europe/Berlin") && show.contains("timeout 2h"),
+        "{show}"
+    );
+    // Defaults of `schedule add` for what the file leaves out.
+    assert!(
+        show.contains("3 max") && show.contains("30s doubling, at most 1h"),
+        "{show}"
+    );
+    assert!(env
+        .ok(&["schedule", "show", "reports.daily"])
+        .contains("state:        paused"));
+
+    let before = listed(&env);
+    let revisions = env.strings(
+        "SELECT name || ':' || revision || ':' || updated_at FROM job_definitions ORDER BY name",
+    );
+    let again = env.ok(&["schedule", "apply", file.to_str().expect("utf-8")]);
+    assert!(
+        again.contains("= backup\n= heartbeat\n= reports.daily\n")
+            && again.contains("no changes: the database already matches"),
+        "{again}"
+    );
+    assert_eq!(listed(&env), before);
+    assert_eq!(
+        env.strings("SELECT name || ':' || revision || ':' || updated_at FROM job_definitions ORDER BY name"),
+        revisions,
+        "an unchanged schedule is not rewritten"
+    );
+}
+
+#[test]
+fn apply_changes_what_differs_from_the_next_fire_time() {
+    let env = Env::init();
+    let file = write(&env, "schedules.toml", FILE);
+    env.ok(&[
+        "--now",
+        T0,
+        "schedule",
+        "apply",
+        file.to_str().expect("utf-8"),
+    ]);
+    // Five minutes later, heartbeat's command and backup's timeout change.
+    let changed = FILE
+        .replace("timeout = \"2h\"", "timeout = \"3h\"")
+        .replace("command = \"echo alive\"", "command = \"echo still alive\"");
+    let file = write(&env, "schedules.toml", &changed);
+    let out = env.ok(&[
+        "--now",
+        "2026-11-23T10:05:30Z",
+        "schedule",
+        "apply",
+        file.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        out.contains("~ backup (timeout: 2h → 3h)\n")
+            && out.contains("~ heartbeat (command: echo alive → echo still alive)\n")
+            && out.contains("= reports.daily\n")
+            && out.contains("0 added, 2 changed, 0 removed, 1 unchanged"),
+        "{out}"
+    );
+    // The instants that came due under the old settings were materialised first (catch-up
+    // latest: the newest pending, the others skipped), as `schedule edit` does.
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id WHERE d.name = 'heartbeat'"),
+        5
+    );
+    assert_eq!(
+        env.strings("SELECT command FROM job_definitions WHERE name = 'heartbeat'"),
+        ["echo still alive"]
+    );
+    // Its next instant is after the apply: none is materialised twice.
+    let next = env.ok(&[
+        "--now",
+        "2026-11-23T10:05:30Z",
+        "schedule",
+        "next",
+        "heartbeat",
+        "-n",
+        "1",
+    ]);
+    assert_eq!(next.trim(), "2026-11-23T10:06:00+00:00");
+}
+
+#[test]
+fn prune_removes_what_the_file_does_not_name_and_refuses_a_running_run() {
+    let env = Env::init();
+    env.ok(&[
+        "schedule", "add", "by-hand", "--cron", "@daily", "--", "true",
+    ]);
+    let file = write(&env, "schedules.toml", FILE);
+    let out = env.ok(&["schedule", "apply", file.to_str().expect("utf-8")]);
+    assert!(
+        out.contains("1 schedule(s) not in the file left alone (--prune removes them)"),
+        "{out}"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_definitions WHERE name = 'by-hand'"),
+        1
+    );
+
+    // A running run of it (forged): --prune refuses, and changes nothing.
+    env.ok(&["run", "by-hand"]);
+    env.conn()
+        .execute(
+            "UPDATE job_runs SET status = 'running', lease_token = 'forged', owner = 'elsewhere:1',
+                 lease_expires_at = 4102444800",
+            [],
+        )
+        .expect("forge running");
+    let small = write(
+        &env,
+        "small.toml",
+        "[heartbeat]\ncron = \"* * * * *\"\ncommand = \"echo alive\"\n",
+    );
+    let err = env.fails(
+        2,
+        &[
+            "schedule",
+            "apply",
+            small.to_str().expect("utf-8"),
+            "--prune",
+        ],
+    );
+    assert!(
+        err.contains("--prune would remove by-hand with a running run") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 4);
+
+    env.conn()
+        .execute(
+            "UPDATE job_runs SET status = 'succeeded', lease_token = NULL, owner = NULL,
+                 lease_expires_at = NULL, finished_at = 1",
+            [],
+        )
+        .expect("forge finished");
+    let out = env.ok(&[
+        "schedule",
+        "apply",
+        small.to_str().expect("utf-8"),
+        "--prune",
+    ]);
+    assert!(
+        out.contains("- backup\n- by-hand\n- reports.daily\n= heartbeat\n")
+            && out.contains("0 added, 0 changed, 3 removed, 1 unchanged"),
+        "{out}"
+    );
+    assert_eq!(
+        env.strings("SELECT name FROM job_definitions"),
+        ["heartbeat"]
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs"),
+        0,
+        "their runs went with them"
+    );
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_changes_nothing() {
+    let env = Env::init();
+    env.ok(&[
+        "schedule", "add", "by-hand", "--cron", "@daily", "--", "true",
+    ]);
+    env.ok(&[
+        "schedule",
+        "add",
+        "heartbeat",
+        "--cron",
+        "* * * * *",
+        "--",
+        "echo old",
+    ]);
+    let file = write(&env, "schedules.toml", FILE);
+    let before = listed(&env);
+    let out = env.ok(&[
+        "schedule",
+        "apply",
+        file.to_str().expect("utf-8"),
+        "--prune",
+        "--dry-run",
+    ]);
+    assert!(
+        out.contains(
+            "+ backup\n+ reports.daily\n~ heartbeat (command: echo old → echo alive)\n- by-hand\n"
+        ) && out.contains(
+            "dry run, nothing changed: would be 2 added, 1 changed, 1 removed, 0 unchanged"
+        ),
+        "{out}"
+    );
+    assert_eq!(listed(&env), before);
+
+    // On a database that does not exist yet, a dry run shows everything as added and creates
+    // nothing.
+    let fresh = Env::new();
+    let out = fresh.ok(&[
+        "schedule",
+        "apply",
+        file.to_str().expect("utf-8"),
+        "--dry-run",
+    ]);
+    assert!(out.contains("would be 3 added"), "{out}");
+    assert!(!fresh.db.exists());
+}
+
+#[test]
+fn an_invalid_file_changes_nothing_and_names_file_line_and_field() {
+    let env = Env::init();
+    env.ok(&[
+        "schedule",
+        "add",
+        "heartbeat",
+        "--cron",
+        "* * * * *",
+        "--",
+        "echo old",
+    ]);
+    let before = listed(&env);
+    // 40 schedules, the 40th with a bad cron expression; the first would change heartbeat.
+    let mut text = String::from("[heartbeat]\ncron = \"* * * * *\"\ncommand = \"echo new\"\n");
+    for i in 2..40 {
+        text.push_str(&format!(
+            "\n[job-{i}]\ncron = \"{} * * * *\"\ncommand = \"true\"\n",
+            i % 60
+        ));
+    }
+    text.push_str("\n[job-40]\ncommand = \"true\"\ncron = \"0 25 * * *\"\n");
+    let line = text.lines().count();
+    let file = write(&env, "bad.toml", &text);
+    let err = env.fails(2, &["schedule", "apply", file.to_str().expect("utf-8")]);
+    assert!(
+        err.contains(&format!("bad.toml:{line}: schedule job-40, field cron: "))
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(listed(&env), before);
+
+    // An unknown key and a duplicate name: the file's own line, and the key.
+    let file = write(
+        &env,
+        "unknown.toml",
+        "[a]\ncron = \"* * * * *\"\ncommand = \"true\"\ntimeout_secs = 60\n",
+    );
+    let err = env.fails(2, &["schedule", "apply", file.to_str().expect("utf-8")]);
+    assert!(
+        err.contains("unknown.toml:4: unknown field `timeout_secs`"),
+        "{err}"
+    );
+    let file = write(&env, "dup.toml", "[a]\ncron = \"* * * * *\"\ncommand = \"true\"\n\n[a]\ncron = \"@daily\"\ncommand = \"true\"\n");
+    let err = env.fails(2, &["schedule", "apply", file.to_str().expect("utf-8")]);
+    assert!(err.contains("dup.toml:5: duplicate key"), "{err}");
+    assert_eq!(listed(&env), before);
+    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 1);
+}
+
+#[test]
+fn a_tick_during_apply_creates_no_duplicate_instant() {
+    let env = Env::init();
+    let file = write(
+        &env,
+        "schedules.toml",
+        "[every]\ncron = \"* * * * *\"\ncommand = \"true\"\ncatch_up = \"all\"\n",
+    );
+    env.ok(&[
+        "--now",
+        T0,
+        "schedule",
+        "apply",
+        file.to_str().expect("utf-8"),
+    ]);
+    let changed = write(
+        &env,
+        "changed.toml",
+        "[every]\ncron = \"* * * * *\"\ncommand = \"echo changed\"\ncatch_up = \"all\"\n",
+    );
+
+    // apply, five minutes later, stops after settling the due instants and before its
+    // transaction; a tick runs there, a minute later still; then apply commits.
+    let gate = env.path("gate");
+    let apply = env
+        .cmd()
+        .args([
+            "--now",
+            "2026-11-23T10:05:30Z",
+            "schedule",
+            "apply",
+            changed.to_str().expect("utf-8"),
+        ])
+        .env(
+            "RUNNER_TEST_HOOK",
+            format!("apply-commit:wait={}", gate.display()),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn apply");
+    wait_until(
+        Duration::from_secs(120),
+        "apply to settle the due instants",
+        || env.count("SELECT count(*) FROM job_runs") == 5,
+    );
+    env.ok(&["--now", "2026-11-23T10:06:30Z", "tick", "--max-tick", "30s"]);
+    std::fs::write(&gate, "").expect("open the gate");
+    let out = apply.wait_with_output().expect("apply");
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("~ every (command: true → echo changed)"),
+        "{}",
+        stdout(&out)
+    );
+
+    env.ok(&["--now", "2026-11-23T10:08:30Z", "tick", "--max-tick", "30s"]);
+    // One run per instant from 10:01 to 10:08, none twice, and none lost.
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE trigger = 'schedule'"),
+        8
+    );
+    assert_eq!(
+        env.count("SELECT count(DISTINCT scheduled_for) FROM job_runs WHERE trigger = 'schedule'"),
+        8
+    );
+    assert_eq!(
+        env.count("SELECT min(scheduled_for) FROM job_runs"),
+        1_795_428_060 // 2026-11-23T10:01:00Z
+    );
+    assert_eq!(
+        env.strings("SELECT command FROM job_definitions"),
+        ["echo changed"]
+    );
+}
+
+#[test]
+fn export_then_apply_is_a_no_op() {
+    let env = Env::init();
+    let workdir = env.path("work");
+    std::fs::create_dir(&workdir).expect("workdir");
+    env.ok(&[
+        "schedule",
+        "add",
+        "backup",
+        "--cron",
+        "30 2 * * *",
+        "--tz",
+        "America/New_York",
+        "--timeout",
+        "90m",
+        "--",
+        "/usr/local/bin/backup",
+        "--full",
+    ]);
+    env.ok(&[
+        "schedule",
+        "add",
+        "odd.name-x",
+        "--cron",
+        "@hourly",
+        "--overlap",
+        "allow",
+        "--catch-up",
+        "none",
+        "--grace",
+        "10m",
+        "--leftovers",
+        "keep",
+        "--paused",
+        "--max-attempts",
+        "1",
+        "--backoff-base",
+        "5s",
+        "--backoff-max",
+        "7m",
+        "--workdir",
+        workdir.to_str().expect("utf-8"),
+        "--",
+        "printf '%s\\n' \"$RUNNER_JOB\" > out",
+    ]);
+    let exported = env.ok(&["schedule", "export"]);
+    assert!(
+        exported.contains("[\"odd.name-x\"]") && exported.contains("timeout = \"1h 30m\""),
+        "{exported}"
+    );
+    let file = write(&env, "exported.toml", &exported);
+
+    let out = env.ok(&[
+        "schedule",
+        "apply",
+        file.to_str().expect("utf-8"),
+        "--prune",
+    ]);
+    assert!(
+        out.contains("= backup\n= odd.name-x\n") && out.contains("no changes"),
+        "{out}"
+    );
+
+    // Into another database: the same schedules, which export the same.
+    let other = Env::new();
+    other.ok(&["schedule", "apply", file.to_str().expect("utf-8")]);
+    assert_eq!(listed(&other), listed(&env));
+    let body = |text: &str| text.lines().skip(1).collect::<Vec<_>>().join("\n");
+    assert_eq!(body(&other.ok(&["schedule", "export"])), body(&exported));
+
+    // Named schedules only; an unknown name is exit 3.
+    let one = env.ok(&["schedule", "export", "backup"]);
+    assert!(
+        one.contains("[backup]") && !one.contains("odd.name"),
+        "{one}"
+    );
+    env.fails(3, &["schedule", "export", "nope"]);
+}

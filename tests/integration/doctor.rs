@@ -1,0 +1,246 @@
+//! `runner doctor` against the real binary: the cron files and /proc it inspects are replaced by
+//! temp ones through its test-only variables, so the real /etc and crontab are never touched.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::common::{stdout, Env, BIN};
+
+/// A temp /etc with `cron_d` as /etc/cron.d/runner (if any), a temp /proc with a cron daemon (if
+/// `daemon`), no user crontab; then `runner doctor ARGS`.
+fn doctor(env: &Env, cron_d: Option<&str>, daemon: bool, args: &[&str]) -> Output {
+    let etc = env.path("etc");
+    std::fs::create_dir_all(etc.join("cron.d")).expect("etc");
+    if let Some(text) = cron_d {
+        std::fs::write(etc.join("cron.d/runner"), text).expect("cron.d file");
+    }
+    let proc = env.path("proc");
+    if daemon {
+        std::fs::create_dir_all(proc.join("4242")).expect("proc");
+        std::fs::write(
+            proc.join("4242/stat"),
+            "4242 (cron) S 1 4242 4242 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100 0 0\n",
+        )
+        .expect("stat");
+    } else {
+        std::fs::create_dir_all(&proc).expect("proc");
+    }
+    env.cmd()
+        .arg("doctor")
+        .args(args)
+        .env("RUNNER_DOCTOR_ETC", &etc)
+        .env("RUNNER_DOCTOR_PROC", &proc)
+        .env("RUNNER_DOCTOR_CRONTAB", env.path("no-user-crontab"))
+        .output()
+        .expect("runner doctor")
+}
+
+fn me() -> String {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .expect("passwd")
+        .expect("a passwd entry")
+        .name
+}
+
+/// The packaged line's shape: variables, then `runner tick` as this user.
+fn cron_d(env: &Env, extra: &str) -> String {
+    format!(
+        "SHELL=/bin/sh\n{extra}RUNNER_DB={}\nMAILTO=\"\"\n* * * * * {} {BIN} tick\n",
+        env.db.display(),
+        me()
+    )
+}
+
+fn checks(out: &Output) -> Vec<(String, String, String)> {
+    let report: Value = serde_json::from_slice(&out.stdout).expect("doctor --json");
+    report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .map(|c| {
+            (
+                c["check"].as_str().expect("check").to_string(),
+                c["status"].as_str().expect("status").to_string(),
+                c["message"].as_str().expect("message").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn status_of(out: &Output, check: &str) -> (String, String) {
+    checks(out)
+        .into_iter()
+        .find(|(name, _, _)| name == check)
+        .map(|(_, status, message)| (status, message))
+        .unwrap_or_else(|| panic!("no check {check:?} in {}", stdout(out)))
+}
+
+/// A database cron would run happily: commands that resolve under /usr/bin:/bin, a recent tick.
+fn good_setup() -> Env {
+    let env = Env::init();
+    env.ok(&[
+        "schedule",
+        "add",
+        "hello",
+        "--cron",
+        "0 3 * * *",
+        "--",
+        "echo hi",
+    ]);
+    env.ok(&[
+        "schedule",
+        "add",
+        "list",
+        "--cron",
+        "0 4 * * *",
+        "--",
+        "ls -l /",
+    ]);
+    env.ok(&["tick"]);
+    env
+}
+
+#[test]
+fn a_good_setup_passes_every_check() {
+    let env = good_setup();
+    let out = doctor(&env, Some(&cron_d(&env, "")), true, &[]);
+    let text = stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        crate::common::stderr(&out)
+    );
+    assert!(text.contains("all checks passed"), "{text}");
+    assert!(text.contains("ok    cron line: "), "{text}");
+
+    let out = doctor(&env, Some(&cron_d(&env, "")), true, &["--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["ok"], Value::Bool(true));
+    assert_eq!(report["findings"], 0);
+    let names: Vec<String> = checks(&out).into_iter().map(|c| c.0).collect();
+    for wanted in [
+        "cron line",
+        "runner binary",
+        "cron daemon",
+        "permissions",
+        "last tick",
+        "commands",
+    ] {
+        assert!(names.iter().any(|n| n == wanted), "{wanted} in {names:?}");
+    }
+    assert!(
+        checks(&out).iter().all(|c| c.1 == "ok"),
+        "{:?}",
+        checks(&out)
+    );
+}
+
+#[test]
+fn no_crontab_line_and_no_daemon_are_findings() {
+    let env = good_setup();
+    let out = doctor(&env, None, false, &["--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, message) = status_of(&out, "cron line");
+    assert_eq!(status, "fail");
+    assert!(
+        message.contains("no crontab line runs `runner tick`"),
+        "{message}"
+    );
+    assert_eq!(status_of(&out, "cron daemon").0, "fail");
+    assert_eq!(status_of(&out, "commands").0, "ok");
+
+    // A line for another database is not a line for this one: both paths are named.
+    let other = format!(
+        "RUNNER_DB=/var/lib/elsewhere/runner.db\n* * * * * {} {BIN} tick\n",
+        me()
+    );
+    let out = doctor(&env, Some(&other), true, &["--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let (status, message) = status_of(&out, "cron line");
+    assert_eq!(status, "fail");
+    assert!(
+        message.contains("/var/lib/elsewhere/runner.db"),
+        "{message}"
+    );
+    assert!(message.contains(&env.db.display().to_string()), "{message}");
+}
+
+#[test]
+fn a_command_missing_from_crons_path_is_named_with_its_schedule() {
+    let env = good_setup();
+    // A tool the user's shell might find (it is in a bin directory of theirs) but cron's
+    // PATH=/usr/bin:/bin does not.
+    let bin = env.path("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    let tool = bin.join("runner-doctor-test-tool");
+    std::fs::write(&tool, "#!/bin/sh\nexit 0\n").expect("tool");
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    env.ok(&[
+        "schedule",
+        "add",
+        "report",
+        "--cron",
+        "0 5 * * *",
+        "--",
+        "LANG=C runner-doctor-test-tool --daily",
+    ]);
+    let gone = env.path("gone");
+    std::fs::create_dir(&gone).expect("workdir");
+    env.ok(&[
+        "schedule",
+        "add",
+        "cleanup",
+        "--cron",
+        "0 6 * * *",
+        "--workdir",
+        gone.to_str().expect("utf-8"),
+        "--",
+        "echo x",
+    ]);
+    std::fs::remove_dir(&gone).expect("rm workdir");
+
+    let out = doctor(&env, Some(&cron_d(&env, "")), true, &[]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("FAIL  commands: cleanup: its workdir ")
+            && text.contains(
+                "report: `runner-doctor-test-tool` is not found with cron's PATH=/usr/bin:/bin"
+            ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("hello:") && !text.contains("list:"),
+        "{text}"
+    );
+
+    // With the tool's directory on the crontab's PATH, it resolves; the workdir is still missing.
+    let path = format!("PATH={}:/usr/bin:/bin\n", bin.display());
+    let out = doctor(&env, Some(&cron_d(&env, &path)), true, &["--json"]);
+    let (status, message) = status_of(&out, "commands");
+    assert_eq!(status, "fail");
+    assert!(
+        message.contains("cleanup") && !message.contains("report"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_database_others_can_write_is_a_finding() {
+    let env = good_setup();
+    std::fs::set_permissions(&env.db, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let out = doctor(&env, Some(&cron_d(&env, "")), true, &["--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, message) = status_of(&out, "permissions");
+    assert_eq!(status, "fail");
+    assert!(
+        message.contains("writable by group or others (mode 0666)"),
+        "{message}"
+    );
+    assert!(message.contains("chmod 600"), "{message}");
+    assert_eq!(status_of(&out, "cron line").0, "ok");
+}
