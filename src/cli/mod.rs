@@ -8,6 +8,7 @@ macro_rules! say {
     };
 }
 
+mod check;
 mod completions;
 mod history;
 mod init;

@@ -1,6 +1,7 @@
 //! One integration crate: every test drives the real `runner` binary on temp databases.
 
 mod bad_input;
+mod check;
 mod clock;
 mod common;
 mod completions;
