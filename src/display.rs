@@ -1,8 +1,9 @@
 //! How times, durations and captured output are shown: one place, so every command agrees.
 
+use std::time::Duration;
+
 use chrono::SecondsFormat;
 use chrono_tz::Tz;
-use serde_json::{json, Value};
 
 use crate::clock::from_epoch;
 
@@ -18,42 +19,47 @@ pub fn utc_time(epoch: i64) -> String {
     from_epoch(epoch).to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-/// A JSON time pair: `{"<key>": RFC 3339 UTC, "<key>_epoch": seconds}` merged into `object`.
-pub fn put_time(object: &mut serde_json::Map<String, Value>, key: &str, epoch: Option<i64>) {
-    object.insert(
-        key.to_string(),
-        epoch.map_or(Value::Null, |e| json!(utc_time(e))),
-    );
-    object.insert(
-        format!("{key}_epoch"),
-        epoch.map_or(Value::Null, |e| json!(e)),
-    );
+/// An instant as JSON carries it: RFC 3339 in UTC, e.g. `2026-03-08T07:00:00Z`. A view puts it
+/// beside the same instant in epoch seconds, as `<name>` and `<name>_epoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UtcTime(pub i64);
+
+impl serde::Serialize for UtcTime {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&utc_time(self.0))
+    }
 }
 
-/// A short human duration: `850ms`, `42s`, `3m 5s`, `2h 1m`.
-pub fn short_duration(ms: i64) -> String {
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    let secs = ms / 1000;
+/// A span of time for people: the one duration format of every command, for how long an attempt
+/// took, how long ago a tick ran, how far apart two clocks are, a schedule's timeout or grace.
+/// At most two units, the larger first: `250ms`, `42s`, `3m 5s`, `2h 1m`; from a day on, days
+/// and hours (`1d 3h`, `45d`), for the gaps a clock step makes.
+pub fn duration(span: Duration) -> String {
+    let secs = span.as_secs();
     match secs {
-        0..=59 => format!("{secs}s"),
+        0 => match span.subsec_millis() {
+            0 => "0s".to_string(),
+            ms => format!("{ms}ms"),
+        },
+        1..=59 => format!("{secs}s"),
         60..=3599 => format!("{}m {}s", secs / 60, secs % 60),
-        _ => format!("{}h {}m", secs / 3600, (secs % 3600) / 60),
+        3600..=86_399 => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
+        _ => match (secs / 86_400, secs % 86_400 / 3600) {
+            (days, 0) => format!("{days}d"),
+            (days, hours) => format!("{days}d {hours}h"),
+        },
     }
 }
 
-/// How far apart two clocks are, for people: `45s`, `3m 5s`, `5h 2m`, then whole days and hours
-/// (`45d`, `26960d 12h`) for the gaps a clock step makes.
-pub fn clock_gap(secs: i64) -> String {
-    let secs = secs.saturating_abs();
-    if secs < 2 * 86_400 {
-        return short_duration(secs.saturating_mul(1000));
-    }
-    match (secs / 86_400, (secs % 86_400) / 3600) {
-        (days, 0) => format!("{days}d"),
-        (days, hours) => format!("{days}d {hours}h"),
-    }
+/// [`duration`] of whole seconds as the store keeps them; a negative span (clocks disagree)
+/// shows as `0s`.
+pub fn duration_of_secs(secs: i64) -> String {
+    duration(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
+}
+
+/// [`duration`] of milliseconds as the store keeps them.
+pub fn duration_of_ms(ms: i64) -> String {
+    duration(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
 }
 
 /// Captured job output made safe for a terminal: valid UTF-8 text passes, except control
@@ -134,6 +140,22 @@ mod tests {
             escape_line("plain /usr/bin/backup --full"),
             "plain /usr/bin/backup --full"
         );
+    }
+
+    #[test]
+    fn durations_have_one_format() {
+        let d = |secs: u64| duration(Duration::from_secs(secs));
+        assert_eq!(duration(Duration::ZERO), "0s");
+        assert_eq!(duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(duration(Duration::from_millis(1500)), "1s");
+        assert_eq!(d(45), "45s");
+        assert_eq!(d(600), "10m 0s");
+        assert_eq!(d(185), "3m 5s");
+        assert_eq!(d(7800), "2h 10m");
+        assert_eq!(d(86_400 + 3 * 3600 + 5), "1d 3h");
+        assert_eq!(d(45 * 86_400 + 1800), "45d");
+        assert_eq!(duration_of_secs(-5), "0s");
+        assert_eq!(duration_of_ms(2), "2ms");
     }
 
     #[test]

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde_json::json;
@@ -11,41 +10,9 @@ use serde_json::json;
 use crate::backoff::RetryPolicy;
 use crate::clock::Now;
 use crate::exit::Failure;
-use crate::schedule::CatchUp;
-
-macro_rules! text_enum {
-    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }, $what:literal) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name { $($variant),+ }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s {
-                    $($text => Ok($name::$variant),)+
-                    other => Err(format!(
-                        "{:?} is not a {}; use one of: {}",
-                        other, $what, [$($text),+].join(", ")
-                    )),
-                }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
+pub use crate::policy::{CatchUp, Leftovers, Overlap};
+use crate::schedule::Timing;
+use crate::text_enum::text_enum;
 
 text_enum!(
     /// Where a run is in its life. Transitions: pending → running → succeeded | pending (retry) |
@@ -70,27 +37,6 @@ impl RunStatus {
         )
     }
 }
-
-text_enum!(
-    /// What to do with a newly due run while another run of the same schedule is running.
-    Overlap {
-        Forbid => "forbid",
-        Allow => "allow",
-    },
-    "overlap policy"
-);
-
-text_enum!(
-    /// What happens to the processes a job leaves behind when its main process (the shell)
-    /// exits on its own: `kill` them (TERM, then KILL), as systemd does for a service's control
-    /// group, or `keep` them, for jobs that deliberately start daemons. A timeout or a cancel stops
-    /// everything of the attempt either way.
-    Leftovers {
-        Kill => "kill",
-        Keep => "keep",
-    },
-    "leftover policy"
-);
 
 text_enum!(
     /// Why a run exists.
@@ -244,6 +190,14 @@ pub struct Settings {
     pub paused: bool,
 }
 
+impl Settings {
+    /// When the schedule fires: its expression in its zone. An invalid one is a usage error
+    /// (exit 2).
+    pub fn timing(&self) -> anyhow::Result<Timing> {
+        Timing::parse(&self.cron, &self.timezone).map_err(crate::exit::Failure::usage)
+    }
+}
+
 /// The most attempts a schedule may ask for: enough for any sane retry policy.
 const MAX_ATTEMPTS_LIMIT: u32 = 1000;
 const NAME_MAX_CHARS: usize = 200;
@@ -352,8 +306,8 @@ impl Settings {
         if s.backoff_max_secs < s.backoff_base_secs {
             return Err(Failure::usage(format!(
                 "--backoff-max ({}) must not be shorter than --backoff-base ({})",
-                humantime::format_duration(Duration::from_secs(s.backoff_max_secs as u64)),
-                humantime::format_duration(Duration::from_secs(s.backoff_base_secs as u64)),
+                crate::display::duration_of_secs(s.backoff_max_secs),
+                crate::display::duration_of_secs(s.backoff_base_secs),
             )));
         }
         if let Some(policy) = change.overlap {
@@ -455,27 +409,10 @@ pub struct Cursor {
     pub next_fire_at: Option<i64>,
 }
 
-impl Cursor {
-    /// Where a cursor at `through` restarts at `now` (`schedule add`, `resume`, `edit`): every
-    /// instant up to now counts as handled, so a paused or damaged period is never replayed (a
-    /// cursor never moves back), and the schedule next fires at the first instant after that,
-    /// by `settings`.
-    pub fn restart(settings: &Settings, through: i64, now: i64) -> anyhow::Result<Cursor> {
-        let materialized_through = through.max(now);
-        Ok(Cursor {
-            materialized_through,
-            next_fire_at: crate::timing::Timing::of(settings)?.next_after(materialized_through),
-        })
-    }
-}
-
 impl Definition {
-    /// Restart the cursor at `now` by the current settings (see `Cursor::restart`).
-    pub fn restart_cursor(&mut self, now: i64) -> anyhow::Result<()> {
-        let cursor = Cursor::restart(&self.settings, self.materialized_through, now)?;
+    pub fn set_cursor(&mut self, cursor: Cursor) {
         self.materialized_through = cursor.materialized_through;
         self.next_fire_at = cursor.next_fire_at;
-        Ok(())
     }
 }
 

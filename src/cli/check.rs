@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::cli::secs_text;
+use crate::display::duration_of_secs;
 use crate::store::Health;
 
 /// How bad it is, in the order monitoring plugins rank it.
@@ -68,7 +68,7 @@ pub fn evaluate(h: &Health, now: i64, t: &Thresholds) -> Verdict {
             Level::Critical,
             format!(
                 "no tick for {} (max-tick-age {})",
-                secs_text(now - at),
+                duration_of_secs(now - at),
                 shown(t.max_tick_age)
             ),
         )),
@@ -98,7 +98,7 @@ pub fn evaluate(h: &Health, now: i64, t: &Thresholds) -> Verdict {
                 format!(
                     "run {} due for {} (max-due-lag {})",
                     due.id,
-                    secs_text(lag),
+                    duration_of_secs(lag),
                     shown(t.max_due_lag)
                 ),
             ));
@@ -109,7 +109,7 @@ pub fn evaluate(h: &Health, now: i64, t: &Thresholds) -> Verdict {
     let level = fired.first().map_or(Level::Ok, |(level, _)| *level);
     let what = if fired.is_empty() {
         let tick = h.last_tick_at.map_or_else(String::new, |at| {
-            format!(", last tick {} ago", secs_text(now - at))
+            format!(", last tick {} ago", duration_of_secs(now - at))
         });
         format!("healthy{tick}")
     } else {

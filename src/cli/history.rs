@@ -5,12 +5,10 @@ use std::time::Duration;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use comfy_table::{Cell, Color, ContentArrangement, Table};
-use serde_json::{json, Map, Value};
+use serde::Serialize;
 
-use super::{
-    colour_wanted, emit, emit_json, find_definition_row, parse_time, secs_text, zone, Ctx,
-};
-use crate::display::{escape_line, local_time, put_time, short_duration};
+use super::{colour_wanted, emit, emit_json, find_definition_row, parse_time, zone, Ctx};
+use crate::display::{duration_of_ms, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::model::{truncate_detail, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
 
@@ -19,7 +17,7 @@ pub struct Args {
     /// Only runs of this schedule.
     pub name: Option<String>,
     /// Only runs in this state: pending, running, succeeded, dead, cancelled or skipped.
-    #[arg(long, value_name = "S", value_parser = parse_status)]
+    #[arg(long, value_name = "S")]
     pub status: Option<RunStatus>,
     /// Only runs scheduled in the last DUR (e.g. 2h, 7d) or at or after TIME (RFC 3339).
     #[arg(long, value_name = "DUR|TIME", value_parser = parse_since)]
@@ -38,10 +36,6 @@ pub struct Args {
 pub enum Since {
     Ago(Duration),
     At(DateTime<Utc>),
-}
-
-fn parse_status(value: &str) -> Result<RunStatus, String> {
-    value.parse()
 }
 
 fn parse_since(value: &str) -> Result<Since, String> {
@@ -79,18 +73,80 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         since,
         limit: args.limit as usize,
     })?;
+    let rows: Vec<RunRow> = runs.iter().map(RunRow::of).collect();
     if args.json {
-        return emit_json(&Value::Array(
-            runs.iter().map(|r| Value::Object(run_json(r))).collect(),
-        ));
+        return emit_json(&rows);
     }
-    if runs.is_empty() {
+    if rows.is_empty() {
         return emit("no runs match\n");
     }
-    emit(&table(&runs, now, colour_wanted(false)))
+    emit(&table(&rows, now, colour_wanted(false)))
 }
 
-fn table(runs: &[RunView], now: i64, colour: bool) -> String {
+/// A run as `history` lists it: one row of the table, or one entry of `--json` (which `show
+/// --json` extends). Both are rendered from this, so the two cannot drift.
+#[derive(Debug, Serialize)]
+pub struct RunRow<'a> {
+    pub id: i64,
+    pub job: &'a str,
+    pub timezone: &'a str,
+    pub trigger: &'a str,
+    pub status: RunStatus,
+    pub scheduled_for: UtcTime,
+    pub scheduled_for_epoch: i64,
+    pub run_at: UtcTime,
+    pub run_at_epoch: i64,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    /// The latest attempt's.
+    pub duration_ms: Option<i64>,
+    /// The latest attempt's.
+    pub exit_code: Option<i32>,
+    pub error_code: Option<&'a str>,
+    pub error_detail: Option<&'a str>,
+    pub skip_reason: Option<&'a str>,
+    pub created_at: UtcTime,
+    pub created_at_epoch: i64,
+    pub started_at: Option<UtcTime>,
+    pub started_at_epoch: Option<i64>,
+    pub finished_at: Option<UtcTime>,
+    pub finished_at_epoch: Option<i64>,
+    /// When the latest attempt started: how long a running run has been running.
+    #[serde(skip)]
+    pub last_attempt_started_at: Option<i64>,
+}
+
+impl<'a> RunRow<'a> {
+    pub fn of(r: &'a RunView) -> RunRow<'a> {
+        RunRow {
+            id: r.id,
+            job: &r.job,
+            timezone: &r.timezone,
+            trigger: &r.trigger,
+            status: r.status,
+            scheduled_for: UtcTime(r.scheduled_for),
+            scheduled_for_epoch: r.scheduled_for,
+            run_at: UtcTime(r.run_at),
+            run_at_epoch: r.run_at,
+            attempt: r.attempt,
+            max_attempts: r.max_attempts,
+            duration_ms: r.last_duration_ms,
+            exit_code: r.last_exit_code,
+            error_code: r.error_code.as_deref(),
+            error_detail: r.error_detail.as_deref(),
+            skip_reason: r.skip_reason.as_deref(),
+            created_at: UtcTime(r.created_at),
+            created_at_epoch: r.created_at,
+            started_at: r.started_at.map(UtcTime),
+            started_at_epoch: r.started_at,
+            finished_at: r.finished_at.map(UtcTime),
+            finished_at_epoch: r.finished_at,
+            last_attempt_started_at: r.last_attempt_started_at,
+        }
+    }
+}
+
+fn table(runs: &[RunRow], now: i64, colour: bool) -> String {
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
     table.set_content_arrangement(ContentArrangement::Disabled);
@@ -115,8 +171,8 @@ fn table(runs: &[RunView], now: i64, colour: bool) -> String {
         }
         table.add_row(vec![
             Cell::new(r.id),
-            Cell::new(escape_line(&r.job)),
-            Cell::new(local_time(r.scheduled_for, zone(&r.timezone))),
+            Cell::new(escape_line(r.job)),
+            Cell::new(local_time(r.scheduled_for_epoch, zone(r.timezone))),
             status,
             Cell::new(format!("{}/{}", r.attempt, r.max_attempts)),
             Cell::new(duration_text(r, now)),
@@ -139,53 +195,30 @@ fn status_colour(status: RunStatus) -> Color {
 }
 
 /// The latest attempt's duration; for a running run, how long it has been running.
-fn duration_text(r: &RunView, now: i64) -> String {
-    match (r.status, r.last_duration_ms, r.last_attempt_started_at) {
-        (RunStatus::Running, _, Some(started)) => secs_text(now - started),
-        (_, Some(ms), _) => short_duration(ms),
+fn duration_text(r: &RunRow, now: i64) -> String {
+    match (r.status, r.duration_ms, r.last_attempt_started_at) {
+        (RunStatus::Running, _, Some(started)) => duration_of_secs(now - started),
+        (_, Some(ms), _) => duration_of_ms(ms),
         _ => "-".to_string(),
     }
 }
 
 /// Exit status or error code, with what happens next for a run waiting to retry.
-fn result_text(r: &RunView) -> String {
+fn result_text(r: &RunRow) -> String {
     match r.status {
-        RunStatus::Skipped => r.skip_reason.as_deref().map_or_else(
+        RunStatus::Skipped => r.skip_reason.map_or_else(
             || "skipped".to_string(),
             |reason| truncate_detail(&escape_line(reason), 60),
         ),
         RunStatus::Pending if r.attempt >= 1 => format!(
             "{}, retry at {}",
-            r.error_code.as_deref().unwrap_or("failed"),
-            local_time(r.run_at, zone(&r.timezone))
+            r.error_code.unwrap_or("failed"),
+            local_time(r.run_at_epoch, zone(r.timezone))
         ),
-        _ => match (&r.error_code, r.last_exit_code) {
-            (Some(code), _) => code.clone(),
+        _ => match (r.error_code, r.exit_code) {
+            (Some(code), _) => code.to_string(),
             (None, Some(code)) => format!("exit {code}"),
             (None, None) => "-".to_string(),
         },
     }
-}
-
-/// A run as JSON: the shape of each `history --json` entry, and the top of `show --json`.
-pub fn run_json(r: &RunView) -> Map<String, Value> {
-    let mut o = Map::new();
-    o.insert("id".into(), json!(r.id));
-    o.insert("job".into(), json!(r.job));
-    o.insert("timezone".into(), json!(r.timezone));
-    o.insert("trigger".into(), json!(r.trigger));
-    o.insert("status".into(), json!(r.status.as_str()));
-    put_time(&mut o, "scheduled_for", Some(r.scheduled_for));
-    put_time(&mut o, "run_at", Some(r.run_at));
-    o.insert("attempt".into(), json!(r.attempt));
-    o.insert("max_attempts".into(), json!(r.max_attempts));
-    o.insert("duration_ms".into(), json!(r.last_duration_ms));
-    o.insert("exit_code".into(), json!(r.last_exit_code));
-    o.insert("error_code".into(), json!(r.error_code));
-    o.insert("error_detail".into(), json!(r.error_detail));
-    o.insert("skip_reason".into(), json!(r.skip_reason));
-    put_time(&mut o, "created_at", Some(r.created_at));
-    put_time(&mut o, "started_at", r.started_at);
-    put_time(&mut o, "finished_at", r.finished_at);
-    o
 }

@@ -19,6 +19,7 @@ mod reanchor;
 mod run;
 mod schedule;
 mod show;
+mod simulate;
 mod status;
 mod steer;
 mod tick;
@@ -196,7 +197,7 @@ pub fn emit(text: &str) -> Result<()> {
 }
 
 /// `--json` output: pretty, one document, newline-terminated.
-pub fn emit_json(value: &serde_json::Value) -> Result<()> {
+pub fn emit_json<T: serde::Serialize + ?Sized>(value: &T) -> Result<()> {
     emit(&format!("{}\n", serde_json::to_string_pretty(value)?))
 }
 
@@ -206,14 +207,6 @@ pub fn colour_wanted(json: bool) -> bool {
     !json
         && std::io::stdout().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-}
-
-/// A span of whole seconds for people: `0s`, `42s`, `3m 5s`, `2h 1m`.
-pub fn secs_text(secs: i64) -> String {
-    match secs.max(0) {
-        0 => "0s".to_string(),
-        secs => crate::display::short_duration(secs.saturating_mul(1000)),
-    }
 }
 
 /// A schedule's zone for showing its runs' times; a zone this build no longer knows shows UTC.
@@ -267,8 +260,7 @@ pub fn parse_whole_seconds(value: &str) -> Result<Duration, String> {
     let duration = parse_duration(value)?;
     if duration.subsec_nanos() != 0 {
         return Err(format!(
-            "{value:?} has a fraction of a second ({}); durations are whole seconds, e.g. 2s, 90s, 1h30m",
-            humantime::format_duration(duration)
+            "{value:?} has a fraction of a second; durations are whole seconds, e.g. 2s, 90s, 1h30m"
         ));
     }
     Ok(duration)

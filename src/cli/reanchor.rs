@@ -11,11 +11,10 @@ use anyhow::Result;
 
 use super::{find_definition, zone, Ctx};
 use crate::clock::CLOCK_TOLERANCE_SECS;
-use crate::display::{clock_gap, local_time, utc_time};
+use crate::display::{duration_of_secs, local_time, utc_time};
 use crate::exit::Failure;
 use crate::model::Definition;
 use crate::store::{CursorMove, OpenMode, Reanchored, Store};
-use crate::timing::Timing;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -66,7 +65,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
                 "the latest time a tick saw was {} ({} ahead); it is now {}, so ticks no longer \
                  warn that this clock is behind",
                 utc_time(high_water),
-                clock_gap(high_water - now),
+                duration_of_secs(high_water - now),
                 utc_time(now)
             );
         }
@@ -84,11 +83,15 @@ fn reanchor(store: &mut dyn Store, mut d: Definition, now: i64) -> Result<()> {
             say!(
                 "{}{paused}: left alone, its cursor is not ahead of now (next fire {})",
                 d.name,
-                fire_text(Timing::of(&d.settings)?.next_after(d.materialized_through.max(now)))
+                fire_text(
+                    d.settings
+                        .timing()?
+                        .next_after(d.materialized_through.max(now))
+                )
             );
             return Ok(());
         }
-        let next_fire_at = Timing::of(&d.settings)?.next_after(now);
+        let next_fire_at = d.settings.timing()?.next_after(now);
         let cursor = CursorMove {
             definition_id: d.id,
             expected_through: d.materialized_through,

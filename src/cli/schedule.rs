@@ -7,21 +7,20 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use comfy_table::Table;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::{
     actor, find_definition, find_definition_row, parse_whole_seconds, unknown_schedule, Ctx,
 };
-use crate::display::{escape_line, local_time, put_time};
+use crate::display::{duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::{
-    repair_flag, Cursor, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
+    repair_flag, CatchUp, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
     SettingsChange, Steer, Steered,
 };
-use crate::schedule::{parse_zone, CatchUp};
-use crate::store::{DefinitionRow, OpenMode, Removal, Store};
-use crate::tick::materialize::materialize_definition;
-use crate::timing::Timing;
+use crate::schedule::Timing;
+use crate::store::{DefinitionRow, LastResult, OpenMode, Removal, Store};
+use crate::tick::materialize::{materialize_definition, restart_cursor};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -70,6 +69,17 @@ pub enum Command {
     /// `--all` re-anchors every schedule and also lowers the latest time a tick saw to now, so
     /// ticks stop warning that this clock is behind: use it once the clock is known to be right.
     Reanchor(super::reanchor::Args),
+    /// The fire times in a window, and what catch-up would do with them.
+    ///
+    /// Lists the instants a schedule (or --cron EXPR in --tz ZONE) fires at from --from to --to,
+    /// both included, and marks those a daylight-saving rule placed: a fixed-time job whose local
+    /// time falls in a spring-forward gap runs once at the transition; in a repeated fall-back
+    /// hour a wildcard job runs in both passes and a fixed-time job in the first only.
+    ///
+    /// For a schedule, it also says which instants its catch-up policy would run and which it
+    /// would skip (and why) if no tick ran during the window, i.e. what the first tick at --to
+    /// would do. It reads the schedule and writes nothing.
+    Simulate(super::simulate::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -145,10 +155,10 @@ pub struct SettingsFlags {
     #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub backoff_max: Option<Duration>,
     /// While a run is running, skip (forbid) or also run (allow) a newly due one [add: forbid].
-    #[arg(long, value_name = "POLICY", value_parser = parse_overlap)]
+    #[arg(long, value_name = "POLICY")]
     pub overlap: Option<Overlap>,
     /// Missed instants: run the latest, all (newest 100), or none [add: latest].
-    #[arg(long, value_name = "POLICY", value_parser = parse_catch_up)]
+    #[arg(long, value_name = "POLICY")]
     pub catch_up: Option<CatchUp>,
     /// How late an instant may start before it counts as missed (catch-up none) [add: 5m].
     #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
@@ -159,7 +169,7 @@ pub struct SettingsFlags {
     /// When the job's shell exits, kill what it left running in its process group and any
     /// escaped process carrying its marker (kill), or leave it running, for jobs that start
     /// daemons on purpose (keep) [add: kill].
-    #[arg(long, value_name = "POLICY", value_parser = parse_leftovers)]
+    #[arg(long, value_name = "POLICY")]
     pub leftovers: Option<Leftovers>,
     /// Create (or set) the schedule paused.
     #[arg(long)]
@@ -188,20 +198,6 @@ pub struct NextArgs {
     pub json: bool,
 }
 
-fn parse_overlap(value: &str) -> Result<Overlap, String> {
-    value.parse()
-}
-
-fn parse_leftovers(value: &str) -> Result<Leftovers, String> {
-    value.parse()
-}
-
-fn parse_catch_up(value: &str) -> Result<CatchUp, String> {
-    value
-        .parse()
-        .map_err(|e: crate::schedule::CronError| e.to_string())
-}
-
 pub fn run(command: Command, ctx: &Ctx) -> Result<()> {
     match command {
         Command::Add(args) => add(args, ctx),
@@ -213,6 +209,7 @@ pub fn run(command: Command, ctx: &Ctx) -> Result<()> {
         Command::Resume(args) => set_paused(args, ctx, false),
         Command::Next(args) => next(args, ctx),
         Command::Reanchor(args) => super::reanchor::run(args, ctx),
+        Command::Simulate(args) => super::simulate::run(args, ctx),
     }
 }
 
@@ -262,10 +259,10 @@ fn add(args: AddArgs, ctx: &Ctx) -> Result<()> {
         Failure::usage("--cron EXPR is required, e.g. --cron '0 3 * * *' (Debian cron syntax)")
     })?;
     let settings = Settings::defaults(cron).changed(&args.flags.change())?;
-    let timing = Timing::of(&settings)?;
+    let timing = settings.timing()?;
     let now = ctx.clock.epoch();
     let mut store = ctx.open(OpenMode::CreateIfMissing)?;
-    let cursor = Cursor::restart(&settings, now, now)?;
+    let cursor = restart_cursor(&settings, now, now)?;
     let definition = store.add_definition(&args.name, &settings, now, cursor.next_fire_at)?;
     ctx.warn_if_unsafe_for_tick();
     let state = if settings.paused { " (paused)" } else { "" };
@@ -337,7 +334,7 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     if args.active {
         settings.paused = false;
     }
-    let timing = Timing::of(&settings)?;
+    let timing = settings.timing()?;
     let now = ctx.clock.read();
     // The edit takes effect from the next fire time after now. Instants that came due before the
     // edit belong to the old settings: materialise them as the next tick would have (unless the
@@ -353,7 +350,11 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     definition.settings = settings;
     // Instants up to now are handled (or, for a paused or damaged schedule, never replayed); the
     // next one follows the new timing.
-    definition.restart_cursor(now.secs())?;
+    definition.set_cursor(restart_cursor(
+        &definition.settings,
+        definition.materialized_through,
+        now.secs(),
+    )?);
     store.update_definition(&definition, now.secs())?;
     let name = escape_line(&definition.name);
     match &repaired {
@@ -451,7 +452,11 @@ fn set_paused(args: Name, ctx: &Ctx, paused: bool) -> Result<()> {
     let now = ctx.clock.epoch();
     if !paused {
         // Resuming does not replay the paused period: catch-up starts from now.
-        definition.restart_cursor(now)?;
+        definition.set_cursor(restart_cursor(
+            &definition.settings,
+            definition.materialized_through,
+            now,
+        )?);
     }
     definition.settings.paused = paused;
     store.update_definition(&definition, now)?;
@@ -463,44 +468,41 @@ fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
     let timing = match (&args.name, &args.cron) {
         (Some(name), _) => {
             let store = ctx.open(OpenMode::MustExist)?;
-            Timing::of(&find_definition(store.as_ref(), name)?.settings)?
+            find_definition(store.as_ref(), name)?.settings.timing()?
         }
-        (None, Some(cron)) => Timing::of(&Settings {
-            timezone: args.tz.clone().unwrap_or_else(|| "UTC".to_string()),
-            ..Settings::defaults(cron)
-        })?,
+        (None, Some(cron)) => {
+            Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?
+        }
         (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
     };
     let times = timing.upcoming(ctx.clock.now(), usize::from(args.count));
+    let times: Vec<FireTime> = times.iter().map(|&t| FireTime::of(t, timing.tz)).collect();
     if args.json {
-        let list: Vec<Value> = times
-            .iter()
-            .map(|t| fire_time_json(*t, timing.tz))
-            .collect();
-        say!("{}", serde_json::to_string_pretty(&list)?);
+        say!("{}", serde_json::to_string_pretty(&times)?);
     } else {
         for t in times {
-            say!("{}", local_time(t, timing.tz));
+            say!("{}", t.local);
         }
     }
     Ok(())
 }
 
-fn fire_time_json(epoch: i64, tz: Tz) -> Value {
-    let mut object = serde_json::Map::new();
-    put_time(&mut object, "at", Some(epoch));
-    object.insert("local".into(), json!(local_time(epoch, tz)));
-    Value::Object(object)
+/// One fire time of `schedule next`: the local time it prints, and in JSON the instant too.
+#[derive(Debug, Serialize)]
+struct FireTime {
+    at: UtcTime,
+    at_epoch: i64,
+    local: String,
 }
 
-fn last_result_text(store: &dyn Store, definition: &Definition) -> Result<String> {
-    Ok(match store.last_result(definition.id)? {
-        Some(last) => match last.error_code {
-            Some(code) => format!("{} {} (run {})", last.status, code, last.run_id),
-            None => format!("{} (run {})", last.status, last.run_id),
-        },
-        None => "-".to_string(),
-    })
+impl FireTime {
+    fn of(epoch: i64, tz: Tz) -> FireTime {
+        FireTime {
+            at: UtcTime(epoch),
+            at_epoch: epoch,
+            local: local_time(epoch, tz),
+        }
+    }
 }
 
 /// A row as read, split into what could be read and, when damaged, what is wrong with it.
@@ -520,125 +522,187 @@ fn state_text(row: &DefinitionRow) -> &'static str {
     }
 }
 
-/// A schedule as JSON: the shape of each `schedule list --json` entry and of `schedule show
-/// --json`. A damaged one has `"state": "damaged"`, `problem`, `damaged_columns` and `repair`,
-/// and null in place of every value it could not read.
-fn definition_json(store: &dyn Store, row: &DefinitionRow, now: i64) -> Result<Value> {
-    let (d, damaged) = split(row);
-    let s = &d.settings;
-    let mut object = serde_json::Map::new();
-    object.insert("name".into(), json!(d.name));
-    object.insert("cron".into(), json!(s.cron));
-    object.insert("timezone".into(), json!(s.timezone));
-    object.insert("command".into(), json!(s.command));
-    object.insert("workdir".into(), json!(s.workdir));
-    object.insert("state".into(), json!(state_text(row)));
-    object.insert("max_attempts".into(), json!(s.max_attempts));
-    object.insert("timeout_secs".into(), json!(s.timeout_secs));
-    object.insert("backoff_base_secs".into(), json!(s.backoff_base_secs));
-    object.insert("backoff_max_secs".into(), json!(s.backoff_max_secs));
-    object.insert("overlap".into(), json!(s.overlap.as_str()));
-    object.insert("catch_up".into(), json!(s.catch_up.as_str()));
-    object.insert("grace_secs".into(), json!(s.grace_secs));
-    object.insert("leftovers".into(), json!(s.leftovers.as_str()));
-    put_time(
-        &mut object,
-        "next_fire_at",
-        match row {
+/// A schedule as `schedule list` and `schedule show` print it, and as JSON (each `list --json`
+/// entry, and `show --json`): both rendered from this. A damaged schedule has `"state":
+/// "damaged"`, `problem`, `damaged_columns` and `repair`, and None (null) in place of every value
+/// it could not read.
+#[derive(Debug, Serialize)]
+struct ScheduleView<'a> {
+    name: Option<&'a str>,
+    cron: Option<&'a str>,
+    timezone: Option<&'a str>,
+    command: Option<&'a str>,
+    workdir: Option<&'a str>,
+    state: &'static str,
+    max_attempts: Option<u32>,
+    timeout_secs: Option<i64>,
+    backoff_base_secs: Option<i64>,
+    backoff_max_secs: Option<i64>,
+    overlap: Option<Overlap>,
+    catch_up: Option<CatchUp>,
+    grace_secs: Option<i64>,
+    leftovers: Option<Leftovers>,
+    next_fire_at: Option<UtcTime>,
+    next_fire_at_epoch: Option<i64>,
+    created_at: Option<UtcTime>,
+    created_at_epoch: Option<i64>,
+    last_result: Option<LastResultView<'a>>,
+    #[serde(flatten)]
+    damage: Option<Damage>,
+    #[serde(skip)]
+    id: i64,
+    /// Whether the expression is a wildcard one; None while damaged.
+    #[serde(skip)]
+    wildcard: Option<bool>,
+    #[serde(skip)]
+    damaged: Option<&'a DamagedDefinition>,
+}
+
+#[derive(Debug, Serialize)]
+struct LastResultView<'a> {
+    run_id: i64,
+    status: &'a str,
+    error_code: Option<&'a str>,
+    scheduled_for: UtcTime,
+    scheduled_for_epoch: i64,
+}
+
+/// What is wrong with a damaged schedule, and the repair.
+#[derive(Debug, Serialize)]
+struct Damage {
+    problem: String,
+    damaged_columns: Vec<&'static str>,
+    repair: String,
+}
+
+impl<'a> ScheduleView<'a> {
+    fn of(row: &'a DefinitionRow, last: Option<&'a LastResult>, now: i64) -> Result<Self> {
+        let (d, damaged) = split(row);
+        let s = &d.settings;
+        // A damaged column's placeholder is never shown: its value is None.
+        let ok = |column: &str| !damaged.is_some_and(|x| x.is_damaged(column));
+        let next_fire_at = match row {
             Ok(d) if !d.settings.paused => upcoming_fire(d, now)?,
             _ => None,
-        },
-    );
-    put_time(&mut object, "created_at", Some(d.created_at));
-    let last = store.last_result(d.id)?.map(|l| {
-        let mut last = serde_json::Map::new();
-        last.insert("run_id".into(), json!(l.run_id));
-        last.insert("status".into(), json!(l.status));
-        last.insert("error_code".into(), json!(l.error_code));
-        put_time(&mut last, "scheduled_for", Some(l.scheduled_for));
-        Value::Object(last)
-    });
-    object.insert("last_result".into(), last.unwrap_or(Value::Null));
-    if let Some(damaged) = damaged {
-        // The keys are the columns' names: a damaged column's placeholder is never shown.
-        for problem in &damaged.problems {
-            if problem.column == "created_at" {
-                put_time(&mut object, "created_at", None);
-            } else if object.contains_key(problem.column) {
-                object.insert(problem.column.into(), Value::Null);
-            }
-        }
-        object.insert("problem".into(), json!(damaged.problem_text()));
-        object.insert(
-            "damaged_columns".into(),
-            json!(damaged
-                .problems
-                .iter()
-                .map(|p| p.column)
-                .collect::<Vec<_>>()),
-        );
-        object.insert("repair".into(), json!(damaged.repair_hint()));
+        };
+        let created_at = ok("created_at").then_some(d.created_at);
+        Ok(ScheduleView {
+            name: ok("name").then_some(d.name.as_str()),
+            cron: ok("cron").then_some(s.cron.as_str()),
+            timezone: ok("timezone").then_some(s.timezone.as_str()),
+            command: ok("command").then_some(s.command.as_str()),
+            workdir: s.workdir.as_deref().filter(|_| ok("workdir")),
+            state: state_text(row),
+            max_attempts: ok("max_attempts").then_some(s.max_attempts),
+            timeout_secs: ok("timeout_secs").then_some(s.timeout_secs),
+            backoff_base_secs: ok("backoff_base_secs").then_some(s.backoff_base_secs),
+            backoff_max_secs: ok("backoff_max_secs").then_some(s.backoff_max_secs),
+            overlap: ok("overlap").then_some(s.overlap),
+            catch_up: ok("catch_up").then_some(s.catch_up),
+            grace_secs: ok("grace_secs").then_some(s.grace_secs),
+            leftovers: ok("leftovers").then_some(s.leftovers),
+            next_fire_at: next_fire_at.map(UtcTime),
+            next_fire_at_epoch: next_fire_at,
+            created_at: created_at.map(UtcTime),
+            created_at_epoch: created_at,
+            last_result: last.map(|l| LastResultView {
+                run_id: l.run_id,
+                status: &l.status,
+                error_code: l.error_code.as_deref(),
+                scheduled_for: UtcTime(l.scheduled_for),
+                scheduled_for_epoch: l.scheduled_for,
+            }),
+            damage: damaged.map(|x| Damage {
+                problem: x.problem_text(),
+                damaged_columns: x.problems.iter().map(|p| p.column).collect(),
+                repair: x.repair_hint(),
+            }),
+            id: d.id,
+            wildcard: match row {
+                Ok(d) => Some(d.settings.timing()?.cron.is_wildcard()),
+                Err(_) => None,
+            },
+            damaged,
+        })
     }
-    Ok(Value::Object(object))
+
+    fn is_damaged(&self, column: &str) -> bool {
+        self.damaged.is_some_and(|x| x.is_damaged(column))
+    }
+
+    /// NEXT FIRE: a time, `never`, `(paused)`, or what is wrong with a damaged schedule.
+    fn next_fire_text(&self) -> String {
+        match (&self.damage, self.state, self.next_fire_at_epoch) {
+            (Some(damage), _, _) => damage.problem.clone(),
+            (None, "paused", _) => "(paused)".to_string(),
+            (None, _, Some(at)) => local_time(at, super::zone(self.timezone.unwrap_or("UTC"))),
+            (None, _, None) => "never".to_string(),
+        }
+    }
+
+    fn last_result_text(&self) -> String {
+        match &self.last_result {
+            Some(last) => match last.error_code {
+                Some(code) => format!("{} {} (run {})", last.status, code, last.run_id),
+                None => format!("{} (run {})", last.status, last.run_id),
+            },
+            None => "-".to_string(),
+        }
+    }
+}
+
+/// Every schedule's view, with the last result each one needs.
+fn views<'a>(
+    rows: &'a [DefinitionRow],
+    lasts: &'a [Option<LastResult>],
+    now: i64,
+) -> Result<Vec<ScheduleView<'a>>> {
+    rows.iter()
+        .zip(lasts)
+        .map(|(row, last)| ScheduleView::of(row, last.as_ref(), now))
+        .collect()
+}
+
+fn last_results(store: &dyn Store, rows: &[DefinitionRow]) -> Result<Vec<Option<LastResult>>> {
+    rows.iter()
+        .map(|row| Ok(store.last_result(split(row).0.id)?))
+        .collect()
 }
 
 /// The next fire time after now. (The stored `next_fire_at` is the materialisation cursor's
 /// next instant, which lies in the past while no tick has run since.)
 fn upcoming_fire(d: &Definition, now: i64) -> Result<Option<i64>> {
-    Ok(Timing::of(&d.settings)?.next_after(d.materialized_through.max(now)))
-}
-
-/// NEXT FIRE: a time, `never`, `(paused)`, or what is wrong with a damaged schedule.
-fn next_fire_text(row: &DefinitionRow, now: i64) -> Result<String> {
-    let d = match row {
-        Err(damaged) => return Ok(damaged.problem_text()),
-        Ok(d) if d.settings.paused => return Ok("(paused)".to_string()),
-        Ok(d) => d,
-    };
-    let tz = parse_zone(&d.settings.timezone).map_err(Failure::usage)?;
-    Ok(upcoming_fire(d, now)?.map_or_else(|| "never".to_string(), |t| local_time(t, tz)))
-}
-
-/// A stored text column for a table or listing: escaped, or `?` when the row's value is damaged.
-fn column_text(damaged: Option<&DamagedDefinition>, column: &str, value: &str) -> String {
-    if damaged.is_some_and(|d| d.is_damaged(column)) {
-        "?".to_string()
-    } else {
-        escape_line(value)
-    }
+    Ok(d.settings
+        .timing()?
+        .next_after(d.materialized_through.max(now)))
 }
 
 fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
     let rows = store.definitions()?;
+    let lasts = last_results(store.as_ref(), &rows)?;
+    let views = views(&rows, &lasts, ctx.clock.epoch())?;
     if args.json {
-        let list = rows
-            .iter()
-            .map(|row| definition_json(store.as_ref(), row, ctx.clock.epoch()))
-            .collect::<Result<Vec<_>>>()?;
-        say!("{}", serde_json::to_string_pretty(&list)?);
+        say!("{}", serde_json::to_string_pretty(&views)?);
         return Ok(());
     }
-    if rows.is_empty() {
+    if views.is_empty() {
         say!("no schedules yet; add one with `runner schedule add NAME --cron EXPR -- COMMAND`");
         return Ok(());
     }
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
     table.set_header(["NAME", "CRON", "ZONE", "STATE", "NEXT FIRE", "LAST RESULT"]);
-    for row in &rows {
-        let (d, damaged) = split(row);
-        let name = match damaged {
-            Some(damaged) if damaged.name().is_none() => format!("(id {})", d.id),
-            _ => escape_line(&d.name),
-        };
+    let shown = |value: Option<&str>| value.map_or_else(|| "?".to_string(), escape_line);
+    for view in &views {
         table.add_row([
-            name,
-            column_text(damaged, "cron", &d.settings.cron),
-            column_text(damaged, "timezone", &d.settings.timezone),
-            state_text(row).to_string(),
-            next_fire_text(row, ctx.clock.epoch())?,
-            last_result_text(store.as_ref(), d)?,
+            view.name
+                .map_or_else(|| format!("(id {})", view.id), escape_line),
+            shown(view.cron),
+            shown(view.timezone),
+            view.state.to_string(),
+            view.next_fire_text(),
+            view.last_result_text(),
         ]);
     }
     say!("{}", table.trim_fmt());
@@ -651,17 +715,12 @@ fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {
 fn show(args: NameJson, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
     let row = find_definition_row(store.as_ref(), &args.name)?;
+    let last = store.last_result(split(&row).0.id)?;
+    let view = ScheduleView::of(&row, last.as_ref(), ctx.clock.epoch())?;
     if args.json {
-        say!(
-            "{}",
-            serde_json::to_string_pretty(&definition_json(
-                store.as_ref(),
-                &row,
-                ctx.clock.epoch()
-            )?)?
-        );
+        say!("{}", serde_json::to_string_pretty(&view)?);
     } else {
-        show_text(store.as_ref(), &row, ctx.clock.epoch())?;
+        show_text(&view)?;
     }
     // A damaged schedule is shown, and the exit code says it cannot run (4: the stored row is bad).
     match row {
@@ -670,82 +729,65 @@ fn show(args: NameJson, ctx: &Ctx) -> Result<()> {
     }
 }
 
-fn show_text(store: &dyn Store, row: &DefinitionRow, now: i64) -> Result<()> {
-    let (d, damaged) = split(row);
-    let s = &d.settings;
-    let is_damaged =
-        |columns: &[&str]| damaged.is_some_and(|x| columns.iter().any(|c| x.is_damaged(c)));
-    let secs = |n: i64| humantime::format_duration(Duration::from_secs(n as u64)).to_string();
-    let or_damaged = |columns: &[&str], text: String| {
-        if is_damaged(columns) {
-            "? (damaged)".to_string()
-        } else {
-            text
-        }
-    };
-    say!("name:         {}", column_text(damaged, "name", &d.name));
-    let kind = match row {
-        Ok(_) => {
-            if Timing::of(s)?.cron.is_wildcard() {
-                "wildcard, "
-            } else {
-                "fixed-time, "
-            }
-        }
-        Err(_) => "",
+fn show_text(view: &ScheduleView) -> Result<()> {
+    let shown = |value: Option<&str>| value.map_or_else(|| "?".to_string(), escape_line);
+    let or_damaged = |text: Option<String>| text.unwrap_or_else(|| "? (damaged)".to_string());
+    let secs = |value: Option<i64>| or_damaged(value.map(duration_of_secs));
+    say!("name:         {}", shown(view.name));
+    let kind = match view.wildcard {
+        Some(true) => "wildcard, ",
+        Some(false) => "fixed-time, ",
+        None => "",
     };
     say!(
         "cron:         {} ({kind}{})",
-        column_text(damaged, "cron", &s.cron),
-        column_text(damaged, "timezone", &s.timezone)
+        shown(view.cron),
+        shown(view.timezone)
     );
-    say!(
-        "command:      {}",
-        column_text(damaged, "command", &s.command)
-    );
+    say!("command:      {}", shown(view.command));
     say!(
         "workdir:      {}",
-        match &s.workdir {
-            _ if is_damaged(&["workdir"]) => "?".to_string(),
+        match view.workdir {
+            _ if view.is_damaged("workdir") => "?".to_string(),
             Some(dir) => escape_line(dir),
             None => "(the tick's)".to_string(),
         }
     );
-    say!("state:        {}", state_text(row));
-    if let Some(damaged) = damaged {
+    say!("state:        {}", view.state);
+    if let Some(damage) = &view.damage {
         // How to repair it follows on stderr, with the exit code.
-        say!("problem:      {}", damaged.problem_text());
+        say!("problem:      {}", damage.problem);
     }
     say!(
         "attempts:     {} max, timeout {}",
-        or_damaged(&["max_attempts"], s.max_attempts.to_string()),
-        or_damaged(&["timeout_secs"], secs(s.timeout_secs))
+        or_damaged(view.max_attempts.map(|n| n.to_string())),
+        secs(view.timeout_secs)
     );
     say!(
         "backoff:      {} doubling, at most {}, jittered",
-        or_damaged(&["backoff_base_secs"], secs(s.backoff_base_secs)),
-        or_damaged(&["backoff_max_secs"], secs(s.backoff_max_secs))
+        secs(view.backoff_base_secs),
+        secs(view.backoff_max_secs)
     );
     say!(
         "overlap:      {}",
-        or_damaged(&["overlap"], s.overlap.to_string())
+        or_damaged(view.overlap.map(|p| p.to_string()))
     );
     say!(
         "leftovers:    {}",
-        or_damaged(&["leftovers"], s.leftovers.to_string())
+        or_damaged(view.leftovers.map(|p| p.to_string()))
     );
     say!(
         "catch-up:     {} (grace {})",
-        or_damaged(&["catch_up"], s.catch_up.to_string()),
-        or_damaged(&["grace_secs"], secs(s.grace_secs))
+        or_damaged(view.catch_up.map(|p| p.to_string())),
+        secs(view.grace_secs)
     );
     say!(
         "next fire:    {}",
-        match row {
-            Ok(_) => next_fire_text(row, now)?,
-            Err(_) => "(none while damaged)".to_string(),
+        match view.damage {
+            None => view.next_fire_text(),
+            Some(_) => "(none while damaged)".to_string(),
         }
     );
-    say!("last result:  {}", last_result_text(store, d)?);
+    say!("last result:  {}", view.last_result_text());
     Ok(())
 }

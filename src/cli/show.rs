@@ -7,11 +7,14 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 use chrono_tz::Tz;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 
-use super::history::run_json;
-use super::{emit, emit_json, secs_text, zone, Ctx};
-use crate::display::{escape_line, escape_output, local_time, put_time, short_duration};
+use super::history::RunRow;
+use super::{emit, emit_json, zone, Ctx};
+use crate::display::{
+    duration_of_ms, duration_of_secs, escape_line, escape_output, local_time, UtcTime,
+};
 use crate::exit::Failure;
 use crate::model::RunStatus;
 use crate::store::{AttemptView, EventView, OpenMode, RunView, Store};
@@ -39,58 +42,143 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let run = find_run(store.as_ref(), args.run_id)?;
     let attempts = store.attempts(run.id)?;
     let events = store.events(run.id)?;
+    let detail = RunDetail::of(&run, &attempts, &events);
     if args.json {
-        let mut o = run_json(&run);
-        o.insert("command".into(), json!(run.command));
-        o.insert("workdir".into(), json!(run.workdir));
-        o.insert("idempotency_key".into(), json!(run.idempotency_key));
-        o.insert("owner".into(), json!(run.owner));
-        put_time(&mut o, "lease_expires_at", run.lease_expires_at);
-        put_time(&mut o, "heartbeat_at", run.heartbeat_at);
-        o.insert(
-            "attempts".into(),
-            attempts.iter().map(attempt_json).collect(),
-        );
-        o.insert("events".into(), events.iter().map(event_json).collect());
-        return emit_json(&Value::Object(o));
+        return emit_json(&detail);
     }
-    emit(&render(&run, &attempts, &events, ctx.clock.epoch())?)
+    emit(&render(&detail, ctx.clock.epoch())?)
 }
 
-fn attempt_json(a: &AttemptView) -> Value {
-    let mut o = Map::new();
-    o.insert("attempt".into(), json!(a.attempt));
-    o.insert("owner".into(), json!(a.owner));
-    o.insert("host".into(), json!(a.host));
-    o.insert("runner_pid".into(), json!(a.runner_pid));
-    o.insert("child_pid".into(), json!(a.child_pid));
-    put_time(&mut o, "started_at", Some(a.started_at));
-    put_time(&mut o, "finished_at", a.finished_at);
-    o.insert("duration_ms".into(), json!(a.duration_ms));
-    o.insert("outcome".into(), json!(a.outcome));
-    o.insert("exit_code".into(), json!(a.exit_code));
-    o.insert("error_code".into(), json!(a.error_code));
-    o.insert("error_detail".into(), json!(a.error_detail));
-    // Escaped like the text view, so a consumer that prints them is safe too.
-    o.insert("stdout_tail".into(), json!(escape_output(&a.stdout_tail)));
-    o.insert("stderr_tail".into(), json!(escape_output(&a.stderr_tail)));
-    o.insert("stdout_bytes".into(), json!(a.stdout_bytes));
-    o.insert("stderr_bytes".into(), json!(a.stderr_bytes));
-    Value::Object(o)
+/// A run in full: `show`'s text and `show --json`, rendered from this alike. The JSON is a
+/// `history --json` entry with the rest of the run, its attempts and its events.
+#[derive(Debug, Serialize)]
+struct RunDetail<'a> {
+    #[serde(flatten)]
+    run: RunRow<'a>,
+    command: &'a str,
+    workdir: Option<&'a str>,
+    idempotency_key: &'a str,
+    owner: Option<&'a str>,
+    lease_expires_at: Option<UtcTime>,
+    lease_expires_at_epoch: Option<i64>,
+    heartbeat_at: Option<UtcTime>,
+    heartbeat_at_epoch: Option<i64>,
+    attempts: Vec<AttemptRow<'a>>,
+    events: Vec<EventRow<'a>>,
 }
 
-fn event_json(e: &EventView) -> Value {
-    let mut o = Map::new();
-    put_time(&mut o, "at", Some(e.at));
-    o.insert("kind".into(), json!(e.kind));
-    o.insert("actor".into(), json!(e.actor));
-    let detail = e
-        .detail
-        .as_deref()
-        .and_then(|d| serde_json::from_str(d).ok())
-        .unwrap_or(Value::Null);
-    o.insert("detail".into(), detail);
-    Value::Object(o)
+impl<'a> RunDetail<'a> {
+    fn of(run: &'a RunView, attempts: &'a [AttemptView], events: &'a [EventView]) -> Self {
+        RunDetail {
+            run: RunRow::of(run),
+            command: &run.command,
+            workdir: run.workdir.as_deref(),
+            idempotency_key: &run.idempotency_key,
+            owner: run.owner.as_deref(),
+            lease_expires_at: run.lease_expires_at.map(UtcTime),
+            lease_expires_at_epoch: run.lease_expires_at,
+            heartbeat_at: run.heartbeat_at.map(UtcTime),
+            heartbeat_at_epoch: run.heartbeat_at,
+            attempts: attempts.iter().map(AttemptRow::of).collect(),
+            events: events.iter().map(EventRow::of).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct AttemptRow<'a> {
+    attempt: u32,
+    owner: &'a str,
+    host: &'a str,
+    runner_pid: u32,
+    child_pid: Option<u32>,
+    started_at: UtcTime,
+    started_at_epoch: i64,
+    finished_at: Option<UtcTime>,
+    finished_at_epoch: Option<i64>,
+    duration_ms: Option<i64>,
+    outcome: Option<&'a str>,
+    exit_code: Option<i32>,
+    error_code: Option<&'a str>,
+    error_detail: Option<&'a str>,
+    stdout_tail: Tail<'a>,
+    stderr_tail: Tail<'a>,
+    stdout_bytes: Option<i64>,
+    stderr_bytes: Option<i64>,
+}
+
+impl<'a> AttemptRow<'a> {
+    fn of(a: &'a AttemptView) -> Self {
+        AttemptRow {
+            attempt: a.attempt,
+            owner: &a.owner,
+            host: &a.host,
+            runner_pid: a.runner_pid,
+            child_pid: a.child_pid,
+            started_at: UtcTime(a.started_at),
+            started_at_epoch: a.started_at,
+            finished_at: a.finished_at.map(UtcTime),
+            finished_at_epoch: a.finished_at,
+            duration_ms: a.duration_ms,
+            outcome: a.outcome.as_deref(),
+            exit_code: a.exit_code,
+            error_code: a.error_code.as_deref(),
+            error_detail: a.error_detail.as_deref(),
+            stdout_tail: Tail(&a.stdout_tail),
+            stderr_tail: Tail(&a.stderr_tail),
+            stdout_bytes: a.stdout_bytes,
+            stderr_bytes: a.stderr_bytes,
+        }
+    }
+}
+
+/// The captured end of an output stream. In JSON it is escaped like the text view, so a consumer
+/// that prints it is safe too.
+#[derive(Debug)]
+struct Tail<'a>(&'a [u8]);
+
+impl Serialize for Tail<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&escape_output(self.0))
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct EventRow<'a> {
+    at: UtcTime,
+    at_epoch: i64,
+    kind: &'a str,
+    actor: &'a str,
+    detail: EventDetail<'a>,
+}
+
+impl<'a> EventRow<'a> {
+    fn of(e: &'a EventView) -> Self {
+        EventRow {
+            at: UtcTime(e.at),
+            at_epoch: e.at,
+            kind: &e.kind,
+            actor: &e.actor,
+            detail: EventDetail(e.detail.as_deref()),
+        }
+    }
+}
+
+/// An event's detail as stored (JSON text): printed as it is, and in JSON as the value it holds
+/// (null if it holds none).
+#[derive(Debug)]
+struct EventDetail<'a>(Option<&'a str>);
+
+impl EventDetail<'_> {
+    fn value(&self) -> Option<Value> {
+        self.0.and_then(|d| serde_json::from_str(d).ok())
+    }
+}
+
+impl Serialize for EventDetail<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.value().serialize(serializer)
+    }
 }
 
 /// A stored value (command, name, detail) safe to print on one line.
@@ -98,59 +186,55 @@ fn safe(text: &str) -> String {
     escape_line(text)
 }
 
-fn render(
-    run: &RunView,
-    attempts: &[AttemptView],
-    events: &[EventView],
-    now: i64,
-) -> Result<String, std::fmt::Error> {
-    let tz = zone(&run.timezone);
+fn render(detail: &RunDetail, now: i64) -> Result<String, std::fmt::Error> {
+    let run = &detail.run;
+    let tz = zone(run.timezone);
     let at = |epoch: i64| local_time(epoch, tz);
     let mut out = String::new();
     writeln!(
         out,
         "run {} of {} ({} run, times in {})",
         run.id,
-        safe(&run.job),
+        safe(run.job),
         run.trigger,
-        safe(&run.timezone)
+        safe(run.timezone)
     )?;
-    writeln!(out, "  status:     {}", status_line(run, tz, now))?;
-    if let Some(detail) = &run.error_detail {
-        writeln!(out, "  error:      {}", safe(detail))?;
+    writeln!(out, "  status:     {}", status_line(detail, tz, now))?;
+    if let Some(error) = run.error_detail {
+        writeln!(out, "  error:      {}", safe(error))?;
     }
-    writeln!(out, "  scheduled:  {}", at(run.scheduled_for))?;
-    writeln!(out, "  created:    {}", at(run.created_at))?;
-    if let Some(started) = run.started_at {
+    writeln!(out, "  scheduled:  {}", at(run.scheduled_for_epoch))?;
+    writeln!(out, "  created:    {}", at(run.created_at_epoch))?;
+    if let Some(started) = run.started_at_epoch {
         writeln!(out, "  started:    {}", at(started))?;
     }
-    if let Some(finished) = run.finished_at {
+    if let Some(finished) = run.finished_at_epoch {
         writeln!(out, "  finished:   {}", at(finished))?;
     }
-    writeln!(out, "  command:    {}", safe(&run.command))?;
-    if let Some(dir) = &run.workdir {
+    writeln!(out, "  command:    {}", safe(detail.command))?;
+    if let Some(dir) = detail.workdir {
         writeln!(out, "  workdir:    {}", safe(dir))?;
     }
-    writeln!(out, "  key:        {}", safe(&run.idempotency_key))?;
+    writeln!(out, "  key:        {}", safe(detail.idempotency_key))?;
 
-    for a in attempts {
+    for a in &detail.attempts {
         writeln!(out)?;
         render_attempt(&mut out, a, tz, now)?;
-        if let Some(line) = leftovers_line(events, a.attempt) {
+        if let Some(line) = leftovers_line(&detail.events, a.attempt) {
             writeln!(out, "  leftovers:  {}", safe(&line))?;
         }
     }
 
     writeln!(out)?;
     writeln!(out, "events:")?;
-    for e in events {
-        let detail = e.detail.as_deref().map(safe).unwrap_or_default();
+    for e in &detail.events {
+        let text = e.detail.0.map(safe).unwrap_or_default();
         writeln!(
             out,
-            "  {}  {:<16} {:<20} {detail}",
-            at(e.at),
+            "  {}  {:<16} {:<20} {text}",
+            at(e.at_epoch),
             e.kind,
-            safe(&e.actor)
+            safe(e.actor)
         )?;
     }
     Ok(out)
@@ -158,11 +242,11 @@ fn render(
 
 /// What an attempt left running when its shell exited, from its `LEFTOVERS` event:
 /// "killed 2 leftover processes: 4242 sh, 4243 sleep".
-fn leftovers_line(events: &[EventView], attempt: u32) -> Option<String> {
+fn leftovers_line(events: &[EventRow], attempt: u32) -> Option<String> {
     let detail: Value = events
         .iter()
         .filter(|e| e.kind == "LEFTOVERS")
-        .filter_map(|e| serde_json::from_str(e.detail.as_deref()?).ok())
+        .filter_map(|e| e.detail.value())
         .find(|d: &Value| d["attempt"].as_u64() == Some(u64::from(attempt)))?;
     let processes: Vec<&str> = detail["processes"]
         .as_array()?
@@ -183,53 +267,52 @@ fn leftovers_line(events: &[EventView], attempt: u32) -> Option<String> {
 }
 
 /// One line on where the run stands and what happens next.
-fn status_line(run: &RunView, tz: Tz, now: i64) -> String {
+fn status_line(detail: &RunDetail, tz: Tz, now: i64) -> String {
+    let run = &detail.run;
     let of = format!("{} of {}", run.attempt, run.max_attempts);
-    let code = run.error_code.as_deref().unwrap_or("");
+    let code = run.error_code.unwrap_or("");
     match run.status {
         RunStatus::Pending if run.attempt == 0 => {
-            if run.run_at <= now {
+            if run.run_at_epoch <= now {
                 "pending: due, the next tick runs it".to_string()
             } else {
-                format!("pending: due at {}", local_time(run.run_at, tz))
+                format!("pending: due at {}", local_time(run.run_at_epoch, tz))
             }
         }
         RunStatus::Pending => format!(
             "pending: attempt {of} failed ({code}); attempt {} at {}",
             run.attempt + 1,
-            local_time(run.run_at, tz)
+            local_time(run.run_at_epoch, tz)
         ),
         RunStatus::Running => format!(
             "running: attempt {of}, held by {} until {}",
-            run.owner.as_deref().map(safe).unwrap_or_default(),
-            run.lease_expires_at
+            detail.owner.map(safe).unwrap_or_default(),
+            detail
+                .lease_expires_at_epoch
                 .map_or_else(|| "?".to_string(), |t| local_time(t, tz))
         ),
         RunStatus::Succeeded => format!("succeeded on attempt {of}"),
         RunStatus::Dead => format!("dead after attempt {of}: {code}"),
         RunStatus::Cancelled => format!("cancelled after {} attempt(s)", run.attempt),
-        RunStatus::Skipped => format!(
-            "skipped: {}",
-            run.skip_reason.as_deref().map(safe).unwrap_or_default()
-        ),
+        RunStatus::Skipped => format!("skipped: {}", run.skip_reason.map(safe).unwrap_or_default()),
     }
 }
 
 fn render_attempt(
     out: &mut String,
-    a: &AttemptView,
+    a: &AttemptRow,
     tz: Tz,
     now: i64,
 ) -> Result<(), std::fmt::Error> {
-    let result = match (&a.error_code, a.exit_code, a.finished_at) {
-        (_, _, None) => format!("running for {}", secs_text(now - a.started_at)),
-        (Some(code), _, _) => code.clone(),
+    let result = match (a.error_code, a.exit_code, a.finished_at_epoch) {
+        (_, _, None) => format!("running for {}", duration_of_secs(now - a.started_at_epoch)),
+        (Some(code), _, _) => code.to_string(),
         (None, Some(code), _) => format!("exit {code}"),
         (None, None, _) => "finished".to_string(),
     };
     let took = a
         .duration_ms
-        .map(|ms| format!(" after {}", short_duration(ms)))
+        .map(|ms| format!(" after {}", duration_of_ms(ms)))
         .unwrap_or_default();
     writeln!(out, "attempt {}: {result}{took}", a.attempt)?;
     let job_pid = a
@@ -239,19 +322,19 @@ fn render_attempt(
     writeln!(
         out,
         "  owner:      {} on {} (runner pid {}{job_pid})",
-        safe(&a.owner),
-        safe(&a.host),
+        safe(a.owner),
+        safe(a.host),
         a.runner_pid
     )?;
-    writeln!(out, "  started:    {}", local_time(a.started_at, tz))?;
-    if let Some(finished) = a.finished_at {
+    writeln!(out, "  started:    {}", local_time(a.started_at_epoch, tz))?;
+    if let Some(finished) = a.finished_at_epoch {
         writeln!(out, "  finished:   {}", local_time(finished, tz))?;
     }
-    if let Some(detail) = &a.error_detail {
+    if let Some(detail) = a.error_detail {
         writeln!(out, "  detail:     {}", safe(detail))?;
     }
-    render_tail(out, "stdout", &a.stdout_tail, a.stdout_bytes)?;
-    render_tail(out, "stderr", &a.stderr_tail, a.stderr_bytes)
+    render_tail(out, "stdout", a.stdout_tail.0, a.stdout_bytes)?;
+    render_tail(out, "stderr", a.stderr_tail.0, a.stderr_bytes)
 }
 
 fn render_tail(

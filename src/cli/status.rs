@@ -9,14 +9,14 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Result;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
 
 use super::check::{evaluate, Thresholds};
-use super::{emit, emit_json, parse_duration, secs_text, zone, Ctx};
+use super::{emit, emit_json, parse_duration, zone, Ctx};
 use crate::clock::{behind_by, CLOCK_TOLERANCE_SECS};
-use crate::display::{clock_gap, escape_line, local_time, put_time, utc_time};
+use crate::display::{duration_of_secs, escape_line, local_time, utc_time, UtcTime};
 use crate::exit::Failure;
-use crate::model::Definition;
+use crate::model::{Definition, RunStatus};
 use crate::store::{DefinitionRow, Health, OpenMode, RunBrief, RunningView};
 
 /// A tick older than this means cron is not running `runner tick` every minute.
@@ -70,10 +70,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let health = store.health(now, now - RECENT_SECS)?;
     let definitions = store.definitions()?;
     let warnings = warnings(&health, &schedules_ahead(&definitions, now), now);
+    let location = store.describe();
+    let report = Report::of(&health, &warnings, now, &location);
     if args.json {
-        return emit_json(&json_report(&health, &warnings, now, &store.describe()));
+        return emit_json(&report);
     }
-    emit(&render(&health, &warnings, now, &store.describe())?)
+    emit(&render(&report)?)
 }
 
 /// Schedules whose cursor lies ahead of now by more than the clock tolerance, the furthest
@@ -100,14 +102,14 @@ pub fn warnings(h: &Health, ahead: &[&Definition], now: i64) -> Vec<String> {
         ),
         Some(at) if now - at > STALE_TICK_SECS => warnings.push(format!(
             "the last tick ran {} ago ({}): is cron running `runner tick` every minute?",
-            secs_text(now - at),
+            duration_of_secs(now - at),
             utc_time(at)
         )),
         Some(at) if at - now > CLOCK_TOLERANCE_SECS => warnings.push(format!(
             "the last tick ran at {}, {} ahead of this host's clock ({}): it ran with a clock \
              ahead (--now, or a wrong host clock)",
             utc_time(at),
-            clock_gap(at - now),
+            duration_of_secs(at - now),
             utc_time(now)
         )),
         Some(_) => {}
@@ -118,7 +120,7 @@ pub fn warnings(h: &Health, ahead: &[&Definition], now: i64) -> Vec<String> {
              stepped back, or a tick ran with a clock ahead; ticks warn and skip automatic \
              pruning until the clock gets there (see `runner schedule reanchor --help`)",
             utc_time(now),
-            clock_gap(behind),
+            duration_of_secs(behind),
             utc_time(high)
         ));
     }
@@ -155,252 +157,373 @@ pub fn warnings(h: &Health, ahead: &[&Definition], now: i64) -> Vec<String> {
     warnings
 }
 
-fn expired(h: &Health, now: i64) -> impl Iterator<Item = &RunningView> {
-    h.running.iter().filter(move |r| r.lease_expires_at < now)
+/// `status` as it prints and as `--json` carries it: both rendered from this, so they cannot
+/// drift.
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    now: UtcTime,
+    now_epoch: i64,
+    /// Every status, zeros included, in `RunStatus::ALL` order.
+    counts: Counts<'a>,
+    oldest_due: Option<Due<'a>>,
+    running: Vec<Running<'a>>,
+    expired_leases: Vec<Running<'a>>,
+    retries_in_flight: Vec<Retries>,
+    last_24h: Recent<'a>,
+    last_tick_at: Option<UtcTime>,
+    last_tick_at_epoch: Option<i64>,
+    /// Negative when the last tick ran with a clock ahead of this one (a warning says so).
+    last_tick_age_secs: Option<i64>,
+    last_prune_at: Option<UtcTime>,
+    last_prune_at_epoch: Option<i64>,
+    database: Database<'a>,
+    warnings: &'a [String],
+    /// How many running runs hold an expired lease (`expired_leases` lists those in `running`).
+    #[serde(skip)]
+    expired_lease_count: i64,
 }
 
-fn brief_json(run: &RunBrief) -> Map<String, Value> {
-    let mut o = Map::new();
-    o.insert("run_id".into(), json!(run.id));
-    o.insert("job".into(), json!(run.job));
-    put_time(&mut o, "scheduled_for", Some(run.scheduled_for));
-    o.insert("attempt".into(), json!(run.attempt));
-    o.insert("max_attempts".into(), json!(run.max_attempts));
-    o
+/// Run counts by status: a JSON object, a line of text, both in status order.
+#[derive(Debug)]
+struct Counts<'a>(&'a [(RunStatus, i64)]);
+
+impl Serialize for Counts<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(status, n)| (status.as_str(), n)))
+    }
 }
 
-fn running_json(r: &RunningView, now: i64) -> Value {
-    let mut o = brief_json(&r.run);
-    o.insert("owner".into(), json!(r.owner));
-    o.insert("host".into(), json!(r.host));
-    put_time(&mut o, "started_at", r.attempt_started_at);
-    put_time(&mut o, "heartbeat_at", r.heartbeat_at);
-    put_time(&mut o, "lease_expires_at", Some(r.lease_expires_at));
-    o.insert("lease_expired".into(), json!(r.lease_expires_at < now));
-    Value::Object(o)
+/// A run named in the report.
+#[derive(Debug, Serialize)]
+struct Brief<'a> {
+    run_id: i64,
+    job: &'a str,
+    scheduled_for: UtcTime,
+    scheduled_for_epoch: i64,
+    attempt: u32,
+    max_attempts: u32,
+    /// The run's times print in its schedule's zone.
+    #[serde(skip)]
+    timezone: &'a str,
 }
 
-fn json_report(h: &Health, warnings: &[String], now: i64, location: &str) -> Value {
-    let mut o = Map::new();
-    put_time(&mut o, "now", Some(now));
-    let counts: Map<String, Value> = h
-        .counts
-        .iter()
-        .map(|(status, n)| (status.as_str().to_string(), json!(n)))
-        .collect();
-    o.insert("counts".into(), Value::Object(counts));
-    let oldest_due = h.oldest_due.as_ref().map(|run| {
-        let mut d = brief_json(run);
-        put_time(&mut d, "due_at", Some(run.run_at));
-        d.insert("lag_secs".into(), json!((now - run.run_at).max(0)));
-        Value::Object(d)
-    });
-    o.insert("oldest_due".into(), oldest_due.unwrap_or(Value::Null));
-    o.insert(
-        "running".into(),
-        h.running.iter().map(|r| running_json(r, now)).collect(),
-    );
-    o.insert(
-        "expired_leases".into(),
-        expired(h, now).map(|r| running_json(r, now)).collect(),
-    );
-    o.insert(
-        "retries_in_flight".into(),
-        h.retries_in_flight
+impl<'a> Brief<'a> {
+    fn of(run: &'a RunBrief) -> Self {
+        Brief {
+            run_id: run.id,
+            job: &run.job,
+            scheduled_for: UtcTime(run.scheduled_for),
+            scheduled_for_epoch: run.scheduled_for,
+            attempt: run.attempt,
+            max_attempts: run.max_attempts,
+            timezone: &run.timezone,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Due<'a> {
+    #[serde(flatten)]
+    run: Brief<'a>,
+    due_at: UtcTime,
+    due_at_epoch: i64,
+    lag_secs: i64,
+}
+
+#[derive(Debug, Serialize)]
+struct Running<'a> {
+    #[serde(flatten)]
+    run: Brief<'a>,
+    owner: &'a str,
+    host: Option<&'a str>,
+    started_at: Option<UtcTime>,
+    started_at_epoch: Option<i64>,
+    heartbeat_at: Option<UtcTime>,
+    heartbeat_at_epoch: Option<i64>,
+    lease_expires_at: UtcTime,
+    lease_expires_at_epoch: i64,
+    lease_expired: bool,
+}
+
+impl<'a> Running<'a> {
+    fn of(r: &'a RunningView, now: i64) -> Self {
+        Running {
+            run: Brief::of(&r.run),
+            owner: &r.owner,
+            host: r.host.as_deref(),
+            started_at: r.attempt_started_at.map(UtcTime),
+            started_at_epoch: r.attempt_started_at,
+            heartbeat_at: r.heartbeat_at.map(UtcTime),
+            heartbeat_at_epoch: r.heartbeat_at,
+            lease_expires_at: UtcTime(r.lease_expires_at),
+            lease_expires_at_epoch: r.lease_expires_at,
+            lease_expired: r.lease_expires_at < now,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Retries {
+    attempt: u32,
+    runs: i64,
+}
+
+#[derive(Debug, Serialize)]
+struct Recent<'a> {
+    since: UtcTime,
+    since_epoch: i64,
+    top_errors: Vec<ErrorCount<'a>>,
+    dead_runs: i64,
+    dead: Vec<Dead<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct ErrorCount<'a> {
+    error_code: &'a str,
+    attempts: i64,
+}
+
+#[derive(Debug, Serialize)]
+struct Dead<'a> {
+    #[serde(flatten)]
+    run: Brief<'a>,
+    error_code: Option<&'a str>,
+    finished_at: Option<UtcTime>,
+    finished_at_epoch: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Database<'a> {
+    location: &'a str,
+    size_bytes: u64,
+    wal_bytes: u64,
+    oldest_run: Option<Brief<'a>>,
+}
+
+impl<'a> Report<'a> {
+    fn of(h: &'a Health, warnings: &'a [String], now: i64, location: &'a str) -> Self {
+        let since = now - RECENT_SECS;
+        let running: Vec<Running> = h.running.iter().map(|r| Running::of(r, now)).collect();
+        let expired_leases = h
+            .running
             .iter()
-            .map(|(attempt, runs)| json!({ "attempt": attempt, "runs": runs }))
-            .collect(),
-    );
-    let mut recent = Map::new();
-    put_time(&mut recent, "since", Some(now - RECENT_SECS));
-    recent.insert(
-        "top_errors".into(),
-        h.top_errors
-            .iter()
-            .map(|(code, n)| json!({ "error_code": code, "attempts": n }))
-            .collect(),
-    );
-    recent.insert("dead_runs".into(), json!(h.dead_recent));
-    recent.insert(
-        "dead".into(),
-        h.dead_recent_runs
-            .iter()
-            .map(|run| {
-                let mut d = brief_json(run);
-                d.insert("error_code".into(), json!(run.error_code));
-                put_time(&mut d, "finished_at", run.finished_at);
-                Value::Object(d)
-            })
-            .collect(),
-    );
-    o.insert("last_24h".into(), Value::Object(recent));
-    put_time(&mut o, "last_tick_at", h.last_tick_at);
-    // Negative when the last tick ran with a clock ahead of this one (a warning says so).
-    o.insert(
-        "last_tick_age_secs".into(),
-        json!(h.last_tick_at.map(|at| now - at)),
-    );
-    put_time(&mut o, "last_prune_at", h.last_prune_at);
-    let mut database = Map::new();
-    database.insert("location".into(), json!(location));
-    database.insert(
-        "size_bytes".into(),
-        json!(h.storage.database_bytes + h.storage.wal_bytes),
-    );
-    database.insert("wal_bytes".into(), json!(h.storage.wal_bytes));
-    database.insert(
-        "oldest_run".into(),
-        h.oldest_run
-            .as_ref()
-            .map_or(Value::Null, |run| Value::Object(brief_json(run))),
-    );
-    o.insert("database".into(), Value::Object(database));
-    o.insert("warnings".into(), json!(warnings));
-    Value::Object(o)
+            .filter(|r| r.lease_expires_at < now)
+            .map(|r| Running::of(r, now))
+            .collect();
+        Report {
+            now: UtcTime(now),
+            now_epoch: now,
+            counts: Counts(&h.counts),
+            oldest_due: h.oldest_due.as_ref().map(|run| Due {
+                run: Brief::of(run),
+                due_at: UtcTime(run.run_at),
+                due_at_epoch: run.run_at,
+                lag_secs: (now - run.run_at).max(0),
+            }),
+            running,
+            expired_leases,
+            retries_in_flight: h
+                .retries_in_flight
+                .iter()
+                .map(|&(attempt, runs)| Retries { attempt, runs })
+                .collect(),
+            last_24h: Recent {
+                since: UtcTime(since),
+                since_epoch: since,
+                top_errors: h
+                    .top_errors
+                    .iter()
+                    .map(|(code, n)| ErrorCount {
+                        error_code: code,
+                        attempts: *n,
+                    })
+                    .collect(),
+                dead_runs: h.dead_recent,
+                dead: h
+                    .dead_recent_runs
+                    .iter()
+                    .map(|run| Dead {
+                        run: Brief::of(run),
+                        error_code: run.error_code.as_deref(),
+                        finished_at: run.finished_at.map(UtcTime),
+                        finished_at_epoch: run.finished_at,
+                    })
+                    .collect(),
+            },
+            last_tick_at: h.last_tick_at.map(UtcTime),
+            last_tick_at_epoch: h.last_tick_at,
+            last_tick_age_secs: h.last_tick_at.map(|at| now - at),
+            last_prune_at: h.last_prune_at.map(UtcTime),
+            last_prune_at_epoch: h.last_prune_at,
+            database: Database {
+                location,
+                size_bytes: h.storage.database_bytes + h.storage.wal_bytes,
+                wal_bytes: h.storage.wal_bytes,
+                oldest_run: h.oldest_run.as_ref().map(Brief::of),
+            },
+            warnings,
+            expired_lease_count: h.expired_leases,
+        }
+    }
 }
 
-fn render(
-    h: &Health,
-    warnings: &[String],
-    now: i64,
-    location: &str,
-) -> Result<String, std::fmt::Error> {
+fn render(report: &Report) -> Result<String, std::fmt::Error> {
+    let now = report.now_epoch;
     let mut out = String::new();
-    for warning in warnings {
+    for warning in report.warnings {
         writeln!(out, "WARNING: {warning}")?;
     }
-    if !warnings.is_empty() {
+    if !report.warnings.is_empty() {
         writeln!(out)?;
     }
-    let counts: Vec<String> = h
+    let counts: Vec<String> = report
         .counts
+        .0
         .iter()
         .map(|(status, n)| format!("{status} {n}"))
         .collect();
     writeln!(out, "runs:            {}", counts.join(", "))?;
 
-    match &h.oldest_due {
-        Some(run) => writeln!(
+    match &report.oldest_due {
+        Some(due) => writeln!(
             out,
             "oldest due:      run {} ({}), due {}, waiting {}",
-            run.id,
-            escape_line(&run.job),
-            local_time(run.run_at, zone(&run.timezone)),
-            secs_text(now - run.run_at)
+            due.run.run_id,
+            escape_line(due.run.job),
+            local_time(due.due_at_epoch, zone(due.run.timezone)),
+            duration_of_secs(now - due.due_at_epoch)
         )?,
         None => writeln!(out, "oldest due:      none (nothing waits to be claimed)")?,
     }
 
-    let running_total = h
+    let running_total = report
         .counts
+        .0
         .iter()
-        .find(|(s, _)| *s == crate::model::RunStatus::Running)
+        .find(|(s, _)| *s == RunStatus::Running)
         .map_or(0, |(_, n)| *n);
-    if h.running.is_empty() {
+    if report.running.is_empty() {
         writeln!(out, "running:         none")?;
     } else {
-        let listed = if running_total > h.running.len() as i64 {
-            format!(" (the {} with the earliest lease expiry)", h.running.len())
+        let listed = if running_total > report.running.len() as i64 {
+            format!(
+                " (the {} with the earliest lease expiry)",
+                report.running.len()
+            )
         } else {
             String::new()
         };
         writeln!(out, "running:         {running_total}{listed}")?;
-        for r in &h.running {
-            let tz = zone(&r.run.timezone);
-            let lease = if r.lease_expires_at < now {
-                format!("lease EXPIRED {} ago", secs_text(now - r.lease_expires_at))
+        for r in &report.running {
+            let lease = if r.lease_expired {
+                format!(
+                    "lease EXPIRED {} ago",
+                    duration_of_secs(now - r.lease_expires_at_epoch)
+                )
             } else {
-                format!("lease until {}", local_time(r.lease_expires_at, tz))
+                format!(
+                    "lease until {}",
+                    local_time(r.lease_expires_at_epoch, zone(r.run.timezone))
+                )
             };
             writeln!(
                 out,
                 "  run {} ({}) attempt {}/{}, owner {} on {}, {lease}",
-                r.run.id,
-                escape_line(&r.run.job),
+                r.run.run_id,
+                escape_line(r.run.job),
                 r.run.attempt,
                 r.run.max_attempts,
-                escape_line(&r.owner),
-                escape_line(r.host.as_deref().unwrap_or("?")),
+                escape_line(r.owner),
+                escape_line(r.host.unwrap_or("?")),
             )?;
         }
     }
-    let expired: Vec<String> = expired(h, now).map(|r| r.run.id.to_string()).collect();
-    if h.expired_leases == 0 {
+    let expired: Vec<String> = report
+        .expired_leases
+        .iter()
+        .map(|r| r.run.run_id.to_string())
+        .collect();
+    if report.expired_lease_count == 0 {
         writeln!(out, "expired leases:  none")?;
     } else {
         writeln!(
             out,
             "expired leases:  {} (run {})",
-            h.expired_leases,
+            report.expired_lease_count,
             expired.join(", ")
         )?;
     }
 
-    if h.retries_in_flight.is_empty() {
+    if report.retries_in_flight.is_empty() {
         writeln!(out, "retries:         none in flight")?;
     } else {
-        let retries: Vec<String> = h
+        let retries: Vec<String> = report
             .retries_in_flight
             .iter()
-            .map(|(attempt, runs)| format!("attempt {attempt}: {}", plural(*runs, "run")))
+            .map(|r| format!("attempt {}: {}", r.attempt, plural(r.runs, "run")))
             .collect();
         writeln!(out, "retries:         {}", retries.join(", "))?;
     }
 
-    if h.top_errors.is_empty() {
+    let recent = &report.last_24h;
+    if recent.top_errors.is_empty() {
         writeln!(out, "errors (24h):    none")?;
     } else {
-        let errors: Vec<String> = h
+        let errors: Vec<String> = recent
             .top_errors
             .iter()
-            .map(|(code, n)| format!("{code} ({})", plural(*n, "attempt")))
+            .map(|e| format!("{} ({})", e.error_code, plural(e.attempts, "attempt")))
             .collect();
         writeln!(out, "errors (24h):    {}", errors.join(", "))?;
     }
-    writeln!(out, "dead (24h):      {}", h.dead_recent)?;
-    for run in &h.dead_recent_runs {
+    writeln!(out, "dead (24h):      {}", recent.dead_runs)?;
+    for dead in &recent.dead {
         writeln!(
             out,
             "  run {} ({}) {} at {}",
-            run.id,
-            escape_line(&run.job),
-            run.error_code.as_deref().unwrap_or("?"),
-            run.finished_at
-                .map_or_else(|| "?".to_string(), |t| local_time(t, zone(&run.timezone)))
+            dead.run.run_id,
+            escape_line(dead.run.job),
+            dead.error_code.unwrap_or("?"),
+            dead.finished_at_epoch.map_or_else(
+                || "?".to_string(),
+                |t| local_time(t, zone(dead.run.timezone))
+            )
         )?;
     }
 
-    match h.last_tick_at {
+    match report.last_tick_at_epoch {
         Some(at) if at - now > CLOCK_TOLERANCE_SECS => writeln!(
             out,
             "last tick:       {} ({} in the future of this clock)",
             utc_time(at),
-            clock_gap(at - now)
+            duration_of_secs(at - now)
         )?,
         Some(at) => writeln!(
             out,
             "last tick:       {} ({} ago)",
             utc_time(at),
-            secs_text(now - at)
+            duration_of_secs(now - at)
         )?,
         None => writeln!(out, "last tick:       never")?,
     }
-    if let Some(at) = h.last_prune_at {
+    if let Some(at) = report.last_prune_at_epoch {
         writeln!(out, "last prune:      {}", utc_time(at))?;
     }
+    let database = &report.database;
     writeln!(
         out,
-        "database:        {location}, {} (of which WAL {})",
-        bytes(h.storage.database_bytes + h.storage.wal_bytes),
-        bytes(h.storage.wal_bytes)
+        "database:        {}, {} (of which WAL {})",
+        database.location,
+        bytes(database.size_bytes),
+        bytes(database.wal_bytes)
     )?;
-    match &h.oldest_run {
+    match &database.oldest_run {
         Some(run) => writeln!(
             out,
             "oldest run kept: run {} ({}), scheduled {}",
-            run.id,
-            escape_line(&run.job),
-            local_time(run.scheduled_for, zone(&run.timezone))
+            run.run_id,
+            escape_line(run.job),
+            local_time(run.scheduled_for_epoch, zone(run.timezone))
         )?,
         None => writeln!(out, "oldest run kept: none")?,
     }

@@ -22,11 +22,11 @@ use super::{
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
 use crate::model::{
-    Actor, AttemptEnd, AttemptHolder, ClaimedRun, ColumnProblem, DamagedDefinition, Definition,
-    ErrorCode, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap,
-    RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
+    Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, DamagedDefinition,
+    Definition, ErrorCode, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun,
+    OrphanClose, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
+    Steering,
 };
-use crate::schedule::CatchUp;
 
 /// `PRAGMA application_id`: marks a file as a runner database ("RUNR").
 const APPLICATION_ID: i64 = 0x5255_4E52;

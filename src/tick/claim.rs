@@ -3,7 +3,6 @@
 
 use anyhow::Result;
 
-use super::execute::lease_secs;
 use super::{test_hook, Tick};
 use crate::model::ClaimedRun;
 use crate::store::Claimed;
@@ -25,7 +24,7 @@ pub fn claim_run(tick: &mut Tick<'_>, run_id: i64) -> Result<Option<ClaimedRun>>
         run_id,
         &options.actor,
         tick.clock.epoch(),
-        lease_secs(options),
+        options.lease_secs(),
     )?;
     test_hook("claimed");
     Ok(claimed)

@@ -15,7 +15,7 @@ use anyhow::Result;
 
 use super::claim::claim_due;
 use super::record::{record_end, StopReason, KILL_GRACE};
-use super::{attempt_marker, runner_error, test_hook, Tick, TickOptions};
+use super::{attempt_marker, runner_error, test_hook, Tick};
 use crate::display::utc_time;
 use crate::model::{AfterFailure, ClaimedRun, Fenced, LeaseToken, StartRecord};
 use crate::process::{procfs, JobSpec, RunningJob};
@@ -66,7 +66,7 @@ impl Supervisor {
         // Orphans of our jobs (a double fork, `setsid`) are re-parented to us, where their end
         // of job sweep finds them by marker.
         procfs::become_subreaper();
-        let lease_secs = lease_secs(tick.options);
+        let lease_secs = tick.options.lease_secs();
         Supervisor {
             active: Vec::new(),
             lease_secs,
@@ -121,12 +121,6 @@ impl Supervisor {
     fn sleep(&self) {
         std::thread::sleep(poll_interval(&self.active));
     }
-}
-
-/// The lease length, clamped so the lease arithmetic can never overflow, whatever the caller
-/// passed.
-pub(super) fn lease_secs(options: &TickOptions) -> i64 {
-    options.lease.as_secs().clamp(3, 86_400) as i64
 }
 
 /// Execute due runs: claim while there is room and due work, supervise the jobs, record each

@@ -6,14 +6,25 @@ use anyhow::Result;
 
 use super::Tick;
 use crate::clock::{from_epoch, Now};
-use crate::model::{Actor, Definition, NewRun, Overlap};
+use crate::model::{Actor, Cursor, Definition, NewRun, Overlap, Settings};
 use crate::schedule::{plan_catch_up, Decision};
 use crate::store::{CursorMove, Store};
-use crate::timing::Timing;
 
 /// How many instants of one schedule a tick looks at (and records, run or skipped) at most;
 /// older missed instants are counted in a skip reason, not recorded one by one.
 pub const INSTANTS_RECORDED_LIMIT: usize = 1000;
+
+/// Where a cursor at `through` restarts at `now` (`schedule add`, `resume`, `edit`): every
+/// instant up to now counts as handled, so a paused or damaged period is never replayed (a cursor
+/// never moves back), and the schedule next fires at the first instant after that, by
+/// `settings`.
+pub fn restart_cursor(settings: &Settings, through: i64, now: i64) -> Result<Cursor> {
+    let materialized_through = through.max(now);
+    Ok(Cursor {
+        materialized_through,
+        next_fire_at: settings.timing()?.next_after(materialized_through),
+    })
+}
 
 pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
     let (store, errors) = (&mut *tick.store, &mut tick.report.errors);
@@ -64,7 +75,7 @@ fn materialize_one(
     now: Now,
     actor: &Actor,
 ) -> Result<usize> {
-    let timing = Timing::of(&d.settings)?;
+    let timing = d.settings.timing()?;
     let through = d.materialized_through;
     let new_through = through.max(now.secs());
     let due = timing.cron.fire_times_between(

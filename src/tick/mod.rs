@@ -34,6 +34,14 @@ pub struct TickOptions {
     pub on_shutdown: OnShutdown,
 }
 
+impl TickOptions {
+    /// The lease length in seconds, clamped so the lease arithmetic can never overflow, whatever
+    /// the caller passed.
+    pub fn lease_secs(&self) -> i64 {
+        self.lease.as_secs().clamp(3, 86_400) as i64
+    }
+}
+
 /// What a shutdown signal means for the runs being executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnShutdown {
@@ -115,7 +123,7 @@ fn warn_clock_behind(now: i64, high_water: i64, behind: i64) {
          schedules whose cursor moved past now will not fire until then - see \
          'runner schedule reanchor --help'",
         crate::display::utc_time(now),
-        crate::display::clock_gap(behind),
+        crate::display::duration_of_secs(behind),
         crate::display::utc_time(high_water),
     );
 }

@@ -138,7 +138,7 @@ fn classify(
             ErrorCode::Timeout,
             format!(
                 "ran longer than its timeout of {}; its process group got SIGTERM, then SIGKILL after {}s",
-                humantime::format_duration(Duration::from_secs(timeout_secs.max(0) as u64)),
+                crate::display::duration_of_secs(timeout_secs),
                 KILL_GRACE.as_secs()
             ),
         ),

@@ -18,4 +18,5 @@ mod prune;
 mod recovery;
 mod schedules;
 mod security;
+mod simulate;
 mod steer;

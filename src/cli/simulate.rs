@@ -1,0 +1,240 @@
+//! `runner schedule simulate NAME|--cron EXPR --from TIME --to TIME`: the instants a schedule
+//! fires at in a window, the daylight-saving rule that placed any of them, and, for a schedule,
+//! which of them its catch-up policy would run or skip if no tick ran during the window.
+
+use anyhow::Result;
+use chrono::{DateTime, TimeDelta, Utc};
+use comfy_table::Table;
+use serde::Serialize;
+
+use super::{emit, emit_json, find_definition, parse_time, Ctx};
+use crate::display::{duration_of_secs, escape_line, local_time, UtcTime};
+use crate::exit::Failure;
+use crate::model::CatchUp;
+use crate::schedule::{plan_catch_up, Decision, Timing};
+use crate::store::OpenMode;
+
+/// The most fire times one simulation lists: enough for a year of a job every five minutes.
+const MAX_INSTANTS: usize = 200_000;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Schedule name (or use --cron).
+    #[arg(required_unless_present = "cron", conflicts_with = "cron")]
+    pub name: Option<String>,
+    /// Simulate an expression instead of a schedule (no catch-up then).
+    #[arg(long, value_name = "EXPR")]
+    pub cron: Option<String>,
+    /// Zone for --cron [default: UTC].
+    #[arg(long, value_name = "ZONE", requires = "cron")]
+    pub tz: Option<String>,
+    /// Start of the window, RFC 3339 (inclusive).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub from: DateTime<Utc>,
+    /// End of the window, RFC 3339 (inclusive): when the first tick after it runs.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub to: DateTime<Utc>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A simulation as it prints and as `--json` carries it.
+#[derive(Debug, Serialize)]
+struct Simulation {
+    /// The schedule's name; null for --cron.
+    schedule: Option<String>,
+    cron: String,
+    timezone: String,
+    /// The schedule's catch-up policy and grace; null for --cron.
+    catch_up: Option<CatchUp>,
+    grace_secs: Option<i64>,
+    /// A paused schedule materialises nothing, so there are no decisions.
+    paused: bool,
+    from: UtcTime,
+    from_epoch: i64,
+    to: UtcTime,
+    to_epoch: i64,
+    instants: Vec<Instant>,
+}
+
+/// One fire instant of the window.
+#[derive(Debug, Serialize)]
+struct Instant {
+    at: UtcTime,
+    at_epoch: i64,
+    local: String,
+    /// The daylight-saving rule that placed it, if one did.
+    dst: Option<Dst>,
+    /// What the first tick after the window would do with it: `run` or `skip` (null for --cron
+    /// or a paused schedule), and why it would skip.
+    decision: Option<&'static str>,
+    reason: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Dst {
+    rule: &'static str,
+    note: String,
+}
+
+pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
+    if args.to < args.from {
+        return Err(Failure::usage(format!(
+            "--to ({}) is before --from ({}); the window runs from --from to --to",
+            args.to.to_rfc3339(),
+            args.from.to_rfc3339()
+        )));
+    }
+    let (schedule, timing, policy, paused) = match (&args.name, &args.cron) {
+        (Some(name), _) => {
+            let store = ctx.open(OpenMode::MustExist)?;
+            let d = find_definition(store.as_ref(), name)?;
+            let s = &d.settings;
+            let timing = s.timing()?;
+            let policy = (s.catch_up, s.grace_secs);
+            (Some(d.name.clone()), timing, Some(policy), s.paused)
+        }
+        (None, Some(cron)) => {
+            let timing =
+                Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?;
+            (None, timing, None, false)
+        }
+        (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
+    };
+    let window = timing.cron.fire_times_between(
+        timing.tz,
+        args.from - TimeDelta::seconds(1),
+        args.to,
+        MAX_INSTANTS,
+    );
+    if window.older_dropped > 0 {
+        return Err(Failure::usage(format!(
+            "the window holds more than {MAX_INSTANTS} fire times; give a shorter one"
+        )));
+    }
+    let decisions = match policy {
+        Some((catch_up, grace_secs)) if !paused => Some(plan_catch_up(
+            &window.instants,
+            args.to,
+            catch_up,
+            std::time::Duration::from_secs(u64::try_from(grace_secs).unwrap_or(0)),
+        )),
+        _ => None,
+    };
+    let instants = window
+        .instants
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            let (decision, reason) = match decisions.as_ref().map(|d| &d[i].1) {
+                Some(Decision::Run) => (Some("run"), None),
+                Some(Decision::Skip(reason)) => (Some("skip"), Some(reason.clone())),
+                None => (None, None),
+            };
+            Instant {
+                at: UtcTime(t.timestamp()),
+                at_epoch: t.timestamp(),
+                local: local_time(t.timestamp(), timing.tz),
+                dst: timing.cron.dst_rule(timing.tz, t).map(|rule| Dst {
+                    rule: rule.as_str(),
+                    note: rule.note(),
+                }),
+                decision,
+                reason,
+            }
+        })
+        .collect();
+    let simulation = Simulation {
+        schedule,
+        cron: timing.cron.expression().to_string(),
+        timezone: timing.tz.name().to_string(),
+        catch_up: policy.map(|(catch_up, _)| catch_up),
+        grace_secs: policy.map(|(_, grace)| grace),
+        paused,
+        from: UtcTime(args.from.timestamp()),
+        from_epoch: args.from.timestamp(),
+        to: UtcTime(args.to.timestamp()),
+        to_epoch: args.to.timestamp(),
+        instants,
+    };
+    if args.json {
+        return emit_json(&simulation);
+    }
+    emit(&render(&simulation))
+}
+
+fn render(sim: &Simulation) -> String {
+    let mut out = String::new();
+    let what = match &sim.schedule {
+        Some(name) => format!("{}: ", escape_line(name)),
+        None => String::new(),
+    };
+    out.push_str(&format!(
+        "{what}{} in {}, {} to {}: {}\n",
+        escape_line(&sim.cron),
+        sim.timezone,
+        local_time(sim.from_epoch, zone_of(sim)),
+        local_time(sim.to_epoch, zone_of(sim)),
+        plural(sim.instants.len(), "fire time")
+    ));
+    let decided = sim.instants.iter().filter(|i| i.decision.is_some()).count();
+    if let (Some(policy), Some(grace)) = (sim.catch_up, sim.grace_secs) {
+        if sim.paused {
+            out.push_str(
+                "the schedule is paused: ticks materialise none of them until it is resumed\n",
+            );
+        } else {
+            let runs = sim
+                .instants
+                .iter()
+                .filter(|i| i.decision == Some("run"))
+                .count();
+            out.push_str(&format!(
+                "if no tick ran in the window, the first tick after it (catch-up {policy}, grace {}) \
+                 runs {runs} and skips {}\n",
+                duration_of_secs(grace),
+                decided - runs
+            ));
+        }
+    }
+    if sim.instants.is_empty() {
+        return out;
+    }
+    out.push('\n');
+    let mut table = Table::new();
+    table.load_preset(comfy_table::presets::NOTHING);
+    let mut header = vec!["LOCAL TIME", "UTC"];
+    if decided > 0 {
+        header.push("CATCH-UP");
+    }
+    header.push("NOTE");
+    table.set_header(header);
+    for i in &sim.instants {
+        let mut row = vec![i.local.clone(), crate::display::utc_time(i.at_epoch)];
+        let mut notes: Vec<String> = Vec::new();
+        if decided > 0 {
+            row.push(i.decision.unwrap_or("-").to_string());
+            notes.extend(i.reason.clone());
+        }
+        notes.extend(i.dst.as_ref().map(|d| d.note.clone()));
+        row.push(notes.join("; "));
+        table.add_row(row);
+    }
+    out.push_str(&table.trim_fmt());
+    out.push('\n');
+    out
+}
+
+fn zone_of(sim: &Simulation) -> chrono_tz::Tz {
+    super::zone(&sim.timezone)
+}
+
+/// `1 fire time`, `3 fire times`.
+fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}

@@ -1,0 +1,75 @@
+//! The policies a schedule is configured with: what to do with missed instants (`CatchUp`), with
+//! a newly due run while one is running (`Overlap`), and with what a job leaves behind
+//! (`Leftovers`). Each is a value with one parser, for flags and stored columns alike; the rules
+//! that apply them live with what they decide (`schedule::catch_up`, the tick, `process`).
+
+use crate::text_enum::text_enum;
+
+text_enum!(
+    /// What to do with scheduled instants that were missed (the runner was not ticking, or a
+    /// tick came late).
+    CatchUp {
+        /// Run only the newest missed instant.
+        Latest => "latest",
+        /// Run every missed instant, up to [`crate::schedule::CATCH_UP_ALL_LIMIT`] of the newest.
+        All => "all",
+        /// Run an instant only if it is no older than the grace period.
+        None => "none",
+    },
+    "catch-up policy"
+);
+
+text_enum!(
+    /// What to do with a newly due run while another run of the same schedule is running.
+    Overlap {
+        Forbid => "forbid",
+        Allow => "allow",
+    },
+    "overlap policy"
+);
+
+text_enum!(
+    /// What happens to the processes a job leaves behind when its main process (the shell)
+    /// exits on its own: `kill` them (TERM, then KILL), as systemd does for a service's control
+    /// group, or `keep` them, for jobs that deliberately start daemons. A timeout or a cancel stops
+    /// everything of the attempt either way.
+    Leftovers {
+        Kill => "kill",
+        Keep => "keep",
+    },
+    "leftover policy"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catch_up_policy_names() {
+        for p in [CatchUp::Latest, CatchUp::All, CatchUp::None] {
+            assert_eq!(p.as_str().parse::<CatchUp>(), Ok(p));
+            assert_eq!(p.to_string(), p.as_str());
+        }
+        assert_eq!("LATEST".parse::<CatchUp>(), Ok(CatchUp::Latest));
+        let e = "sometimes"
+            .parse::<CatchUp>()
+            .expect_err("invalid")
+            .to_string();
+        assert!(e.contains("\"sometimes\""), "{e}");
+        assert!(e.contains("latest, all, none"), "{e}");
+    }
+
+    #[test]
+    fn every_policy_parses_the_same_way() {
+        assert_eq!(" Forbid ".parse::<Overlap>(), Ok(Overlap::Forbid));
+        assert_eq!("KEEP".parse::<Leftovers>(), Ok(Leftovers::Keep));
+        assert_eq!(
+            "sometimes".parse::<Overlap>().map_err(|e| e.to_string()),
+            Err("invalid overlap policy \"sometimes\"; use one of: forbid, allow".to_string())
+        );
+        assert_eq!(
+            "most".parse::<CatchUp>().map_err(|e| e.to_string()),
+            Err("invalid catch-up policy \"most\"; use one of: latest, all, none".to_string())
+        );
+    }
+}

@@ -1,0 +1,192 @@
+//! Catch-up: when a tick finds several due instants (cron or the host was down, or a tick came
+//! late), which of them run and which are recorded as skipped, and why.
+
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+
+use crate::display::duration;
+use crate::policy::CatchUp;
+
+/// The most missed instants `CatchUp::All` runs.
+pub const CATCH_UP_ALL_LIMIT: usize = 100;
+
+/// Whether one due instant runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Run,
+    /// Skipped, with a short human reason.
+    Skip(String),
+}
+
+/// Given the due instants (ascending, all <= now), decide which run and which are skipped.
+/// latest: only the newest runs, all others Skip. all: newest CATCH_UP_ALL_LIMIT run, older Skip.
+/// none: an instant runs iff now - instant <= grace; otherwise Skip (missed).
+/// The result has one entry per due instant, in the given order.
+pub fn plan_catch_up(
+    due: &[DateTime<Utc>],
+    now: DateTime<Utc>,
+    policy: CatchUp,
+    grace: Duration,
+) -> Vec<(DateTime<Utc>, Decision)> {
+    match policy {
+        CatchUp::Latest => {
+            let newest_index = due
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, t)| **t)
+                .map(|(i, _)| i);
+            due.iter()
+                .enumerate()
+                .map(|(i, &t)| {
+                    let decision = match newest_index {
+                        Some(newest) if newest != i => Decision::Skip(format!(
+                            "catch-up latest: superseded by {}",
+                            due[newest].to_rfc3339_opts(SecondsFormat::Secs, true)
+                        )),
+                        _ => Decision::Run,
+                    };
+                    (t, decision)
+                })
+                .collect()
+        }
+        CatchUp::All => {
+            let skipped = due.len().saturating_sub(CATCH_UP_ALL_LIMIT);
+            due.iter()
+                .enumerate()
+                .map(|(i, &t)| {
+                    let decision = if i < skipped {
+                        Decision::Skip(format!(
+                            "catch-up all: more than {CATCH_UP_ALL_LIMIT} missed instants"
+                        ))
+                    } else {
+                        Decision::Run
+                    };
+                    (t, decision)
+                })
+                .collect()
+        }
+        CatchUp::None => {
+            let grace_delta = TimeDelta::from_std(grace).unwrap_or(TimeDelta::MAX);
+            due.iter()
+                .map(|&t| {
+                    let late = now.signed_duration_since(t);
+                    let decision = if late <= grace_delta {
+                        Decision::Run
+                    } else {
+                        Decision::Skip(format!(
+                            "missed by {} (grace {})",
+                            duration(late.to_std().unwrap_or(Duration::ZERO)),
+                            duration(grace)
+                        ))
+                    };
+                    (t, decision)
+                })
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::testing::{sched, utc};
+    use chrono_tz::Tz;
+
+    fn five_missed() -> (Vec<DateTime<Utc>>, DateTime<Utc>) {
+        let s = sched("0 * * * *");
+        let due = s
+            .fire_times_between(
+                Tz::UTC,
+                utc("2026-01-01T00:30:00Z"),
+                utc("2026-01-01T05:10:00Z"),
+                usize::MAX,
+            )
+            .instants;
+        assert_eq!(due.len(), 5);
+        (due, utc("2026-01-01T05:10:00Z"))
+    }
+
+    #[test]
+    fn catch_up_latest_runs_only_the_newest() {
+        let (due, now) = five_missed();
+        let plan = plan_catch_up(&due, now, CatchUp::Latest, Duration::from_secs(300));
+        assert_eq!(plan.len(), 5);
+        assert_eq!(plan.iter().filter(|(_, d)| *d == Decision::Run).count(), 1);
+        assert_eq!(plan[4], (utc("2026-01-01T05:00:00Z"), Decision::Run));
+        for (t, d) in &plan[..4] {
+            assert_eq!(
+                d,
+                &Decision::Skip("catch-up latest: superseded by 2026-01-01T05:00:00Z".into()),
+                "{t}"
+            );
+        }
+        assert!(plan_catch_up(&[], now, CatchUp::Latest, Duration::ZERO).is_empty());
+    }
+
+    #[test]
+    fn catch_up_all_runs_up_to_the_limit() {
+        let (due, now) = five_missed();
+        let plan = plan_catch_up(&due, now, CatchUp::All, Duration::from_secs(300));
+        assert!(plan.iter().all(|(_, d)| *d == Decision::Run));
+        assert_eq!(plan.iter().map(|(t, _)| *t).collect::<Vec<_>>(), due);
+
+        let s = sched("* * * * *");
+        let many = s
+            .fire_times_between(
+                Tz::UTC,
+                utc("2026-01-01T00:00:00Z"),
+                utc("2026-01-01T02:30:00Z"),
+                usize::MAX,
+            )
+            .instants;
+        assert_eq!(many.len(), 150);
+        let plan = plan_catch_up(
+            &many,
+            utc("2026-01-01T02:30:00Z"),
+            CatchUp::All,
+            Duration::ZERO,
+        );
+        assert_eq!(
+            plan.iter().filter(|(_, d)| *d == Decision::Run).count(),
+            CATCH_UP_ALL_LIMIT
+        );
+        assert!(plan[..50].iter().all(
+            |(_, d)| *d == Decision::Skip("catch-up all: more than 100 missed instants".into())
+        ));
+        assert!(plan[50..].iter().all(|(_, d)| *d == Decision::Run));
+    }
+
+    #[test]
+    fn catch_up_none_respects_grace() {
+        let (due, now) = five_missed();
+        let plan = plan_catch_up(&due, now, CatchUp::None, Duration::from_secs(300));
+        assert_eq!(plan.iter().filter(|(_, d)| *d == Decision::Run).count(), 0);
+        assert_eq!(
+            plan[4].1,
+            Decision::Skip("missed by 10m 0s (grace 5m 0s)".into())
+        );
+        assert_eq!(
+            plan[3].1,
+            Decision::Skip("missed by 1h 10m (grace 5m 0s)".into())
+        );
+        assert_eq!(
+            plan[0].1,
+            Decision::Skip("missed by 4h 10m (grace 5m 0s)".into())
+        );
+
+        let plan = plan_catch_up(&due, now, CatchUp::None, Duration::from_secs(600));
+        assert_eq!(plan[4].1, Decision::Run);
+        assert_eq!(plan.iter().filter(|(_, d)| *d == Decision::Run).count(), 1);
+        let plan = plan_catch_up(
+            &[utc("2026-01-01T02:50:00Z")],
+            utc("2026-01-01T05:00:00Z"),
+            CatchUp::None,
+            Duration::from_secs(300),
+        );
+        assert_eq!(
+            plan[0].1,
+            Decision::Skip("missed by 2h 10m (grace 5m 0s)".into())
+        );
+    }
+}

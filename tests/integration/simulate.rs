@@ -1,0 +1,217 @@
+//! `runner schedule simulate`: fire times in a window, the DST rule behind any of them, and what
+//! catch-up would do with them; checked against what a real tick then does.
+
+use crate::common::{json, Env};
+use serde_json::Value;
+
+fn instants(report: &Value) -> &Vec<Value> {
+    report["instants"].as_array().expect("instants")
+}
+
+fn field<'a>(report: &'a Value, name: &str) -> Vec<&'a Value> {
+    instants(report).iter().map(|i| &i[name]).collect()
+}
+
+#[test]
+fn an_expression_lists_its_fire_times_and_names_the_dst_rule_behind_each() {
+    let env = Env::new();
+    // New York springs forward on 2026-03-08: 02:30 does not exist that day.
+    let report = json(&env.ok(&[
+        "schedule",
+        "simulate",
+        "--cron",
+        "30 2 * * *",
+        "--tz",
+        "America/New_York",
+        "--from",
+        "2026-03-07T00:00:00Z",
+        "--to",
+        "2026-03-10T00:00:00Z",
+        "--json",
+    ]));
+    assert_eq!(
+        field(&report, "at"),
+        [
+            "2026-03-07T07:30:00Z",
+            "2026-03-08T07:00:00Z",
+            "2026-03-09T06:30:00Z"
+        ]
+    );
+    assert_eq!(
+        field(&report, "local"),
+        [
+            "2026-03-07T02:30:00-05:00",
+            "2026-03-08T03:00:00-04:00",
+            "2026-03-09T02:30:00-04:00"
+        ]
+    );
+    let dst = field(&report, "dst");
+    assert!(dst[0].is_null() && dst[2].is_null(), "{report}");
+    assert_eq!(dst[1]["rule"], "gap");
+    assert!(
+        dst[1]["note"].as_str().expect("note").contains("02:30"),
+        "{report}"
+    );
+    // An expression has no catch-up policy: nothing is decided.
+    assert!(field(&report, "decision").iter().all(|d| d.is_null()));
+    assert!(report["schedule"].is_null() && report["catch_up"].is_null());
+
+    // Falling back on 2026-11-01, 01:00-02:00 comes twice: a wildcard job runs in both passes.
+    let text = env.ok(&[
+        "schedule",
+        "simulate",
+        "--cron",
+        "30 * * * *",
+        "--tz",
+        "America/New_York",
+        "--from",
+        "2026-11-01T05:00:00Z",
+        "--to",
+        "2026-11-01T07:00:00Z",
+    ]);
+    assert!(text.contains("2 fire times"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("2026-11-01T01:30:00-04:00")
+                && l.contains("repeated hour: first pass")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("2026-11-01T01:30:00-05:00")
+                && l.contains("repeated hour: second pass")),
+        "{text}"
+    );
+    // A fixed-time job runs in the first pass only.
+    let report = json(&env.ok(&[
+        "schedule",
+        "simulate",
+        "--cron",
+        "30 1 * * *",
+        "--tz",
+        "America/New_York",
+        "--from",
+        "2026-11-01T00:00:00Z",
+        "--to",
+        "2026-11-02T00:00:00Z",
+        "--json",
+    ]));
+    assert_eq!(field(&report, "at"), ["2026-11-01T05:30:00Z"]);
+    assert_eq!(instants(&report)[0]["dst"]["rule"], "repeated_first");
+}
+
+/// What simulate says the first tick after the window runs and skips is what that tick does.
+#[test]
+fn catch_up_decisions_match_what_the_tick_then_does() {
+    let added = "2026-07-01T00:00:30Z";
+    let until = "2026-07-01T06:10:00Z";
+    for (policy, grace, runs) in [("latest", "5m", 1), ("all", "5m", 6), ("none", "2h", 2)] {
+        let env = Env::init();
+        env.add_at(
+            Some(added),
+            policy,
+            "0 * * * *",
+            &["--catch-up", policy, "--grace", grace],
+            "true",
+        );
+        let report = json(&env.ok(&[
+            "schedule", "simulate", policy, "--from", added, "--to", until, "--json",
+        ]));
+        assert_eq!(report["schedule"], policy);
+        assert_eq!(report["catch_up"], policy);
+        let decided: Vec<(i64, String)> = instants(&report)
+            .iter()
+            .map(|i| {
+                (
+                    i["at_epoch"].as_i64().expect("epoch"),
+                    i["decision"].as_str().expect("decision").to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(decided.len(), 6, "01:00 to 06:00: {report}");
+        assert_eq!(
+            decided.iter().filter(|(_, d)| d == "run").count(),
+            runs,
+            "{policy}: {report}"
+        );
+        for i in instants(&report) {
+            assert_eq!(i["decision"] == "skip", i["reason"].is_string(), "{i}");
+        }
+        assert_eq!(
+            env.count("SELECT count(*) FROM job_runs"),
+            0,
+            "simulate writes nothing"
+        );
+
+        env.tick_at(until);
+        let actual: Vec<(i64, String)> = env
+            .strings("SELECT scheduled_for || ' ' || status FROM job_runs ORDER BY scheduled_for")
+            .iter()
+            .map(|row| {
+                let (at, status) = row.split_once(' ').expect("row");
+                let decision = if status == "skipped" { "skip" } else { "run" };
+                (at.parse().expect("epoch"), decision.to_string())
+            })
+            .collect();
+        assert_eq!(actual, decided, "{policy}");
+    }
+}
+
+#[test]
+fn a_paused_schedule_decides_nothing_and_bad_windows_are_refused() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-07-01T00:00:00Z"),
+        "held",
+        "0 * * * *",
+        &["--paused"],
+        "true",
+    );
+    let window = [
+        "--from",
+        "2026-07-01T00:00:00Z",
+        "--to",
+        "2026-07-01T03:00:00Z",
+    ];
+    let mut args = vec!["schedule", "simulate", "held"];
+    args.extend(window);
+    let text = env.ok(&args);
+    assert!(text.contains("paused"), "{text}");
+    args.push("--json");
+    let report = json(&env.ok(&args));
+    assert_eq!(report["paused"], true);
+    assert_eq!(instants(&report).len(), 4, "00:00 to 03:00 inclusive");
+    assert!(field(&report, "decision").iter().all(|d| d.is_null()));
+
+    let mut unknown = vec!["schedule", "simulate", "nope"];
+    unknown.extend(window);
+    env.fails(3, &unknown);
+    let err = env.fails(
+        2,
+        &[
+            "schedule",
+            "simulate",
+            "--cron",
+            "@hourly",
+            "--from",
+            "2026-07-02T00:00:00Z",
+            "--to",
+            "2026-07-01T00:00:00Z",
+        ],
+    );
+    assert!(err.contains("--to") && err.contains("--from"), "{err}");
+    let err = env.fails(
+        2,
+        &[
+            "schedule",
+            "simulate",
+            "--cron",
+            "* * * * *",
+            "--from",
+            "2020-01-01T00:00:00Z",
+            "--to",
+            "2030-01-01T00:00:00Z",
+        ],
+    );
+    assert!(err.contains("shorter"), "{err}");
+}
