@@ -302,7 +302,7 @@ mod tests {
                 last_finished_at: None,
             },
         ];
-        per_job(&mut out, &rows).unwrap();
+        per_job(&mut out, &rows).expect("writing to a String");
         assert!(out.contains("runner_job_last_success_timestamp_seconds{job=\"a\\\"b\"} 100\n"));
         assert!(out.contains("runner_job_last_run_status{job=\"a\\\"b\",status=\"dead\"} 1\n"));
         assert!(out.contains("runner_job_last_run_status{job=\"a\\\"b\",status=\"succeeded\"} 0\n"));
