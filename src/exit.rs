@@ -27,9 +27,17 @@ pub enum Failure {
     /// `run --wait`: the job's own exit code. Not an error message: the job already spoke.
     #[error("job exited with code {0}")]
     JobExit(i32),
+    /// `status --check`: the monitoring-plugin code (1 warning, 2 critical). Not an error
+    /// message: the summary line already said what fired.
+    #[error("health check exited with code {0}")]
+    Verdict(i32),
 }
 
 impl Failure {
+    /// Whether the command already said all there is (its code is the message).
+    pub fn spoke(&self) -> bool {
+        matches!(self, Failure::JobExit(_) | Failure::Verdict(_))
+    }
     pub fn usage(message: impl fmt::Display) -> anyhow::Error {
         Failure::Usage(message.to_string()).into()
     }
@@ -74,7 +82,7 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
                 Failure::NotFound(_) => NOT_FOUND,
                 Failure::Database(_) => DATABASE,
                 Failure::Busy(_) => BUSY,
-                Failure::JobExit(code) => *code,
+                Failure::JobExit(code) | Failure::Verdict(code) => *code,
             };
         }
         if let Some(code) = cause.downcast_ref::<Classified>().and_then(|c| c.code) {

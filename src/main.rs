@@ -14,7 +14,7 @@ fn main() {
             let code = exit::code_for(&error);
             let job_spoke = error
                 .chain()
-                .any(|c| matches!(c.downcast_ref::<Failure>(), Some(Failure::JobExit(_))));
+                .any(|c| c.downcast_ref::<Failure>().is_some_and(Failure::spoke));
             if !job_spoke {
                 runner::complain!("runner: error: {error:#}");
                 if let Some(hint) = exit::hint(&error) {

@@ -952,9 +952,10 @@ pub struct RunState {
 /// state it was read in).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunChange {
-    /// Back to `pending`, due by `due_by` at the latest (an earlier `run_at` is kept), with
+    /// Back to `pending`, due at `due_at` (now: an older `run_at` would read as lag in
+    /// `runner_oldest_due_lag_seconds` and as a retry time in the past in `history`), with
     /// `max_attempts`; no longer finished.
-    Requeue { due_by: i64, max_attempts: u32 },
+    Requeue { due_at: i64, max_attempts: u32 },
     /// `cancelled` at `at`, with error `CANCELLED` and `detail`; the lease (if any) is released,
     /// which is what tells the tick holding it (at its next heartbeat) to kill the job.
     Cancel { at: i64, detail: String },
@@ -1005,7 +1006,7 @@ impl Steer {
                 let raised = (max_after != max_attempts).then_some(max_attempts);
                 Steering::Apply {
                     change: RunChange::Requeue {
-                        due_by: now,
+                        due_at: now,
                         max_attempts: max_after,
                     },
                     event: NewEvent::new(

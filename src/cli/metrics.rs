@@ -13,7 +13,8 @@ use anyhow::Result;
 
 use super::status::{schedules_ahead, RECENT_SECS};
 use super::{emit, Ctx};
-use crate::store::{Health, OpenMode};
+use crate::model::RunStatus;
+use crate::store::{Health, JobRunStats, OpenMode};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -33,7 +34,89 @@ pub fn run(_args: Args, ctx: &Ctx) -> Result<()> {
     let health = store.health(now, since)?;
     let durations = store.attempt_durations(since)?;
     let ahead = schedules_ahead(&store.definitions()?, now).len();
-    emit(&exposition(&health, &durations, ahead, now)?)
+    let mut out = exposition(&health, &durations, ahead, now)?;
+    per_job(&mut out, &store.job_run_stats()?)?;
+    emit(&out)
+}
+
+/// The statuses a run ends its run in: "the last run" is the latest of these to finish (a skipped
+/// instant never ran).
+const RAN: [RunStatus; 3] = [RunStatus::Succeeded, RunStatus::Dead, RunStatus::Cancelled];
+
+/// Per-job families, one series per schedule (and status): cardinality is bounded by the number
+/// of schedules, never by the number of runs.
+fn per_job(out: &mut String, stats: &[JobRunStats]) -> std::fmt::Result {
+    let mut by_job: BTreeMap<&str, Vec<&JobRunStats>> = BTreeMap::new();
+    for row in stats {
+        by_job.entry(&row.job).or_default().push(row);
+    }
+    let finished = |rows: &[&JobRunStats], wanted: &[RunStatus]| {
+        rows.iter()
+            .filter(|r| r.status.is_some_and(|s| wanted.contains(&s)))
+            .filter_map(|r| Some((r.last_finished_at?, r.status?)))
+            .max_by_key(|(at, _)| *at)
+    };
+
+    family(
+        out,
+        "runner_job_last_success_timestamp_seconds",
+        "gauge",
+        "When the job's latest succeeded run finished (Unix time); absent until one has. Alert \
+         when time() minus it exceeds twice the job's interval.",
+    )?;
+    for (job, rows) in &by_job {
+        if let Some((at, _)) = finished(rows, &[RunStatus::Succeeded]) {
+            writeln!(
+                out,
+                "runner_job_last_success_timestamp_seconds{{job=\"{}\"}} {at}",
+                label(job)
+            )?;
+        }
+    }
+
+    family(
+        out,
+        "runner_job_last_run_status",
+        "gauge",
+        "1 for the status the job's latest finished run ended in (succeeded, dead or cancelled), \
+         0 for the others; absent until a run has finished.",
+    )?;
+    for (job, rows) in &by_job {
+        if let Some((_, last)) = finished(rows, &RAN) {
+            for status in RAN {
+                writeln!(
+                    out,
+                    "runner_job_last_run_status{{job=\"{}\",status=\"{}\"}} {}",
+                    label(job),
+                    status.as_str(),
+                    u8::from(status == last)
+                )?;
+            }
+        }
+    }
+
+    family(
+        out,
+        "runner_job_runs_total",
+        "counter",
+        "Runs of the job the database holds, by status. Pruning and retry lower it, which \
+         Prometheus reads as a counter reset.",
+    )?;
+    for (job, rows) in &by_job {
+        for status in RunStatus::ALL {
+            let runs = rows
+                .iter()
+                .find(|r| r.status == Some(*status))
+                .map_or(0, |r| r.runs);
+            writeln!(
+                out,
+                "runner_job_runs_total{{job=\"{}\",status=\"{}\"}} {runs}",
+                label(job),
+                status.as_str()
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn exposition(
@@ -196,6 +279,38 @@ fn seconds(ms: i64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stats(job: &str, status: RunStatus, runs: i64, at: i64) -> JobRunStats {
+        JobRunStats {
+            job: job.into(),
+            status: Some(status),
+            runs,
+            last_finished_at: Some(at),
+        }
+    }
+
+    #[test]
+    fn per_job_series_name_the_last_status_and_escape_the_job() {
+        let mut out = String::new();
+        let rows = [
+            stats("a\"b", RunStatus::Succeeded, 3, 100),
+            stats("a\"b", RunStatus::Dead, 1, 200),
+            JobRunStats {
+                job: "idle".into(),
+                status: None,
+                runs: 0,
+                last_finished_at: None,
+            },
+        ];
+        per_job(&mut out, &rows).expect("writing to a String");
+        assert!(out.contains("runner_job_last_success_timestamp_seconds{job=\"a\\\"b\"} 100\n"));
+        assert!(out.contains("runner_job_last_run_status{job=\"a\\\"b\",status=\"dead\"} 1\n"));
+        assert!(out.contains("runner_job_last_run_status{job=\"a\\\"b\",status=\"succeeded\"} 0\n"));
+        assert!(out.contains("runner_job_runs_total{job=\"a\\\"b\",status=\"succeeded\"} 3\n"));
+        assert!(out.contains("runner_job_runs_total{job=\"idle\",status=\"pending\"} 0\n"));
+        assert!(!out.contains("runner_job_last_run_status{job=\"idle\""));
+        assert!(!out.contains("runner_job_last_success_timestamp_seconds{job=\"idle\""));
+    }
 
     #[test]
     fn label_values_are_escaped() {

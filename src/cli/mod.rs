@@ -9,6 +9,7 @@ macro_rules! say {
 }
 
 mod apply;
+mod check;
 mod completions;
 mod doctor;
 mod history;

@@ -2,16 +2,20 @@
 //! runs and their leases, retries in flight, the last day's failures, when cron last ran a tick,
 //! and the database's size. Warnings (no recent tick, expired leases, a clock behind or ahead)
 //! never change the exit code: the command worked, and what it found is in its output (and in
-//! `warnings` in JSON).
+//! `warnings` in JSON). `--check` is the exception, for monitoring: see `check`.
 
 use std::fmt::Write as _;
+
+use std::time::Duration;
 
 use anyhow::Result;
 use serde::Serialize;
 
-use super::{emit, emit_json, zone, Ctx};
+use super::check::{evaluate, Thresholds};
+use super::{emit, emit_json, parse_duration, zone, Ctx};
 use crate::clock::{behind_by, CLOCK_TOLERANCE_SECS};
 use crate::display::{duration_of_secs, escape_line, local_time, utc_time, UtcTime};
+use crate::exit::Failure;
 use crate::model::{Definition, RunStatus};
 use crate::store::{DefinitionRow, Health, OpenMode, RunBrief, RunningView};
 
@@ -25,13 +29,44 @@ const AHEAD_LISTED: usize = 5;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Machine-readable output.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "check")]
     pub json: bool,
+    /// Monitoring-plugin mode: print one summary line naming the rules that fired, and exit 0
+    /// (OK), 1 (WARNING: a due run waits too long) or 2 (CRITICAL: no recent tick, an expired
+    /// lease, or a run gone dead lately).
+    #[arg(long)]
+    pub check: bool,
+    /// With --check: critical when no tick ran for longer than this.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "3m", requires = "check")]
+    pub max_tick_age: Duration,
+    /// With --check: critical when a run went dead within this long.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "1h", requires = "check")]
+    pub dead_window: Duration,
+    /// With --check: warning when a due run has waited longer than this to be claimed.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "5m", requires = "check")]
+    pub max_due_lag: Duration,
 }
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
     let now = ctx.clock.epoch();
+    if args.check {
+        let thresholds = Thresholds {
+            max_tick_age: args.max_tick_age,
+            dead_window: args.dead_window,
+            max_due_lag: args.max_due_lag,
+        };
+        let verdict = evaluate(
+            &store.health(now, thresholds.recent_since(now))?,
+            now,
+            &thresholds,
+        );
+        emit(&format!("{}\n", verdict.summary))?;
+        return match verdict.level.exit_code() {
+            0 => Ok(()),
+            code => Err(Failure::Verdict(code).into()),
+        };
+    }
     let health = store.health(now, now - RECENT_SECS)?;
     let definitions = store.definitions()?;
     let warnings = warnings(&health, &schedules_ahead(&definitions, now), now);

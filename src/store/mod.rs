@@ -346,6 +346,17 @@ pub struct Health {
     pub storage: Storage,
 }
 
+/// A schedule's runs in one status, for per-job metrics (`Store::job_run_stats`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRunStats {
+    pub job: String,
+    /// `None`: the schedule has no runs at all (it still gets its row).
+    pub status: Option<RunStatus>,
+    pub runs: i64,
+    /// The latest `finished_at` among these runs.
+    pub last_finished_at: Option<i64>,
+}
+
 /// How much space the database takes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Storage {
@@ -570,6 +581,9 @@ pub trait Store {
     /// Durations (ms) of attempts that finished at or after `since`, with their job name, in no
     /// particular order.
     fn attempt_durations(&self, since: i64) -> Result<Vec<(String, i64)>>;
+    /// Per schedule and run status: how many runs the database holds and when the latest of them
+    /// finished; one row with no status for a schedule without runs. By schedule name.
+    fn job_run_stats(&self) -> Result<Vec<JobRunStats>>;
 
     // ---- steer ----
     /// An operator's request on one run, in one write transaction: read the run's `RunState`,

@@ -16,8 +16,8 @@ use rusqlite::{
 use super::sqlite_files as files;
 use super::{
     Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
-    LastResult, Materialization, OpenMode, PruneCounts, Reanchored, Removal, Result, RunBrief,
-    RunFilter, RunView, RunningView, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    JobRunStats, LastResult, Materialization, OpenMode, PruneCounts, Reanchored, Removal, Result,
+    RunBrief, RunFilter, RunView, RunningView, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
@@ -927,6 +927,13 @@ JOIN job_runs r ON r.id = a.run_id
 JOIN job_definitions d ON d.id = r.definition_id
 WHERE a.finished_at >= ?1 AND a.duration_ms IS NOT NULL";
 
+const JOB_RUN_STATS: &str = "
+SELECT d.name, r.status, count(r.id), max(r.finished_at)
+FROM job_definitions d
+LEFT JOIN job_runs r ON r.definition_id = d.id
+GROUP BY d.id, r.status
+ORDER BY d.name, r.status";
+
 /// The `history` query for the filters given, with its parameters. Only the filters given appear
 /// in the WHERE clause, so SQLite picks the index that serves them (`job_runs_history`,
 /// `job_runs_definition_history`, `job_runs_status_history`,
@@ -1743,6 +1750,22 @@ impl Store for SqliteStore {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    fn job_run_stats(&self) -> Result<Vec<JobRunStats>> {
+        let mut stmt = self.conn.prepare(JOB_RUN_STATS)?;
+        let rows = stmt.query_map([], |r| {
+            Ok(JobRunStats {
+                job: r.get(0)?,
+                status: r
+                    .get::<_, Option<String>>(1)?
+                    .map(|text| status_from(1, text))
+                    .transpose()?,
+                runs: r.get(2)?,
+                last_finished_at: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     fn steer(&mut self, run_id: i64, request: Steer, now: i64, actor: &Actor) -> Result<Steered> {
         let tx = self.write()?;
         // Read and change under the same write lock: the state cannot move in between.
@@ -1773,13 +1796,13 @@ impl Store for SqliteStore {
         let from = state.status.as_str();
         match change {
             RunChange::Requeue {
-                due_by,
+                due_at,
                 max_attempts,
             } => tx.execute(
-                "UPDATE job_runs SET status = 'pending', run_at = min(run_at, ?3), max_attempts = ?4,
+                "UPDATE job_runs SET status = 'pending', run_at = ?3, max_attempts = ?4,
                      finished_at = NULL
                  WHERE id = ?1 AND status = ?2",
-                params![run_id, from, due_by, max_attempts],
+                params![run_id, from, due_at, max_attempts],
             )?,
             // The CHECK constraints: only a running run holds a lease.
             RunChange::Cancel { at, detail } => tx.execute(

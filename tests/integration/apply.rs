@@ -102,8 +102,9 @@ fn apply_creates_then_is_idempotent() {
         .contains("state:        paused"));
 
     let before = listed(&env);
-    let revisions = env.strings(
+    let revisions = env.sql.query_strings(
         "SELECT name || ':' || revision || ':' || updated_at FROM job_definitions ORDER BY name",
+        &[],
     );
     let again = env.ok(&["schedule", "apply", file.to_str().expect("utf-8")]);
     assert!(
@@ -113,7 +114,7 @@ fn apply_creates_then_is_idempotent() {
     );
     assert_eq!(listed(&env), before);
     assert_eq!(
-        env.strings("SELECT name || ':' || revision || ':' || updated_at FROM job_definitions ORDER BY name"),
+        env.sql.query_strings("SELECT name || ':' || revision || ':' || updated_at FROM job_definitions ORDER BY name", &[]),
         revisions,
         "an unchanged schedule is not rewritten"
     );
@@ -152,11 +153,14 @@ fn apply_changes_what_differs_from_the_next_fire_time() {
     // The instants that came due under the old settings were materialised first (catch-up
     // latest: the newest pending, the others skipped), as `schedule edit` does.
     assert_eq!(
-        env.count("SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id WHERE d.name = 'heartbeat'"),
+        env.sql.query_i64("SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id WHERE d.name = 'heartbeat'", &[]),
         5
     );
     assert_eq!(
-        env.strings("SELECT command FROM job_definitions WHERE name = 'heartbeat'"),
+        env.sql.query_strings(
+            "SELECT command FROM job_definitions WHERE name = 'heartbeat'",
+            &[]
+        ),
         ["echo still alive"]
     );
     // Its next instant is after the apply: none is materialised twice.
@@ -185,19 +189,20 @@ fn prune_removes_what_the_file_does_not_name_and_refuses_a_running_run() {
         "{out}"
     );
     assert_eq!(
-        env.count("SELECT count(*) FROM job_definitions WHERE name = 'by-hand'"),
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_definitions WHERE name = 'by-hand'",
+            &[]
+        ),
         1
     );
 
     // A running run of it (forged): --prune refuses, and changes nothing.
     env.ok(&["run", "by-hand"]);
-    env.conn()
-        .execute(
-            "UPDATE job_runs SET status = 'running', lease_token = 'forged', owner = 'elsewhere:1',
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'running', lease_token = 'forged', owner = 'elsewhere:1',
                  lease_expires_at = 4102444800",
-            [],
-        )
-        .expect("forge running");
+        &[],
+    );
     let small = write(
         &env,
         "small.toml",
@@ -216,15 +221,17 @@ fn prune_removes_what_the_file_does_not_name_and_refuses_a_running_run() {
         err.contains("--prune would remove by-hand with a running run") && err.contains("--force"),
         "{err}"
     );
-    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 4);
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions", &[]),
+        4
+    );
 
-    env.conn()
-        .execute(
-            "UPDATE job_runs SET status = 'succeeded', lease_token = NULL, owner = NULL,
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'succeeded', lease_token = NULL, owner = NULL,
                  lease_expires_at = NULL, finished_at = 1",
-            [],
-        )
-        .expect("forge finished");
+        &[],
+    );
     let out = env.ok(&[
         "schedule",
         "apply",
@@ -237,11 +244,12 @@ fn prune_removes_what_the_file_does_not_name_and_refuses_a_running_run() {
         "{out}"
     );
     assert_eq!(
-        env.strings("SELECT name FROM job_definitions"),
+        env.sql
+            .query_strings("SELECT name FROM job_definitions", &[]),
         ["heartbeat"]
     );
     assert_eq!(
-        env.count("SELECT count(*) FROM job_runs"),
+        env.sql.query_i64("SELECT count(*) FROM job_runs", &[]),
         0,
         "their runs went with them"
     );
@@ -341,7 +349,11 @@ fn an_invalid_file_changes_nothing_and_names_file_line_and_field() {
     let err = env.fails(2, &["schedule", "apply", file.to_str().expect("utf-8")]);
     assert!(err.contains("dup.toml:5: duplicate key"), "{err}");
     assert_eq!(listed(&env), before);
-    assert_eq!(env.count("SELECT count(*) FROM job_definitions"), 1);
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions", &[]),
+        1
+    );
 }
 
 #[test]
@@ -388,7 +400,7 @@ fn a_tick_during_apply_creates_no_duplicate_instant() {
     wait_until(
         Duration::from_secs(120),
         "apply to settle the due instants",
-        || env.count("SELECT count(*) FROM job_runs") == 5,
+        || env.sql.query_i64("SELECT count(*) FROM job_runs", &[]) == 5,
     );
     env.ok(&["--now", "2026-11-23T10:06:30Z", "tick", "--max-tick", "30s"]);
     std::fs::write(&gate, "").expect("open the gate");
@@ -403,19 +415,27 @@ fn a_tick_during_apply_creates_no_duplicate_instant() {
     env.ok(&["--now", "2026-11-23T10:08:30Z", "tick", "--max-tick", "30s"]);
     // One run per instant from 10:01 to 10:08, none twice, and none lost.
     assert_eq!(
-        env.count("SELECT count(*) FROM job_runs WHERE trigger = 'schedule'"),
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE trigger = 'schedule'",
+            &[]
+        ),
         8
     );
     assert_eq!(
-        env.count("SELECT count(DISTINCT scheduled_for) FROM job_runs WHERE trigger = 'schedule'"),
+        env.sql.query_i64(
+            "SELECT count(DISTINCT scheduled_for) FROM job_runs WHERE trigger = 'schedule'",
+            &[]
+        ),
         8
     );
     assert_eq!(
-        env.count("SELECT min(scheduled_for) FROM job_runs"),
+        env.sql
+            .query_i64("SELECT min(scheduled_for) FROM job_runs", &[]),
         1_795_428_060 // 2026-11-23T10:01:00Z
     );
     assert_eq!(
-        env.strings("SELECT command FROM job_definitions"),
+        env.sql
+            .query_strings("SELECT command FROM job_definitions", &[]),
         ["echo changed"]
     );
 }

@@ -5,21 +5,17 @@
 use std::process::Stdio;
 
 use super::common::{stderr, Env};
+use crate::sqlite_only;
 
 /// 2026-01-01T00:00:00Z; the schedules below were handled through the minute before.
 const MIDNIGHT: i64 = 1_767_225_600;
 
 /// `n` every-minute schedules `job-1`..`job-n`, handled through 23:59:00, due at 00:00:00.
 fn due_schedules(env: &Env, n: i64) {
-    env.conn()
-        .execute(
-            "WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < ?1)
+    env.sql.exec("WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < $1)
              INSERT INTO job_definitions (name, cron, timezone, command, materialized_through,
                  next_fire_at, created_at, updated_at)
-             SELECT 'job-' || i, '* * * * *', 'UTC', 'true', ?2 - 60, ?2, ?2 - 60, ?2 - 60 FROM seq",
-            rusqlite::params![n, MIDNIGHT],
-        )
-        .expect("insert schedules");
+             SELECT 'job-' || i, '* * * * *', 'UTC', 'true', $2 - 60, $2, $2 - 60, $2 - 60 FROM seq", &[&n, &MIDNIGHT]);
 }
 
 #[test]
@@ -41,32 +37,43 @@ fn racing_ticks_materialise_many_batches_once_each() {
         let out = tick.wait_with_output().expect("wait");
         assert!(out.status.success(), "tick failed: {}", stderr(&out));
     }
-    assert_eq!(env.count("SELECT count(*) FROM job_runs"), n);
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), n);
     assert_eq!(
-        env.count(&format!(
+        env.sql.query_i64(
+            &format!(
             "SELECT count(DISTINCT definition_id) FROM job_runs WHERE scheduled_for = {MIDNIGHT}"
-        )),
+        ),
+            &[]
+        ),
         n
     );
     assert_eq!(
-        env.count(&format!(
-            "SELECT count(*) FROM job_definitions WHERE materialized_through = {MIDNIGHT} + 30"
-        )),
+        env.sql.query_i64(
+            &format!(
+                "SELECT count(*) FROM job_definitions WHERE materialized_through = {MIDNIGHT} + 30"
+            ),
+            &[]
+        ),
         n
     );
     // One ENQUEUED event per run, none for the ticks that lost the race.
     assert_eq!(
-        env.count("SELECT count(*) FROM job_events WHERE kind = 'ENQUEUED'"),
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_events WHERE kind = 'ENQUEUED'",
+            &[]
+        ),
         n
     );
 }
 
 #[test]
 fn a_schedule_whose_write_fails_fails_alone_and_its_instant_waits() {
+    sqlite_only!("forges the failure with a SQLite trigger");
     let env = Env::init();
     due_schedules(&env, 3);
     // Forged: inserting a run of job-2 fails (as a full disk or a damaged index might).
-    env.conn()
+    env.sql
+        .sqlite()
         .execute_batch(
             "CREATE TRIGGER refuse_job_2 BEFORE INSERT ON job_runs
              WHEN NEW.definition_id = (SELECT id FROM job_definitions WHERE name = 'job-2')
@@ -82,10 +89,13 @@ fn a_schedule_whose_write_fails_fails_alone_and_its_instant_waits() {
     );
     assert!(!err.contains("job-1") && !err.contains("job-3"), "{err}");
     let runs_of = |name: &str| {
-        env.count(&format!(
-            "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+        env.sql.query_i64(
+            &format!(
+                "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
              WHERE d.name = '{name}' AND r.scheduled_for = {MIDNIGHT}"
-        ))
+            ),
+            &[],
+        )
     };
     assert_eq!(
         (runs_of("job-1"), runs_of("job-2"), runs_of("job-3")),
@@ -93,10 +103,14 @@ fn a_schedule_whose_write_fails_fails_alone_and_its_instant_waits() {
     );
     // job-2's cursor did not move: the instant is not lost, the next tick materialises it.
     assert_eq!(
-        env.count("SELECT materialized_through FROM job_definitions WHERE name = 'job-2'"),
+        env.sql.query_i64(
+            "SELECT materialized_through FROM job_definitions WHERE name = 'job-2'",
+            &[]
+        ),
         MIDNIGHT - 60
     );
-    env.conn()
+    env.sql
+        .sqlite()
         .execute_batch("DROP TRIGGER refuse_job_2")
         .expect("drop trigger");
     env.ok(&["--now", "2026-01-01T00:00:40Z", "tick", "--max-tick", "0s"]);

@@ -3,6 +3,7 @@
 mod apply;
 mod bad_input;
 mod batching;
+mod check;
 mod clock;
 mod common;
 mod completions;

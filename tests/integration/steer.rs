@@ -194,6 +194,22 @@ fn retry_of_a_dead_run_allows_one_more_attempt_and_keeps_counting() {
     assert_eq!(row("attempt"), 2, "attempts keep counting");
     assert_eq!(row("max_attempts"), 3);
     assert_eq!(row("finished_at IS NULL"), 1);
+    // Due now, not at the time it first failed: no false lag alarm, no retry time in the past.
+    assert_eq!(row("run_at"), epoch("2026-07-01T12:01:00Z"));
+    let metrics = env.ok(&["--now", "2026-07-01T12:01:00Z", "metrics"]);
+    assert!(
+        metrics.contains("\nrunner_oldest_due_lag_seconds 0\n"),
+        "{metrics}"
+    );
+    let history = json(&env.ok(&["--now", "2026-07-01T12:01:00Z", "history", "--json"]));
+    let listed = history.to_string();
+    assert!(
+        listed.contains(&format!(
+            "\"run_at_epoch\":{}",
+            epoch("2026-07-01T12:01:00Z")
+        )),
+        "{listed}"
+    );
     let shown = json(&env.ok(&["show", &id.to_string(), "--json"]));
     let retried = shown["events"]
         .as_array()

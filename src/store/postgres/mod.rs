@@ -22,6 +22,7 @@ use postgres::types::ToSql;
 use postgres::{Client, IsolationLevel, Row, Transaction};
 
 use self::connect::Server;
+use super::JobRunStats;
 use super::{
     Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
     LastResult, OpenMode, PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView,
@@ -1542,6 +1543,34 @@ impl Store for PostgresStore {
         })
     }
 
+    fn job_run_stats(&self) -> StoreResult<Vec<JobRunStats>> {
+        // Byte order of names, as SQLite sorts them.
+        self.read(|client| {
+            client
+                .query(
+                    "SELECT d.name, r.status, count(r.id), max(r.finished_at)
+                     FROM job_definitions d
+                     LEFT JOIN job_runs r ON r.definition_id = d.id
+                     GROUP BY d.id, r.status
+                     ORDER BY d.name COLLATE \"C\", r.status COLLATE \"C\"",
+                    &[],
+                )?
+                .iter()
+                .map(|r| {
+                    Ok(JobRunStats {
+                        job: r.try_get(0)?,
+                        status: match r.try_get::<_, Option<String>>(1)? {
+                            Some(_) => Some(status_at(r, 1)?),
+                            None => None,
+                        },
+                        runs: r.try_get(2)?,
+                        last_finished_at: r.try_get(3)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
     fn steer(
         &mut self,
         run_id: i64,
@@ -1574,13 +1603,13 @@ impl Store for PostgresStore {
             let from = state.status.as_str();
             match change {
                 RunChange::Requeue {
-                    due_by,
+                    due_at,
                     max_attempts,
                 } => tx.execute(
-                    "UPDATE job_runs SET status = 'pending', run_at = least(run_at, $3), max_attempts = $4,
+                    "UPDATE job_runs SET status = 'pending', run_at = $3, max_attempts = $4,
                          finished_at = NULL
                      WHERE id = $1 AND status = $2",
-                    &[&run_id, &from, &due_by, &i64::from(max_attempts)],
+                    &[&run_id, &from, &due_at, &i64::from(max_attempts)],
                 )?,
                 // The CHECK constraints: only a running run holds a lease.
                 RunChange::Cancel { at, detail } => tx.execute(
@@ -1588,7 +1617,13 @@ impl Store for PostgresStore {
                          lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
                          error_code = $4, error_detail = $5
                      WHERE id = $1 AND status = $2",
-                    &[&run_id, &from, &at, &ErrorCode::Cancelled.to_string(), &detail],
+                    &[
+                        &run_id,
+                        &from,
+                        &at,
+                        &ErrorCode::Cancelled.to_string(),
+                        &detail,
+                    ],
                 )?,
             };
             insert_event(tx, run_id, now, actor, &event)?;
