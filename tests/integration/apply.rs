@@ -5,6 +5,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::{stderr, stdout, wait_until, Env};
+use crate::sqlite_only;
 
 const T0: &str = "2026-11-23T10:00:30Z";
 
@@ -291,6 +292,7 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
 
     // On a database that does not exist yet, a dry run shows everything as added and creates
     // nothing.
+    sqlite_only!("a database that does not exist yet is a missing file");
     let fresh = Env::new();
     let out = fresh.ok(&[
         "schedule",

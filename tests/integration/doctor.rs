@@ -7,6 +7,7 @@ use std::process::Output;
 use serde_json::Value;
 
 use crate::common::{stdout, Env, BIN};
+use crate::sqlite_only;
 
 /// A temp /etc with `cron_d` as /etc/cron.d/runner (if any), a temp /proc with a cron daemon (if
 /// `daemon`), no user crontab; then `runner doctor ARGS`.
@@ -104,6 +105,7 @@ fn good_setup() -> Env {
 
 #[test]
 fn a_good_setup_passes_every_check() {
+    sqlite_only!("doctor inspects the database file, its modes and a cron line naming its path");
     let env = good_setup();
     let out = doctor(&env, Some(&cron_d(&env, "")), true, &[]);
     let text = stdout(&out);
@@ -141,6 +143,7 @@ fn a_good_setup_passes_every_check() {
 
 #[test]
 fn no_crontab_line_and_no_daemon_are_findings() {
+    sqlite_only!("doctor inspects the database file, its modes and a cron line naming its path");
     let env = good_setup();
     let out = doctor(&env, None, false, &["--json"]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
@@ -171,6 +174,7 @@ fn no_crontab_line_and_no_daemon_are_findings() {
 
 #[test]
 fn a_command_missing_from_crons_path_is_named_with_its_schedule() {
+    sqlite_only!("doctor inspects the database file, its modes and a cron line naming its path");
     let env = good_setup();
     // A tool the user's shell might find (it is in a bin directory of theirs) but cron's
     // PATH=/usr/bin:/bin does not.
@@ -231,6 +235,7 @@ fn a_command_missing_from_crons_path_is_named_with_its_schedule() {
 
 #[test]
 fn a_database_others_can_write_is_a_finding() {
+    sqlite_only!("doctor inspects the database file, its modes and a cron line naming its path");
     let env = good_setup();
     std::fs::set_permissions(&env.db, std::fs::Permissions::from_mode(0o666)).expect("chmod");
     let out = doctor(&env, Some(&cron_d(&env, "")), true, &["--json"]);
