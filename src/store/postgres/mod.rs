@@ -47,6 +47,8 @@ const MIGRATIONS: &[&str] = &[include_str!("../../../migrations/postgres/0001_in
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
 /// advisory lock on this key ("runner" in ASCII).
 const MIGRATION_LOCK: i64 = 0x72_75_6e_6e_65_72;
+/// Serialises writes of the clock marks: see `lock_clock_marks`.
+const CLOCK_MARKS_LOCK: i64 = MIGRATION_LOCK + 1;
 
 /// Parameters of a statement.
 type Params<'a> = Vec<&'a (dyn ToSql + Sync)>;
@@ -507,6 +509,18 @@ fn rewrite_definition(
             &expected_revision,
         ],
     )?)
+}
+
+/// Take, until the transaction ends, the lock that serialises writes of the clock marks
+/// (`last_tick_at`, `clock_high_water`), so two ticks never both read the old high-water mark.
+///
+/// A row lock cannot do it: on a new database the rows do not exist yet, so there is nothing to
+/// lock, and concurrent first ticks inserting both rows with `ON CONFLICT` deadlock on each
+/// other's half-inserted rows (seen under eight ticks at once). An advisory lock exists whether
+/// or not the rows do, and is scoped to this database.
+fn lock_clock_marks(tx: &mut Transaction<'_>) -> Result<()> {
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CLOCK_MARKS_LOCK])?;
+    Ok(())
 }
 
 /// One attempt's end within a group commit (see `Store::finish_attempt`).
@@ -1005,11 +1019,7 @@ impl Store for PostgresStore {
 
     fn record_tick(&mut self, now: i64) -> StoreResult<Option<i64>> {
         self.write(|tx| {
-            // Lock the high-water row (if any) so two ticks do not both read the old mark.
-            tx.execute(
-                "SELECT 1 FROM runner_state WHERE key = 'clock_high_water' FOR UPDATE",
-                &[],
-            )?;
+            lock_clock_marks(tx)?;
             let high_water: Option<i64> = tx.query_one(CLOCK_HIGH_WATER, &[])?.try_get(0)?;
             tx.execute(
                 "INSERT INTO runner_state (key, value) VALUES ('last_tick_at', $1), ('clock_high_water', $2)
@@ -1340,10 +1350,7 @@ impl Store for PostgresStore {
 
     fn lower_clock_high_water(&mut self, now: i64) -> StoreResult<Option<i64>> {
         self.write(|tx| {
-            tx.execute(
-                "SELECT 1 FROM runner_state WHERE key = 'clock_high_water' FOR UPDATE",
-                &[],
-            )?;
+            lock_clock_marks(tx)?;
             let high_water: Option<i64> = tx.query_one(CLOCK_HIGH_WATER, &[])?.try_get(0)?;
             Ok(match high_water {
                 Some(high) if high > now => {
