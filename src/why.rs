@@ -124,7 +124,8 @@ pub fn locate(timing: &Timing, at: At) -> Located {
                     let after = after.map(|t| t.timestamp());
                     return Located::NotInCron {
                         asked: None,
-                        before: after.and_then(|t| timing.latest(i64::MIN, t - 1, 1).first().copied()),
+                        before: after
+                            .and_then(|t| timing.latest(i64::MIN, t - 1, 1).first().copied()),
                         after: after.and_then(|t| timing.next_after(t - 1)),
                     };
                 }
@@ -286,7 +287,12 @@ fn of_run(facts: &Facts, run: &RunView) -> Cause {
         RunStatus::Running => Cause::Running,
         RunStatus::Dead => Cause::Dead,
         RunStatus::Cancelled => Cause::Cancelled,
-        RunStatus::Skipped if run.skip_reason.as_deref().is_some_and(Overlap::is_overlap_skip) => {
+        RunStatus::Skipped
+            if run
+                .skip_reason
+                .as_deref()
+                .is_some_and(Overlap::is_overlap_skip) =>
+        {
             Cause::SkippedOverlap
         }
         RunStatus::Skipped => Cause::SkippedCatchUp,
@@ -313,7 +319,11 @@ pub enum Latest {
     NotSucceeded(i64),
     /// Every instant looked at (`count` of them, the oldest `since`) that the database still
     /// knows of succeeded: the newest of them.
-    AllSucceeded { newest: i64, count: usize, since: i64 },
+    AllSucceeded {
+        newest: i64,
+        count: usize,
+        since: i64,
+    },
     /// The schedule has no instant since it was created.
     None,
 }
@@ -740,7 +750,10 @@ mod tests {
             runs.insert(r.scheduled_for, r);
         }
         // 10:00 is beyond the cursor: not materialised is an answer.
-        assert_eq!(pick_latest(&d, &hours, &runs), Latest::NotSucceeded(hours[0]));
+        assert_eq!(
+            pick_latest(&d, &hours, &runs),
+            Latest::NotSucceeded(hours[0])
+        );
         // Without it, the dead 08:00 run, past the succeeded 09:00 one.
         assert_eq!(
             pick_latest(&d, &hours[1..], &runs),
@@ -758,7 +771,10 @@ mod tests {
         );
         // A gap among kept runs is an answer: never recorded.
         runs.remove(&hours[1]);
-        assert_eq!(pick_latest(&d, &hours[1..], &runs), Latest::NotSucceeded(hours[1]));
+        assert_eq!(
+            pick_latest(&d, &hours[1..], &runs),
+            Latest::NotSucceeded(hours[1])
+        );
         assert_eq!(pick_latest(&d, &[], &runs), Latest::None);
     }
 }

@@ -127,7 +127,10 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     };
     let instant = located.as_ref().and_then(Located::instant);
     let run = match instant {
-        Some(t) => store.runs_at_instants(definition.id, &[t])?.into_iter().next(),
+        Some(t) => store
+            .runs_at_instants(definition.id, &[t])?
+            .into_iter()
+            .next(),
         None => None,
     };
     let cause = match &located {
@@ -628,10 +631,9 @@ impl Text<'_, '_> {
                     self.at(d.updated_at)
                 )
             }
-            (Cause::NotYetDue, _) => format!(
-                "Not yet due: it comes in {}.",
-                duration_of_secs(t - now)
-            ),
+            (Cause::NotYetDue, _) => {
+                format!("Not yet due: it comes in {}.", duration_of_secs(t - now))
+            }
             (Cause::BeforeSchedule, _) => format!(
                 "Before the schedule existed: {} was created at {}; a new schedule fires from its \
                  first instant after that.",

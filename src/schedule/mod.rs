@@ -133,7 +133,9 @@ mod tests {
         assert!(leap
             .latest(at("2025-01-01T00:00:00Z"), at("2026-11-23T00:00:00Z"), 2)
             .is_empty());
-        assert!(minutely.latest(i64::MIN, at("2026-11-23T00:00:00Z"), 0).is_empty());
+        assert!(minutely
+            .latest(i64::MIN, at("2026-11-23T00:00:00Z"), 0)
+            .is_empty());
     }
 
     #[test]

@@ -1597,7 +1597,9 @@ impl Store for SqliteStore {
     fn runs_at_instants(&self, definition_id: i64, instants: &[i64]) -> Result<Vec<RunView>> {
         // The instants travel as one JSON array, however many there are.
         let instants = serde_json::to_string(instants)?;
-        let mut stmt = self.conn.prepare(&format!("{RUN_VIEW}\n{RUNS_AT_INSTANTS}"))?;
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{RUN_VIEW}\n{RUNS_AT_INSTANTS}"))?;
         let rows = stmt.query_map(params![definition_id, instants], run_view_from_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -2048,7 +2050,10 @@ mod tests {
                 && l.contains("(definition_id=? AND scheduled_for=?)")),
             "not an index probe per instant: {lines:#?}"
         );
-        assert!(store.runs_at_instants(1, &[1, 2, 3]).expect("query").is_empty());
+        assert!(store
+            .runs_at_instants(1, &[1, 2, 3])
+            .expect("query")
+            .is_empty());
         assert_eq!(store.last_tick_at().expect("query"), None);
     }
 

@@ -1393,11 +1393,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn runs_at_instants(
-        &self,
-        definition_id: i64,
-        instants: &[i64],
-    ) -> StoreResult<Vec<RunView>> {
+    fn runs_at_instants(&self, definition_id: i64, instants: &[i64]) -> StoreResult<Vec<RunView>> {
         let sql = format!("{RUN_VIEW}\n{RUNS_AT_INSTANTS}");
         self.read(|client| {
             client
