@@ -167,6 +167,9 @@ struct Why<'a> {
     last_fire_at_epoch: Option<i64>,
     next_fire_at: Option<UtcTime>,
     next_fire_at_epoch: Option<i64>,
+    /// The clock's reading the answer is for.
+    now: UtcTime,
+    now_epoch: i64,
     /// When the latest tick ran (null: never).
     last_tick_at: Option<UtcTime>,
     last_tick_at_epoch: Option<i64>,
@@ -262,6 +265,8 @@ impl<'a> Why<'a> {
             last_fire_at_epoch: last_fire,
             next_fire_at: next_fire.map(UtcTime),
             next_fire_at_epoch: next_fire,
+            now: UtcTime(facts.now),
+            now_epoch: facts.now,
             last_tick_at: facts.last_tick_at.map(UtcTime),
             last_tick_at_epoch: facts.last_tick_at,
             asked: asked.map(UtcTime),
@@ -560,10 +565,9 @@ impl Text<'_, '_> {
             (Cause::Dead, Some(r)) => {
                 hints.push(format!("runner retry {}   # one more attempt, now", r.id));
                 format!(
-                    "Dead: run {} failed attempt {} of {}, its last: {}.",
+                    "Dead: run {} failed all {} of its attempts; the last with {}.",
                     r.id,
                     r.attempt,
-                    r.max_attempts,
                     failure(r)
                 )
             }
@@ -695,8 +699,14 @@ fn render(why: &Why) -> String {
     ));
     out.push_str(&format!(
         "  last tick:      {}\n",
-        why.last_tick_at_epoch
-            .map_or_else(|| "never".to_string(), |t| local_time(t, tz))
+        why.last_tick_at_epoch.map_or_else(
+            || "never".to_string(),
+            |t| format!(
+                "{} ({} ago)",
+                local_time(t, tz),
+                duration_of_secs(why.now_epoch - t)
+            )
+        )
     ));
     out.push('\n');
     for line in &why.explanation {

@@ -393,6 +393,8 @@ fn json_is_one_object_with_a_stable_cause_and_times_in_utc_and_epoch() {
         "last_fire_at_epoch",
         "next_fire_at",
         "next_fire_at_epoch",
+        "now",
+        "now_epoch",
         "last_tick_at",
         "last_tick_at_epoch",
         "asked",
