@@ -58,9 +58,10 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
-    /// Pretend the clock starts at TIME (RFC 3339) and advances in real time. For tests and
-    /// replays: a tick with --now never prunes by itself.
-    #[arg(long, global = true, value_name = "TIME", value_parser = parse_time)]
+    /// Pretend the clock starts at TIME and advances in real time: a date, a date and time (UTC
+    /// unless a zone follows) or RFC 3339 (see `runner help times`). For tests and replays: a tick
+    /// with --now never prunes by itself.
+    #[arg(long, global = true, value_name = "TIME", value_parser = crate::time_input::parse_fixed_time)]
     pub now: Option<DateTime<Utc>>,
 
     #[command(subcommand)]
@@ -277,12 +278,4 @@ pub fn parse_whole_seconds(value: &str) -> Result<Duration, String> {
         ));
     }
     Ok(duration)
-}
-
-pub fn parse_time(value: &str) -> Result<DateTime<Utc>, String> {
-    DateTime::parse_from_rfc3339(value)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| {
-            format!("{value:?} is not an RFC 3339 time ({e}); use e.g. 2026-03-08T02:30:00Z")
-        })
 }
