@@ -179,9 +179,15 @@ mod tests {
 
     #[test]
     fn a_zone_after_the_time_places_it_in_that_zone() {
-        assert_eq!(at("2026-11-20 10:30 Europe/Paris", NOW), "2026-11-20T09:30:00Z");
+        assert_eq!(
+            at("2026-11-20 10:30 Europe/Paris", NOW),
+            "2026-11-20T09:30:00Z"
+        );
         assert_eq!(at("2026-11-20T10:30 UTC", NOW), "2026-11-20T10:30:00Z");
-        assert_eq!(at("2026-07-01 America/New_York", NOW), "2026-07-01T04:00:00Z");
+        assert_eq!(
+            at("2026-07-01 America/New_York", NOW),
+            "2026-07-01T04:00:00Z"
+        );
         // "Today" is the zone's: at 02:00 UTC on the 24th it is still the 23rd in New York.
         assert_eq!(
             at("10:30 America/New_York", "2026-11-24T02:00:00Z"),
@@ -217,7 +223,13 @@ mod tests {
     fn durations_are_not_times() {
         let error = parse_time("2h").expect_err("a duration");
         assert!(error.contains("is not a time"), "{error}");
-        for bad in ["", "25:00", "2026-13-01", "2026-11-23 10:30 Mars/Olympus", "noon"] {
+        for bad in [
+            "",
+            "25:00",
+            "2026-13-01",
+            "2026-11-23 10:30 Mars/Olympus",
+            "noon",
+        ] {
             assert!(parse_time(bad).is_err(), "{bad:?} should be refused");
         }
     }

@@ -6,10 +6,10 @@ use serde::Serialize;
 
 use super::{colour_wanted, emit, emit_json, find_definition_row, zone, Ctx};
 use crate::display::{duration_of_ms, duration_of_secs, escape_line, local_time, UtcTime};
+use crate::exit::Failure;
 use crate::model::{truncate_detail, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
 use crate::time_input::{parse_since, TimeInput};
-use crate::exit::Failure;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -111,12 +111,10 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         }
         (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
     };
-    let window = timing.cron.fire_times_between(
-        timing.tz,
-        from - TimeDelta::seconds(1),
-        to,
-        MAX_INSTANTS,
-    );
+    let window =
+        timing
+            .cron
+            .fire_times_between(timing.tz, from - TimeDelta::seconds(1), to, MAX_INSTANTS);
     if window.older_dropped > 0 {
         return Err(Failure::usage(format!(
             "the window holds more than {MAX_INSTANTS} fire times; give a shorter one"
