@@ -19,9 +19,9 @@ use crate::time_input::{parse_time, TimeInput};
 const MAX_INSTANTS: usize = 200_000;
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["name", "cron"])))]
 pub struct Args {
     /// Schedule name (or use --cron).
-    #[arg(required_unless_present = "cron", conflicts_with = "cron")]
     pub name: Option<String>,
     /// Simulate an expression instead of a schedule (no catch-up then).
     #[arg(long, value_name = "EXPR")]
