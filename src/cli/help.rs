@@ -37,7 +37,8 @@ Flags that take one:
   history              --since 2h: from two hours before now on (it also takes a time:
                        `runner help times`)
 
-Durations are shown with at most two units, the larger first: 250ms, 42s, 3m 5s, 2h 1m, 1d 3h.
+Durations are shown the way the flags take them, with at most two units: 250ms, 42s, 3m5s,
+10m, 2h10m, 1d3h.
 ";
 
 const TIMES: &str = "\

@@ -285,10 +285,7 @@ mod tests {
     fn a_timeout_longer_than_the_interval_with_forbid_skips_runs() {
         let found = check("*/15 * * * *", "UTC", 3600, Overlap::Forbid);
         let message = only(&found, Trap::TimeoutOverlap).expect("timeout");
-        assert!(
-            message.contains("(1h 0m) is longer than the 15m 0s"),
-            "{message}"
-        );
+        assert!(message.contains("(1h) is longer than the 15m"), "{message}");
         assert_eq!(
             only(
                 &check("*/15 * * * *", "UTC", 3600, Overlap::Allow),
