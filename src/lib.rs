@@ -16,4 +16,5 @@ pub mod stderr;
 pub mod store;
 pub mod text_enum;
 pub mod tick;
+pub mod time_input;
 pub mod why;

@@ -7,10 +7,6 @@ use clap::CommandFactory;
 use super::{emit, Cli};
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Install (then start a new shell):\n  \
-                  runner completions bash | sudo tee /etc/bash_completion.d/runner\n  \
-                  runner completions zsh | sudo tee /usr/local/share/zsh/site-functions/_runner\n  \
-                  runner completions fish > ~/.config/fish/completions/runner.fish")]
 pub struct Args {
     /// The shell to write the script for.
     #[arg(value_enum)]

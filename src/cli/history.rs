@@ -1,16 +1,15 @@
 //! `runner history [NAME]`: past and pending runs, newest first.
 
-use std::time::Duration;
-
 use anyhow::Result;
-use chrono::{DateTime, Utc};
 use comfy_table::{Cell, Color, ContentArrangement, Table};
 use serde::Serialize;
 
-use super::{colour_wanted, emit, emit_json, find_definition_row, parse_time, zone, Ctx};
+use super::{colour_wanted, emit, emit_json, find_definition_row, zone, Ctx};
 use crate::display::{duration_of_ms, duration_of_secs, escape_line, local_time, UtcTime};
+use crate::exit::Failure;
 use crate::model::{truncate_detail, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
+use crate::time_input::{parse_since, TimeInput};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -19,9 +18,11 @@ pub struct Args {
     /// Only runs in this state: pending, running, succeeded, dead, cancelled or skipped.
     #[arg(long, value_name = "S")]
     pub status: Option<RunStatus>,
-    /// Only runs scheduled in the last DUR (e.g. 2h, 7d) or at or after TIME (RFC 3339).
+    /// Only runs scheduled in the last DUR (e.g. 2h, 7d) or at or after TIME (e.g. 2026-11-23,
+    /// 10:30, RFC 3339; UTC unless a zone follows). See `runner help durations` and `runner help
+    /// times`.
     #[arg(long, value_name = "DUR|TIME", value_parser = parse_since)]
-    pub since: Option<Since>,
+    pub since: Option<TimeInput>,
     /// Show at most N runs.
     #[arg(long, value_name = "N", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
@@ -29,27 +30,6 @@ pub struct Args {
     /// Machine-readable output: an array of runs.
     #[arg(long)]
     pub json: bool,
-}
-
-/// `--since`: a duration before now, or a point in time.
-#[derive(Debug, Clone, Copy)]
-pub enum Since {
-    Ago(Duration),
-    At(DateTime<Utc>),
-}
-
-fn parse_since(value: &str) -> Result<Since, String> {
-    if let Ok(at) = parse_time(value) {
-        return Ok(Since::At(at));
-    }
-    humantime::parse_duration(value)
-        .map(Since::Ago)
-        .map_err(|_| {
-            format!(
-                "{value:?} is neither a duration (e.g. 90m, 2h, 7d) nor an RFC 3339 time \
-             (e.g. 2026-03-08T00:00:00Z)"
-            )
-        })
 }
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
@@ -62,11 +42,17 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         }),
         None => None,
     };
-    let now = ctx.clock.epoch();
-    let since = args.since.map(|since| match since {
-        Since::Ago(ago) => now.saturating_sub(i64::try_from(ago.as_secs()).unwrap_or(i64::MAX)),
-        Since::At(at) => at.timestamp(),
-    });
+    let clock_now = ctx.clock.now();
+    let now = clock_now.timestamp();
+    let since = match args.since {
+        Some(since) => Some(
+            since
+                .resolve(clock_now)
+                .map_err(|e| Failure::usage(format!("--since: {e}")))?
+                .timestamp(),
+        ),
+        None => None,
+    };
     let runs = store.history(&RunFilter {
         definition_id,
         status: args.status,

@@ -11,7 +11,7 @@ pub struct Args {}
 pub fn run(_args: Args, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::CreateIfMissing)?;
     ctx.warn_if_unsafe_for_tick();
-    if ctx.verbose > 0 {
+    if ctx.verbose {
         crate::complain!("runner: database ready at {}", store.describe());
     }
     Ok(())

@@ -13,7 +13,6 @@ use clap_mangen::Man;
 use super::{emit, Cli};
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Install: runner man | sudo tee /usr/local/share/man/man1/runner.1")]
 pub struct Args {}
 
 pub fn run(_args: Args) -> Result<()> {

@@ -17,11 +17,6 @@ use crate::model::RunStatus;
 use crate::store::{Health, JobRunStats, OpenMode};
 
 #[derive(Debug, clap::Args)]
-#[command(
-    after_help = "For node_exporter's textfile collector, write a temporary file and rename it, so \
-                  the collector never reads a half-written one:\n  \
-                  runner metrics > DIR/runner.prom.tmp && mv DIR/runner.prom.tmp DIR/runner.prom"
-)]
 pub struct Args {}
 
 /// The quantiles `runner_run_duration_seconds` reports.

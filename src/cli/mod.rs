@@ -12,6 +12,7 @@ mod apply;
 mod check;
 mod completions;
 mod doctor;
+mod help;
 mod history;
 mod init;
 mod man;
@@ -47,7 +48,22 @@ use crate::store::{self, Location, OpenMode, Store};
     name = "runner",
     version,
     propagate_version = true,
-    max_term_width = 100
+    max_term_width = 100,
+    // Our own `help` command also knows the topics (durations, times).
+    disable_help_subcommand = true,
+    after_help = help::TOPICS,
+    after_long_help = concat!(
+        "Examples:\n",
+        "  runner init\n",
+        "  runner schedule add backup --cron '0 3 * * *' -- /usr/local/bin/backup\n",
+        "  # the crontab line (crontab -e):\n",
+        "  * * * * * runner tick\n",
+        "  runner history --since 2h\n",
+        "\n",
+        "Help topics:\n",
+        "  runner help durations   how to write a duration: 30s, 5m, 1h30m, 2d\n",
+        "  runner help times       how to write a time: 2026-11-23, 2026-11-23 10:30, 10:30, RFC 3339"
+    )
 )]
 pub struct Cli {
     /// Database: a SQLite file path, or a postgres:// URL for several hosts [default:
@@ -55,13 +71,15 @@ pub struct Cli {
     #[arg(long, global = true, env = "RUNNER_DB", value_name = "PATH|URL")]
     pub db: Option<String>,
 
-    /// More log output on stderr (repeat for more).
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
-    pub verbose: u8,
+    /// Also say on stderr what was done: the tick's summary, each batch `prune` deletes, where
+    /// `init` put the database. (One level: there is nothing more to say.)
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
 
-    /// Pretend the clock starts at TIME (RFC 3339) and advances in real time. For tests and
-    /// replays: a tick with --now never prunes by itself.
-    #[arg(long, global = true, value_name = "TIME", value_parser = parse_time)]
+    /// Pretend the clock starts at TIME and advances in real time: a date, a date and time (UTC
+    /// unless a zone follows) or RFC 3339 (see `runner help times`). For tests and replays: a tick
+    /// with --now never prunes by itself.
+    #[arg(long, global = true, value_name = "TIME", value_parser = crate::time_input::parse_fixed_time)]
     pub now: Option<DateTime<Utc>>,
 
     #[command(subcommand)]
@@ -71,17 +89,53 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create or migrate the database (idempotent).
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner init\n",
+        "  runner --db /var/lib/runner/runner.db init\n",
+        "  runner --db postgres://runner@db.example.com/runner init"
+    ))]
     Init(init::Args),
     /// One tick: recover expired leases, materialise due schedules, claim and execute due runs.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  # the crontab line (crontab -e): every minute\n",
+        "  * * * * * runner tick\n",
+        "  runner -v tick    # and say what it did\n",
+        "  runner tick --concurrency 8"
+    ))]
     Tick(tick::Args),
     /// Define, change and inspect schedules.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner schedule add backup --cron '0 3 * * *' -- /usr/local/bin/backup\n",
+        "  runner schedule list\n",
+        "  runner schedule next --cron '*/15 9-17 * * MON-FRI' --tz Europe/Paris"
+    ))]
     #[command(subcommand)]
     Schedule(schedule::Command),
     /// Enqueue a manual run of a schedule now.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner run backup           # queued: the next tick runs it\n",
+        "  runner run backup --wait    # run it here, now, and exit with its code"
+    ))]
     Run(run::Args),
     /// Past and pending runs, newest first.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner history\n",
+        "  runner history backup --since 2h\n",
+        "  runner history --status dead --since 2026-11-01\n",
+        "  runner history --since '2026-11-23 10:30 Europe/Paris' --json"
+    ))]
     History(history::Args),
     /// One run: every attempt, its output tails, every event.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner show 42\n",
+        "  runner show 42 --json"
+    ))]
     Show(show::Args),
     /// Why an instant of a schedule did or did not run.
     ///
@@ -95,8 +149,19 @@ pub enum Command {
     /// in a daylight-saving gap or repeated hour (the rule that applied). Reads only.
     Why(why::Args),
     /// Health at a glance: run counts, due and running work, failures, the last tick.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner status\n",
+        "  runner status --json\n",
+        "  runner status --check --max-tick-age 5m    # for Nagios, Icinga, systemd"
+    ))]
     Status(status::Args),
     /// Prometheus text exposition format, for node_exporter's textfile collector.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  # for node_exporter's textfile collector: write, then rename, so it never reads half a file\n",
+        "  runner metrics > DIR/runner.prom.tmp && mv DIR/runner.prom.tmp DIR/runner.prom"
+    ))]
     Metrics(metrics::Args),
     /// Put a dead run back to pending now, or make a run waiting to retry due now.
     ///
@@ -109,6 +174,11 @@ pub enum Command {
     ///
     /// Refused (exit 2) for runs that succeeded, were cancelled or skipped, are running, or are
     /// pending without a failed attempt; enqueue a new run with `runner run NAME`.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner history --status dead\n",
+        "  runner retry 42"
+    ))]
     Retry(steer::RetryArgs),
     /// Cancel a pending run, or stop a running one (its process group is terminated).
     ///
@@ -118,6 +188,11 @@ pub enum Command {
     /// event is recorded.
     ///
     /// Refused (exit 2) for runs that already finished.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner history --status running\n",
+        "  runner cancel 42"
+    ))]
     Cancel(steer::CancelArgs),
     /// Delete finished runs past retention, with their attempts and events, in small batches.
     ///
@@ -131,6 +206,11 @@ pub enum Command {
     /// (e.g. 90d, or off) where the tick runs, e.g. in the crontab, to change it.
     ///
     /// The database file does not shrink: SQLite reuses the freed pages.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner prune --older-than 90d --dry-run\n",
+        "  runner prune --older-than 90d"
+    ))]
     Prune(prune::Args),
     /// Check the cron setup: the cron line, the daemon, the last tick, the database's
     /// permissions, and the schedules' commands under cron's environment.
@@ -141,24 +221,49 @@ pub enum Command {
     /// resolves under cron's minimal environment (`env -i`, the crontab's PATH or /usr/bin:/bin,
     /// HOME from passwd, no XDG_*) and that its workdir exists. Run it as the user cron runs the
     /// tick as. Exit 0 when every check passes, 1 with the findings and how to fix each.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner doctor\n",
+        "  sudo -u runner runner --db /var/lib/runner/runner.db doctor"
+    ))]
     Doctor(doctor::Args),
     /// Print a completion script for bash, zsh or fish.
     ///
     /// Generated from this command line, so it offers exactly runner's commands and flags. Needs
     /// no database.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  # install, then start a new shell\n",
+        "  runner completions bash | sudo tee /etc/bash_completion.d/runner\n",
+        "  runner completions zsh | sudo tee /usr/local/share/zsh/site-functions/_runner\n",
+        "  runner completions fish > ~/.config/fish/completions/runner.fish"
+    ))]
     Completions(completions::Args),
     /// Print the man page (roff, section 1).
     ///
     /// Generated from this command line: the global options, then every command with its
     /// summary. Needs no database.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner man | sudo tee /usr/local/share/man/man1/runner.1\n",
+        "  runner man | man -l -"
+    ))]
     Man(man::Args),
+    /// Help on a command, or on a topic: durations, times.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner help durations\n",
+        "  runner help times\n",
+        "  runner help schedule add"
+    ))]
+    Help(help::Args),
 }
 
 /// What every command gets: where the database is, the clock, and who we are.
 pub struct Ctx {
     pub location: Location,
     pub clock: Clock,
-    pub verbose: u8,
+    pub verbose: bool,
 }
 
 impl Ctx {
@@ -206,6 +311,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Doctor(args) => doctor::run(args, &ctx()?),
         Command::Completions(args) => completions::run(args),
         Command::Man(args) => man::run(args),
+        Command::Help(args) => help::run(args),
     }
 }
 
@@ -290,12 +396,4 @@ pub fn parse_whole_seconds(value: &str) -> Result<Duration, String> {
         ));
     }
     Ok(duration)
-}
-
-pub fn parse_time(value: &str) -> Result<DateTime<Utc>, String> {
-    DateTime::parse_from_rfc3339(value)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| {
-            format!("{value:?} is not an RFC 3339 time ({e}); use e.g. 2026-03-08T02:30:00Z")
-        })
 }

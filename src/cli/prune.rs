@@ -12,7 +12,8 @@ use crate::tick::prune::{prune_finished, retention_from_env, PRUNE_BATCH};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Delete runs that finished longer ago than this [default: $RUNNER_RETENTION, else 30d].
+    /// Delete runs that finished longer ago than this, e.g. 90d (see `runner help durations`)
+    /// [default: $RUNNER_RETENTION, else 30d].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub older_than: Option<Duration>,
     /// Only count what would be deleted.
@@ -51,7 +52,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             describe(counts, &before)
         ));
     }
-    let verbose = ctx.verbose > 0;
+    let verbose = ctx.verbose;
     let mut done = PruneCounts::default();
     let removed = prune_finished(store.as_mut(), cutoff, None, &mut |batch| {
         done += batch;

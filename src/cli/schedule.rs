@@ -18,26 +18,59 @@ use crate::model::{
     repair_flag, CatchUp, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
     SettingsChange, Steer, Steered,
 };
-use crate::schedule::Timing;
+use crate::schedule::{traps, Proposed, Timing, Trap};
 use crate::store::{DefinitionRow, LastResult, OpenMode, Removal, Store};
 use crate::tick::materialize::{materialize_definition, restart_cursor};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Define a schedule; prints its next 5 fire times.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  # every night at 03:00 Berlin time\n",
+        "  runner schedule add backup --cron '0 3 * * *' --tz Europe/Berlin -- /usr/local/bin/backup --full\n",
+        "  # every 5 minutes, 4 minutes at most, so runs never pile up\n",
+        "  runner schedule add sync --cron '*/5 * * * *' --timeout 4m -- rsync -a /srv/ mirror:/srv/\n",
+        "  # weekdays at 09:00, from a working directory, created paused\n",
+        "  runner schedule add report --cron '0 9 * * MON-FRI' --workdir /srv/app --paused -- ./bin/report\n",
+        "\n",
+        "Durations (--timeout, --backoff-base, --backoff-max, --grace): `runner help durations`.\n",
+        "\n",
+        "Warnings (on stderr, exit 0; --quiet silences them) point out traps: day of month and day\n",
+        "of week both restricted (cron's OR rule); a fixed time that daylight saving skips or\n",
+        "repeats within a year; a --timeout longer than the interval with --overlap forbid; a\n",
+        "relative command path without --workdir."
+    ))]
     Add(AddArgs),
     /// All schedules with their next fire time and last result.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner schedule list\n",
+        "  runner schedule list --json"
+    ))]
     List(JsonFlag),
     /// One schedule in full.
     ///
     /// A damaged schedule (a stored value this runner cannot act on) is shown with what could be
     /// read, marked damaged with the problem and the repair, and the command exits 4.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner schedule show backup\n",
+        "  runner schedule show backup --json"
+    ))]
     Show(NameJson),
     /// Change a schedule; takes effect from its next fire time.
     ///
     /// Also repairs a damaged schedule: give a flag for each damaged column (`schedule list`
     /// names them), e.g. `--tz UTC` or `--max-attempts 3`. It fires again from now on; instants
     /// that passed while it was damaged are not replayed.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner schedule edit backup --cron '30 3 * * *'\n",
+        "  runner schedule edit backup --timeout 2h --max-attempts 5\n",
+        "  runner schedule edit backup -- /usr/local/bin/backup --incremental\n",
+        "  runner schedule edit backup --active    # resume"
+    ))]
     Edit(EditArgs),
     /// Delete a schedule with its runs and their history.
     ///
@@ -45,12 +78,34 @@ pub enum Command {
     /// run's job. With --force, each running run is cancelled first, as `runner cancel` does (the
     /// tick holding it terminates its process group at its next heartbeat), and then the
     /// schedule is removed.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner schedule rm backup\n",
+        "  runner schedule rm backup --force    # cancel its running run first"
+    ))]
     Rm(RmArgs),
     /// Stop materialising runs for a schedule.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner schedule pause backup\n",
+        "  runner schedule resume backup"
+    ))]
     Pause(Name),
     /// Materialise again, from now on (the paused period is not replayed).
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner schedule pause backup\n",
+        "  runner schedule resume backup"
+    ))]
     Resume(Name),
     /// Preview fire times after now (`--now` applies).
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner schedule next backup\n",
+        "  runner schedule next backup -n 20\n",
+        "  runner schedule next --cron '0 9 * * MON-FRI' --tz Europe/Paris\n",
+        "  runner --now 2027-03-27 schedule next --cron '30 2 * * *' --tz Europe/Berlin"
+    ))]
     Next(NextArgs),
     /// Move schedules that a clock ahead pushed into the future back to now.
     ///
@@ -68,6 +123,12 @@ pub enum Command {
     ///
     /// `--all` re-anchors every schedule and also lowers the latest time a tick saw to now, so
     /// ticks stop warning that this clock is behind: use it once the clock is known to be right.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner status    # lists schedules whose cursor is ahead\n",
+        "  runner schedule reanchor backup\n",
+        "  runner schedule reanchor --all"
+    ))]
     Reanchor(super::reanchor::Args),
     /// Make the schedules match a TOML file: add, change, leave alone, and with --prune remove.
     ///
@@ -80,8 +141,20 @@ pub enum Command {
     /// Prints `+ added`, `~ changed (field: old → new)`, `- removed`, `= unchanged`. All changes
     /// are written in one transaction; an invalid file changes nothing and the error names the
     /// file, line, schedule and field. Applying the same file again changes nothing.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner schedule export > schedules.toml\n",
+        "  runner schedule apply schedules.toml --dry-run\n",
+        "  runner schedule apply schedules.toml\n",
+        "  runner schedule apply schedules.toml --prune    # also remove schedules not in the file"
+    ))]
     Apply(super::apply::ApplyArgs),
     /// Print schedules in the TOML format `schedule apply` reads (`export | apply` is a no-op).
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner schedule export > schedules.toml\n",
+        "  runner schedule export backup"
+    ))]
     Export(super::apply::ExportArgs),
     /// The fire times in a window, and what catch-up would do with them.
     ///
@@ -93,6 +166,13 @@ pub enum Command {
     /// For a schedule, it also says which instants its catch-up policy would run and which it
     /// would skip (and why) if no tick ran during the window, i.e. what the first tick at --to
     /// would do. It reads the schedule and writes nothing.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  # Berlin springs forward on 2027-03-28: the 02:30 run moves to 03:00\n",
+        "  runner schedule simulate --cron '30 2 * * *' --tz Europe/Berlin --from 2027-03-27 --to 2027-03-29\n",
+        "  # what the first tick after a 6-hour outage would do\n",
+        "  runner schedule simulate backup --from '2026-11-23 00:00' --to '2026-11-23 06:00'"
+    ))]
     Simulate(super::simulate::Args),
 }
 
@@ -128,11 +208,17 @@ pub struct NameJson {
 }
 
 #[derive(Debug, clap::Args)]
+// `--cron` is shared with `edit`, where it is optional; a new schedule needs one.
+#[command(mut_arg("cron", |arg| arg.required(true)))]
 pub struct AddArgs {
     /// Schedule name (unique).
     pub name: String,
     #[command(flatten)]
     pub flags: SettingsFlags,
+    /// Print no warnings about the schedule's traps (the OR rule for days, daylight saving, a
+    /// timeout that skips runs, a relative command path).
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -144,6 +230,9 @@ pub struct EditArgs {
     /// Resume a paused schedule (the paused period is not replayed).
     #[arg(long, conflicts_with = "paused")]
     pub active: bool,
+    /// Print no warnings about the changed settings' traps (see `schedule add --help`).
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// The flags `add` takes and `edit` may change. `[add: X]` is the default for a new schedule;
@@ -159,7 +248,8 @@ pub struct SettingsFlags {
     /// Attempts before a run is dead [add: 3].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_attempts: Option<i64>,
-    /// Maximum runtime of one attempt, in whole seconds like every duration here [add: 1h].
+    /// Maximum runtime of one attempt, e.g. 30s, 5m, 1h30m; whole seconds like every duration
+    /// here (see `runner help durations`) [add: 1h].
     #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub timeout: Option<Duration>,
     /// First retry delay, doubled each attempt [add: 30s].
@@ -194,9 +284,9 @@ pub struct SettingsFlags {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["name", "cron"])))]
 pub struct NextArgs {
     /// Schedule name (or use --cron).
-    #[arg(required_unless_present = "cron", conflicts_with = "cron")]
     pub name: Option<String>,
     /// Preview an expression instead of a schedule.
     #[arg(long, value_name = "EXPR")]
@@ -289,7 +379,40 @@ fn add(args: AddArgs, ctx: &Ctx) -> Result<()> {
         settings.timezone
     );
     print_upcoming(&timing, ctx.clock.now(), 5)?;
+    if !args.quiet {
+        // A new schedule: every trap is news, except a timeout the user did not choose (the
+        // default hour is longer than many intervals, and `forbid` is what they asked for).
+        let chose_timeout = args.flags.timeout.is_some() || args.flags.overlap.is_some();
+        warn_traps(&settings, &timing, ctx.clock.now(), |trap| {
+            trap != Trap::TimeoutOverlap || chose_timeout
+        });
+    }
     Ok(())
+}
+
+/// Warn on stderr about the traps the schedule falls into that `relevant` keeps (those the
+/// command's flags touched).
+fn warn_traps(
+    settings: &Settings,
+    timing: &Timing,
+    now: DateTime<Utc>,
+    relevant: impl Fn(Trap) -> bool,
+) {
+    let proposed = Proposed {
+        timing,
+        timeout_secs: settings.timeout_secs,
+        overlap: settings.overlap,
+        command: &settings.command,
+        workdir: settings.workdir.as_deref().map(std::path::Path::new),
+    };
+    for warning in traps(&proposed, now) {
+        if relevant(warning.trap) {
+            crate::complain!(
+                "runner: warning: {} (--quiet silences this)",
+                warning.message
+            );
+        }
+    }
 }
 
 fn print_upcoming(timing: &Timing, after: DateTime<Utc>, count: usize) -> Result<()> {
@@ -385,6 +508,21 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
         say!("({earlier} instant(s) already due were materialised under the previous settings first)");
     }
     print_upcoming(&timing, ctx.clock.now(), 5)?;
+    if !args.quiet {
+        // Only the traps of what this edit changed: an old trap was warned about when it was set.
+        let f = &args.flags;
+        let timing_changed = f.cron.is_some() || f.tz.is_some();
+        warn_traps(
+            &definition.settings,
+            &timing,
+            ctx.clock.now(),
+            |trap| match trap {
+                Trap::DaysEither | Trap::DaylightSaving => timing_changed,
+                Trap::TimeoutOverlap => f.timeout.is_some() || f.overlap.is_some(),
+                Trap::RelativeCommand => !f.command.is_empty() || f.workdir.is_some(),
+            },
+        );
+    }
     Ok(())
 }
 

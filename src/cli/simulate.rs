@@ -3,24 +3,25 @@
 //! which of them its catch-up policy would run or skip if no tick ran during the window.
 
 use anyhow::Result;
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::TimeDelta;
 use comfy_table::Table;
 use serde::Serialize;
 
-use super::{emit, emit_json, find_definition, parse_time, Ctx};
+use super::{emit, emit_json, find_definition, Ctx};
 use crate::display::{duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::CatchUp;
 use crate::schedule::{plan_catch_up, Decision, Timing};
 use crate::store::OpenMode;
+use crate::time_input::{parse_time, TimeInput};
 
 /// The most fire times one simulation lists: enough for a year of a job every five minutes.
 const MAX_INSTANTS: usize = 200_000;
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["name", "cron"])))]
 pub struct Args {
     /// Schedule name (or use --cron).
-    #[arg(required_unless_present = "cron", conflicts_with = "cron")]
     pub name: Option<String>,
     /// Simulate an expression instead of a schedule (no catch-up then).
     #[arg(long, value_name = "EXPR")]
@@ -28,12 +29,13 @@ pub struct Args {
     /// Zone for --cron [default: UTC].
     #[arg(long, value_name = "ZONE", requires = "cron")]
     pub tz: Option<String>,
-    /// Start of the window, RFC 3339 (inclusive).
+    /// Start of the window (inclusive), e.g. 2026-03-08 or 2026-03-08T01:00, UTC unless a zone
+    /// follows (see `runner help times`).
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
-    pub from: DateTime<Utc>,
-    /// End of the window, RFC 3339 (inclusive): when the first tick after it runs.
+    pub from: TimeInput,
+    /// End of the window (inclusive): when the first tick after it runs.
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
-    pub to: DateTime<Utc>,
+    pub to: TimeInput,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -79,11 +81,18 @@ struct Dst {
 }
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
-    if args.to < args.from {
+    let now = ctx.clock.now();
+    let resolve = |flag: &str, input: TimeInput| {
+        input
+            .resolve(now)
+            .map_err(|e| Failure::usage(format!("--{flag}: {e}")))
+    };
+    let (from, to) = (resolve("from", args.from)?, resolve("to", args.to)?);
+    if to < from {
         return Err(Failure::usage(format!(
             "--to ({}) is before --from ({}); the window runs from --from to --to",
-            args.to.to_rfc3339(),
-            args.from.to_rfc3339()
+            to.to_rfc3339(),
+            from.to_rfc3339()
         )));
     }
     let (schedule, timing, policy, paused) = match (&args.name, &args.cron) {
@@ -102,12 +111,10 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         }
         (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
     };
-    let window = timing.cron.fire_times_between(
-        timing.tz,
-        args.from - TimeDelta::seconds(1),
-        args.to,
-        MAX_INSTANTS,
-    );
+    let window =
+        timing
+            .cron
+            .fire_times_between(timing.tz, from - TimeDelta::seconds(1), to, MAX_INSTANTS);
     if window.older_dropped > 0 {
         return Err(Failure::usage(format!(
             "the window holds more than {MAX_INSTANTS} fire times; give a shorter one"
@@ -116,7 +123,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let decisions = match policy {
         Some((catch_up, grace_secs)) if !paused => Some(plan_catch_up(
             &window.instants,
-            args.to,
+            to,
             catch_up,
             std::time::Duration::from_secs(u64::try_from(grace_secs).unwrap_or(0)),
         )),
@@ -152,10 +159,10 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         catch_up: policy.map(|(catch_up, _)| catch_up),
         grace_secs: policy.map(|(_, grace)| grace),
         paused,
-        from: UtcTime(args.from.timestamp()),
-        from_epoch: args.from.timestamp(),
-        to: UtcTime(args.to.timestamp()),
-        to_epoch: args.to.timestamp(),
+        from: UtcTime(from.timestamp()),
+        from_epoch: from.timestamp(),
+        to: UtcTime(to.timestamp()),
+        to_epoch: to.timestamp(),
         instants,
     };
     if args.json {

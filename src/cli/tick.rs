@@ -67,7 +67,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         &options,
         &mut fastrand::Rng::new(),
     )?;
-    if ctx.verbose > 0 {
+    if ctx.verbose {
         crate::complain!(
             "runner: tick done: {} recovered, {} materialised, {} executed, {} errors",
             report.recovered,

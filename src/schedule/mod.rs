@@ -4,10 +4,12 @@
 //!
 //! * `syntax`: parsing and rejecting expressions, and matching naive local times;
 //! * `zone`: zones, fire times and the daylight-saving rules;
-//! * `catch_up`: which of several due instants run.
+//! * `catch_up`: which of several due instants run;
+//! * `warnings`: the traps a new or changed schedule falls into.
 
 mod catch_up;
 mod syntax;
+mod warnings;
 mod zone;
 
 use chrono::{DateTime, Utc};
@@ -15,6 +17,7 @@ use chrono_tz::Tz;
 
 pub use catch_up::{plan_catch_up, Decision, CATCH_UP_ALL_LIMIT};
 pub use syntax::CronSchedule;
+pub use warnings::{traps, Proposed, Trap, Warning};
 pub use zone::{parse_zone, resolve_local, DstRule, FireTimes, LocalTime};
 
 use crate::clock::from_epoch;

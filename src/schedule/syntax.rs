@@ -449,6 +449,12 @@ impl CronSchedule {
         self.wildcard
     }
 
+    /// Whether day-of-month and day-of-week are both restricted, so a day matches when either
+    /// does (cron's OR rule).
+    pub fn days_either(&self) -> bool {
+        !self.days_and
+    }
+
     /// Whether a naive local time matches the fields (Debian's day rule).
     /// Independent of croner; cross-checks it in debug builds and tests.
     pub fn matches_local(&self, local: NaiveDateTime) -> bool {

@@ -14,6 +14,7 @@ mod db_faults;
 mod doctor;
 mod execution;
 mod harness;
+mod help;
 mod hostile_jobs;
 mod materialize;
 mod never_twice;

@@ -1,0 +1,251 @@
+//! Times as people type them on the command line (`--since`, `--from`, `--to`, `--now`, and
+//! `--at`): one parser, so every flag that takes a time accepts the same forms.
+//!
+//! * `2026-11-23` (midnight), `2026-11-23T10:30`, `2026-11-23 10:30` (seconds optional),
+//!   `10:30` (today);
+//! * RFC 3339 with an offset, e.g. `2026-11-23T10:30:00+01:00` or `...Z`;
+//! * a wall-clock time is in UTC, unless an IANA zone follows it after a space:
+//!   `2026-11-23 10:30 Europe/Paris`, `10:30 America/New_York` ("today" is then that zone's);
+//! * where the flag says so (`--since`), a duration before now: `2h`, `7d`, `1h30m`.
+//!
+//! Pure: parsing needs no clock; [`TimeInput::resolve`] takes `now` for "today" and "ago".
+
+use std::time::Duration;
+
+use chrono::{DateTime, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
+use chrono_tz::Tz;
+
+/// What the forms above mean, for error messages (the full story is `runner help times`).
+pub const TIME_FORMS: &str = "use 2026-11-23, 2026-11-23T10:30, 2026-11-23 10:30, 10:30 (today) \
+     or RFC 3339 like 2026-11-23T10:30:00+01:00; UTC unless a zone follows, e.g. \
+     '10:30 Europe/Paris' (see `runner help times`)";
+
+/// A time as typed, before `now` gives "today" and "ago" a meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeInput {
+    /// An instant given with its offset (RFC 3339).
+    Instant(DateTime<Utc>),
+    /// A wall-clock time in a zone; no date means today in that zone.
+    Local {
+        date: Option<NaiveDate>,
+        time: NaiveTime,
+        zone: Tz,
+    },
+    /// This long before now (only from [`parse_since`]).
+    Ago(Duration),
+}
+
+impl TimeInput {
+    /// Whether `now` is needed to resolve it (a time of day alone, or a duration before now).
+    pub fn needs_now(&self) -> bool {
+        matches!(
+            self,
+            TimeInput::Ago(_) | TimeInput::Local { date: None, .. }
+        )
+    }
+
+    /// The instant meant, `now` being the command's clock. A wall-clock time that occurs twice
+    /// (a repeated hour) means the first; one that does not occur (a daylight-saving gap) is an
+    /// error, since no instant is meant.
+    pub fn resolve(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+        match *self {
+            TimeInput::Instant(at) => Ok(at),
+            TimeInput::Ago(span) => chrono::TimeDelta::from_std(span)
+                .ok()
+                .and_then(|span| now.checked_sub_signed(span))
+                .ok_or_else(|| "that duration reaches before any representable time".to_string()),
+            TimeInput::Local { date, time, zone } => {
+                let date = date.unwrap_or_else(|| now.with_timezone(&zone).date_naive());
+                let local = date.and_time(time);
+                match zone.from_local_datetime(&local) {
+                    LocalResult::Single(at) | LocalResult::Ambiguous(at, _) => {
+                        Ok(at.with_timezone(&Utc))
+                    }
+                    LocalResult::None => Err(format!(
+                        "{} does not exist in {zone}: the clocks skip it (daylight saving); \
+                         give a time after the change, or an offset",
+                        local.format("%Y-%m-%d %H:%M")
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// A time (no durations): the forms in the module's doc.
+pub fn parse_time(value: &str) -> Result<TimeInput, String> {
+    parse_time_only(value).ok_or_else(|| format!("{value:?} is not a time; {TIME_FORMS}"))
+}
+
+/// `--since`: a time, or a duration before now (`2h` = two hours ago).
+pub fn parse_since(value: &str) -> Result<TimeInput, String> {
+    if let Some(time) = parse_time_only(value) {
+        return Ok(time);
+    }
+    humantime::parse_duration(value.trim())
+        .map(TimeInput::Ago)
+        .map_err(|_| {
+            format!(
+                "{value:?} is neither a duration before now (e.g. 90m, 2h, 7d; see `runner help \
+                 durations`) nor a time; {TIME_FORMS}"
+            )
+        })
+}
+
+/// A time that means the same whatever the clock says (for `--now`): a date, a date and time, or
+/// RFC 3339; not a time of day alone, since "today" would come from the clock being replaced.
+pub fn parse_fixed_time(value: &str) -> Result<DateTime<Utc>, String> {
+    let input = parse_time(value)?;
+    if input.needs_now() {
+        return Err(format!(
+            "{value:?} has no date; give one, e.g. 2026-11-23T10:30 (see `runner help times`)"
+        ));
+    }
+    // Nothing here reads `now`: any instant will do.
+    input.resolve(DateTime::UNIX_EPOCH)
+}
+
+/// Parse and resolve in one step, for a flag whose command has its `now` at hand (`why --at`).
+pub fn parse_at(value: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+    parse_time(value)?.resolve(now)
+}
+
+fn parse_time_only(value: &str) -> Option<TimeInput> {
+    let value = value.trim();
+    if let Ok(at) = DateTime::parse_from_rfc3339(value) {
+        return Some(TimeInput::Instant(at.with_timezone(&Utc)));
+    }
+    // A zone after the last space: `2026-11-23 10:30 Europe/Paris`.
+    let (text, zone) = match value.rsplit_once(' ') {
+        Some((text, zone_name)) => match zone_name.parse::<Tz>() {
+            Ok(zone) => (text.trim_end(), zone),
+            Err(_) => (value, Tz::UTC),
+        },
+        None => (value, Tz::UTC),
+    };
+    let local = |date, time| Some(TimeInput::Local { date, time, zone });
+    for format in [
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%d %H:%M",
+        "%Y-%m-%d %H:%M:%S",
+    ] {
+        if let Ok(at) = NaiveDateTime::parse_from_str(text, format) {
+            return local(Some(at.date()), at.time());
+        }
+    }
+    if let Ok(date) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return local(Some(date), NaiveTime::MIN);
+    }
+    for format in ["%H:%M", "%H:%M:%S"] {
+        if let Ok(time) = NaiveTime::parse_from_str(text, format) {
+            return local(None, time);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s)
+            .expect("test instant")
+            .with_timezone(&Utc)
+    }
+
+    fn at(value: &str, now: &str) -> String {
+        match parse_at(value, utc(now)) {
+            Ok(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            Err(e) => format!("error: {e}"),
+        }
+    }
+
+    const NOW: &str = "2026-11-23T18:00:00Z";
+
+    #[test]
+    fn every_form_is_utc_unless_a_zone_is_given() {
+        assert_eq!(at("2026-11-20", NOW), "2026-11-20T00:00:00Z");
+        assert_eq!(at("2026-11-20T10:30", NOW), "2026-11-20T10:30:00Z");
+        assert_eq!(at("2026-11-20 10:30", NOW), "2026-11-20T10:30:00Z");
+        assert_eq!(at("2026-11-20 10:30:15", NOW), "2026-11-20T10:30:15Z");
+        assert_eq!(at(" 10:30 ", NOW), "2026-11-23T10:30:00Z");
+        assert_eq!(at("10:30:05", NOW), "2026-11-23T10:30:05Z");
+        assert_eq!(at("2026-11-20T10:30:00+01:00", NOW), "2026-11-20T09:30:00Z");
+        assert_eq!(at("2026-11-20T10:30:00Z", NOW), "2026-11-20T10:30:00Z");
+        assert_eq!(at("2026-11-20 10:30:00-05:00", NOW), "2026-11-20T15:30:00Z");
+    }
+
+    #[test]
+    fn a_zone_after_the_time_places_it_in_that_zone() {
+        assert_eq!(
+            at("2026-11-20 10:30 Europe/Paris", NOW),
+            "2026-11-20T09:30:00Z"
+        );
+        assert_eq!(at("2026-11-20T10:30 UTC", NOW), "2026-11-20T10:30:00Z");
+        assert_eq!(
+            at("2026-07-01 America/New_York", NOW),
+            "2026-07-01T04:00:00Z"
+        );
+        // "Today" is the zone's: at 02:00 UTC on the 24th it is still the 23rd in New York.
+        assert_eq!(
+            at("10:30 America/New_York", "2026-11-24T02:00:00Z"),
+            "2026-11-23T15:30:00Z"
+        );
+    }
+
+    #[test]
+    fn daylight_saving_gaps_are_refused_and_repeated_hours_mean_the_first() {
+        let gap = at("2026-03-08 02:30 America/New_York", NOW);
+        assert!(gap.contains("does not exist in America/New_York"), "{gap}");
+        // 01:30 happens twice on 2026-11-01 in New York: EDT (-4) first.
+        assert_eq!(
+            at("2026-11-01 01:30 America/New_York", NOW),
+            "2026-11-01T05:30:00Z"
+        );
+    }
+
+    #[test]
+    fn since_also_takes_a_duration_before_now() {
+        let since = |value: &str| parse_since(value).and_then(|t| t.resolve(utc(NOW)));
+        assert_eq!(since("2h"), Ok(utc("2026-11-23T16:00:00Z")));
+        assert_eq!(since("1h30m"), Ok(utc("2026-11-23T16:30:00Z")));
+        assert_eq!(since("2d"), Ok(utc("2026-11-21T18:00:00Z")));
+        assert_eq!(since("10:30"), Ok(utc("2026-11-23T10:30:00Z")));
+        assert_eq!(since("2026-11-23"), Ok(utc("2026-11-23T00:00:00Z")));
+        let error = parse_since("yesterday").expect_err("not a time");
+        assert!(error.contains("neither a duration"), "{error}");
+        assert!(error.contains("runner help times"), "{error}");
+    }
+
+    #[test]
+    fn durations_are_not_times() {
+        let error = parse_time("2h").expect_err("a duration");
+        assert!(error.contains("is not a time"), "{error}");
+        for bad in [
+            "",
+            "25:00",
+            "2026-13-01",
+            "2026-11-23 10:30 Mars/Olympus",
+            "noon",
+        ] {
+            assert!(parse_time(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn a_fixed_time_needs_a_date() {
+        assert_eq!(
+            parse_fixed_time("2026-11-23T10:30"),
+            Ok(utc("2026-11-23T10:30:00Z"))
+        );
+        assert_eq!(
+            parse_fixed_time("2026-03-08T02:30:00Z"),
+            Ok(utc("2026-03-08T02:30:00Z"))
+        );
+        let error = parse_fixed_time("10:30").expect_err("no date");
+        assert!(error.contains("has no date"), "{error}");
+        assert!(parse_fixed_time("2h").is_err());
+    }
+}
