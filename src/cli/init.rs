@@ -68,11 +68,13 @@ fn report(database: &Database, schema: SchemaVersions) -> String {
             match (found, existed) {
                 (0, false) => format!("created {path} ({mode}, schema version {current})"),
                 (0, true) => {
-                    format!("created the runner schema in {path} ({mode}, schema version {current})")
+                    format!(
+                        "created the runner schema in {path} ({mode}, schema version {current})"
+                    )
                 }
-                _ if found < current => format!(
-                    "migrated {path} from schema version {found} to {current} ({mode})"
-                ),
+                _ if found < current => {
+                    format!("migrated {path} from schema version {found} to {current} ({mode})")
+                }
                 _ => format!("database {path} is up to date ({mode}, schema version {current})"),
             }
         }
@@ -80,9 +82,9 @@ fn report(database: &Database, schema: SchemaVersions) -> String {
             let shown = crate::display::escape_line(shown);
             match found {
                 0 => format!("created the runner schema in {shown} (schema version {current})"),
-                _ if found < current => format!(
-                    "migrated {shown} from schema version {found} to {current}"
-                ),
+                _ if found < current => {
+                    format!("migrated {shown} from schema version {found} to {current}")
+                }
                 _ => format!("database {shown} is up to date (schema version {current})"),
             }
         }

@@ -521,8 +521,12 @@ impl RunningJob {
             duration: exited_at.saturating_duration_since(self.started),
             leftovers: self.leftovers.take().unwrap_or_default(),
             signals: Signals {
-                term_at: self.term_sent_at.map(|t| t.saturating_duration_since(self.started)),
-                kill_at: self.kill_sent_at.map(|t| t.saturating_duration_since(self.started)),
+                term_at: self
+                    .term_sent_at
+                    .map(|t| t.saturating_duration_since(self.started)),
+                kill_at: self
+                    .kill_sent_at
+                    .map(|t| t.saturating_duration_since(self.started)),
             },
         })
     }
@@ -700,7 +704,11 @@ mod tests {
         );
         // The record knows both signals, in order.
         let (term, kill) = (f.signals.term_at.unwrap(), f.signals.kill_at.unwrap());
-        assert!(term >= s.timeout && kill >= term + s.kill_grace, "{:?}", f.signals);
+        assert!(
+            term >= s.timeout && kill >= term + s.kill_grace,
+            "{:?}",
+            f.signals
+        );
     }
 
     #[test]

@@ -17,7 +17,8 @@ use super::sqlite_files as files;
 use super::{
     Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
     JobRunStats, LastResult, Materialization, OpenMode, PruneCounts, Reanchored, Removal, Result,
-    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, RECENT_LISTED,
+    RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};

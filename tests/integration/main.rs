@@ -25,3 +25,4 @@ mod schedules;
 mod security;
 mod simulate;
 mod steer;
+mod truth;

@@ -25,8 +25,8 @@ use self::connect::Server;
 use super::JobRunStats;
 use super::{
     Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
-    LastResult, OpenMode, PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView, SchemaVersions,
-    RunningView, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    LastResult, OpenMode, PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView,
+    RunningView, SchemaVersions, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
