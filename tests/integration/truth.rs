@@ -211,7 +211,7 @@ fn show_prints_the_last_lines_and_says_what_it_left_out() {
     assert_eq!(
         detail["attempts"][0]["stdout_tail"]
             .as_str()
-            .unwrap()
+            .expect("stdout_tail")
             .lines()
             .count(),
         120
