@@ -32,10 +32,11 @@ fn a_running_retry_shows_its_own_state_and_elapsed_time() {
         &[
             "--max-attempts",
             "3",
+            // At least 5 minutes (jitter keeps half): the first tick cannot retry it itself.
             "--backoff-base",
-            "60s",
+            "10m",
             "--backoff-max",
-            "60s",
+            "10m",
         ],
         &format!(
             "test -e {} || {{ echo boom >&2; exit 3; }}",
