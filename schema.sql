@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 3.
+-- Schema version 4.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -68,6 +68,9 @@ CREATE TABLE job_runs (
     started_at        INTEGER,                    -- first attempt's start
     finished_at       INTEGER,                    -- terminal state reached
     leftovers         TEXT    NOT NULL DEFAULT 'kill' CHECK (leftovers IN ('kill', 'keep')),
+    -- The schedule's zone when the run was made: its times print in it (NULL: made before
+    -- schema version 4; the schedule's zone is used).
+    timezone          TEXT,
     CHECK ((status = 'running') = (lease_token IS NOT NULL)),
     CHECK (status <> 'running' OR (owner IS NOT NULL AND lease_expires_at IS NOT NULL))
 );

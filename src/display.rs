@@ -66,6 +66,21 @@ pub fn duration_of_ms(ms: i64) -> String {
     duration(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
 }
 
+/// A size for people: `812 B`, `1.4 MiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 /// Captured job output made safe for a terminal: valid UTF-8 text passes, except control
 /// characters, escape sequences and bidirectional-text controls, which are shown escaped (`\x1b`,
 /// `\r`, `\u{202e}`), never interpreted. Newlines and tabs are kept.
@@ -161,6 +176,13 @@ mod tests {
         assert_eq!(d(45 * 86_400 + 1800), "45d");
         assert_eq!(duration_of_secs(-5), "0s");
         assert_eq!(duration_of_ms(2), "2ms");
+    }
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(bytes(812), "812 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(5 * 1024 * 1024), "5.0 MiB");
     }
 
     #[test]

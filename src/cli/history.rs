@@ -59,14 +59,14 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         since,
         limit: args.limit as usize,
     })?;
-    let rows: Vec<RunRow> = runs.iter().map(RunRow::of).collect();
+    let rows: Vec<RunRow> = runs.iter().map(|run| RunRow::of(run, now)).collect();
     if args.json {
         return emit_json(&rows);
     }
     if rows.is_empty() {
         return emit("no runs match\n");
     }
-    emit(&table(&rows, now, colour_wanted(false)))
+    emit(&table(&rows, colour_wanted(false)))
 }
 
 /// A run as `history` lists it: one row of the table, or one entry of `--json` (which `show
@@ -84,12 +84,17 @@ pub struct RunRow<'a> {
     pub run_at_epoch: i64,
     pub attempt: u32,
     pub max_attempts: u32,
-    /// The latest attempt's.
+    /// The latest attempt's (`attempt`): null while it runs.
     pub duration_ms: Option<i64>,
-    /// The latest attempt's.
+    /// A running run: how long its current attempt (`attempt`) has been running, by the clock.
+    pub elapsed_secs: Option<i64>,
+    /// The latest attempt's (`attempt`): null while it runs.
     pub exit_code: Option<i32>,
+    /// The run's last error, and which attempt it describes (`error_attempt`): while attempt 2
+    /// runs, attempt 1's. `error_attempt` is null for an error no attempt made (a cancel).
     pub error_code: Option<&'a str>,
     pub error_detail: Option<&'a str>,
+    pub error_attempt: Option<u32>,
     pub skip_reason: Option<&'a str>,
     pub created_at: UtcTime,
     pub created_at_epoch: i64,
@@ -97,13 +102,28 @@ pub struct RunRow<'a> {
     pub started_at_epoch: Option<i64>,
     pub finished_at: Option<UtcTime>,
     pub finished_at_epoch: Option<i64>,
-    /// When the latest attempt started: how long a running run has been running.
-    #[serde(skip)]
-    pub last_attempt_started_at: Option<i64>,
+}
+
+/// Which attempt the run's stored error describes. The run keeps its last error while it retries,
+/// so once attempt 2 is claimed the error is attempt 1's; a pending or dead run's is that of its
+/// latest attempt. A cancelled run's error is the cancel itself, and one with no attempt behind
+/// it describes none.
+pub fn error_attempt(status: RunStatus, attempt: u32, has_error: bool) -> Option<u32> {
+    let described = match status {
+        _ if !has_error => return None,
+        RunStatus::Running => attempt.saturating_sub(1),
+        RunStatus::Pending | RunStatus::Dead => attempt,
+        RunStatus::Succeeded | RunStatus::Cancelled | RunStatus::Skipped => return None,
+    };
+    (described >= 1).then_some(described)
 }
 
 impl<'a> RunRow<'a> {
-    pub fn of(r: &'a RunView) -> RunRow<'a> {
+    /// The run as seen at `now` (the clock's: a running attempt's elapsed time).
+    pub fn of(r: &'a RunView, now: i64) -> RunRow<'a> {
+        let running_since = r
+            .last_attempt_started_at
+            .filter(|_| r.status == RunStatus::Running);
         RunRow {
             id: r.id,
             job: &r.job,
@@ -117,9 +137,11 @@ impl<'a> RunRow<'a> {
             attempt: r.attempt,
             max_attempts: r.max_attempts,
             duration_ms: r.last_duration_ms,
+            elapsed_secs: running_since.map(|started| (now - started).max(0)),
             exit_code: r.last_exit_code,
             error_code: r.error_code.as_deref(),
             error_detail: r.error_detail.as_deref(),
+            error_attempt: error_attempt(r.status, r.attempt, r.error_code.is_some()),
             skip_reason: r.skip_reason.as_deref(),
             created_at: UtcTime(r.created_at),
             created_at_epoch: r.created_at,
@@ -127,12 +149,11 @@ impl<'a> RunRow<'a> {
             started_at_epoch: r.started_at,
             finished_at: r.finished_at.map(UtcTime),
             finished_at_epoch: r.finished_at,
-            last_attempt_started_at: r.last_attempt_started_at,
         }
     }
 }
 
-fn table(runs: &[RunRow], now: i64, colour: bool) -> String {
+fn table(runs: &[RunRow], colour: bool) -> String {
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
     table.set_content_arrangement(ContentArrangement::Disabled);
@@ -161,7 +182,7 @@ fn table(runs: &[RunRow], now: i64, colour: bool) -> String {
             Cell::new(local_time(r.scheduled_for_epoch, zone(r.timezone))),
             status,
             Cell::new(format!("{}/{}", r.attempt, r.max_attempts)),
-            Cell::new(duration_text(r, now)),
+            Cell::new(duration_text(r)),
             Cell::new(result_text(r)),
         ]);
     }
@@ -180,12 +201,12 @@ fn status_colour(status: RunStatus) -> Color {
     }
 }
 
-/// The latest attempt's duration; for a running run, how long it has been running.
-fn duration_text(r: &RunRow, now: i64) -> String {
-    match (r.status, r.duration_ms, r.last_attempt_started_at) {
-        (RunStatus::Running, _, Some(started)) => duration_of_secs(now - started),
-        (_, Some(ms), _) => duration_of_ms(ms),
-        _ => "-".to_string(),
+/// The latest attempt's duration; for a running run, how long its attempt has been running.
+fn duration_text(r: &RunRow) -> String {
+    match (r.elapsed_secs, r.duration_ms) {
+        (Some(secs), _) => duration_of_secs(secs),
+        (None, Some(ms)) => duration_of_ms(ms),
+        (None, None) => "-".to_string(),
     }
 }
 
@@ -196,6 +217,12 @@ fn result_text(r: &RunRow) -> String {
             || "skipped".to_string(),
             |reason| truncate_detail(&escape_line(reason), 60),
         ),
+        // The current attempt is running: its result is not known yet. An earlier attempt's
+        // error is named as that attempt's, never shown as if it were this one's.
+        RunStatus::Running => match (r.error_attempt, r.error_code) {
+            (Some(attempt), Some(code)) => format!("running; attempt {attempt}: {code}"),
+            _ => "running".to_string(),
+        },
         RunStatus::Pending if r.attempt >= 1 => format!(
             "{}, retry at {}",
             r.error_code.unwrap_or("failed"),
@@ -206,5 +233,24 @@ fn result_text(r: &RunRow) -> String {
             (None, Some(code)) => format!("exit {code}"),
             (None, None) => "-".to_string(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_error_is_attributed_to_the_attempt_that_made_it() {
+        use RunStatus::*;
+        assert_eq!(error_attempt(Running, 2, true), Some(1));
+        assert_eq!(error_attempt(Running, 1, false), None);
+        // Retried from a cancel that happened before any attempt: no attempt made that error.
+        assert_eq!(error_attempt(Running, 1, true), None);
+        assert_eq!(error_attempt(Pending, 1, true), Some(1));
+        assert_eq!(error_attempt(Pending, 0, true), None);
+        assert_eq!(error_attempt(Dead, 3, true), Some(3));
+        assert_eq!(error_attempt(Cancelled, 2, true), None);
+        assert_eq!(error_attempt(Succeeded, 2, false), None);
     }
 }

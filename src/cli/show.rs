@@ -23,9 +23,24 @@ use crate::store::{AttemptView, EventView, OpenMode, RunView, Store};
 pub struct Args {
     /// Run id, as `runner history` lists it.
     pub run_id: i64,
-    /// Machine-readable output: the run with `attempts` and `events` arrays.
+    /// Machine-readable output: the run with `attempts` and `events` arrays, each attempt with
+    /// all of its kept output (`--tail` and `--no-output` shape the text view only).
     #[arg(long)]
     pub json: bool,
+    /// Print the last N lines of each attempt's stdout and stderr; 0 prints all that was kept.
+    #[arg(long, value_name = "N", default_value_t = 50, conflicts_with = "json")]
+    pub tail: usize,
+    /// Print no captured output, only how much each stream had.
+    #[arg(long, conflicts_with_all = ["tail", "json"])]
+    pub no_output: bool,
+}
+
+/// How much captured output the text view prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    /// The last N lines of each stream (0: all that was kept).
+    Tail(usize),
+    None,
 }
 
 /// The run with this id, or exit 3.
@@ -42,11 +57,17 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let run = find_run(store.as_ref(), args.run_id)?;
     let attempts = store.attempts(run.id)?;
     let events = store.events(run.id)?;
-    let detail = RunDetail::of(&run, &attempts, &events);
+    let now = ctx.clock.epoch();
+    let detail = RunDetail::of(&run, &attempts, &events, now);
     if args.json {
         return emit_json(&detail);
     }
-    emit(&render(&detail, ctx.clock.epoch())?)
+    let output = if args.no_output {
+        Output::None
+    } else {
+        Output::Tail(args.tail)
+    };
+    emit(&render(&detail, now, output)?)
 }
 
 /// A run in full: `show`'s text and `show --json`, rendered from this alike. The JSON is a
@@ -68,9 +89,14 @@ struct RunDetail<'a> {
 }
 
 impl<'a> RunDetail<'a> {
-    fn of(run: &'a RunView, attempts: &'a [AttemptView], events: &'a [EventView]) -> Self {
+    fn of(
+        run: &'a RunView,
+        attempts: &'a [AttemptView],
+        events: &'a [EventView],
+        now: i64,
+    ) -> Self {
         RunDetail {
-            run: RunRow::of(run),
+            run: RunRow::of(run, now),
             command: &run.command,
             workdir: run.workdir.as_deref(),
             idempotency_key: &run.idempotency_key,
@@ -186,7 +212,7 @@ fn safe(text: &str) -> String {
     escape_line(text)
 }
 
-fn render(detail: &RunDetail, now: i64) -> Result<String, std::fmt::Error> {
+fn render(detail: &RunDetail, now: i64, output: Output) -> Result<String, std::fmt::Error> {
     let run = &detail.run;
     let tz = zone(run.timezone);
     let at = |epoch: i64| local_time(epoch, tz);
@@ -201,7 +227,13 @@ fn render(detail: &RunDetail, now: i64) -> Result<String, std::fmt::Error> {
     )?;
     writeln!(out, "  status:     {}", status_line(detail, tz, now))?;
     if let Some(error) = run.error_detail {
-        writeln!(out, "  error:      {}", safe(error))?;
+        // Named by its attempt when it is not the current one's (a retry is running).
+        match (run.status, run.error_attempt) {
+            (RunStatus::Running, Some(n)) => {
+                writeln!(out, "  error:      attempt {n}: {}", safe(error))?
+            }
+            _ => writeln!(out, "  error:      {}", safe(error))?,
+        }
     }
     writeln!(out, "  scheduled:  {}", at(run.scheduled_for_epoch))?;
     writeln!(out, "  created:    {}", at(run.created_at_epoch))?;
@@ -219,7 +251,7 @@ fn render(detail: &RunDetail, now: i64) -> Result<String, std::fmt::Error> {
 
     for a in &detail.attempts {
         writeln!(out)?;
-        render_attempt(&mut out, a, tz, now)?;
+        render_attempt(&mut out, a, tz, now, output)?;
         if let Some(line) = leftovers_line(&detail.events, a.attempt) {
             writeln!(out, "  leftovers:  {}", safe(&line))?;
         }
@@ -285,7 +317,10 @@ fn status_line(detail: &RunDetail, tz: Tz, now: i64) -> String {
             local_time(run.run_at_epoch, tz)
         ),
         RunStatus::Running => format!(
-            "running: attempt {of}, held by {} until {}",
+            "running: attempt {of}{}, held by {} until {}",
+            run.elapsed_secs
+                .map(|secs| format!(" for {}", duration_of_secs(secs)))
+                .unwrap_or_default(),
             detail.owner.map(safe).unwrap_or_default(),
             detail
                 .lease_expires_at_epoch
@@ -303,6 +338,7 @@ fn render_attempt(
     a: &AttemptRow,
     tz: Tz,
     now: i64,
+    output: Output,
 ) -> Result<(), std::fmt::Error> {
     let result = match (a.error_code, a.exit_code, a.finished_at_epoch) {
         (_, _, None) => format!("running for {}", duration_of_secs(now - a.started_at_epoch)),
@@ -333,8 +369,32 @@ fn render_attempt(
     if let Some(detail) = a.error_detail {
         writeln!(out, "  detail:     {}", safe(detail))?;
     }
-    render_tail(out, "stdout", a.stdout_tail.0, a.stdout_bytes)?;
-    render_tail(out, "stderr", a.stderr_tail.0, a.stderr_bytes)
+    render_tail(out, "stdout", a.stdout_tail.0, a.stdout_bytes, output)?;
+    render_tail(out, "stderr", a.stderr_tail.0, a.stderr_bytes, output)
+}
+
+/// The last `lines` lines of a kept tail (all of it for 0), and what is left out before them:
+/// how many lines and bytes. The first kept line may be the end of a longer one; it counts.
+fn last_lines(tail: &[u8], lines: usize) -> (&[u8], usize, usize) {
+    if lines == 0 {
+        return (tail, 0, 0);
+    }
+    let body = tail.strip_suffix(b"\n").unwrap_or(tail);
+    let mut start = body.len();
+    for _ in 0..lines {
+        match body[..start].iter().rposition(|&b| b == b'\n') {
+            Some(newline) => start = newline,
+            None => return (tail, 0, 0),
+        }
+    }
+    let hidden = &tail[..=start];
+    let hidden_lines = hidden.iter().filter(|&&b| b == b'\n').count();
+    (&tail[start + 1..], hidden_lines, hidden.len())
+}
+
+/// Lines in a kept tail: newlines, plus an unterminated last line.
+fn line_count(tail: &[u8]) -> usize {
+    tail.iter().filter(|&&b| b == b'\n').count() + usize::from(!tail.ends_with(b"\n"))
 }
 
 fn render_tail(
@@ -342,17 +402,42 @@ fn render_tail(
     name: &str,
     tail: &[u8],
     total: Option<i64>,
+    output: Output,
 ) -> Result<(), std::fmt::Error> {
     if tail.is_empty() {
         return writeln!(out, "  {name}:     (empty)");
     }
     let total = total.unwrap_or(tail.len() as i64);
+    let lines = match line_count(tail) {
+        1 => "1 line".to_string(),
+        n => format!("{n} lines"),
+    };
+    let Output::Tail(keep) = output else {
+        let kept = if total > tail.len() as i64 {
+            format!("the last {} of {total} bytes kept", tail.len())
+        } else {
+            format!("{total} bytes")
+        };
+        return writeln!(
+            out,
+            "  {name}:     {kept}, {lines} (not shown: --no-output)"
+        );
+    };
     if total > tail.len() as i64 {
         writeln!(out, "  {name} (last {} of {total} bytes):", tail.len())?;
     } else {
         writeln!(out, "  {name} ({total} bytes):")?;
     }
-    let text = escape_output(tail);
+    let (shown, hidden_lines, hidden_bytes) = last_lines(tail, keep);
+    if hidden_lines > 0 {
+        let noun = if hidden_lines == 1 { "line" } else { "lines" };
+        writeln!(
+            out,
+            "    … {hidden_lines} earlier {noun} ({}) kept but not shown; --tail 0 shows all {lines}",
+            crate::display::bytes(hidden_bytes as u64)
+        )?;
+    }
+    let text = escape_output(shown);
     for line in text.lines() {
         writeln!(out, "    {line}")?;
     }
@@ -360,4 +445,22 @@ fn render_tail(
         writeln!(out, "    (no newline at end)")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{last_lines, line_count};
+
+    #[test]
+    fn the_last_lines_of_a_tail_and_what_is_left_out() {
+        let tail = b"one\ntwo\nthree\n";
+        assert_eq!(last_lines(tail, 2), (&b"two\nthree\n"[..], 1, 4));
+        assert_eq!(last_lines(tail, 3), (&tail[..], 0, 0));
+        assert_eq!(last_lines(tail, 9), (&tail[..], 0, 0));
+        assert_eq!(last_lines(tail, 0), (&tail[..], 0, 0));
+        // An unterminated last line is a line.
+        assert_eq!(last_lines(b"a\nb\nc", 1), (&b"c"[..], 2, 4));
+        assert_eq!(line_count(b"a\nb\nc"), 3);
+        assert_eq!(line_count(tail), 3);
+    }
 }

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::check::{evaluate, Thresholds};
 use super::{emit, emit_json, parse_duration, zone, Ctx};
 use crate::clock::{behind_by, CLOCK_TOLERANCE_SECS};
-use crate::display::{duration_of_secs, escape_line, local_time, utc_time, UtcTime};
+use crate::display::{bytes, duration_of_secs, escape_line, local_time, utc_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::{Definition, RunStatus};
 use crate::store::{DefinitionRow, Health, OpenMode, RunBrief, RunningView};
@@ -536,32 +536,5 @@ fn plural(n: i64, noun: &str) -> String {
         format!("1 {noun}")
     } else {
         format!("{n} {noun}s")
-    }
-}
-
-/// `812 B`, `1.4 MiB`.
-fn bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::bytes;
-
-    #[test]
-    fn byte_sizes() {
-        assert_eq!(bytes(812), "812 B");
-        assert_eq!(bytes(1536), "1.5 KiB");
-        assert_eq!(bytes(5 * 1024 * 1024), "5.0 MiB");
     }
 }

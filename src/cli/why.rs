@@ -275,7 +275,7 @@ impl<'a> Why<'a> {
             instant_epoch: instant,
             cause: cause.name(),
             outcome: cause.outcome().map(Cause::name),
-            run: run.map(RunRow::of),
+            run: run.map(|r| RunRow::of(r, facts.now)),
             running_run_id: match cause.outcome().unwrap_or(cause) {
                 Cause::WaitingBehindForbid { running_run_id } => Some(*running_run_id),
                 _ => None,

@@ -112,6 +112,16 @@ pub struct Finished {
     /// escaped processes carrying its marker. Terminated unless the policy is `keep` (and the
     /// job was not stopped by a timeout or a cancel, which stop everything).
     pub leftovers: Vec<String>,
+    /// The signals the runner sent, so a stopped job's record says what happened.
+    pub signals: Signals,
+}
+
+/// When the runner first sent SIGTERM and SIGKILL to the job, counted like `duration` from the
+/// release (`None`: never sent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Signals {
+    pub term_at: Option<Duration>,
+    pub kill_at: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -510,6 +520,14 @@ impl RunningJob {
             stderr_total,
             duration: exited_at.saturating_duration_since(self.started),
             leftovers: self.leftovers.take().unwrap_or_default(),
+            signals: Signals {
+                term_at: self
+                    .term_sent_at
+                    .map(|t| t.saturating_duration_since(self.started)),
+                kill_at: self
+                    .kill_sent_at
+                    .map(|t| t.saturating_duration_since(self.started)),
+            },
         })
     }
 
@@ -684,6 +702,26 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+        // The record knows both signals, in order.
+        let (term, kill) = (f.signals.term_at.unwrap(), f.signals.kill_at.unwrap());
+        assert!(
+            term >= s.timeout && kill >= term + s.kill_grace,
+            "{:?}",
+            f.signals
+        );
+    }
+
+    #[test]
+    fn a_job_that_exits_on_sigterm_is_never_sent_sigkill() {
+        let mut s = spec("sleep 30");
+        s.timeout = Duration::from_millis(300);
+        // Far longer than dying of SIGTERM takes, whatever the load.
+        s.kill_grace = Duration::from_secs(60);
+        let f = run(&s);
+        assert_eq!(f.outcome, Outcome::TimedOut);
+        assert!(f.signals.term_at.unwrap() >= s.timeout, "{:?}", f.signals);
+        assert_eq!(f.signals.kill_at, None);
+        assert!(f.duration >= f.signals.term_at.unwrap());
     }
 
     #[test]

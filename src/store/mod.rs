@@ -395,6 +395,14 @@ pub const PRUNABLE: [RunStatus; 4] = [
     RunStatus::Skipped,
 ];
 
+/// The schema version a store found when it was opened (0: none, the schema was created) and
+/// the version it has now, after any migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaVersions {
+    pub found: i64,
+    pub current: i64,
+}
+
 /// A backend persists what it is told, in the transaction it is told to use: every decision
 /// (a run's next state, the events that tell it, retry, overlap at materialisation, idempotency
 /// keys) is made in `model` and `tick` and handed over as values. Times are epoch seconds, taken
@@ -404,6 +412,8 @@ pub const PRUNABLE: [RunStatus; 4] = [
 pub trait Store {
     /// Where this store lives, for messages (never a password).
     fn describe(&self) -> String;
+    /// The schema version found on opening and the one it has now (`init` says which it did).
+    fn schema(&self) -> SchemaVersions;
     /// What names this database on this host in a job's marker (`RUNNER_DATABASE`): a job's
     /// processes are only ever signalled by runners of the database that started them, never by
     /// one working on a restored copy elsewhere.

@@ -17,7 +17,8 @@ use super::sqlite_files as files;
 use super::{
     Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
     JobRunStats, LastResult, Materialization, OpenMode, PruneCounts, Reanchored, Removal, Result,
-    RunBrief, RunFilter, RunView, RunningView, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, RECENT_LISTED,
+    RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
@@ -35,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_init.sql"),
     include_str!("../../migrations/0002_observe.sql"),
     include_str!("../../migrations/0003_containment.sql"),
+    include_str!("../../migrations/0004_run_zone.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -42,6 +44,8 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
+    /// The schema version found on opening, before any migration (0: no schema yet).
+    found_version: i64,
 }
 
 /// SQLite errors leave the store classified: the exit code they mean and the user's next step.
@@ -150,6 +154,7 @@ impl SqliteStore {
         let mut store = SqliteStore {
             conn,
             path: path.to_path_buf(),
+            found_version: 0,
         };
         match store.configure() {
             Ok(()) => {}
@@ -186,6 +191,7 @@ impl SqliteStore {
         let mut store = SqliteStore {
             conn,
             path: path.to_path_buf(),
+            found_version: 0,
         };
         store.configure().map_err(|e| open_error(path, e))?;
         store.migrate()?;
@@ -245,6 +251,7 @@ impl SqliteStore {
             ))
             .into());
         }
+        self.found_version = version;
         if version == known {
             return Ok(());
         }
@@ -254,6 +261,7 @@ impl SqliteStore {
             .with_context(|| format!("migrating {shown}"))?;
         // Re-read inside the lock: another process may have migrated meanwhile.
         let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let found_version = version;
         for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(sql)
                 .map_err(sql_error)
@@ -265,6 +273,7 @@ impl SqliteStore {
         tx.commit()
             .map_err(sql_error)
             .with_context(|| format!("migrating {shown}"))?;
+        self.found_version = found_version;
         Ok(())
     }
 
@@ -770,9 +779,9 @@ fn insert_run(tx: &Connection, definition_id: i64, run: &NewRun, now: i64) -> Re
         .prepare_cached(
             "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
                  max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
-                 skip_reason, created_at, finished_at, leftovers)
+                 skip_reason, created_at, finished_at, leftovers, timezone)
              SELECT id, :trigger, :at, :status, :at, command, workdir, max_attempts, timeout_secs,
-                 backoff_base_secs, backoff_max_secs, :key, :skip_reason, :now, :finished_at, leftovers
+                 backoff_base_secs, backoff_max_secs, :key, :skip_reason, :now, :finished_at, leftovers, timezone
              FROM job_definitions WHERE id = :definition_id
              ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
              RETURNING id",
@@ -805,7 +814,7 @@ fn status_from(index: usize, text: String) -> rusqlite::Result<RunStatus> {
 
 /// A run with its schedule and latest attempt, for `history` and `show`.
 const RUN_VIEW: &str = "
-SELECT r.id, d.name, d.timezone, r.trigger, r.status, r.scheduled_for, r.run_at, r.attempt, r.max_attempts,
+SELECT r.id, d.name, coalesce(r.timezone, d.timezone), r.trigger, r.status, r.scheduled_for, r.run_at, r.attempt, r.max_attempts,
        r.command, r.workdir, r.idempotency_key, r.owner, r.lease_expires_at, r.heartbeat_at,
        r.error_code, r.error_detail, r.skip_reason, r.created_at, r.started_at, r.finished_at,
        a.started_at, a.duration_ms, a.exit_code
@@ -854,7 +863,7 @@ const LAST_TICK_AT: &str = "SELECT value FROM runner_state WHERE key = 'last_tic
 /// append their own columns after these.
 macro_rules! run_brief {
     () => {
-        "SELECT r.id, d.name, d.timezone, r.scheduled_for, r.run_at, r.attempt, r.max_attempts, r.error_code,
+        "SELECT r.id, d.name, coalesce(r.timezone, d.timezone), r.scheduled_for, r.run_at, r.attempt, r.max_attempts, r.error_code,
        r.finished_at"
     };
 }
@@ -1112,6 +1121,13 @@ fn running_runs_of(tx: &Transaction<'_>, name: &str) -> rusqlite::Result<Vec<i64
 impl Store for SqliteStore {
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn schema(&self) -> SchemaVersions {
+        SchemaVersions {
+            found: self.found_version,
+            current: MIGRATIONS.len() as i64,
+        }
     }
 
     fn identity(&self) -> String {

@@ -11,7 +11,7 @@ use crate::model::{
     AfterFailure, AttemptEnd, AttemptFailure, AttemptResult, ClaimedRun, ErrorCode, Fenced,
     Leftovers, ERROR_DETAIL_MAX,
 };
-use crate::process::{signal_name, Finished, Outcome, SpawnErrorKind};
+use crate::process::{signal_name, Finished, Outcome, Signals, SpawnErrorKind};
 
 /// SIGTERM → SIGKILL grace for a job that times out or is stopped.
 pub const KILL_GRACE: Duration = Duration::from_secs(10);
@@ -178,11 +178,7 @@ fn classify(
         }
         (Outcome::TimedOut, _) => (
             ErrorCode::Timeout,
-            format!(
-                "ran longer than its timeout of {}; its process group got SIGTERM, then SIGKILL after {}s",
-                crate::display::duration_of_secs(timeout_secs),
-                KILL_GRACE.as_secs()
-            ),
+            timeout_detail(timeout_secs, finished.duration, finished.signals),
         ),
         (Outcome::Killed, Some(StopReason::Shutdown(OnShutdown::Cancel))) => {
             (ErrorCode::Cancelled, "interrupted at the terminal (run --wait); the job was terminated and the run cancelled".into())
@@ -198,6 +194,31 @@ fn classify(
         code,
         crate::model::truncate_detail(&detail, ERROR_DETAIL_MAX),
     ))
+}
+
+/// What a timeout did, from the signals the supervisor sent (times since the job started):
+/// "timed out after 20s: SIGTERM at 20s, exited at 21s", or "…: SIGTERM at 20s, SIGKILL at 30s"
+/// when the job outlived the grace. A shell that exited on SIGTERM while something it left behind
+/// needed the SIGKILL gets both, in the order they happened.
+fn timeout_detail(timeout_secs: i64, exited_at: Duration, signals: Signals) -> String {
+    let at = crate::display::duration;
+    let mut steps = Vec::new();
+    if let Some(term) = signals.term_at {
+        steps.push(format!("SIGTERM at {}", at(term)));
+    }
+    match signals.kill_at {
+        Some(kill) if exited_at < kill => {
+            steps.push(format!("exited at {}", at(exited_at)));
+            steps.push(format!("SIGKILL at {} to what it left behind", at(kill)));
+        }
+        Some(kill) => steps.push(format!("SIGKILL at {}", at(kill))),
+        None => steps.push(format!("exited at {}", at(exited_at))),
+    }
+    format!(
+        "timed out after {}: {}",
+        crate::display::duration_of_secs(timeout_secs),
+        steps.join(", ")
+    )
 }
 
 /// The last non-empty line of captured stderr, shortened: the likeliest explanation of a failure.
@@ -241,4 +262,37 @@ pub fn write_ends(
         }
     }
     Ok(recorded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    #[test]
+    fn a_timeout_detail_says_which_signals_were_sent_and_when() {
+        let exited_on_term = Signals {
+            term_at: Some(secs(20.04)),
+            kill_at: None,
+        };
+        assert_eq!(
+            timeout_detail(20, secs(21.5), exited_on_term),
+            "timed out after 20s: SIGTERM at 20s, exited at 21s"
+        );
+        let killed = Signals {
+            term_at: Some(secs(20.04)),
+            kill_at: Some(secs(30.1)),
+        };
+        assert_eq!(
+            timeout_detail(20, secs(30.2), killed),
+            "timed out after 20s: SIGTERM at 20s, SIGKILL at 30s"
+        );
+        assert_eq!(
+            timeout_detail(20, secs(20.5), killed),
+            "timed out after 20s: SIGTERM at 20s, exited at 20s, SIGKILL at 30s to what it left behind"
+        );
+    }
 }

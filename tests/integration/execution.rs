@@ -232,6 +232,16 @@ fn timeout_kills_a_job_ignoring_sigterm_and_its_grandchild() {
             .as_deref(),
         Some("TIMEOUT")
     );
+    // The detail says what happened: SIGTERM did not end it, SIGKILL did.
+    let detail = env.sql.query_string(
+        "SELECT error_detail FROM job_attempts WHERE run_id = $1 AND attempt = 1",
+        &[&run_id],
+    );
+    assert!(
+        detail.starts_with("timed out after 2s: SIGTERM at ") && detail.contains(", SIGKILL at "),
+        "{detail}"
+    );
+    assert!(!detail.contains("exited"), "{detail}");
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "one dead line: {err}");
     assert!(err.contains("TIMEOUT") && err.contains("stubborn"), "{err}");

@@ -26,4 +26,5 @@ mod schedules;
 mod security;
 mod simulate;
 mod steer;
+mod truth;
 mod why;

@@ -49,9 +49,11 @@ const HISTORY_KEYS: &[&str] = &[
     "attempt",
     "max_attempts",
     "duration_ms",
+    "elapsed_secs",
     "exit_code",
     "error_code",
     "error_detail",
+    "error_attempt",
     "skip_reason",
 ];
 const HISTORY_TIMES: &[&str] = &[
@@ -207,6 +209,7 @@ fn history_json_shape() {
     assert_eq!(dead["max_attempts"], 1);
     assert_eq!(dead["exit_code"], 3);
     assert_eq!(dead["error_code"], "EXIT:3");
+    assert_eq!(dead["error_attempt"], 1);
     assert!(dead["error_detail"]
         .as_str()
         .expect("detail")

@@ -141,9 +141,10 @@ fn init_creates_the_schema_and_other_commands_need_it() {
     assert!(err.contains("127.0.0.1"), "the host is named: {err}");
     env.ok(&["init"]);
     env.ok(&["init"]); // idempotent
+                       // Both PostgreSQL migrations (0002: runs keep their zone).
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        1
+        2
     );
     // The constraints and indexes SQLite has, partial ones included.
     let indexes = env.count(

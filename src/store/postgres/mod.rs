@@ -26,7 +26,7 @@ use super::JobRunStats;
 use super::{
     Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
     LastResult, OpenMode, PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView,
-    RunningView, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    RunningView, SchemaVersions, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -42,7 +42,10 @@ use crate::model::{
 type StoreResult<T> = super::Result<T>;
 
 /// Migrations, in order; `runner_schema_version` records each one applied.
-const MIGRATIONS: &[&str] = &[include_str!("../../../migrations/postgres/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../../migrations/postgres/0001_init.sql"),
+    include_str!("../../../migrations/postgres/0002_run_zone.sql"),
+];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
 /// advisory lock on this key ("runner" in ASCII).
@@ -59,30 +62,33 @@ pub struct PostgresStore {
     /// The URL as given (to connect again), and with its password masked (to show).
     url: String,
     shown: String,
+    /// The schema version found on connecting, before any migration (0: no schema yet).
+    found_version: i64,
 }
 
 impl PostgresStore {
     pub fn open(url: &str, shown: &str, mode: OpenMode) -> Result<PostgresStore> {
         let (client, server) = connect::connect(url, shown)?;
-        let store = PostgresStore {
+        let mut store = PostgresStore {
             client: RefCell::new(client),
             server,
             url: url.to_string(),
             shown: shown.to_string(),
+            found_version: 0,
         };
-        store.migrate(mode)?;
+        store.found_version = store.migrate(mode)?;
         store.measure_clock_skew()?;
         Ok(store)
     }
 
     /// Bring the schema up to date (`init`, `schedule add`), or refuse a database without one
-    /// (every other command), or with a newer one (exit 4).
-    fn migrate(&self, mode: OpenMode) -> Result<()> {
+    /// (every other command), or with a newer one (exit 4). Returns the version it found (0: none).
+    fn migrate(&self, mode: OpenMode) -> Result<i64> {
         let known = MIGRATIONS.len() as i64;
         let version = self.read(schema_version)?;
         match version {
             Some(version) if version > known => return Err(self.newer_schema(version)),
-            Some(version) if version == known => return Ok(()),
+            Some(version) if version == known => return Ok(version),
             None if mode != OpenMode::CreateIfMissing => {
                 return Err(Failure::database(format!(
                     "{} has no runner schema; create it with `runner init --db URL` \
@@ -125,9 +131,9 @@ impl PostgresStore {
                     &[&(index as i64 + 1)],
                 )?;
             }
-            Ok(())
-        })?;
-        Ok(())
+            Ok(version)
+        })
+        .map_err(Into::into)
     }
 
     fn newer_schema(&self, version: i64) -> anyhow::Error {
@@ -629,9 +635,9 @@ fn insert_run(
     let row = tx.query_opt(
         "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
              max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
-             skip_reason, created_at, finished_at, leftovers)
+             skip_reason, created_at, finished_at, leftovers, timezone)
          SELECT id, $1::text, $2::bigint, $3::text, $2::bigint, command, workdir, max_attempts, timeout_secs,
-             backoff_base_secs, backoff_max_secs, $4::text, $5::text, $6::bigint, $7::bigint, leftovers
+             backoff_base_secs, backoff_max_secs, $4::text, $5::text, $6::bigint, $7::bigint, leftovers, timezone
          FROM job_definitions WHERE id = $8
          ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
          RETURNING id",
@@ -656,7 +662,7 @@ fn token_at(row: &Row, index: usize) -> Result<LeaseToken, postgres::Error> {
 
 /// A run with its schedule and latest attempt, for `history` and `show`.
 const RUN_VIEW: &str = "
-SELECT r.id, d.name, d.timezone, r.trigger, r.status, r.scheduled_for, r.run_at, r.attempt, r.max_attempts,
+SELECT r.id, d.name, coalesce(r.timezone, d.timezone), r.trigger, r.status, r.scheduled_for, r.run_at, r.attempt, r.max_attempts,
        r.command, r.workdir, r.idempotency_key, r.owner, r.lease_expires_at, r.heartbeat_at,
        r.error_code, r.error_detail, r.skip_reason, r.created_at, r.started_at, r.finished_at,
        a.started_at, a.duration_ms, a.exit_code
@@ -703,7 +709,7 @@ const LAST_TICK_AT: &str = "SELECT value FROM runner_state WHERE key = 'last_tic
 /// append their own columns after these.
 macro_rules! run_brief {
     () => {
-        "SELECT r.id, d.name, d.timezone, r.scheduled_for, r.run_at, r.attempt, r.max_attempts, r.error_code,
+        "SELECT r.id, d.name, coalesce(r.timezone, d.timezone), r.scheduled_for, r.run_at, r.attempt, r.max_attempts, r.error_code,
        r.finished_at"
     };
 }
@@ -880,6 +886,13 @@ fn history_query(filter: &RunFilter) -> (String, Vec<Box<dyn ToSql + Sync>>) {
 impl Store for PostgresStore {
     fn describe(&self) -> String {
         self.shown.clone()
+    }
+
+    fn schema(&self) -> SchemaVersions {
+        SchemaVersions {
+            found: self.found_version,
+            current: MIGRATIONS.len() as i64,
+        }
     }
 
     fn identity(&self) -> String {

@@ -1,0 +1,7 @@
+-- runner schema for PostgreSQL, version 2: a run remembers the zone it was scheduled in
+-- (as migrations/0004_run_zone.sql for SQLite). Append-only: never edit a shipped migration.
+
+-- Snapshot of the schedule's zone at materialisation, like command and workdir: `history` and
+-- `show` print a run's times in it, so `schedule edit --tz` does not rewrite the past. Runs
+-- made before this column existed hold NULL and fall back to their schedule's zone.
+ALTER TABLE job_runs ADD COLUMN timezone text;
