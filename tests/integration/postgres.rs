@@ -143,15 +143,15 @@ fn init_creates_the_schema_and_other_commands_need_it() {
     env.ok(&["init"]); // idempotent
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        1
+        2
     );
     // The constraints and indexes SQLite has, partial ones included.
     let indexes = env.count(
         "SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_runs_one_per_instant', 'job_runs_due',
-             'job_runs_leases', 'job_definitions_due', 'job_attempts_open')
+             'job_runs_leases', 'job_definitions_due', 'job_attempts_open', 'job_definitions_pause_ends')
            AND indexdef LIKE '% WHERE %'",
     );
-    assert_eq!(indexes, 5);
+    assert_eq!(indexes, 6);
     // A newer schema than this runner knows: refused, exit 4.
     env.client()
         .batch_execute("INSERT INTO runner_schema_version VALUES (99, 0)")
