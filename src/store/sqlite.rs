@@ -873,8 +873,8 @@ ORDER BY r.run_at, r.id LIMIT 1"
 );
 /// Pending runs held by their paused schedule: not claimable (see `Store::claim`), so not late.
 const HELD_BY_PAUSE: &str = "
-SELECT count(*) FROM job_runs
-WHERE status = 'pending' AND definition_id IN (SELECT id FROM job_definitions WHERE paused = 1)";
+SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+WHERE r.status = 'pending' AND d.paused = 1";
 /// Running runs with their lease and attempt, the earliest expiry first (`job_runs_leases`).
 const RUNNING_RUNS: &str = concat!(
     run_brief!(),
