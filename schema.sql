@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 4.
+-- Schema version 5.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -33,9 +33,14 @@ CREATE TABLE job_definitions (
     updated_at           INTEGER NOT NULL,
     -- What happens to processes a job leaves behind when its shell exits: 'kill' (TERM, then
     -- KILL) or 'keep' (for jobs that start daemons on purpose). Snapshotted on each run.
-    leftovers            TEXT    NOT NULL DEFAULT 'kill' CHECK (leftovers IN ('kill', 'keep'))
+    leftovers            TEXT    NOT NULL DEFAULT 'kill' CHECK (leftovers IN ('kill', 'keep')),
+    -- `schedule pause NAME --for DUR`: the first tick at or after this time resumes the schedule,
+    -- as `schedule resume` would. NULL: paused until resumed by hand (or not paused at all).
+    paused_until         INTEGER
 );
 CREATE INDEX job_definitions_due ON job_definitions (next_fire_at) WHERE paused = 0;
+-- Ticks look for pauses that have ended: only the few timed pauses are indexed.
+CREATE INDEX job_definitions_pause_ends ON job_definitions (paused_until) WHERE paused_until IS NOT NULL;
 
 -- One row per scheduled instant (or manual request). A run is retried in place: its attempts
 -- live in job_attempts, its history in job_events.

@@ -245,6 +245,7 @@ pub struct SettingsChange {
     pub overlap: Option<Overlap>,
     pub catch_up: Option<CatchUp>,
     pub grace: Option<Duration>,
+    /// An empty path unsets it (the job runs in the tick's directory).
     pub workdir: Option<PathBuf>,
     pub leftovers: Option<Leftovers>,
     /// Set the schedule paused (`false` keeps the current state).
@@ -322,8 +323,12 @@ impl Settings {
         if let Some(d) = change.grace {
             s.grace_secs = duration_secs("grace", d, 0)?;
         }
+        // An empty directory (`--workdir ''`, `--no-workdir`) unsets it: the tick's.
         if let Some(dir) = &change.workdir {
-            s.workdir = Some(resolve_workdir(dir)?);
+            s.workdir = match dir.as_os_str().is_empty() {
+                true => None,
+                false => Some(resolve_workdir(dir)?),
+            };
         }
         if change.paused {
             s.paused = true;
@@ -399,6 +404,9 @@ pub struct Definition {
     pub created_at: i64,
     pub updated_at: i64,
     pub revision: i64,
+    /// `schedule pause --for`: the first tick at or after this time resumes the schedule.
+    /// Meaningful only while `settings.paused`.
+    pub paused_until: Option<i64>,
 }
 
 /// A schedule's cursor: every instant up to `materialized_through` is handled (run, skipped or
@@ -410,6 +418,13 @@ pub struct Cursor {
 }
 
 impl Definition {
+    /// When a timed pause ends, if the schedule is paused for a while (`paused_until` is written
+    /// through this: an end without a pause means nothing, so resuming drops it wherever it
+    /// happens: `resume`, `edit --active`, `schedule apply`, a tick after the end).
+    pub fn pause_end(&self) -> Option<i64> {
+        self.paused_until.filter(|_| self.settings.paused)
+    }
+
     pub fn set_cursor(&mut self, cursor: Cursor) {
         self.materialized_through = cursor.materialized_through;
         self.next_fire_at = cursor.next_fire_at;
@@ -547,9 +562,12 @@ pub fn repair_flag(column: &str) -> Option<RepairFlag> {
         "catch_up" => Flag("--catch-up POLICY"),
         "grace_secs" => Flag("--grace DUR"),
         "paused" => Flag("--active|--paused"),
-        "materialized_through" | "next_fire_at" | "created_at" | "updated_at" | "revision" => {
-            AnyEdit
-        }
+        "materialized_through"
+        | "next_fire_at"
+        | "created_at"
+        | "updated_at"
+        | "revision"
+        | "paused_until" => AnyEdit,
         _ => return None,
     })
 }
@@ -1132,6 +1150,7 @@ mod tests {
                 created_at: 0,
                 updated_at: 0,
                 revision: 0,
+                paused_until: None,
             },
             problems: columns
                 .iter()

@@ -831,6 +831,7 @@ mod tests {
             created_at: 0,
             updated_at: 0,
             revision: 0,
+            paused_until: None,
         };
         let mut changed = same.clone();
         changed.timeout_secs = 60;

@@ -150,6 +150,7 @@ mod tests {
         Health {
             counts: Vec::new(),
             oldest_due: None,
+            held_by_pause: 0,
             running: Vec::new(),
             expired_leases: 0,
             retries_in_flight: Vec::new(),

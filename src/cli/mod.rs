@@ -188,10 +188,15 @@ pub enum Command {
     /// event is recorded.
     ///
     /// Refused (exit 2) for runs that already finished.
+    ///
+    /// With --schedule NAME, every pending and running run of that schedule is cancelled this
+    /// way, and the command says how many (runs that finish meanwhile are left alone). New runs
+    /// still come from its cron expression: `runner schedule pause NAME` stops those.
     #[command(after_long_help = concat!(
         "Examples:\n",
         "  runner history --status running\n",
-        "  runner cancel 42"
+        "  runner cancel 42\n",
+        "  runner cancel --schedule backup"
     ))]
     Cancel(steer::CancelArgs),
     /// Delete finished runs past retention, with their attempts and events, in small batches.

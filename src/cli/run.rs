@@ -20,6 +20,7 @@ pub struct Args {
     /// Schedule name.
     pub name: String,
     /// Execute it now in the foreground, streaming its output, and exit with its exit code.
+    /// Refused (exit 2) while the schedule is paused: the run would be held until resume.
     #[arg(long)]
     pub wait: bool,
 }
@@ -31,15 +32,28 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         OpenMode::MustExist
     })?;
     let definition = find_definition(store.as_ref(), &args.name)?;
+    let name = crate::display::escape_line(&definition.name);
+    let paused = definition.settings.paused;
+    if paused && args.wait {
+        // Its run would be held until the schedule resumes: waiting here could take forever.
+        return Err(Failure::usage(format!(
+            "schedule {name} is paused, so a run of it cannot start now; resume it first \
+             (`runner schedule resume {name}`), or queue a run for when it resumes with \
+             `runner run {name}` (no --wait)"
+        )));
+    }
     let me = actor(None);
     let now = ctx.clock.epoch();
     let run = NewRun::manual(&definition.name, now, fastrand::u64(..));
     let run_id = store.enqueue(definition.id, &run, now, &me)?;
     if !args.wait {
-        say!(
-            "enqueued run {run_id} of {}; the next tick executes it",
-            crate::display::escape_line(&definition.name)
-        );
+        match paused {
+            true => say!(
+                "enqueued run {run_id} of {name}; the schedule is paused, so the run is held \
+                 until `runner schedule resume {name}`"
+            ),
+            false => say!("enqueued run {run_id} of {name}; the next tick executes it"),
+        }
         return Ok(());
     }
     let options = TickOptions {
@@ -69,9 +83,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     }
     let Some(executed) = report.executed.first() else {
         return Err(anyhow::anyhow!(
-            "run {run_id} is queued but could not start now: the schedule {} forbids overlap and \
-             another of its runs is running or due before this one; the next tick executes it",
-            crate::display::escape_line(&definition.name)
+            "run {run_id} is queued but could not start now: the schedule {name} forbids overlap \
+             and another of its runs is running or due before this one, or it was paused just \
+             now; a tick executes it when it can"
         ));
     };
     if let Some(code) = &executed.error_code {

@@ -6,21 +6,24 @@ use std::time::Duration;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use clap::builder::{OsStringValueParser, TypedValueParser};
 use comfy_table::Table;
 use serde::Serialize;
 
+use super::steer::{cancel_run, Cancelled};
 use super::{
     actor, find_definition, find_definition_row, parse_whole_seconds, unknown_schedule, Ctx,
 };
 use crate::display::{duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
+use crate::model::RunStatus;
 use crate::model::{
     repair_flag, CatchUp, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
     SettingsChange, Steer, Steered,
 };
 use crate::schedule::{traps, Proposed, Timing, Trap};
 use crate::store::{DefinitionRow, LastResult, OpenMode, Removal, Store};
-use crate::tick::materialize::{materialize_definition, restart_cursor};
+use crate::tick::materialize::{materialize_definition, restart_cursor, resume_definition};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -84,14 +87,26 @@ pub enum Command {
         "  runner schedule rm backup --force    # cancel its running run first"
     ))]
     Rm(RmArgs),
-    /// Stop materialising runs for a schedule.
+    /// Stop a schedule: no new runs, and its pending runs wait.
+    ///
+    /// A paused schedule materialises no runs, and its runs that are already pending (scheduled
+    /// runs not yet started, retries waiting for their time, manual runs from `runner run`) are
+    /// held: no tick starts them until the schedule is resumed. `status` counts them. A run that
+    /// is running when the schedule is paused runs on (`runner cancel --schedule NAME` stops it).
+    ///
+    /// With --cancel-pending, the pending runs are cancelled instead of held (a CANCELLED event
+    /// each, as `runner cancel RUN_ID` records). With --for, the first tick at or after that
+    /// time resumes the schedule, exactly as `schedule resume` would; a plain pause (or resume)
+    /// drops such an end.
     #[command(after_long_help = concat!(
         "Examples:\n",
         "  runner schedule pause backup\n",
+        "  runner schedule pause backup --for 2h\n",
+        "  runner schedule pause backup --cancel-pending\n",
         "  runner schedule resume backup"
     ))]
-    Pause(Name),
-    /// Materialise again, from now on (the paused period is not replayed).
+    Pause(PauseArgs),
+    /// Materialise again, from now on (the paused period is not replayed); held runs start.
     #[command(after_long_help = concat!(
         "Examples:\n",
         "  runner schedule pause backup\n",
@@ -183,6 +198,18 @@ pub struct Name {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct PauseArgs {
+    /// Schedule name.
+    pub name: String,
+    /// Resume by itself at the first tick at or after this long from now (e.g. 30m, 2h, 1d).
+    #[arg(long = "for", value_name = "DUR", value_parser = parse_whole_seconds)]
+    pub for_duration: Option<Duration>,
+    /// Cancel the schedule's pending runs instead of holding them until resume.
+    #[arg(long)]
+    pub cancel_pending: bool,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct RmArgs {
     /// Schedule name.
     pub name: String,
@@ -267,9 +294,14 @@ pub struct SettingsFlags {
     /// How late an instant may start before it counts as missed (catch-up none) [add: 5m].
     #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub grace: Option<Duration>,
-    /// Working directory of the job [add: the tick's].
-    #[arg(long, value_name = "DIR")]
+    /// Working directory of the job [add: the tick's]; `--workdir ''` unsets it (edit).
+    // Any path, the empty one included (clap's own path parser refuses it).
+    #[arg(long, value_name = "DIR",
+          value_parser = OsStringValueParser::new().map(PathBuf::from))]
     pub workdir: Option<PathBuf>,
+    /// Unset the working directory: the job runs in the tick's (same as `--workdir ''`).
+    #[arg(long, conflicts_with = "workdir")]
+    pub no_workdir: bool,
     /// When the job's shell exits, kill what it left running in its process group and any
     /// escaped process carrying its marker (kill), or leave it running, for jobs that start
     /// daemons on purpose (keep) [add: kill].
@@ -309,8 +341,8 @@ pub fn run(command: Command, ctx: &Ctx) -> Result<()> {
         Command::Show(args) => show(args, ctx),
         Command::Edit(args) => edit(args, ctx),
         Command::Rm(args) => remove(args, ctx),
-        Command::Pause(args) => set_paused(args, ctx, true),
-        Command::Resume(args) => set_paused(args, ctx, false),
+        Command::Pause(args) => pause(args, ctx),
+        Command::Resume(args) => resume(args, ctx),
         Command::Next(args) => next(args, ctx),
         Command::Reanchor(args) => super::reanchor::run(args, ctx),
         Command::Apply(args) => super::apply::apply(args, ctx),
@@ -326,7 +358,7 @@ impl SettingsFlags {
             "cron" => self.cron.is_some(),
             "timezone" => self.tz.is_some(),
             "command" => !self.command.is_empty(),
-            "workdir" => self.workdir.is_some(),
+            "workdir" => self.workdir.is_some() || self.no_workdir,
             "max_attempts" => self.max_attempts.is_some(),
             "timeout_secs" => self.timeout.is_some(),
             "backoff_base_secs" => self.backoff_base.is_some(),
@@ -351,7 +383,11 @@ impl SettingsFlags {
             overlap: self.overlap,
             catch_up: self.catch_up,
             grace: self.grace,
-            workdir: self.workdir.clone(),
+            // An empty path unsets the directory (`Settings::changed`).
+            workdir: match self.no_workdir {
+                true => Some(PathBuf::new()),
+                false => self.workdir.clone(),
+            },
             leftovers: self.leftovers,
             paused: self.paused,
             command: (!self.command.is_empty()).then(|| self.command.join(" ")),
@@ -441,6 +477,7 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
         && f.grace.is_none()
         && f.leftovers.is_none()
         && f.workdir.is_none()
+        && !f.no_workdir
         && !f.paused
         && !args.active
         && f.command.is_empty();
@@ -472,6 +509,10 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     let mut settings = definition.settings.changed(&args.flags.change())?;
     if args.active {
         settings.paused = false;
+    }
+    if args.flags.paused {
+        // A plain pause has no end (as `schedule pause` without --for).
+        definition.paused_until = None;
     }
     let timing = settings.timing()?;
     let now = ctx.clock.read();
@@ -591,30 +632,91 @@ fn remove(args: RmArgs, ctx: &Ctx) -> Result<()> {
     ))
 }
 
-fn set_paused(args: Name, ctx: &Ctx, paused: bool) -> Result<()> {
+fn pause(args: PauseArgs, ctx: &Ctx) -> Result<()> {
     let mut store = ctx.open(OpenMode::MustExist)?;
     let mut definition = find_definition(store.as_ref(), &args.name)?;
-    let verb = if paused { "paused" } else { "resumed" };
-    if definition.settings.paused == paused {
+    let now = ctx.clock.epoch();
+    let until = match args.for_duration {
+        None => None,
+        Some(d) => Some(pause_end(now, d)?),
+    };
+    let name = escape_line(&definition.name);
+    let zone = super::zone(&definition.settings.timezone);
+    if definition.settings.paused && definition.pause_end() == until {
         say!(
-            "schedule {} is already {}",
-            definition.name,
-            if paused { "paused" } else { "active" }
+            "schedule {name} is already paused{}",
+            until_text(until, zone)
         );
+    } else {
+        definition.settings.paused = true;
+        definition.paused_until = until;
+        store.update_definition(&definition, now)?;
+        say!("paused schedule {name}{}", until_text(until, zone));
+    }
+    // Paused first, so no tick starts them meanwhile: the claim rule holds a paused schedule's runs.
+    let pending = super::steer::runs_of(store.as_ref(), definition.id, RunStatus::Pending)?;
+    if args.cancel_pending {
+        let me = actor(None);
+        let mut cancelled = 0;
+        for run in &pending {
+            // Nothing of a paused schedule starts, so each is still pending, or gone or finished
+            // (cancelled meanwhile): those are left alone.
+            if let Cancelled::Pending = cancel_run(store.as_mut(), ctx, &me, run)? {
+                cancelled += 1;
+            }
+        }
+        say!("cancelled {cancelled} pending run{}", plural(cancelled));
+    } else if !pending.is_empty() {
+        say!(
+            "{} pending run{} held until it resumes (`--cancel-pending` cancels them)",
+            pending.len(),
+            plural(pending.len())
+        );
+    }
+    Ok(())
+}
+
+/// When a pause `--for` this long from `now` ends.
+fn pause_end(now: i64, d: Duration) -> Result<i64> {
+    i64::try_from(d.as_secs())
+        .ok()
+        .filter(|secs| *secs > 0)
+        .and_then(|secs| now.checked_add(secs))
+        .ok_or_else(|| {
+            Failure::usage("--for must be at least 1s and within reason, e.g. 30m, 2h, 1d")
+        })
+}
+
+/// " until T (resumes at the first tick after)", or nothing for a pause without an end.
+fn until_text(until: Option<i64>, zone: Tz) -> String {
+    until.map_or_else(String::new, |at| {
+        format!(
+            " until {} (the first tick from then resumes it)",
+            local_time(at, zone)
+        )
+    })
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn resume(args: Name, ctx: &Ctx) -> Result<()> {
+    let mut store = ctx.open(OpenMode::MustExist)?;
+    let mut definition = find_definition(store.as_ref(), &args.name)?;
+    let name = escape_line(&definition.name);
+    if !definition.settings.paused {
+        say!("schedule {name} is already active");
         return Ok(());
     }
     let now = ctx.clock.epoch();
-    if !paused {
-        // Resuming does not replay the paused period: catch-up starts from now.
-        definition.set_cursor(restart_cursor(
-            &definition.settings,
-            definition.materialized_through,
-            now,
-        )?);
-    }
-    definition.settings.paused = paused;
+    resume_definition(&mut definition, now)?;
     store.update_definition(&definition, now)?;
-    say!("{verb} schedule {}", definition.name);
+    say!("resumed schedule {name}");
     Ok(())
 }
 
@@ -698,6 +800,9 @@ struct ScheduleView<'a> {
     leftovers: Option<Leftovers>,
     next_fire_at: Option<UtcTime>,
     next_fire_at_epoch: Option<i64>,
+    /// `pause --for`: the first tick at or after this time resumes it.
+    paused_until: Option<UtcTime>,
+    paused_until_epoch: Option<i64>,
     created_at: Option<UtcTime>,
     created_at_epoch: Option<i64>,
     last_result: Option<LastResultView<'a>>,
@@ -740,6 +845,7 @@ impl<'a> ScheduleView<'a> {
             _ => None,
         };
         let created_at = ok("created_at").then_some(d.created_at);
+        let paused_until = d.pause_end().filter(|_| ok("paused_until"));
         Ok(ScheduleView {
             name: ok("name").then_some(d.name.as_str()),
             cron: ok("cron").then_some(s.cron.as_str()),
@@ -757,6 +863,8 @@ impl<'a> ScheduleView<'a> {
             leftovers: ok("leftovers").then_some(s.leftovers),
             next_fire_at: next_fire_at.map(UtcTime),
             next_fire_at_epoch: next_fire_at,
+            paused_until: paused_until.map(UtcTime),
+            paused_until_epoch: paused_until,
             created_at: created_at.map(UtcTime),
             created_at_epoch: created_at,
             last_result: last.map(|l| LastResultView {
@@ -784,14 +892,27 @@ impl<'a> ScheduleView<'a> {
         self.damaged.is_some_and(|x| x.is_damaged(column))
     }
 
-    /// NEXT FIRE: a time, `never`, `(paused)`, or what is wrong with a damaged schedule.
+    /// NEXT FIRE: a time, `never`, `(paused)`, `(paused until T)`, or what is wrong with a
+    /// damaged schedule.
     fn next_fire_text(&self) -> String {
         match (&self.damage, self.state, self.next_fire_at_epoch) {
             (Some(damage), _, _) => damage.problem.clone(),
-            (None, "paused", _) => "(paused)".to_string(),
-            (None, _, Some(at)) => local_time(at, super::zone(self.timezone.unwrap_or("UTC"))),
+            (None, "paused", _) => format!("({})", self.paused_text()),
+            (None, _, Some(at)) => local_time(at, self.zone()),
             (None, _, None) => "never".to_string(),
         }
+    }
+
+    /// `paused`, or `paused until T` for a pause with an end.
+    fn paused_text(&self) -> String {
+        match self.paused_until_epoch {
+            Some(at) => format!("paused until {}", local_time(at, self.zone())),
+            None => "paused".to_string(),
+        }
+    }
+
+    fn zone(&self) -> Tz {
+        super::zone(self.timezone.unwrap_or("UTC"))
     }
 
     fn last_result_text(&self) -> String {
@@ -907,7 +1028,10 @@ fn show_text(view: &ScheduleView) -> Result<()> {
             None => "(the tick's)".to_string(),
         }
     );
-    say!("state:        {}", view.state);
+    match view.state {
+        "paused" => say!("state:        {}", view.paused_text()),
+        state => say!("state:        {state}"),
+    }
     if let Some(damage) = &view.damage {
         // How to repair it follows on stderr, with the exit code.
         say!("problem:      {}", damage.problem);

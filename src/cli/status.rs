@@ -166,6 +166,9 @@ struct Report<'a> {
     /// Every status, zeros included, in `RunStatus::ALL` order.
     counts: Counts<'a>,
     oldest_due: Option<Due<'a>>,
+    /// Pending runs held by a paused schedule: they wait for its resume, so they are not in
+    /// `oldest_due`.
+    held_by_pause: i64,
     running: Vec<Running<'a>>,
     expired_leases: Vec<Running<'a>>,
     retries_in_flight: Vec<Retries>,
@@ -320,6 +323,7 @@ impl<'a> Report<'a> {
                 due_at_epoch: run.run_at,
                 lag_secs: (now - run.run_at).max(0),
             }),
+            held_by_pause: h.held_by_pause,
             running,
             expired_leases,
             retries_in_flight: h
@@ -394,6 +398,11 @@ fn render(report: &Report) -> Result<String, std::fmt::Error> {
             duration_of_secs(now - due.due_at_epoch)
         )?,
         None => writeln!(out, "oldest due:      none (nothing waits to be claimed)")?,
+    }
+    match report.held_by_pause {
+        0 => {}
+        1 => writeln!(out, "held:            1 run held by a paused schedule")?,
+        n => writeln!(out, "held:            {n} runs held by paused schedules")?,
     }
 
     let running_total = report

@@ -1,14 +1,14 @@
-//! `runner retry RUN_ID` and `runner cancel RUN_ID`: an operator steering one run. Which states
-//! allow which request is decided once, in `Steer::allows`, under the write lock.
+//! `runner retry RUN_ID` and `runner cancel RUN_ID|--schedule NAME`: an operator steering runs.
+//! Which states allow which request is decided once, in `Steer::allows`, under the write lock.
 
 use anyhow::Result;
 
 use super::show::find_run;
-use super::{actor, emit, Ctx};
-use crate::display::local_time;
+use super::{actor, emit, find_definition_row, Ctx};
+use crate::display::{escape_line, local_time};
 use crate::exit::Failure;
 use crate::model::{Actor, RunStatus, Steer, Steered};
-use crate::store::{OpenMode, RunView, Store};
+use crate::store::{OpenMode, RunFilter, RunView, Store};
 use crate::tick::recover::{runner_alive, stop_attempt, Stopped};
 
 #[derive(Debug, clap::Args)]
@@ -18,9 +18,13 @@ pub struct RetryArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["run_id", "schedule"])))]
 pub struct CancelArgs {
     /// Run id, as `runner history` lists it.
-    pub run_id: i64,
+    pub run_id: Option<i64>,
+    /// Cancel every pending and running run of this schedule instead of one run.
+    #[arg(long, value_name = "NAME")]
+    pub schedule: Option<String>,
 }
 
 pub fn retry(args: RetryArgs, ctx: &Ctx) -> Result<()> {
@@ -67,29 +71,111 @@ pub fn retry(args: RetryArgs, ctx: &Ctx) -> Result<()> {
 
 pub fn cancel(args: CancelArgs, ctx: &Ctx) -> Result<()> {
     let mut store = ctx.open(OpenMode::MustExist)?;
-    let run = find_run(store.as_ref(), args.run_id)?;
     let me = actor(None);
-    match store.steer(run.id, Steer::Cancel, ctx.clock.epoch(), &me)? {
-        Steered::Done {
-            from: RunStatus::Running,
-            attempt,
-            ..
-        } => {
-            let how = stop_cancelled(store.as_mut(), ctx, &me, &run, attempt)?;
+    let run_id = match (args.run_id, args.schedule) {
+        (Some(run_id), _) => run_id,
+        (None, Some(name)) => return cancel_schedule(store.as_mut(), ctx, &me, &name),
+        (None, None) => unreachable!("clap requires RUN_ID or --schedule"),
+    };
+    let run = find_run(store.as_ref(), run_id)?;
+    match cancel_run(store.as_mut(), ctx, &me, &run)? {
+        Cancelled::Running(how) => {
             emit(&format!("cancelled run {} of {}; {how}\n", run.id, run.job))
         }
-        Steered::Done { .. } => emit(&format!(
+        Cancelled::Pending => emit(&format!(
             "cancelled run {} of {} (it was pending, scheduled {})\n",
             run.id,
             run.job,
             local_time(run.scheduled_for, super::zone(&run.timezone))
         )),
-        Steered::NotFound => Err(gone(run.id)),
-        Steered::Refused { status, .. } => Err(Failure::usage(format!(
+        Cancelled::Gone => Err(gone(run.id)),
+        Cancelled::Finished(status) => Err(Failure::usage(format!(
             "run {} has already finished ({status}); only pending or running runs can be cancelled",
             run.id
         ))),
     }
+}
+
+/// `cancel --schedule NAME`: every pending and running run of the schedule, each as
+/// `cancel RUN_ID` cancels it. Runs that finish meanwhile are left alone.
+fn cancel_schedule(store: &mut dyn Store, ctx: &Ctx, me: &Actor, name: &str) -> Result<()> {
+    let definition_id = match find_definition_row(store, name)? {
+        Ok(definition) => definition.id,
+        // A damaged schedule's runs can still be cancelled.
+        Err(damaged) => damaged.definition.id,
+    };
+    let name = escape_line(name);
+    // Pending first: a pending run of a `forbid` schedule would otherwise start as soon as the
+    // running one stops.
+    let mut runs = runs_of(store, definition_id, RunStatus::Pending)?;
+    runs.extend(runs_of(store, definition_id, RunStatus::Running)?);
+    let (mut pending, mut running) = (0, Vec::new());
+    for run in &runs {
+        match cancel_run(store, ctx, me, run)? {
+            Cancelled::Pending => pending += 1,
+            Cancelled::Running(how) => running.push(format!("run {}: {how}", run.id)),
+            Cancelled::Gone | Cancelled::Finished(_) => {}
+        }
+    }
+    let total = pending + running.len();
+    let mut out = match total {
+        0 => format!("schedule {name} has no pending or running runs; nothing to cancel\n"),
+        _ => format!(
+            "cancelled {total} run{} of {name}: {pending} pending, {} running\n",
+            if total == 1 { "" } else { "s" },
+            running.len()
+        ),
+    };
+    for line in running {
+        out.push_str(&format!("  {line}\n"));
+    }
+    emit(&out)
+}
+
+/// The runs of a schedule in `status`, oldest first.
+pub fn runs_of(store: &dyn Store, definition_id: i64, status: RunStatus) -> Result<Vec<RunView>> {
+    let mut runs = store.history(&RunFilter {
+        definition_id: Some(definition_id),
+        status: Some(status),
+        since: None,
+        limit: i64::MAX as usize,
+    })?;
+    runs.reverse();
+    Ok(runs)
+}
+
+/// What cancelling one run did.
+pub enum Cancelled {
+    /// It was pending: it never runs.
+    Pending,
+    /// It was running: who stops its job (see `stop_cancelled`).
+    Running(String),
+    /// It no longer exists.
+    Gone,
+    /// It had already finished, with this status: nothing changed.
+    Finished(RunStatus),
+}
+
+/// Cancel one run as `cancel RUN_ID` does: a pending run never runs; a running one loses its
+/// lease and its job is stopped (`stop_cancelled`).
+pub fn cancel_run(
+    store: &mut dyn Store,
+    ctx: &Ctx,
+    me: &Actor,
+    run: &RunView,
+) -> Result<Cancelled> {
+    Ok(
+        match store.steer(run.id, Steer::Cancel, ctx.clock.epoch(), me)? {
+            Steered::Done {
+                from: RunStatus::Running,
+                attempt,
+                ..
+            } => Cancelled::Running(stop_cancelled(store, ctx, me, run, attempt)?),
+            Steered::Done { .. } => Cancelled::Pending,
+            Steered::NotFound => Cancelled::Gone,
+            Steered::Refused { status, .. } => Cancelled::Finished(status),
+        },
+    )
 }
 
 /// After a running run was cancelled: say who stops its job, or, when the runner holding it is

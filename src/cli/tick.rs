@@ -75,6 +75,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             report.executed.len(),
             report.errors
         );
+        if report.resumed > 0 {
+            crate::complain!(
+                "runner: resumed {} schedule(s) whose pause had ended",
+                report.resumed
+            );
+        }
         if let Some(why) = report.auto_prune_skipped {
             crate::complain!("runner: automatic pruning skipped: {why}");
         }

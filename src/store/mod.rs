@@ -321,8 +321,11 @@ pub struct RunningView {
 pub struct Health {
     /// Every status, zeros included, in `RunStatus::ALL` order.
     pub counts: Vec<(RunStatus, i64)>,
-    /// The pending run that has been due the longest without being claimed.
+    /// The pending run that has been due the longest without being claimed (runs held by a
+    /// paused schedule are not due: they wait for its resume).
     pub oldest_due: Option<RunBrief>,
+    /// Pending runs held by their paused schedule (due or not).
+    pub held_by_pause: i64,
     /// Running runs, the earliest lease expiry first (expired ones first), at most `RUNNING_LISTED`.
     pub running: Vec<RunningView>,
     /// Running runs whose lease expired before `now`: their runner stopped heart-beating.
@@ -461,6 +464,9 @@ pub trait Store {
     /// pause flag or next fire time cannot be read (so a tick reports them instead of never
     /// seeing them).
     fn due_definitions(&self, now: i64) -> Result<Vec<DefinitionRow>>;
+    /// Paused definitions whose `paused_until` is at or before `now` (`pause --for` has ended):
+    /// the tick resumes them (with `apply_definitions`, so only if unchanged since read).
+    fn ended_pauses(&self, now: i64) -> Result<Vec<DefinitionRow>>;
     /// In one transaction: if the cursor is still where `cursor` expects (and the schedule is not
     /// paused), move it, then insert the runs that `plan` returns (given the id of a run of this
     /// schedule that is running now, if any), each with its `NewRun::event()`, copying the
@@ -499,15 +505,16 @@ pub trait Store {
     ///
     /// The claim rule, the same for every backend and checked inside the claiming transaction so
     /// racing claims cannot both pass it: a run is claimable when it is `pending` with
-    /// `run_at <= now`, and, if its schedule's overlap policy is `forbid`, no run of that schedule
-    /// is `running` and it is the schedule's oldest such run (by `run_at`, then id). So a claim
-    /// never starts a second run of a `forbid` schedule, and never takes two at once.
+    /// `run_at <= now`, its schedule is not paused (a pause holds its runs, retries and manual
+    /// runs alike, until `resume`), and, if its schedule's overlap policy is `forbid`, no run of
+    /// that schedule is `running` and it is the schedule's oldest such run (by `run_at`, then id).
+    /// So a claim never starts a second run of a `forbid` schedule, and never takes two at once.
     ///
     /// Each claimed run becomes `running` under a fresh random lease token owned by
     /// `actor.owner`, expiring at `now + lease_secs`, with `heartbeat_at = now`, its attempt
     /// number one higher and `started_at` set if unset; an attempt row is opened for it (actor,
     /// token, `started_at = now`) and `NewEvent::claimed` recorded. `more_due` tells whether any
-    /// `pending` run with `run_at <= now` is left after the claim.
+    /// `pending` run with `run_at <= now` of a schedule that is not paused is left after the claim.
     fn claim(&mut self, actor: &Actor, now: i64, lease_secs: i64, batch: usize) -> Result<Claimed>;
     /// Claim run `run_id` alone (`run --wait`), exactly as `claim` would, if the claim rule
     /// allows it now.

@@ -37,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0002_observe.sql"),
     include_str!("../../migrations/0003_containment.sql"),
     include_str!("../../migrations/0004_run_zone.sql"),
+    include_str!("../../migrations/0005_pause_until.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -516,7 +517,7 @@ fn create_private_file(path: &Path) -> Result<()> {
 
 const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, max_attempts, timeout_secs, \
      backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, materialized_through, \
-     next_fire_at, created_at, updated_at, revision, leftovers";
+     next_fire_at, created_at, updated_at, revision, leftovers, paused_until";
 
 /// The one conversion of a `job_definitions` row (selected with `DEFINITION_COLUMNS`). A row
 /// whose columns do not convert (an out-of-range integer, unknown policy text, a NULL, a blob) or
@@ -550,6 +551,7 @@ fn definition_from_row(row: &Row<'_>) -> DefinitionRow {
         created_at: columns.get("created_at"),
         updated_at: columns.get("updated_at"),
         revision: columns.get("revision"),
+        paused_until: columns.get("paused_until"),
     };
     let mut problems = columns.problems;
     problems.extend(definition.settings.problems(&problems));
@@ -883,9 +885,13 @@ const OLDEST_DUE: &str = concat!(
     run_brief!(),
     "
 FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-WHERE r.status = 'pending' AND r.run_at <= ?1
+WHERE r.status = 'pending' AND r.run_at <= ?1 AND d.paused = 0
 ORDER BY r.run_at, r.id LIMIT 1"
 );
+/// Pending runs held by their paused schedule: not claimable (see `Store::claim`), so not late.
+const HELD_BY_PAUSE: &str = "
+SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+WHERE r.status = 'pending' AND d.paused = 1";
 /// Running runs with their lease and attempt, the earliest expiry first (`job_runs_leases`).
 const RUNNING_RUNS: &str = concat!(
     run_brief!(),
@@ -1017,7 +1023,7 @@ SET status = 'running',
 WHERE id IN (
     SELECT r.id
     FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-    WHERE r.status = 'pending' AND r.run_at <= :now {only}
+    WHERE r.status = 'pending' AND r.run_at <= :now AND d.paused = 0 {only}
       AND (d.overlap = 'allow' OR (
             -- forbid: nothing of this schedule running, and only its oldest due run
             NOT EXISTS (SELECT 1 FROM job_runs o WHERE o.definition_id = r.definition_id AND o.status = 'running')
@@ -1030,9 +1036,11 @@ RETURNING id, definition_id, (SELECT name FROM job_definitions WHERE id = defini
           scheduled_for, command, workdir, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
           lease_token, leftovers";
 
-/// Whether due work is left after a claim (`job_runs_due`: the first entry answers).
-const MORE_DUE_SQL: &str =
-    "SELECT EXISTS (SELECT 1 FROM job_runs WHERE status = 'pending' AND run_at <= ?1)";
+/// Whether due work is left after a claim (`job_runs_due`). Runs held by a paused schedule are not
+/// due work: a tick must not keep claiming for them.
+const MORE_DUE_SQL: &str = "
+SELECT EXISTS (SELECT 1 FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+               WHERE r.status = 'pending' AND r.run_at <= ?1 AND d.paused = 0)";
 
 /// The open attempt of a run, with what identifies its processes and its runner.
 const ATTEMPT_HOLDER: &str = "
@@ -1096,13 +1104,14 @@ fn rewrite_definition(
                  WHEN 'integer' THEN max(materialized_through, ?14) ELSE ?14 END,
              next_fire_at = ?15, updated_at = ?16, leftovers = ?17,
              created_at = CASE typeof(created_at) WHEN 'integer' THEN created_at ELSE ?16 END,
-             revision = CASE typeof(revision) WHEN 'integer' THEN revision + 1 ELSE 1 END
+             revision = CASE typeof(revision) WHEN 'integer' THEN revision + 1 ELSE 1 END,
+             paused_until = ?19
          WHERE id = ?1 AND (?18 IS NULL OR revision IS ?18)",
         params![
             d.id, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
             s.backoff_base_secs, s.backoff_max_secs, s.overlap.as_str(), s.catch_up.as_str(),
             s.grace_secs, s.paused, d.materialized_through, d.next_fire_at, now, s.leftovers.as_str(),
-            expected_revision
+            expected_revision, d.pause_end()
         ],
     )
 }
@@ -1271,6 +1280,17 @@ impl Store for SqliteStore {
              WHERE typeof(paused) <> 'integer' OR paused NOT IN (0, 1)
                 OR typeof(next_fire_at) NOT IN ('integer', 'null')
              ORDER BY next_fire_at, id"
+        ))?;
+        let rows = stmt.query_map([now], |row| Ok(definition_from_row(row)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn ended_pauses(&self, now: i64) -> Result<Vec<DefinitionRow>> {
+        // Served by `job_definitions_pause_ends`.
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {DEFINITION_COLUMNS} FROM job_definitions
+             WHERE paused = 1 AND paused_until <= ?1
+             ORDER BY paused_until, id"
         ))?;
         let rows = stmt.query_map([now], |row| Ok(definition_from_row(row)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -1695,6 +1715,7 @@ impl Store for SqliteStore {
         let oldest_due = tx
             .query_row(OLDEST_DUE, [now], run_brief_from_row)
             .optional()?;
+        let held_by_pause: i64 = tx.query_row(HELD_BY_PAUSE, [], |r| r.get(0))?;
 
         let running = {
             let mut stmt = tx.prepare(RUNNING_RUNS)?;
@@ -1770,6 +1791,7 @@ impl Store for SqliteStore {
         Ok(Health {
             counts,
             oldest_due,
+            held_by_pause,
             running,
             expired_leases,
             retries_in_flight,
@@ -2023,6 +2045,7 @@ mod tests {
             ("count", COUNT_RUNS.to_string()),
             ("count not succeeded", COUNT_RUNS_NOT_SUCCEEDED.to_string()),
             ("oldest due", OLDEST_DUE.to_string()),
+            ("held by pause", HELD_BY_PAUSE.to_string()),
             ("running", RUNNING_RUNS.to_string()),
             ("expired leases", COUNT_EXPIRED_LEASES.to_string()),
             ("retries", RETRIES_IN_FLIGHT.to_string()),

@@ -13,7 +13,9 @@ use super::Tick;
 use crate::clock::{from_epoch, Now};
 use crate::model::{Actor, Cursor, Definition, NewRun, Overlap, Settings};
 use crate::schedule::{plan_catch_up, Decision, Timing};
-use crate::store::{CursorMove, Materialization, Store, MATERIALIZE_BATCH};
+use crate::store::{
+    Applied, CursorMove, DefinitionChanges, Materialization, Store, MATERIALIZE_BATCH,
+};
 
 /// How many instants of one schedule a tick looks at (and records, run or skipped) at most;
 /// older missed instants are counted in a skip reason, not recorded one by one.
@@ -29,6 +31,48 @@ pub fn restart_cursor(settings: &Settings, through: i64, now: i64) -> Result<Cur
         materialized_through,
         next_fire_at: settings.timing()?.next_after(materialized_through),
     })
+}
+
+/// Resume a paused schedule at `at` (`schedule resume`, and a tick once a `pause --for` has
+/// ended): instants up to `at` were paused and are never replayed; from then on it fires as usual.
+pub fn resume_definition(d: &mut Definition, at: i64) -> Result<()> {
+    d.set_cursor(restart_cursor(&d.settings, d.materialized_through, at)?);
+    d.settings.paused = false;
+    d.paused_until = None;
+    Ok(())
+}
+
+/// Before materialising: resume each schedule whose `pause --for` has ended, as `schedule resume`
+/// does, but from the end of the pause rather than from now: instants at or after the end belong
+/// to the schedule again, and this tick's materialisation runs or skips them by its catch-up
+/// policy, exactly as for any tick that came late. Each is written only if nobody changed the
+/// schedule since it was read (a `pause`, `resume` or `edit` meanwhile wins).
+pub fn resume_ended_pauses(tick: &mut Tick<'_>) -> Result<()> {
+    let now = tick.clock.epoch();
+    for row in tick.store.ended_pauses(now)? {
+        let mut definition = match row {
+            Ok(definition) => definition,
+            Err(damaged) => {
+                let e = anyhow::anyhow!("its pause has ended, but it is damaged: {damaged}");
+                super::runner_error(&mut tick.report.errors, damaged.label(), &e);
+                continue;
+            }
+        };
+        let Some(end) = definition.pause_end() else {
+            continue;
+        };
+        // The cursor counts instants up to and including it as handled: those before the end.
+        resume_definition(&mut definition, end - 1)?;
+        let resumed = DefinitionChanges {
+            update: vec![definition],
+            ..DefinitionChanges::default()
+        };
+        match tick.store.apply_definitions(&resumed, now)? {
+            Applied::Done => tick.report.resumed += 1,
+            Applied::Conflict(_) | Applied::Running(_) => {}
+        }
+    }
+    Ok(())
 }
 
 pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {

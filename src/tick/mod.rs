@@ -56,6 +56,8 @@ pub enum OnShutdown {
 #[derive(Debug, Default)]
 pub struct TickReport {
     pub recovered: usize,
+    /// Schedules resumed because their `pause --for` ended.
+    pub resumed: usize,
     pub materialized: usize,
     pub executed: Vec<record::Executed>,
     /// Runner errors that did not stop the tick (one stderr line each was printed).
@@ -96,6 +98,7 @@ pub fn tick(
     };
     recover::recover_expired(&mut tick)?;
     recover::stop_orphaned_attempts(&mut tick)?;
+    materialize::resume_ended_pauses(&mut tick)?;
     materialize::materialize_due(&mut tick)?;
     execute::execute_due(&mut tick)?;
     // Retention is measured from now: only the real clock, and one that is not behind what the

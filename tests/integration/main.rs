@@ -19,6 +19,7 @@ mod hostile_jobs;
 mod materialize;
 mod never_twice;
 mod observe;
+mod pausing;
 mod postgres;
 mod prune;
 mod recovery;

@@ -426,6 +426,7 @@ const STATUS_KEYS: &[&str] = &[
     "running",
     "expired_leases",
     "retries_in_flight",
+    "held_by_pause",
     "last_24h",
     "last_tick_age_secs",
     "database",

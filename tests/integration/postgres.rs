@@ -141,18 +141,18 @@ fn init_creates_the_schema_and_other_commands_need_it() {
     assert!(err.contains("127.0.0.1"), "the host is named: {err}");
     env.ok(&["init"]);
     env.ok(&["init"]); // idempotent
-                       // Both PostgreSQL migrations (0002: runs keep their zone).
+    // Every PostgreSQL migration (0002: runs keep their zone; 0003: timed pauses).
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        2
+        3
     );
     // The constraints and indexes SQLite has, partial ones included.
     let indexes = env.count(
         "SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_runs_one_per_instant', 'job_runs_due',
-             'job_runs_leases', 'job_definitions_due', 'job_attempts_open')
+             'job_runs_leases', 'job_definitions_due', 'job_attempts_open', 'job_definitions_pause_ends')
            AND indexdef LIKE '% WHERE %'",
     );
-    assert_eq!(indexes, 5);
+    assert_eq!(indexes, 6);
     // A newer schema than this runner knows: refused, exit 4.
     env.client()
         .batch_execute("INSERT INTO runner_schema_version VALUES (99, 0)")

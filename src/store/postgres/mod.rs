@@ -45,6 +45,7 @@ type StoreResult<T> = super::Result<T>;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0001_init.sql"),
     include_str!("../../../migrations/postgres/0002_run_zone.sql"),
+    include_str!("../../../migrations/postgres/0003_pause_until.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
@@ -342,7 +343,7 @@ fn status_at(row: &Row, index: usize) -> Result<RunStatus> {
 
 const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, max_attempts, timeout_secs, \
      backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, materialized_through, \
-     next_fire_at, created_at, updated_at, revision, leftovers";
+     next_fire_at, created_at, updated_at, revision, leftovers, paused_until";
 
 /// The one conversion of a `job_definitions` row (selected with `DEFINITION_COLUMNS`). The
 /// schema's types and checks keep most damage out; what is left (a count beyond `u32`, a cron
@@ -375,6 +376,7 @@ fn definition_from_row(row: &Row) -> DefinitionRow {
         created_at: columns.get("created_at"),
         updated_at: columns.get("updated_at"),
         revision: columns.get("revision"),
+        paused_until: columns.get("paused_until"),
     };
     let mut problems = columns.problems;
     problems.extend(definition.settings.problems(&problems));
@@ -492,7 +494,8 @@ fn rewrite_definition(
              timeout_secs = $7, backoff_base_secs = $8, backoff_max_secs = $9, overlap = $10, catch_up = $11,
              grace_secs = $12, paused = $13,
              materialized_through = greatest(materialized_through, $14),
-             next_fire_at = $15, updated_at = $16, leftovers = $17, revision = revision + 1
+             next_fire_at = $15, updated_at = $16, leftovers = $17, revision = revision + 1,
+             paused_until = $19
          WHERE id = $1 AND revision = coalesce($18, revision)",
         &[
             &d.id,
@@ -513,6 +516,7 @@ fn rewrite_definition(
             &now,
             &s.leftovers.as_str(),
             &expected_revision,
+            &d.pause_end(),
         ],
     )?)
 }
@@ -737,9 +741,13 @@ const OLDEST_DUE: &str = concat!(
     run_brief!(),
     "
 FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-WHERE r.status = 'pending' AND r.run_at <= $1
+WHERE r.status = 'pending' AND r.run_at <= $1 AND d.paused = 0
 ORDER BY r.run_at, r.id LIMIT 1"
 );
+/// Pending runs held by their paused schedule: not claimable (see `Store::claim`), so not late.
+const HELD_BY_PAUSE: &str = "
+SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+WHERE r.status = 'pending' AND d.paused = 1";
 /// Running runs with their lease and attempt, the earliest expiry first (`job_runs_leases`).
 const RUNNING_RUNS: &str = concat!(
     run_brief!(),
@@ -808,7 +816,7 @@ const CLAIM_SQL: &str = "
 WITH picked AS (
     SELECT r.id
     FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-    WHERE r.status = 'pending' AND r.run_at <= $3
+    WHERE r.status = 'pending' AND r.run_at <= $3 AND d.paused = 0
       {only}
       AND (d.overlap = 'allow' OR (
             -- forbid: nothing of this schedule running, and only its oldest due run
@@ -833,8 +841,10 @@ WHERE r.id = picked.id AND d.id = r.definition_id AND r.status = 'pending'
 RETURNING r.id, r.definition_id, d.name, r.attempt, r.max_attempts, r.scheduled_for, r.command, r.workdir,
           r.timeout_secs, r.backoff_base_secs, r.backoff_max_secs, r.idempotency_key, r.lease_token, r.leftovers";
 
-const MORE_DUE_SQL: &str =
-    "SELECT EXISTS (SELECT 1 FROM job_runs WHERE status = 'pending' AND run_at <= $1)";
+/// Runs held by a paused schedule are not due work: a tick must not keep claiming for them.
+const MORE_DUE_SQL: &str = "
+SELECT EXISTS (SELECT 1 FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+               WHERE r.status = 'pending' AND r.run_at <= $1 AND d.paused = 0)";
 
 /// The open attempt of a run, with what identifies its processes and its runner.
 const ATTEMPT_HOLDER: &str = "
@@ -1061,6 +1071,24 @@ impl Store for PostgresStore {
                         "SELECT {DEFINITION_COLUMNS} FROM job_definitions
                          WHERE paused = 0 AND next_fire_at <= $1
                          ORDER BY next_fire_at, id"
+                    ),
+                    &[&now],
+                )?
+                .iter()
+                .map(definition_from_row)
+                .collect())
+        })
+    }
+
+    fn ended_pauses(&self, now: i64) -> StoreResult<Vec<DefinitionRow>> {
+        // Served by `job_definitions_pause_ends`.
+        self.read(|client| {
+            Ok(client
+                .query(
+                    &format!(
+                        "SELECT {DEFINITION_COLUMNS} FROM job_definitions
+                         WHERE paused = 1 AND paused_until <= $1
+                         ORDER BY paused_until, id"
                     ),
                     &[&now],
                 )?
@@ -1496,6 +1524,7 @@ impl Store for PostgresStore {
                 .query_opt(OLDEST_DUE, &[&now])?
                 .map(|r| run_brief_from_row(&r))
                 .transpose()?;
+            let held_by_pause: i64 = tx.query_one(HELD_BY_PAUSE, &[])?.try_get(0)?;
 
             let running = tx
                 .query(RUNNING_RUNS, &[&(RUNNING_LISTED as i64)])?
@@ -1563,6 +1592,7 @@ impl Store for PostgresStore {
             Ok(Health {
                 counts,
                 oldest_due,
+                held_by_pause,
                 running,
                 expired_leases,
                 retries_in_flight,

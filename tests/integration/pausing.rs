@@ -1,0 +1,274 @@
+//! Steering a whole schedule: `schedule pause` holds its pending runs (retries and manual runs
+//! too) until `resume`, `--cancel-pending` cancels them, `--for` ends the pause at the first tick
+//! after it; `cancel --schedule` cancels every pending and running run; `edit --no-workdir`.
+//! Through the real binary, times pinned with `--now`.
+
+use std::time::Duration;
+
+use crate::common::{json, process_alive, run_ids, status_of, stdout, wait_until, Bg, Env, NEVER};
+
+const T0: &str = "2026-07-01T10:30:00Z";
+
+fn at<'a>(now: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec!["--now", now];
+    all.extend_from_slice(args);
+    all
+}
+
+#[test]
+fn pause_holds_manual_runs_and_retries_until_resume_without_a_false_lag_alarm() {
+    let env = Env::init();
+    let flag = env.path("healed");
+    // Fails until the flag file exists; retried after 60s.
+    let command = format!("test -e '{}' || exit 7", flag.display());
+    let backoff = ["--backoff-base", "60s", "--backoff-max", "60s"];
+    env.add_at(Some(T0), "job", NEVER, &backoff, &command);
+    env.ok(&at(T0, &["run", "job"]));
+    env.tick_at("2026-07-01T10:30:01Z");
+    let retrying = run_ids(&env, "job")[0];
+    assert_eq!(
+        status_of(&env, retrying),
+        "pending",
+        "waits out its backoff"
+    );
+    std::fs::write(&flag, "").expect("flag");
+
+    let out = env.ok(&at("2026-07-01T10:30:10Z", &["schedule", "pause", "job"]));
+    assert!(out.contains("paused schedule job"), "{out}");
+    assert!(out.contains("1 pending run held until it resumes"), "{out}");
+    // A manual run of a paused schedule is queued and held; `--wait` would wait forever: refused.
+    let out = env.ok(&at("2026-07-01T10:30:20Z", &["run", "job"]));
+    assert!(
+        out.contains("held until `runner schedule resume job`"),
+        "{out}"
+    );
+    let manual = run_ids(&env, "job")[1];
+    let err = env.fails(2, &at("2026-07-01T10:30:20Z", &["run", "job", "--wait"]));
+    assert!(err.contains("schedule job is paused"), "{err}");
+    assert!(err.contains("runner schedule resume job"), "{err}");
+    assert_eq!(
+        run_ids(&env, "job").len(),
+        2,
+        "a refused --wait queues nothing"
+    );
+
+    // Long after the retry and the manual run came due, a tick starts neither, and finishes at
+    // once (held runs are not due work it waits for: a spinning tick would run its full hour).
+    let later = "2026-07-01T11:30:00Z";
+    let (out, _) = env.tick_within(
+        &["--now", later, "--max-tick", "1h"],
+        Duration::from_secs(300),
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(status_of(&env, retrying), "pending");
+    assert_eq!(status_of(&env, manual), "pending");
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_attempts WHERE run_id = $1",
+            &[&retrying]
+        ),
+        1,
+        "no attempt while paused"
+    );
+
+    // Held runs are not late: no oldest due, no lag, no due-lag warning; status counts them.
+    let report = json(&env.ok(&at(later, &["status", "--json"])));
+    assert_eq!(report["held_by_pause"], 2, "{report}");
+    assert!(report["oldest_due"].is_null(), "{report}");
+    let text = env.ok(&at(later, &["status"]));
+    assert!(text.contains("2 runs held by paused schedules"), "{text}");
+    let metrics = env.ok(&at(later, &["metrics"]));
+    assert!(
+        metrics.contains("\nrunner_oldest_due_lag_seconds 0\n"),
+        "{metrics}"
+    );
+    let check = env.run(&at(later, &["status", "--check", "--max-due-lag", "1m"]));
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+
+    // Resumed: the next tick runs both.
+    let out = env.ok(&at("2026-07-01T11:31:00Z", &["schedule", "resume", "job"]));
+    assert!(out.contains("resumed schedule job"), "{out}");
+    env.tick_at("2026-07-01T11:31:01Z");
+    assert_eq!(status_of(&env, retrying), "succeeded");
+    assert_eq!(status_of(&env, manual), "succeeded");
+    let report = json(&env.ok(&at("2026-07-01T11:31:02Z", &["status", "--json"])));
+    assert_eq!(report["held_by_pause"], 0, "{report}");
+}
+
+#[test]
+fn pause_cancel_pending_cancels_them_with_an_event_each() {
+    let env = Env::init();
+    let marker = env.path("ran");
+    env.add("job", &[], &format!("touch '{}'", marker.display()));
+    let first = env.enqueue("job");
+    let second = env.enqueue("job");
+    let out = env.ok(&["schedule", "pause", "job", "--cancel-pending"]);
+    assert!(out.contains("paused schedule job"), "{out}");
+    assert!(out.contains("cancelled 2 pending runs"), "{out}");
+    for id in [first, second] {
+        assert_eq!(status_of(&env, id), "cancelled");
+        assert_eq!(
+            env.sql.query_i64(
+                "SELECT count(*) FROM job_events WHERE run_id = $1 AND kind = 'CANCELLED'",
+                &[&id]
+            ),
+            1
+        );
+    }
+    // Already paused: it still cancels what is pending (nothing now), and says so.
+    let out = env.ok(&["schedule", "pause", "job", "--cancel-pending"]);
+    assert!(out.contains("already paused"), "{out}");
+    assert!(out.contains("cancelled 0 pending runs"), "{out}");
+    env.ok(&["schedule", "resume", "job"]);
+    env.ok(&["tick"]);
+    assert!(!marker.exists(), "a cancelled run was executed");
+}
+
+#[test]
+fn cancel_schedule_cancels_its_pending_and_running_runs() {
+    let env = Env::init();
+    let pidfile = env.path("job.pid");
+    let command = format!("echo $$ > '{}'; sleep 30", pidfile.display());
+    env.add("sleeper", &[], &command);
+    // overlap forbid (the default): the second run waits behind the first.
+    env.enqueue("sleeper");
+    env.enqueue("sleeper");
+    env.add("other", &[], "true");
+    let other = env.enqueue("other");
+    let ids = run_ids(&env, "sleeper");
+    let bg = Bg::spawn(
+        &env,
+        "tick",
+        &["tick", "--lease", "3s", "--owner", "bg-tick"],
+    )
+    .with_job_pidfile(&pidfile);
+    wait_until(Duration::from_secs(60), "the first job to start", || {
+        bg.job_pid().is_some() && status_of(&env, ids[0]) == "running"
+    });
+    let job = bg.job_pid().expect("pid");
+
+    let out = env.ok(&["cancel", "--schedule", "sleeper"]);
+    assert!(
+        out.contains("cancelled 2 runs of sleeper: 1 pending, 1 running"),
+        "{out}"
+    );
+    assert!(out.contains(&format!("run {}:", ids[0])), "{out}");
+    assert_eq!(status_of(&env, ids[0]), "cancelled");
+    assert_eq!(status_of(&env, ids[1]), "cancelled");
+    wait_until(
+        Duration::from_secs(60),
+        "the job's process group to be killed",
+        || !process_alive(job),
+    );
+    let out = bg.finish(Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // Another schedule's run is not touched (the tick ran it).
+    assert_eq!(status_of(&env, other), "succeeded");
+
+    let out = env.ok(&["cancel", "--schedule", "sleeper"]);
+    assert!(out.contains("nothing to cancel"), "{out}");
+    env.fails(3, &["cancel", "--schedule", "nosuch"]);
+    // Exactly one of RUN_ID and --schedule.
+    env.fails(2, &["cancel"]);
+    env.fails(2, &["cancel", &ids[0].to_string(), "--schedule", "sleeper"]);
+}
+
+#[test]
+fn pause_for_resumes_at_the_first_tick_after_it_and_runs_from_its_end() {
+    let env = Env::init();
+    env.add_at(Some(T0), "hourly", "0 * * * *", &[], "true");
+    let out = env.ok(&at(T0, &["schedule", "pause", "hourly", "--for", "30m"]));
+    assert!(
+        out.contains("paused schedule hourly until 2026-07-01T11:00:00+00:00"),
+        "{out}"
+    );
+    let show = env.ok(&at(T0, &["schedule", "show", "hourly"]));
+    assert!(
+        show.contains("state:        paused until 2026-07-01T11:00:00+00:00"),
+        "{show}"
+    );
+    let list = json(&env.ok(&at(T0, &["schedule", "list", "--json"])));
+    assert_eq!(list[0]["state"], "paused", "{list}");
+    assert_eq!(list[0]["paused_until"], "2026-07-01T11:00:00Z", "{list}");
+    assert!(env
+        .ok(&at(T0, &["schedule", "list"]))
+        .contains("(paused until 2026-07-01T11:00:00+00:00)"));
+
+    // Before its end, a tick leaves it paused.
+    env.tick_at("2026-07-01T10:59:59Z");
+    assert!(env
+        .ok(&at(T0, &["schedule", "show", "hourly"]))
+        .contains("paused until"));
+    assert!(run_ids(&env, "hourly").is_empty());
+
+    // The first tick from the end resumes it; the instant at the end is the schedule's again.
+    let err = env.tick(&["--now", "2026-07-01T11:00:05Z", "-v"]);
+    assert!(err.contains("resumed 1 schedule"), "{err}");
+    let show = env.ok(&at("2026-07-01T11:00:05Z", &["schedule", "show", "hourly"]));
+    assert!(show.contains("state:        active"), "{show}");
+    let runs = run_ids(&env, "hourly");
+    assert_eq!(runs.len(), 1, "the 11:00 instant");
+    assert_eq!(status_of(&env, runs[0]), "succeeded");
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_definitions WHERE paused_until IS NOT NULL",
+            &[]
+        ),
+        0
+    );
+}
+
+#[test]
+fn a_plain_pause_or_resume_drops_the_end_of_a_timed_pause() {
+    let env = Env::init();
+    env.add_at(Some(T0), "hourly", "0 * * * *", &[], "true");
+    env.ok(&at(T0, &["schedule", "pause", "hourly", "--for", "30m"]));
+    let out = env.ok(&at(T0, &["schedule", "pause", "hourly"]));
+    assert_eq!(out.trim(), "paused schedule hourly", "{out}");
+    // No end any more: a tick long after leaves it paused.
+    env.tick_at("2026-07-01T12:00:05Z");
+    let show = env.ok(&at("2026-07-01T12:00:05Z", &["schedule", "show", "hourly"]));
+    assert!(show.contains("state:        paused\n"), "{show}");
+    assert!(run_ids(&env, "hourly").is_empty());
+
+    // Resume drops an end too; a pause set by `edit --paused` has none.
+    env.ok(&at(T0, &["schedule", "pause", "hourly", "--for", "1d"]));
+    env.ok(&at(
+        "2026-07-01T12:00:06Z",
+        &["schedule", "resume", "hourly"],
+    ));
+    env.ok(&at(
+        "2026-07-01T12:00:07Z",
+        &["schedule", "edit", "hourly", "--paused"],
+    ));
+    env.tick_at("2026-07-03T12:00:05Z");
+    let show = env.ok(&at("2026-07-03T12:00:05Z", &["schedule", "show", "hourly"]));
+    assert!(show.contains("state:        paused\n"), "{show}");
+
+    env.fails(2, &["schedule", "pause", "hourly", "--for", "0s"]);
+    env.fails(2, &["schedule", "pause", "hourly", "--for", "soon"]);
+}
+
+#[test]
+fn edit_workdir_empty_or_no_workdir_unsets_it() {
+    let env = Env::init();
+    let dir = env.path("");
+    let dir = dir.to_str().expect("utf-8").trim_end_matches('/');
+    env.add("job", &["--workdir", dir], "pwd");
+    let workdir =
+        |env: &Env| json(&env.ok(&["schedule", "show", "job", "--json"]))["workdir"].clone();
+    assert_eq!(workdir(&env), dir);
+    env.ok(&["schedule", "edit", "job", "--workdir", ""]);
+    assert!(workdir(&env).is_null());
+    assert!(env
+        .ok(&["schedule", "show", "job"])
+        .contains("workdir:      (the tick's)"));
+    env.ok(&["schedule", "edit", "job", "--workdir", dir]);
+    assert_eq!(workdir(&env), dir);
+    env.ok(&["schedule", "edit", "job", "--no-workdir"]);
+    assert!(workdir(&env).is_null());
+    env.fails(
+        2,
+        &["schedule", "edit", "job", "--no-workdir", "--workdir", dir],
+    );
+}
