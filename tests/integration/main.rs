@@ -16,6 +16,7 @@ mod execution;
 mod harness;
 mod hostile_jobs;
 mod materialize;
+mod migrate;
 mod never_twice;
 mod observe;
 mod postgres;
