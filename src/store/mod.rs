@@ -499,10 +499,7 @@ pub type InsertRow<'a> = dyn FnMut(Table, &[String], &[Value]) -> Result<i64> + 
 /// column left out, and returns the id the target gave it), in dependency order, pointing each
 /// run at its schedule's new id and each attempt and event at its run's new id. Shared by the
 /// backends so the mapping is written once; each backend only inserts.
-pub fn insert_migration(
-    migration: &Migration,
-    insert: &mut InsertRow<'_>,
-) -> Result<()> {
+pub fn insert_migration(migration: &Migration, insert: &mut InsertRow<'_>) -> Result<()> {
     use std::collections::HashMap;
     let mut copy = |table: Table,
                     rows: &Rows,
