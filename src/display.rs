@@ -32,22 +32,26 @@ impl serde::Serialize for UtcTime {
 
 /// A span of time for people: the one duration format of every command, for how long an attempt
 /// took, how long ago a tick ran, how far apart two clocks are, a schedule's timeout or grace.
-/// At most two units, the larger first: `250ms`, `42s`, `3m 5s`, `2h 1m`; from a day on, days
-/// and hours (`1d 3h`, `45d`), for the gaps a clock step makes.
+/// At most two units, the larger first, written as the duration flags take them (so a printed
+/// value can be pasted back into `--timeout` or `--grace`): `250ms`, `42s`, `3m5s`, `10m`,
+/// `2h10m`; from a day on, days and hours (`1d3h`, `45d`), for the gaps a clock step makes.
 pub fn duration(span: Duration) -> String {
     let secs = span.as_secs();
-    match secs {
-        0 => match span.subsec_millis() {
-            0 => "0s".to_string(),
-            ms => format!("{ms}ms"),
-        },
-        1..=59 => format!("{secs}s"),
-        60..=3599 => format!("{}m {}s", secs / 60, secs % 60),
-        3600..=86_399 => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
-        _ => match (secs / 86_400, secs % 86_400 / 3600) {
-            (days, 0) => format!("{days}d"),
-            (days, hours) => format!("{days}d {hours}h"),
-        },
+    let (larger, smaller) = match secs {
+        0 => {
+            return match span.subsec_millis() {
+                0 => "0s".to_string(),
+                ms => format!("{ms}ms"),
+            }
+        }
+        1..=59 => return format!("{secs}s"),
+        60..=3599 => ((secs / 60, "m"), (secs % 60, "s")),
+        3600..=86_399 => ((secs / 3600, "h"), (secs % 3600 / 60, "m")),
+        _ => ((secs / 86_400, "d"), (secs % 86_400 / 3600, "h")),
+    };
+    match smaller {
+        (0, _) => format!("{}{}", larger.0, larger.1),
+        _ => format!("{}{}{}{}", larger.0, larger.1, smaller.0, smaller.1),
     }
 }
 
@@ -166,10 +170,11 @@ mod tests {
         assert_eq!(duration(Duration::from_millis(250)), "250ms");
         assert_eq!(duration(Duration::from_millis(1500)), "1s");
         assert_eq!(d(45), "45s");
-        assert_eq!(d(600), "10m 0s");
-        assert_eq!(d(185), "3m 5s");
-        assert_eq!(d(7800), "2h 10m");
-        assert_eq!(d(86_400 + 3 * 3600 + 5), "1d 3h");
+        assert_eq!(d(600), "10m");
+        assert_eq!(d(185), "3m5s");
+        assert_eq!(d(3600), "1h");
+        assert_eq!(d(7800), "2h10m");
+        assert_eq!(d(86_400 + 3 * 3600 + 5), "1d3h");
         assert_eq!(d(45 * 86_400 + 1800), "45d");
         assert_eq!(duration_of_secs(-5), "0s");
         assert_eq!(duration_of_ms(2), "2ms");

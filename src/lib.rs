@@ -16,3 +16,4 @@ pub mod stderr;
 pub mod store;
 pub mod text_enum;
 pub mod tick;
+pub mod why;

@@ -28,6 +28,23 @@ text_enum!(
     "overlap policy"
 );
 
+/// How the skip reason of an instant that `forbid` skipped begins: `why` tells an overlap skip
+/// from a catch-up skip by it.
+const OVERLAP_SKIP_PREFIX: &str = "overlap forbid:";
+
+impl Overlap {
+    /// Why an instant of a `forbid` schedule was skipped: run `running` of it was still running
+    /// when the instant was materialised.
+    pub fn forbid_skip_reason(running: i64) -> String {
+        format!("{OVERLAP_SKIP_PREFIX} run {running} of this schedule is still running")
+    }
+
+    /// Whether a recorded skip reason is `forbid_skip_reason`'s (not catch-up's).
+    pub fn is_overlap_skip(reason: &str) -> bool {
+        reason.starts_with(OVERLAP_SKIP_PREFIX)
+    }
+}
+
 text_enum!(
     /// What happens to the processes a job leaves behind when its main process (the shell)
     /// exits on its own: `kill` them (TERM, then KILL), as systemd does for a service's control
@@ -57,6 +74,20 @@ mod tests {
             .to_string();
         assert!(e.contains("\"sometimes\""), "{e}");
         assert!(e.contains("latest, all, none"), "{e}");
+    }
+
+    #[test]
+    fn overlap_skips_are_told_from_catch_up_skips() {
+        let reason = Overlap::forbid_skip_reason(7);
+        assert_eq!(
+            reason,
+            "overlap forbid: run 7 of this schedule is still running"
+        );
+        assert!(Overlap::is_overlap_skip(&reason));
+        assert!(!Overlap::is_overlap_skip(
+            "catch-up latest: superseded by 2026-11-23T10:00:00Z"
+        ));
+        assert!(!Overlap::is_overlap_skip("missed by 10m 0s (grace 5m 0s)"));
     }
 
     #[test]

@@ -794,7 +794,7 @@ mod tests {
         assert!(
             backoff[0]
                 .message
-                .contains("backoff_max (1h 0m) must not be shorter than backoff_base (2h 0m)"),
+                .contains("backoff_max (1h) must not be shorter than backoff_base (2h)"),
             "{backoff:?}"
         );
     }

@@ -126,7 +126,7 @@ fn secs(d: Duration) -> i64 {
     i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
-/// A threshold as the flag would take it: `3m`, `1h`, `1h 30m`.
+/// A threshold exactly as given (not rounded to two units): `3m`, `1h`, `1h 30m 15s`.
 fn shown(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
@@ -197,7 +197,7 @@ mod tests {
         assert_eq!(v.level.exit_code(), 2);
         assert_eq!(
             v.summary,
-            "RUNNER CRITICAL - no tick for 5m 12s (max-tick-age 3m)"
+            "RUNNER CRITICAL - no tick for 5m12s (max-tick-age 3m)"
         );
     }
 
@@ -256,7 +256,7 @@ mod tests {
         assert_eq!(v.level.exit_code(), 1);
         assert_eq!(
             v.summary,
-            "RUNNER WARNING - run 7 due for 5m 1s (max-due-lag 5m)"
+            "RUNNER WARNING - run 7 due for 5m1s (max-due-lag 5m)"
         );
     }
 
@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(v.level, Level::Critical);
         assert_eq!(
             v.summary,
-            "RUNNER CRITICAL - no tick for 10m 0s (max-tick-age 3m); run 7 due for 10m 0s \
+            "RUNNER CRITICAL - no tick for 10m (max-tick-age 3m); run 7 due for 10m \
              (max-due-lag 5m)"
         );
     }

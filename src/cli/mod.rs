@@ -26,6 +26,7 @@ mod simulate;
 mod status;
 mod steer;
 mod tick;
+mod why;
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -83,6 +84,17 @@ pub enum Command {
     History(history::Args),
     /// One run: every attempt, its output tails, every event.
     Show(show::Args),
+    /// Why an instant of a schedule did or did not run.
+    ///
+    /// Prints the schedule's last and next fire times, then what happened to one instant: by
+    /// default the latest one that did not produce a succeeded run, or the time given with --at.
+    /// The cause is one of: it ran (the run and its result), it is running, pending, retrying
+    /// (attempt n of m, due at T), waiting behind a running run of its forbid schedule, dead (its
+    /// error), cancelled, skipped by catch-up or by overlap (the recorded reason), not
+    /// materialised because no tick has run since (the last tick), the schedule is paused, the
+    /// time is not an instant of the cron expression (the nearest before and after), or it fell
+    /// in a daylight-saving gap or repeated hour (the rule that applied). Reads only.
+    Why(why::Args),
     /// Health at a glance: run counts, due and running work, failures, the last tick.
     Status(status::Args),
     /// Prometheus text exposition format, for node_exporter's textfile collector.
@@ -200,6 +212,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Run(args) => run::run(args, &ctx()?),
         Command::History(args) => history::run(args, &ctx()?),
         Command::Show(args) => show::run(args, &ctx()?),
+        Command::Why(args) => why::run(args, &ctx()?),
         Command::Status(args) => status::run(args, &ctx()?),
         Command::Metrics(args) => metrics::run(args, &ctx()?),
         Command::Retry(args) => steer::retry(args, &ctx()?),

@@ -162,17 +162,14 @@ mod tests {
         let (due, now) = five_missed();
         let plan = plan_catch_up(&due, now, CatchUp::None, Duration::from_secs(300));
         assert_eq!(plan.iter().filter(|(_, d)| *d == Decision::Run).count(), 0);
-        assert_eq!(
-            plan[4].1,
-            Decision::Skip("missed by 10m 0s (grace 5m 0s)".into())
-        );
+        assert_eq!(plan[4].1, Decision::Skip("missed by 10m (grace 5m)".into()));
         assert_eq!(
             plan[3].1,
-            Decision::Skip("missed by 1h 10m (grace 5m 0s)".into())
+            Decision::Skip("missed by 1h10m (grace 5m)".into())
         );
         assert_eq!(
             plan[0].1,
-            Decision::Skip("missed by 4h 10m (grace 5m 0s)".into())
+            Decision::Skip("missed by 4h10m (grace 5m)".into())
         );
 
         let plan = plan_catch_up(&due, now, CatchUp::None, Duration::from_secs(600));
@@ -186,7 +183,7 @@ mod tests {
         );
         assert_eq!(
             plan[0].1,
-            Decision::Skip("missed by 2h 10m (grace 5m 0s)".into())
+            Decision::Skip("missed by 2h10m (grace 5m)".into())
         );
     }
 }

@@ -15,7 +15,7 @@ use chrono_tz::Tz;
 
 pub use catch_up::{plan_catch_up, Decision, CATCH_UP_ALL_LIMIT};
 pub use syntax::CronSchedule;
-pub use zone::{parse_zone, DstRule, FireTimes};
+pub use zone::{parse_zone, resolve_local, DstRule, FireTimes, LocalTime};
 
 use crate::clock::from_epoch;
 
@@ -58,6 +58,33 @@ impl Timing {
             .map(|t| t.timestamp())
     }
 
+    /// The newest `limit` fire instants in (`after`, `until`], newest first (`after` may be
+    /// `i64::MIN`: no lower bound). The search starts at `until` and reaches back in windows that
+    /// grow fourfold, so its cost follows how far back the instants lie, not how long ago `after`
+    /// is; it looks no further back than the search horizon of `next_after` (401 years).
+    pub fn latest(&self, after: i64, until: i64, limit: usize) -> Vec<i64> {
+        const HORIZON_SECS: i64 = 401 * 366 * 86_400;
+        let mut span: i64 = 3600;
+        loop {
+            let from = until.saturating_sub(span).max(after);
+            if limit == 0 || from >= until {
+                return Vec::new();
+            }
+            let found =
+                self.cron
+                    .fire_times_between(self.tz, from_epoch(from), from_epoch(until), limit);
+            if found.instants.len() >= limit || from == after || span >= HORIZON_SECS {
+                return found.instants.iter().rev().map(|t| t.timestamp()).collect();
+            }
+            span = span.saturating_mul(4).min(HORIZON_SECS);
+        }
+    }
+
+    /// Whether `epoch` is one of the schedule's fire instants.
+    pub fn fires_at(&self, epoch: i64) -> bool {
+        self.next_after(epoch - 1) == Some(epoch)
+    }
+
     /// The next `count` fire instants strictly after `after`.
     pub fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<i64> {
         self.cron
@@ -65,6 +92,59 @@ impl Timing {
             .iter()
             .map(|t| t.timestamp())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::utc;
+    use super::Timing;
+
+    fn timing(cron: &str, zone: &str) -> Timing {
+        Timing::parse(cron, zone).expect("valid timing")
+    }
+
+    fn at(s: &str) -> i64 {
+        utc(s).timestamp()
+    }
+
+    #[test]
+    fn latest_reaches_back_as_far_as_it_must() {
+        let minutely = timing("* * * * *", "UTC");
+        assert_eq!(
+            minutely.latest(i64::MIN, at("2026-11-23T10:30:30Z"), 3),
+            [
+                at("2026-11-23T10:30:00Z"),
+                at("2026-11-23T10:29:00Z"),
+                at("2026-11-23T10:28:00Z")
+            ]
+        );
+        // `until` is included, `after` is not.
+        assert_eq!(
+            minutely.latest(at("2026-11-23T10:28:00Z"), at("2026-11-23T10:30:00Z"), 10),
+            [at("2026-11-23T10:30:00Z"), at("2026-11-23T10:29:00Z")]
+        );
+        // Years back, for an expression that fires on 29 February.
+        let leap = timing("0 0 29 2 *", "UTC");
+        assert_eq!(
+            leap.latest(i64::MIN, at("2026-11-23T00:00:00Z"), 2),
+            [at("2024-02-29T00:00:00Z"), at("2020-02-29T00:00:00Z")]
+        );
+        assert!(leap
+            .latest(at("2025-01-01T00:00:00Z"), at("2026-11-23T00:00:00Z"), 2)
+            .is_empty());
+        assert!(minutely
+            .latest(i64::MIN, at("2026-11-23T00:00:00Z"), 0)
+            .is_empty());
+    }
+
+    #[test]
+    fn fires_at_only_its_instants() {
+        let t = timing("30 2 * * *", "America/New_York");
+        assert!(t.fires_at(at("2026-11-23T07:30:00Z")));
+        assert!(!t.fires_at(at("2026-11-23T07:31:00Z")));
+        // 02:30 did not exist on 8 March 2026: the job ran at the transition, 03:00 EDT.
+        assert!(t.fires_at(at("2026-03-08T07:00:00Z")));
     }
 }
 

@@ -451,7 +451,7 @@ impl CronSchedule {
 
     /// Whether a naive local time matches the fields (Debian's day rule).
     /// Independent of croner; cross-checks it in debug builds and tests.
-    pub(super) fn matches_local(&self, local: NaiveDateTime) -> bool {
+    pub fn matches_local(&self, local: NaiveDateTime) -> bool {
         use chrono::{Datelike, Timelike};
         let dom = has_bit(self.days_of_month, local.day());
         let dow = has_bit(self.days_of_week, local.weekday().num_days_from_sunday());

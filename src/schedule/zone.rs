@@ -360,6 +360,31 @@ impl CronSchedule {
     }
 }
 
+/// Where a wall-clock time of a zone falls: what a person means by "02:30 in New York".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalTime {
+    /// An ordinary local time: one instant.
+    Single(DateTime<Utc>),
+    /// A local time that happened twice (fall back): its first and its second pass.
+    Repeated(DateTime<Utc>, DateTime<Utc>),
+    /// A local time that did not exist (spring forward). `after` is the first instant whose local
+    /// time is later: where a fixed-time job due then runs instead (None out of range).
+    Skipped { after: Option<DateTime<Utc>> },
+}
+
+/// The instant(s) a naive local time of `tz` names, by the same rules that place fire times.
+pub fn resolve_local(tz: Tz, naive: NaiveDateTime) -> LocalTime {
+    match tz.from_local_datetime(&naive) {
+        LocalResult::Single(t) => LocalTime::Single(t.with_timezone(&Utc)),
+        LocalResult::Ambiguous(first, second) => {
+            LocalTime::Repeated(first.with_timezone(&Utc), second.with_timezone(&Utc))
+        }
+        LocalResult::None => LocalTime::Skipped {
+            after: first_instant_after_gap(tz, naive),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

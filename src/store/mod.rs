@@ -828,6 +828,12 @@ pub trait Store {
     /// Runs matching `filter`, newest first.
     fn history(&self, filter: &RunFilter) -> Result<Vec<RunView>>;
     fn run(&self, run_id: i64) -> Result<Option<RunView>>;
+    /// The schedule runs (not manual ones) of definition `definition_id` scheduled at any of
+    /// `instants` (at most one each), in no particular order: what became of those instants
+    /// (`why`).
+    fn runs_at_instants(&self, definition_id: i64, instants: &[i64]) -> Result<Vec<RunView>>;
+    /// When the latest tick ran, by its own clock (None: no tick ever ran).
+    fn last_tick_at(&self) -> Result<Option<i64>>;
     fn attempts(&self, run_id: i64) -> Result<Vec<AttemptView>>;
     fn events(&self, run_id: i64) -> Result<Vec<EventView>>;
     /// The health report at `now`; "recent" means finished at or after `recent_since`.

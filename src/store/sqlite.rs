@@ -843,6 +843,14 @@ fn run_view_from_row(row: &Row<'_>) -> rusqlite::Result<RunView> {
     })
 }
 
+/// After `RUN_VIEW`: a schedule's runs of some instants, one index probe per instant
+/// (`job_runs_definition_history`).
+const RUNS_AT_INSTANTS: &str = "
+WHERE r.definition_id = ?1 AND r.trigger = 'schedule'
+  AND r.scheduled_for IN (SELECT value FROM json_each(?2))";
+
+const LAST_TICK_AT: &str = "SELECT value FROM runner_state WHERE key = 'last_tick_at'";
+
 /// The columns of the short form of a run that `status` names (`run_brief_from_row`); queries
 /// append their own columns after these.
 macro_rules! run_brief {
@@ -1629,6 +1637,23 @@ impl Store for SqliteStore {
             .optional()?)
     }
 
+    fn runs_at_instants(&self, definition_id: i64, instants: &[i64]) -> Result<Vec<RunView>> {
+        // The instants travel as one JSON array, however many there are.
+        let instants = serde_json::to_string(instants)?;
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{RUN_VIEW}\n{RUNS_AT_INSTANTS}"))?;
+        let rows = stmt.query_map(params![definition_id, instants], run_view_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn last_tick_at(&self) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(LAST_TICK_AT, [], |r| r.get(0))
+            .optional()?)
+    }
+
     fn attempts(&self, run_id: i64) -> Result<Vec<AttemptView>> {
         let mut stmt = self.conn.prepare(
             "SELECT attempt, owner, host, runner_pid, child_pid, started_at, finished_at, duration_ms, outcome,
@@ -2155,6 +2180,24 @@ mod tests {
                 "{name}: scans all runs: {lines:#?}"
             );
         }
+    }
+
+    #[test]
+    fn runs_at_instants_looks_each_instant_up() {
+        let (_dir, store) = store();
+        let lines = plan(&store, &format!("{RUN_VIEW}\n{RUNS_AT_INSTANTS}"));
+        assert!(full_scans(&lines).is_empty(), "full scan: {lines:#?}");
+        // One index probe per instant, whichever (definition_id, scheduled_for) index serves it.
+        assert!(
+            lines.iter().any(|l| l.starts_with("SEARCH r USING INDEX")
+                && l.contains("(definition_id=? AND scheduled_for=?)")),
+            "not an index probe per instant: {lines:#?}"
+        );
+        assert!(store
+            .runs_at_instants(1, &[1, 2, 3])
+            .expect("query")
+            .is_empty());
+        assert_eq!(store.last_tick_at().expect("query"), None);
     }
 
     #[test]

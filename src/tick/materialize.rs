@@ -154,9 +154,9 @@ fn plan(d: &Definition, timing: &Timing, now: Now) -> Result<Materialization> {
             .map(|(at, decision)| {
                 let skip_reason = match (decision, running) {
                     (Decision::Skip(reason), _) => Some(reason.clone()),
-                    (Decision::Run, Some(run_id)) if overlap == Overlap::Forbid => Some(format!(
-                        "overlap forbid: run {run_id} of this schedule is still running"
-                    )),
+                    (Decision::Run, Some(run_id)) if overlap == Overlap::Forbid => {
+                        Some(Overlap::forbid_skip_reason(run_id))
+                    }
                     (Decision::Run, _) => None,
                 };
                 NewRun::scheduled(&name, at.timestamp(), skip_reason)

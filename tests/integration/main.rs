@@ -26,3 +26,4 @@ mod schedules;
 mod security;
 mod simulate;
 mod steer;
+mod why;

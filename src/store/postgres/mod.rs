@@ -694,6 +694,12 @@ fn run_view_from_row(row: &Row) -> Result<RunView> {
     })
 }
 
+/// After `RUN_VIEW`: a schedule's runs of some instants (by `job_runs_definition_history`).
+const RUNS_AT_INSTANTS: &str = "
+WHERE r.definition_id = $1 AND r.trigger = 'schedule' AND r.scheduled_for = ANY($2)";
+
+const LAST_TICK_AT: &str = "SELECT value FROM runner_state WHERE key = 'last_tick_at'";
+
 /// The columns of the short form of a run that `status` names (`run_brief_from_row`); queries
 /// append their own columns after these.
 macro_rules! run_brief {
@@ -1430,6 +1436,26 @@ impl Store for PostgresStore {
                 .query_opt(&format!("{RUN_VIEW}\nWHERE r.id = $1"), &[&run_id])?
                 .map(|r| run_view_from_row(&r))
                 .transpose()
+        })
+    }
+
+    fn runs_at_instants(&self, definition_id: i64, instants: &[i64]) -> StoreResult<Vec<RunView>> {
+        let sql = format!("{RUN_VIEW}\n{RUNS_AT_INSTANTS}");
+        self.read(|client| {
+            client
+                .query(&sql, &[&definition_id, &instants])?
+                .iter()
+                .map(run_view_from_row)
+                .collect()
+        })
+    }
+
+    fn last_tick_at(&self) -> StoreResult<Option<i64>> {
+        self.read(|client| {
+            Ok(client
+                .query_opt(LAST_TICK_AT, &[])?
+                .map(|r| r.try_get(0))
+                .transpose()?)
         })
     }
 

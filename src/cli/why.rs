@@ -1,0 +1,770 @@
+//! `runner why NAME [--at TIME]`: why an instant of a schedule did or did not run. This file
+//! reads the facts through the store and prints; `crate::why` decides the cause.
+
+use std::collections::HashMap;
+
+use anyhow::Result;
+use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Utc};
+use chrono_tz::Tz;
+use serde::Serialize;
+
+use super::history::RunRow;
+use super::{emit, emit_json, find_definition, Ctx};
+use crate::display::{duration_of_secs, escape_line, local_time, UtcTime};
+use crate::model::{Definition, Overlap, RunStatus};
+use crate::store::{OpenMode, RunFilter, RunView};
+use crate::why::{explain, locate, pick_latest, At, Cause, Facts, Latest, Located, LOOK_BACK};
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  runner why backup                    the latest instant of backup that did not succeed
+  runner why backup --at 02:30         today's 02:30 in backup's zone
+  runner why backup --at '2026-03-08 02:30'
+  runner why backup --at 2026-11-23T07:30:00Z --json")]
+pub struct Args {
+    /// Schedule name.
+    pub name: String,
+    /// The time to explain [default: the latest instant that did not produce a succeeded run].
+    /// RFC 3339 with an offset (2026-11-23T10:30:00Z, 2026-11-23T10:30:00-05:00), or a
+    /// wall-clock time in the SCHEDULE's zone: 2026-11-23T10:30, "2026-11-23 10:30", 2026-11-23
+    /// (midnight) or 10:30 (today).
+    #[arg(long, value_name = "TIME", value_parser = parse_at)]
+    pub at: Option<AtArg>,
+    /// Machine-readable output: one object, with a stable `cause`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--at` as given: an instant, a wall-clock time, or a time of today, the last two in the
+/// schedule's zone (known only once the schedule is read).
+#[derive(Debug, Clone, Copy)]
+pub enum AtArg {
+    Instant(DateTime<Utc>),
+    Local(NaiveDateTime),
+    Today(NaiveTime),
+}
+
+/// Parse `--at`. Wall-clock forms carry no zone: the schedule's applies.
+fn parse_at(value: &str) -> Result<AtArg, String> {
+    let value = value.trim();
+    if let Ok(t) = DateTime::parse_from_rfc3339(value) {
+        return Ok(AtArg::Instant(t.with_timezone(&Utc)));
+    }
+    for format in [
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M",
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%d %H:%M:%S",
+    ] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(value, format) {
+            return Ok(AtArg::Local(t));
+        }
+    }
+    if let Ok(day) = NaiveDate::parse_from_str(value, "%Y-%m-%d") {
+        return Ok(AtArg::Local(day.and_time(NaiveTime::MIN)));
+    }
+    for format in ["%H:%M", "%H:%M:%S"] {
+        if let Ok(t) = NaiveTime::parse_from_str(value, format) {
+            return Ok(AtArg::Today(t));
+        }
+    }
+    Err(format!(
+        "{value:?} is not a time; use RFC 3339 (2026-11-23T10:30:00Z), or a time in the \
+         schedule's zone: 2026-11-23T10:30, \"2026-11-23 10:30\", 2026-11-23 or 10:30 (today)"
+    ))
+}
+
+impl AtArg {
+    /// What it names for a schedule in `tz`, today being `now`'s date there.
+    fn resolve(self, tz: Tz, now: DateTime<Utc>) -> At {
+        match self {
+            AtArg::Instant(t) => At::Instant(t),
+            AtArg::Local(t) => At::Local(t),
+            AtArg::Today(t) => At::Local(now.with_timezone(&tz).date_naive().and_time(t)),
+        }
+    }
+}
+
+pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
+    let store = ctx.open(OpenMode::MustExist)?;
+    let definition = find_definition(store.as_ref(), &args.name)?;
+    let timing = definition.settings.timing()?;
+    let now = ctx.clock.read();
+    let running_run_id = store
+        .history(&RunFilter {
+            definition_id: Some(definition.id),
+            status: Some(RunStatus::Running),
+            since: None,
+            limit: 1,
+        })?
+        .first()
+        .map(|r| r.id);
+    let facts = Facts {
+        definition: &definition,
+        timing: &timing,
+        now: now.secs(),
+        last_tick_at: store.last_tick_at()?,
+        running_run_id,
+    };
+    let (question, located) = match args.at {
+        Some(at) => {
+            let located = locate(&timing, at.resolve(timing.tz, now.time()));
+            (Question::At(at), Some(located))
+        }
+        None => {
+            let instants = timing.latest(definition.created_at, now.secs(), LOOK_BACK);
+            let runs = by_instant(store.runs_at_instants(definition.id, &instants)?);
+            let latest = pick_latest(&definition, &instants, &runs);
+            let located = match latest {
+                Latest::NotSucceeded(t) | Latest::AllSucceeded { newest: t, .. } => {
+                    Some(Located::Fire(t))
+                }
+                Latest::None => None,
+            };
+            (Question::Latest(latest), located)
+        }
+    };
+    let instant = located.as_ref().and_then(Located::instant);
+    let run = match instant {
+        Some(t) => store
+            .runs_at_instants(definition.id, &[t])?
+            .into_iter()
+            .next(),
+        None => None,
+    };
+    let cause = match &located {
+        Some(located) => explain(&facts, located, run.as_ref()),
+        None => Cause::NoInstantYet,
+    };
+    let why = Why::of(&facts, &question, located.as_ref(), &cause, run.as_ref());
+    if args.json {
+        return emit_json(&why);
+    }
+    emit(&render(&why))
+}
+
+fn by_instant(runs: Vec<RunView>) -> HashMap<i64, RunView> {
+    runs.into_iter().map(|r| (r.scheduled_for, r)).collect()
+}
+
+/// What was asked: a time, or the latest instant that did not succeed (and which that was).
+enum Question {
+    At(AtArg),
+    Latest(Latest),
+}
+
+/// The answer as it prints and as `--json` carries it.
+#[derive(Debug, Serialize)]
+struct Why<'a> {
+    schedule: &'a str,
+    cron: &'a str,
+    timezone: &'a str,
+    paused: bool,
+    overlap: Overlap,
+    /// The schedule's latest fire time at or before now, and its next after now.
+    last_fire_at: Option<UtcTime>,
+    last_fire_at_epoch: Option<i64>,
+    next_fire_at: Option<UtcTime>,
+    next_fire_at_epoch: Option<i64>,
+    /// The clock's reading the answer is for.
+    now: UtcTime,
+    now_epoch: i64,
+    /// When the latest tick ran (null: never).
+    last_tick_at: Option<UtcTime>,
+    last_tick_at_epoch: Option<i64>,
+    /// `--at` resolved to an instant (null without --at, or for a wall-clock time that did not
+    /// exist); the latest instant otherwise is `instant`.
+    asked: Option<UtcTime>,
+    asked_epoch: Option<i64>,
+    /// The fire instant whose fate is told (null when there is none).
+    instant: Option<UtcTime>,
+    instant_epoch: Option<i64>,
+    /// Why: ran, running, pending, retrying, waiting_behind_forbid, dead, cancelled,
+    /// skipped_catch_up, skipped_overlap, no_tick_since, not_materialised, paused, not_yet_due,
+    /// not_in_cron, dst_gap, dst_repeated, before_schedule, not_recorded, no_instant_yet.
+    cause: &'static str,
+    /// For dst_gap and dst_repeated: the cause for the instant the DST rule chose (null for a
+    /// wildcard job in a gap, which has none).
+    outcome: Option<&'static str>,
+    /// The run of `instant`, as `history --json` lists it.
+    run: Option<RunRow<'a>>,
+    /// The running run a due run of a forbid schedule waits for.
+    running_run_id: Option<i64>,
+    /// For not_in_cron: the nearest fire times before and after the time asked.
+    nearest_before: Option<UtcTime>,
+    nearest_before_epoch: Option<i64>,
+    nearest_after: Option<UtcTime>,
+    nearest_after_epoch: Option<i64>,
+    /// The daylight-saving rule that placed `instant`, if one did.
+    dst: Option<Dst>,
+    /// What happened, in words: the lines the text output prints.
+    explanation: Vec<String>,
+    /// Commands that tell more.
+    hints: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Dst {
+    rule: &'static str,
+    note: String,
+}
+
+impl<'a> Why<'a> {
+    fn of(
+        facts: &Facts<'a>,
+        question: &Question,
+        located: Option<&Located>,
+        cause: &Cause,
+        run: Option<&'a RunView>,
+    ) -> Why<'a> {
+        let d = facts.definition;
+        let timing = facts.timing;
+        let instant = located.and_then(Located::instant);
+        let asked = match located {
+            Some(Located::NotInCron { asked, .. }) => *asked,
+            Some(Located::Repeated {
+                first,
+                second,
+                second_asked,
+                ..
+            }) => Some(if *second_asked { *second } else { *first }),
+            Some(Located::Fire(t)) if matches!(question, Question::At(_)) => Some(*t),
+            _ => None,
+        };
+        let (nearest_before, nearest_after) = match located {
+            Some(Located::NotInCron { before, after, .. }) => (*before, *after),
+            _ => (None, None),
+        };
+        let last_fire = timing.latest(i64::MIN, facts.now, 1).first().copied();
+        let next_fire = timing.next_after(facts.now);
+        let text = Text {
+            facts,
+            tz: timing.tz,
+        };
+        let dst = instant
+            .and_then(|t| timing.cron.dst_rule(timing.tz, crate::clock::from_epoch(t)))
+            .map(|rule| Dst {
+                rule: rule.as_str(),
+                note: rule.note(),
+            });
+        let mut explanation = text.question(question, located);
+        // A DST cause tells its rule in full; otherwise a note on the rule that placed it.
+        if let Some(dst) = dst.as_ref().filter(|_| cause.outcome().is_none()) {
+            explanation.push(format!("Note: {}.", dst.note));
+        }
+        let mut hints = Vec::new();
+        text.cause(cause, located, instant, run, &mut explanation, &mut hints);
+        Why {
+            schedule: &d.name,
+            cron: &d.settings.cron,
+            timezone: &d.settings.timezone,
+            paused: d.settings.paused,
+            overlap: d.settings.overlap,
+            last_fire_at: last_fire.map(UtcTime),
+            last_fire_at_epoch: last_fire,
+            next_fire_at: next_fire.map(UtcTime),
+            next_fire_at_epoch: next_fire,
+            now: UtcTime(facts.now),
+            now_epoch: facts.now,
+            last_tick_at: facts.last_tick_at.map(UtcTime),
+            last_tick_at_epoch: facts.last_tick_at,
+            asked: asked.map(UtcTime),
+            asked_epoch: asked,
+            instant: instant.map(UtcTime),
+            instant_epoch: instant,
+            cause: cause.name(),
+            outcome: cause.outcome().map(Cause::name),
+            run: run.map(RunRow::of),
+            running_run_id: match cause.outcome().unwrap_or(cause) {
+                Cause::WaitingBehindForbid { running_run_id } => Some(*running_run_id),
+                _ => None,
+            },
+            nearest_before: nearest_before.map(UtcTime),
+            nearest_before_epoch: nearest_before,
+            nearest_after: nearest_after.map(UtcTime),
+            nearest_after_epoch: nearest_after,
+            dst,
+            explanation,
+            hints,
+        }
+    }
+}
+
+/// The words of an answer, times in the schedule's zone.
+struct Text<'f, 'a> {
+    facts: &'f Facts<'a>,
+    tz: Tz,
+}
+
+impl Text<'_, '_> {
+    fn at(&self, epoch: i64) -> String {
+        local_time(epoch, self.tz)
+    }
+
+    fn name(&self) -> String {
+        escape_line(&self.facts.definition.name)
+    }
+
+    /// The first line: which instant this is about.
+    fn question(&self, question: &Question, located: Option<&Located>) -> Vec<String> {
+        let line = match (question, located) {
+            (Question::Latest(Latest::NotSucceeded(t)), _) => {
+                format!("{}: the latest instant that did not succeed.", self.at(*t))
+            }
+            (
+                Question::Latest(Latest::AllSucceeded {
+                    newest,
+                    count,
+                    since,
+                }),
+                _,
+            ) => format!(
+                "{}: the latest instant. Every instant runner has a record of, {count} since {}, \
+                 succeeded.",
+                self.at(*newest),
+                self.at(*since)
+            ),
+            (Question::Latest(Latest::None), _) => return Vec::new(),
+            (Question::At(at), located) => {
+                let given = match at {
+                    AtArg::Instant(t) => self.at(t.timestamp()),
+                    AtArg::Local(t) => format!("{} in {}", t.format("%Y-%m-%d %H:%M"), self.tz),
+                    AtArg::Today(t) => format!("{} today in {}", t.format("%H:%M"), self.tz),
+                };
+                let resolved = match located {
+                    Some(Located::Fire(t)) => Some(*t),
+                    Some(Located::NotInCron { asked, .. }) => *asked,
+                    _ => None,
+                };
+                match (resolved, located) {
+                    (Some(_), _) if matches!(at, AtArg::Instant(_)) => {
+                        format!("Asked about {given}.")
+                    }
+                    (Some(t), _) => format!("Asked about {given} ({}).", self.at(t)),
+                    (None, Some(Located::NotInCron { .. })) => format!(
+                        "Asked about {given}, a time that did not exist there (the clocks went \
+                         forward)."
+                    ),
+                    (None, _) => format!("Asked about {given}."),
+                }
+            }
+        };
+        vec![line]
+    }
+
+    /// The cause in words, and the commands that tell more.
+    fn cause(
+        &self,
+        cause: &Cause,
+        located: Option<&Located>,
+        instant: Option<i64>,
+        run: Option<&RunView>,
+        lines: &mut Vec<String>,
+        hints: &mut Vec<String>,
+    ) {
+        let facts = self.facts;
+        let d = facts.definition;
+        match cause {
+            Cause::DstGap { outcome } => {
+                if let Some(&Located::Gap { local, after, .. }) = located {
+                    let skipped = format!(
+                        "{} did not exist on {} in {} (the clocks went forward).",
+                        local.format("%H:%M"),
+                        local.format("%Y-%m-%d"),
+                        self.tz
+                    );
+                    match instant {
+                        Some(t) => lines.push(format!(
+                            "Daylight saving gap: {skipped} A fixed-time job runs once, at the \
+                             first valid time after the gap: {}.",
+                            self.at(t)
+                        )),
+                        None => {
+                            let next = after
+                                .and_then(|t| facts.timing.next_after(t - 1))
+                                .map(|t| format!("; it fired next at {}", self.at(t)))
+                                .unwrap_or_default();
+                            lines.push(format!(
+                                "Daylight saving gap: {skipped} A wildcard job has no instants \
+                                 in the skipped time{next}."
+                            ));
+                        }
+                    }
+                }
+                if let (Some(outcome), Some(t)) = (outcome, instant) {
+                    self.outcome(outcome, t, run, lines, hints);
+                }
+            }
+            Cause::DstRepeated { outcome } => {
+                if let Some(&Located::Repeated {
+                    local,
+                    first,
+                    second,
+                    second_asked,
+                    wildcard,
+                }) = located
+                {
+                    let twice = format!(
+                        "{} happened twice on {} in {} ({}, then {}).",
+                        local.format("%H:%M"),
+                        local.format("%Y-%m-%d"),
+                        self.tz,
+                        self.at(first),
+                        self.at(second)
+                    );
+                    let rule = if wildcard {
+                        format!(
+                            "A wildcard job runs in both passes; this is the {} one.",
+                            if second_asked { "second" } else { "first" }
+                        )
+                    } else if second_asked {
+                        "A fixed-time job runs once, in the first pass only; the second is not \
+                         an instant of it."
+                            .to_string()
+                    } else {
+                        "A fixed-time job runs once, in the first pass.".to_string()
+                    };
+                    lines.push(format!("Daylight saving, repeated hour: {twice} {rule}"));
+                }
+                if let Some(t) = instant {
+                    self.outcome(outcome, t, run, lines, hints);
+                }
+            }
+            Cause::NotInCron => {
+                let (before, after) = match located {
+                    Some(Located::NotInCron { before, after, .. }) => (*before, *after),
+                    _ => (None, None),
+                };
+                let nearest = |t: Option<i64>| t.map_or_else(|| "none".to_string(), |t| self.at(t));
+                lines.push(format!(
+                    "Not an instant of {}: `{}` in {} does not fire then. Nearest instants: \
+                     before {}, after {}.",
+                    self.name(),
+                    escape_line(&d.settings.cron),
+                    self.tz,
+                    nearest(before),
+                    nearest(after)
+                ));
+                hints.push(format!(
+                    "runner schedule next {} -n 10   # the next fire times",
+                    self.name()
+                ));
+            }
+            Cause::NoInstantYet => {
+                let first = facts
+                    .timing
+                    .next_after(d.created_at)
+                    .map_or_else(|| "never".to_string(), |t| self.at(t));
+                lines.push(format!(
+                    "No instant yet: {} was created at {} and first fires at {first}.",
+                    self.name(),
+                    self.at(d.created_at)
+                ));
+            }
+            other => {
+                if let Some(t) = instant {
+                    self.outcome(other, t, run, lines, hints);
+                }
+            }
+        }
+    }
+
+    /// What happened to fire instant `t`, whose run is `run`.
+    fn outcome(
+        &self,
+        cause: &Cause,
+        t: i64,
+        run: Option<&RunView>,
+        lines: &mut Vec<String>,
+        hints: &mut Vec<String>,
+    ) {
+        let facts = self.facts;
+        let d: &Definition = facts.definition;
+        let now = facts.now;
+        if let Some(run) = run {
+            hints.push(format!(
+                "runner show {}   # its attempts, output and events",
+                run.id
+            ));
+        }
+        let line = match (cause, run) {
+            (Cause::Ran, Some(r)) => format!(
+                "Ran: run {} succeeded on attempt {} of {}{}.",
+                r.id,
+                r.attempt,
+                r.max_attempts,
+                r.finished_at
+                    .map(|f| format!(", finished at {}", self.at(f)))
+                    .unwrap_or_default()
+            ),
+            (Cause::Running, Some(r)) => {
+                let mut line = format!(
+                    "Running: run {} is on attempt {} of {}{}{}.",
+                    r.id,
+                    r.attempt,
+                    r.max_attempts,
+                    r.last_attempt_started_at
+                        .map(|s| format!(", started at {}", self.at(s)))
+                        .unwrap_or_default(),
+                    r.owner
+                        .as_deref()
+                        .map(|o| format!(" by {}", escape_line(o)))
+                        .unwrap_or_default()
+                );
+                if let Some(expiry) = r.lease_expires_at.filter(|&e| e < now) {
+                    line.push_str(&format!(
+                        " Its lease expired at {}: its runner stopped heart-beating, and the next \
+                         tick recovers it.",
+                        self.at(expiry)
+                    ));
+                }
+                line
+            }
+            (Cause::Pending, Some(r)) if r.run_at <= now => format!(
+                "Pending: run {} has been due since {}, waiting for a tick to claim it{}.",
+                r.id,
+                self.at(r.run_at),
+                self.last_tick()
+            ),
+            (Cause::Pending, Some(r)) => {
+                format!("Pending: run {} is due at {}.", r.id, self.at(r.run_at))
+            }
+            (Cause::Retrying, Some(r)) => format!(
+                "Retrying: attempt {} of {} failed ({}); attempt {} of {} {} {}{}.",
+                r.attempt,
+                r.max_attempts,
+                failure(r),
+                r.attempt + 1,
+                r.max_attempts,
+                if r.run_at <= now {
+                    "has been due since"
+                } else {
+                    "is due at"
+                },
+                self.at(r.run_at),
+                if r.run_at <= now {
+                    self.last_tick()
+                } else {
+                    String::new()
+                }
+            ),
+            (Cause::WaitingBehindForbid { running_run_id }, Some(r)) => {
+                hints.push(format!(
+                    "runner show {running_run_id}   # the run it waits for"
+                ));
+                format!(
+                    "Waiting behind a running run: run {} has been due since {}, but run \
+                     {running_run_id} of {} is running and its overlap policy is forbid; it starts \
+                     once run {running_run_id} ends.",
+                    r.id,
+                    self.at(r.run_at),
+                    self.name()
+                )
+            }
+            (Cause::Dead, Some(r)) => {
+                hints.push(format!("runner retry {}   # one more attempt, now", r.id));
+                format!(
+                    "Dead: run {} failed all {} of its attempts; the last with {}.",
+                    r.id,
+                    r.attempt,
+                    failure(r)
+                )
+            }
+            (Cause::Cancelled, Some(r)) => format!(
+                "Cancelled: run {} was cancelled{} after {} attempt(s).",
+                r.id,
+                r.finished_at
+                    .map(|f| format!(" at {}", self.at(f)))
+                    .unwrap_or_default(),
+                r.attempt
+            ),
+            (Cause::SkippedCatchUp, Some(r)) => format!(
+                "Skipped by catch-up (policy {}, grace {}): run {} was recorded as skipped: {}.",
+                d.settings.catch_up,
+                duration_of_secs(d.settings.grace_secs),
+                r.id,
+                escape_line(r.skip_reason.as_deref().unwrap_or("no reason recorded"))
+            ),
+            (Cause::SkippedOverlap, Some(r)) => format!(
+                "Skipped by overlap (policy forbid): run {} was recorded as skipped: {}.",
+                r.id,
+                escape_line(r.skip_reason.as_deref().unwrap_or("no reason recorded"))
+            ),
+            (Cause::NoTickSince, _) => {
+                hints.push(
+                    "runner doctor   # checks the cron line, the cron daemon and the last tick"
+                        .to_string(),
+                );
+                match facts.last_tick_at {
+                    Some(tick) => format!(
+                        "Not materialised yet: no tick has run since it came due; the last tick \
+                         ran at {} ({} ago). Cron runs `runner tick` every minute when set up.",
+                        self.at(tick),
+                        duration_of_secs(now - tick)
+                    ),
+                    None => "Not materialised yet: no tick has ever run on this database. Cron \
+                             runs `runner tick` every minute when set up."
+                        .to_string(),
+                }
+            }
+            (Cause::NotMaterialised, _) => {
+                hints.push(
+                    "runner doctor   # checks the cron line, the cron daemon and the last tick"
+                        .to_string(),
+                );
+                format!(
+                    "Not materialised: a tick ran at {}, after it came due, but no tick has \
+                     materialised it; a tick that fails on a schedule says why on stderr (cron \
+                     mails it), and one whose clock was behind leaves it for the next.",
+                    facts
+                        .last_tick_at
+                        .map_or_else(|| "?".to_string(), |tick| self.at(tick))
+                )
+            }
+            (Cause::Paused, _) => {
+                hints.push(format!(
+                    "runner schedule resume {}   # fire again from now on",
+                    self.name()
+                ));
+                format!(
+                    "Paused: {} is paused, so ticks materialise none of its instants, and \
+                     resuming does not replay them. runner keeps no record of when it was paused; \
+                     its settings last changed at {}.",
+                    self.name(),
+                    self.at(d.updated_at)
+                )
+            }
+            (Cause::NotYetDue, _) => {
+                format!("Not yet due: it comes in {}.", duration_of_secs(t - now))
+            }
+            (Cause::BeforeSchedule, _) => format!(
+                "Before the schedule existed: {} was created at {}; a new schedule fires from its \
+                 first instant after that.",
+                self.name(),
+                self.at(d.created_at)
+            ),
+            (Cause::NotRecorded, _) => format!(
+                "No run of it is recorded, though ticks have passed it: the schedule was paused \
+                 then (resuming does not replay a paused period), or its cron or zone changed \
+                 since (its settings last changed at {}), or its run was pruned (finished runs \
+                 are deleted after the retention, 30 days by default).",
+                self.at(d.updated_at)
+            ),
+            // A cause that needs a run always has one; the others are told above.
+            (other, _) => format!("{}.", other.name()),
+        };
+        lines.push(line);
+    }
+
+    /// "; the last tick ran at T (N ago)", or that none ever ran.
+    fn last_tick(&self) -> String {
+        match self.facts.last_tick_at {
+            Some(tick) => format!(
+                " (the last tick ran at {}, {} ago)",
+                self.at(tick),
+                duration_of_secs(self.facts.now - tick)
+            ),
+            None => " (no tick has ever run on this database)".to_string(),
+        }
+    }
+}
+
+/// A failed attempt's error: code and detail.
+fn failure(r: &RunView) -> String {
+    match (&r.error_code, &r.error_detail) {
+        (Some(code), Some(detail)) => format!("{}: {}", escape_line(code), escape_line(detail)),
+        (Some(code), None) => escape_line(code),
+        (None, _) => "no error recorded".to_string(),
+    }
+}
+
+fn render(why: &Why) -> String {
+    let tz = super::zone(why.timezone);
+    let at = |t: Option<i64>| t.map_or_else(|| "none".to_string(), |t| local_time(t, tz));
+    let mut out = format!(
+        "schedule {}: `{}` in {}{}\n",
+        escape_line(why.schedule),
+        escape_line(why.cron),
+        escape_line(why.timezone),
+        if why.paused { " (paused)" } else { "" }
+    );
+    out.push_str(&format!(
+        "  last fire time: {}\n",
+        at(why.last_fire_at_epoch)
+    ));
+    out.push_str(&format!(
+        "  next fire time: {}\n",
+        at(why.next_fire_at_epoch)
+    ));
+    out.push_str(&format!(
+        "  last tick:      {}\n",
+        why.last_tick_at_epoch.map_or_else(
+            || "never".to_string(),
+            |t| format!(
+                "{} ({} ago)",
+                local_time(t, tz),
+                duration_of_secs(why.now_epoch - t)
+            )
+        )
+    ));
+    out.push('\n');
+    for line in &why.explanation {
+        out.push_str(line);
+        out.push('\n');
+    }
+    if !why.hints.is_empty() {
+        out.push('\n');
+        for hint in &why.hints {
+            out.push_str(&format!("  {hint}\n"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(value: &str) -> String {
+        format!("{:?}", parse_at(value).expect(value))
+    }
+
+    #[test]
+    fn at_takes_instants_and_wall_clock_times() {
+        assert_eq!(
+            parsed("2026-11-23T10:30:00Z"),
+            "Instant(2026-11-23T10:30:00Z)"
+        );
+        assert_eq!(
+            parsed("2026-11-23T10:30:00-05:00"),
+            "Instant(2026-11-23T15:30:00Z)"
+        );
+        assert_eq!(parsed("2026-11-23T10:30"), "Local(2026-11-23T10:30:00)");
+        assert_eq!(parsed("2026-11-23 10:30"), "Local(2026-11-23T10:30:00)");
+        assert_eq!(parsed("2026-11-23 10:30:15"), "Local(2026-11-23T10:30:15)");
+        assert_eq!(parsed("2026-11-23"), "Local(2026-11-23T00:00:00)");
+        assert_eq!(parsed("10:30"), "Today(10:30:00)");
+        let e = parse_at("yesterday").expect_err("not a time");
+        assert!(e.contains("10:30 (today)"), "{e}");
+        assert!(parse_at("25:00").is_err());
+    }
+
+    #[test]
+    fn today_is_the_schedule_zones_today() {
+        let now = DateTime::parse_from_rfc3339("2026-11-24T02:00:00Z")
+            .expect("instant")
+            .with_timezone(&Utc);
+        let ny: Tz = "America/New_York".parse().expect("zone");
+        let today = NaiveTime::from_hms_opt(10, 30, 0).expect("time");
+        // 02:00 UTC on the 24th is still the 23rd in New York.
+        assert_eq!(
+            format!("{:?}", AtArg::Today(today).resolve(ny, now)),
+            "Local(2026-11-23T10:30:00)"
+        );
+        assert_eq!(
+            format!("{:?}", AtArg::Today(today).resolve(Tz::UTC, now)),
+            "Local(2026-11-24T10:30:00)"
+        );
+    }
+}

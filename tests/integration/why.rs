@@ -1,0 +1,442 @@
+//! `runner why NAME [--at TIME]`: one test per cause, each on state made by real ticks under
+//! `--now` or forged through `env.sql`, so time is deterministic.
+
+use crate::common::{epoch, json, Env};
+use serde_json::Value;
+
+/// `runner --now NOW why ARGS --json`.
+fn why(env: &Env, now: &str, args: &[&str]) -> Value {
+    let mut all = vec!["--now", now, "why"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    json(&env.ok(&all))
+}
+
+/// `runner --now NOW why ARGS` (text).
+fn why_text(env: &Env, now: &str, args: &[&str]) -> String {
+    let mut all = vec!["--now", now, "why"];
+    all.extend_from_slice(args);
+    env.ok(&all)
+}
+
+fn explanation(report: &Value) -> String {
+    report["explanation"]
+        .as_array()
+        .expect("explanation")
+        .iter()
+        .map(|l| l.as_str().expect("line"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn hints(report: &Value) -> String {
+    report["hints"]
+        .as_array()
+        .expect("hints")
+        .iter()
+        .map(|l| l.as_str().expect("hint"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// An hourly schedule running COMMAND, added at 08:30 UTC on 2026-11-23.
+fn hourly(env: &Env, name: &str, flags: &[&str], command: &str) {
+    env.add_at(
+        Some("2026-11-23T08:30:00Z"),
+        name,
+        "0 * * * *",
+        flags,
+        command,
+    );
+}
+
+#[test]
+fn a_run_that_succeeded_ran() {
+    let env = Env::init();
+    hourly(&env, "ok", &[], "true");
+    env.tick_at("2026-11-23T09:00:05Z");
+    let report = why(
+        &env,
+        "2026-11-23T09:30:00Z",
+        &["ok", "--at", "2026-11-23T09:00:00Z"],
+    );
+    assert_eq!(report["cause"], "ran", "{report}");
+    assert_eq!(report["instant"], "2026-11-23T09:00:00Z");
+    assert_eq!(report["run"]["status"], "succeeded");
+    let id = report["run"]["id"].as_i64().expect("run id");
+    assert!(
+        hints(&report).contains(&format!("runner show {id}")),
+        "{report}"
+    );
+    assert!(explanation(&report).contains(&format!("Ran: run {id} succeeded")));
+
+    // Without --at: every instant it knows of succeeded, so it tells of the latest.
+    let report = why(&env, "2026-11-23T09:30:00Z", &["ok"]);
+    assert_eq!(report["cause"], "ran", "{report}");
+    assert_eq!(report["instant"], "2026-11-23T09:00:00Z");
+    assert!(report["asked"].is_null());
+    assert!(
+        explanation(&report).contains("1 since 2026-11-23T09:00:00+00:00, succeeded"),
+        "{report}"
+    );
+}
+
+#[test]
+fn an_instant_catch_up_skipped_says_so_with_the_recorded_reason() {
+    let env = Env::init();
+    hourly(&env, "late", &["--catch-up", "latest"], "true");
+    // Cron was down from 09:00 to 11:00: catch-up latest runs 11:00 and skips 09:00 and 10:00.
+    env.tick_at("2026-11-23T11:00:05Z");
+    let report = why(
+        &env,
+        "2026-11-23T11:30:00Z",
+        &["late", "--at", "2026-11-23 10:00"],
+    );
+    assert_eq!(report["cause"], "skipped_catch_up", "{report}");
+    assert_eq!(report["run"]["status"], "skipped");
+    let reason = report["run"]["skip_reason"].as_str().expect("skip reason");
+    assert!(
+        reason.starts_with("catch-up latest: superseded by"),
+        "{reason}"
+    );
+    assert!(explanation(&report).contains(reason), "{report}");
+
+    // The latest instant that did not succeed is that one too.
+    let report = why(&env, "2026-11-23T11:30:00Z", &["late"]);
+    assert_eq!(report["cause"], "skipped_catch_up", "{report}");
+    assert_eq!(report["instant"], "2026-11-23T10:00:00Z");
+}
+
+/// Forge run `run_id` as running under another runner's lease, valid for years.
+fn forge_running(env: &Env, run_id: i64) {
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'running', attempt = 1, owner = 'elsewhere:1',
+                 lease_token = 'forged', lease_expires_at = 4102444800, heartbeat_at = started_at
+         WHERE id = $1",
+        &[&run_id],
+    );
+}
+
+#[test]
+fn an_instant_overlap_skipped_names_the_running_run() {
+    let env = Env::init();
+    hourly(&env, "long", &["--overlap", "forbid"], "true");
+    let running = env.enqueue("long");
+    forge_running(&env, running);
+    env.tick_at("2026-11-23T09:00:05Z");
+    let report = why(&env, "2026-11-23T09:30:00Z", &["long", "--at", "09:00"]);
+    assert_eq!(report["cause"], "skipped_overlap", "{report}");
+    let reason = report["run"]["skip_reason"].as_str().expect("skip reason");
+    assert!(
+        reason.contains(&format!("run {running} of this schedule is still running")),
+        "{reason}"
+    );
+    assert!(
+        explanation(&report).contains("Skipped by overlap"),
+        "{report}"
+    );
+}
+
+#[test]
+fn an_instant_no_tick_has_materialised_names_the_last_tick() {
+    let env = Env::init();
+    hourly(&env, "idle", &[], "true");
+    env.tick_at("2026-11-23T08:45:00Z");
+    // Cron stopped: 09:00 and 10:00 came with no tick.
+    let report = why(
+        &env,
+        "2026-11-23T10:10:00Z",
+        &["idle", "--at", "2026-11-23T09:00"],
+    );
+    assert_eq!(report["cause"], "no_tick_since", "{report}");
+    assert!(report["run"].is_null());
+    assert_eq!(report["last_tick_at"], "2026-11-23T08:45:00Z");
+    assert_eq!(report["last_tick_at_epoch"], epoch("2026-11-23T08:45:00Z"));
+    assert!(
+        explanation(&report).contains("the last tick ran at 2026-11-23T08:45:00+00:00"),
+        "{report}"
+    );
+    assert!(hints(&report).contains("runner doctor"), "{report}");
+    // Without --at: the latest such instant.
+    let report = why(&env, "2026-11-23T10:10:00Z", &["idle"]);
+    assert_eq!(report["cause"], "no_tick_since", "{report}");
+    assert_eq!(report["instant"], "2026-11-23T10:00:00Z");
+    let text = why_text(&env, "2026-11-23T10:10:00Z", &["idle"]);
+    assert!(
+        text.contains("last tick:      2026-11-23T08:45:00+00:00"),
+        "{text}"
+    );
+    assert!(text.contains("runner doctor"), "{text}");
+}
+
+#[test]
+fn an_instant_of_a_paused_schedule_says_it_is_paused() {
+    let env = Env::init();
+    hourly(&env, "held", &[], "true");
+    env.ok(&["--now", "2026-11-23T08:40:00Z", "schedule", "pause", "held"]);
+    env.tick_at("2026-11-23T09:00:05Z");
+    let report = why(&env, "2026-11-23T09:30:00Z", &["held", "--at", "09:00"]);
+    assert_eq!(report["cause"], "paused", "{report}");
+    assert_eq!(report["paused"], true);
+    assert!(report["run"].is_null());
+    let said = explanation(&report);
+    // No history of pause times is kept: it says so rather than guess.
+    assert!(said.contains("held is paused"), "{said}");
+    assert!(said.contains("no record of when it was paused"), "{said}");
+    assert!(hints(&report).contains("runner schedule resume held"));
+    assert_eq!(
+        why(&env, "2026-11-23T09:30:00Z", &["held"])["cause"],
+        "paused"
+    );
+}
+
+#[test]
+fn a_time_outside_the_cron_expression_shows_the_nearest_instants() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-11-01T00:00:00Z"),
+        "nightly",
+        "30 2 * * *",
+        &["--tz", "America/New_York"],
+        "true",
+    );
+    // 10:30 today, in the schedule's zone (New York), whichever form it is written in.
+    for at in [
+        "10:30",
+        "2026-11-23T10:30",
+        "2026-11-23 10:30",
+        "2026-11-23T15:30:00Z",
+    ] {
+        let report = why(&env, "2026-11-23T16:00:00Z", &["nightly", "--at", at]);
+        assert_eq!(report["cause"], "not_in_cron", "{at}: {report}");
+        assert_eq!(report["asked"], "2026-11-23T15:30:00Z", "{at}: {report}");
+        assert!(report["instant"].is_null() && report["run"].is_null());
+        assert_eq!(report["nearest_before"], "2026-11-23T07:30:00Z", "{at}");
+        assert_eq!(report["nearest_after"], "2026-11-24T07:30:00Z", "{at}");
+    }
+    let text = why_text(&env, "2026-11-23T16:00:00Z", &["nightly", "--at", "10:30"]);
+    assert!(
+        text.contains(
+            "Nearest instants: before 2026-11-23T02:30:00-05:00, after 2026-11-24T02:30:00-05:00"
+        ),
+        "{text}"
+    );
+    // The schedule's last and next fire times, in its zone.
+    assert!(
+        text.contains("last fire time: 2026-11-23T02:30:00-05:00"),
+        "{text}"
+    );
+    assert!(
+        text.contains("next fire time: 2026-11-24T02:30:00-05:00"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_time_in_a_dst_gap_says_the_job_ran_at_the_first_valid_time_after() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-03-01T00:00:00Z"),
+        "spring",
+        "30 2 * * *",
+        &["--tz", "America/New_York"],
+        "true",
+    );
+    // 2026-03-08 02:30 did not exist in New York: the job ran at 03:00 EDT (07:00Z).
+    env.tick_at("2026-03-08T07:00:05Z");
+    let report = why(
+        &env,
+        "2026-03-08T12:00:00Z",
+        &["spring", "--at", "2026-03-08 02:30"],
+    );
+    assert_eq!(report["cause"], "dst_gap", "{report}");
+    assert_eq!(report["outcome"], "ran");
+    assert_eq!(report["instant"], "2026-03-08T07:00:00Z");
+    assert_eq!(report["run"]["status"], "succeeded");
+    assert!(
+        report["asked"].is_null(),
+        "02:30 names no instant: {report}"
+    );
+    let said = explanation(&report);
+    assert!(
+        said.contains("02:30 did not exist on 2026-03-08 in America/New_York"),
+        "{said}"
+    );
+    assert!(
+        said.contains("first valid time after the gap: 2026-03-08T03:00:00-04:00"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_time_in_a_repeated_hour_says_the_job_ran_once_in_the_first_pass() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-10-25T00:00:00Z"),
+        "autumn",
+        "30 1 * * *",
+        &["--tz", "America/New_York"],
+        "true",
+    );
+    // 2026-11-01 01:30 came twice in New York: 05:30Z (EDT) and 06:30Z (EST).
+    env.tick_at("2026-11-01T05:30:05Z");
+    let report = why(
+        &env,
+        "2026-11-01T12:00:00Z",
+        &["autumn", "--at", "2026-11-01T01:30"],
+    );
+    assert_eq!(report["cause"], "dst_repeated", "{report}");
+    assert_eq!(report["outcome"], "ran");
+    assert_eq!(report["instant"], "2026-11-01T05:30:00Z");
+    assert_eq!(report["run"]["status"], "succeeded");
+    let said = explanation(&report);
+    assert!(
+        said.contains("01:30 happened twice on 2026-11-01 in America/New_York"),
+        "{said}"
+    );
+    assert!(said.contains("runs once, in the first pass"), "{said}");
+
+    // The second pass, named by its offset, is no instant of a fixed-time job.
+    let report = why(
+        &env,
+        "2026-11-01T12:00:00Z",
+        &["autumn", "--at", "2026-11-01T01:30:00-05:00"],
+    );
+    assert_eq!(report["cause"], "dst_repeated", "{report}");
+    assert_eq!(report["asked"], "2026-11-01T06:30:00Z");
+    assert_eq!(report["instant"], "2026-11-01T05:30:00Z");
+    assert!(
+        explanation(&report).contains("the second is not an instant of it"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_due_run_of_a_forbid_schedule_waits_behind_the_running_one() {
+    let env = Env::init();
+    hourly(&env, "queue", &["--overlap", "forbid"], "true");
+    env.tick_at("2026-11-23T09:00:05Z");
+    let waiting = crate::common::last_run_id(&env, "queue");
+    // Forged: the 09:00 run is due again and a manual run of the schedule holds a lease.
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'pending', attempt = 0, started_at = NULL,
+                 finished_at = NULL
+         WHERE id = $1",
+        &[&waiting],
+    );
+    let running = env.enqueue("queue");
+    forge_running(&env, running);
+    let report = why(&env, "2026-11-23T09:30:00Z", &["queue", "--at", "09:00"]);
+    assert_eq!(report["cause"], "waiting_behind_forbid", "{report}");
+    assert_eq!(report["running_run_id"], running);
+    assert_eq!(report["run"]["id"], waiting);
+    assert!(
+        explanation(&report).contains(&format!("run {running} of queue is running")),
+        "{report}"
+    );
+    assert!(hints(&report).contains(&format!("runner show {running}")));
+}
+
+#[test]
+fn a_run_waiting_to_retry_says_which_attempt_comes_when() {
+    let env = Env::init();
+    hourly(
+        &env,
+        "flaky",
+        &["--max-attempts", "3", "--backoff-base", "10m"],
+        "exit 3",
+    );
+    env.tick_at("2026-11-23T09:00:05Z");
+    let report = why(&env, "2026-11-23T09:01:00Z", &["flaky", "--at", "09:00"]);
+    assert_eq!(report["cause"], "retrying", "{report}");
+    assert_eq!(report["run"]["attempt"], 1);
+    assert_eq!(report["run"]["max_attempts"], 3);
+    assert_eq!(report["run"]["error_code"], "EXIT:3");
+    let due = report["run"]["run_at_epoch"].as_i64().expect("run_at");
+    assert!(due > epoch("2026-11-23T09:01:00Z"), "{report}");
+    let said = explanation(&report);
+    assert!(
+        said.contains("attempt 1 of 3 failed (EXIT:3") && said.contains("attempt 2 of 3 is due at"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_dead_run_gives_its_error() {
+    let env = Env::init();
+    hourly(&env, "broken", &["--max-attempts", "1"], "exit 7");
+    env.tick_at("2026-11-23T09:00:05Z");
+    let report = why(&env, "2026-11-23T09:30:00Z", &["broken"]);
+    assert_eq!(report["cause"], "dead", "{report}");
+    assert_eq!(report["instant"], "2026-11-23T09:00:00Z");
+    assert_eq!(report["run"]["error_code"], "EXIT:7");
+    let id = report["run"]["id"].as_i64().expect("run id");
+    let said = explanation(&report);
+    assert!(said.contains("EXIT:7: exited with status 7"), "{said}");
+    assert!(hints(&report).contains(&format!("runner retry {id}")));
+}
+
+#[test]
+fn json_is_one_object_with_a_stable_cause_and_times_in_utc_and_epoch() {
+    let env = Env::init();
+    hourly(&env, "shape", &[], "true");
+    env.tick_at("2026-11-23T09:00:05Z");
+    let report = why(&env, "2026-11-23T09:30:00Z", &["shape", "--at", "09:00"]);
+    let object = report.as_object().expect("one object");
+    for key in [
+        "schedule",
+        "cron",
+        "timezone",
+        "paused",
+        "overlap",
+        "last_fire_at",
+        "last_fire_at_epoch",
+        "next_fire_at",
+        "next_fire_at_epoch",
+        "now",
+        "now_epoch",
+        "last_tick_at",
+        "last_tick_at_epoch",
+        "asked",
+        "asked_epoch",
+        "instant",
+        "instant_epoch",
+        "cause",
+        "outcome",
+        "run",
+        "running_run_id",
+        "nearest_before",
+        "nearest_before_epoch",
+        "nearest_after",
+        "nearest_after_epoch",
+        "dst",
+        "explanation",
+        "hints",
+    ] {
+        assert!(object.contains_key(key), "no {key}: {report}");
+    }
+    assert_eq!(report["schedule"], "shape");
+    assert_eq!(report["last_fire_at"], "2026-11-23T09:00:00Z");
+    assert_eq!(report["last_fire_at_epoch"], epoch("2026-11-23T09:00:00Z"));
+    assert_eq!(report["next_fire_at"], "2026-11-23T10:00:00Z");
+    assert_eq!(report["asked_epoch"], epoch("2026-11-23T09:00:00Z"));
+    assert_eq!(report["instant_epoch"], epoch("2026-11-23T09:00:00Z"));
+    // The run is the entry `history --json` lists for it.
+    let history = json(&env.ok(&["history", "shape", "--json"]));
+    assert_eq!(report["run"], history[0], "{report}");
+    // The text prints the same explanation.
+    let text = why_text(&env, "2026-11-23T09:30:00Z", &["shape", "--at", "09:00"]);
+    for line in report["explanation"].as_array().expect("lines") {
+        assert!(text.contains(line.as_str().expect("line")), "{text}");
+    }
+}
+
+#[test]
+fn an_unknown_schedule_is_not_found_and_a_bad_time_is_a_usage_error() {
+    let env = Env::init();
+    let err = env.fails(3, &["why", "nope"]);
+    assert!(err.contains("no schedule named \"nope\""), "{err}");
+    hourly(&env, "there", &[], "true");
+    let err = env.fails(2, &["why", "there", "--at", "yesterday"]);
+    assert!(err.contains("10:30 (today)"), "{err}");
+}
