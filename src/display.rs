@@ -118,6 +118,23 @@ fn escape(text: &str, keep_layout: bool) -> String {
     shown
 }
 
+/// `1 schedule`, `1,204 finished runs`: a count with its noun, thousands grouped.
+pub fn count(n: usize, noun: &str) -> String {
+    let digits = n.to_string();
+    let mut grouped = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    if n == 1 {
+        format!("{grouped} {noun}")
+    } else {
+        format!("{grouped} {noun}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,5 +207,13 @@ mod tests {
         let tz: Tz = "America/New_York".parse().expect("zone");
         assert_eq!(local_time(1_772_953_200, tz), "2026-03-08T03:00:00-04:00");
         assert_eq!(utc_time(1_772_953_200), "2026-03-08T07:00:00Z");
+    }
+
+    #[test]
+    fn counts_group_thousands() {
+        assert_eq!(count(1, "schedule"), "1 schedule");
+        assert_eq!(count(0, "event"), "0 events");
+        assert_eq!(count(1204, "finished run"), "1,204 finished runs");
+        assert_eq!(count(1_234_567, "event"), "1,234,567 events");
     }
 }

@@ -101,6 +101,22 @@ impl NewEvent {
     }
 }
 
+impl NewEvent {
+    /// A pending run was cancelled here because `runner migrate` moved it (with its schedule) to
+    /// the database shown as `to`, where it runs instead.
+    pub fn moved(attempt: u32, to: &str) -> NewEvent {
+        NewEvent::new(
+            EventKind::Cancelled,
+            json!({ "from": "pending", "attempt": attempt, "moved_to": to }),
+        )
+    }
+}
+
+/// The error detail of a pending run that `runner migrate` moved to `to`.
+pub fn moved_detail(to: &str) -> String {
+    truncate_detail(&format!("moved to {to}"), ERROR_DETAIL_MAX)
+}
+
 /// An event's copy of an error detail is shorter still than the run's.
 const EVENT_DETAIL_MAX: usize = 200;
 

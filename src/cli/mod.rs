@@ -17,6 +17,7 @@ mod history;
 mod init;
 mod man;
 mod metrics;
+mod migrate;
 mod prune;
 mod reanchor;
 mod run;
@@ -217,6 +218,20 @@ pub enum Command {
         "  runner prune --older-than 90d"
     ))]
     Prune(prune::Args),
+    /// Move every schedule, its cursor, and its pending runs to another database (e.g. from
+    /// SQLite to PostgreSQL); --history moves the finished runs too.
+    ///
+    /// No instant runs twice and none is lost: the schedules arrive with their cursors exactly
+    /// (the target's next tick materialises exactly the instants this database had not), and
+    /// the pending runs (due, or waiting to retry) with their attempt counts, idempotency keys,
+    /// attempts and events. It all happens while this database's write lock is held, so no tick
+    /// runs here meanwhile; the target is written in one transaction; then, here, every
+    /// schedule is paused and every moved pending run cancelled ("moved to ..."), so a cron
+    /// line left ticking this database runs nothing.
+    ///
+    /// Refused (exit 2, nothing changed anywhere) while a run is running here, when the target
+    /// already has a schedule of one of the names, or when --to is this database.
+    Migrate(migrate::Args),
     /// Check the cron setup: the cron line, the daemon, the last tick, the database's
     /// permissions, and the schedules' commands under cron's environment.
     ///
@@ -313,6 +328,7 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Retry(args) => steer::retry(args, &ctx()?),
         Command::Cancel(args) => steer::cancel(args, &ctx()?),
         Command::Prune(args) => prune::run(args, &ctx()?),
+        Command::Migrate(args) => migrate::run(args, &ctx()?),
         Command::Doctor(args) => doctor::run(args, &ctx()?),
         Command::Completions(args) => completions::run(args),
         Command::Man(args) => man::run(args),

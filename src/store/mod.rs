@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, ClaimedRun, DamagedDefinition, Definition, ExpiredLease,
-    Fenced, LeaseToken, NewRun, OrphanClose, RunStatus, Settings, StartRecord, Steer, Steered,
+    Fenced, LeaseToken, NewEvent, NewRun, OrphanClose, RunStatus, Settings, StartRecord, Steer,
+    Steered,
 };
 
 pub use postgres::PostgresStore;
@@ -406,6 +407,259 @@ pub struct SchemaVersions {
     pub current: i64,
 }
 
+/// A column's value as both backends store it: every runner column is an integer, text, bytes or
+/// NULL (SQLite INTEGER/TEXT/BLOB, PostgreSQL bigint/text/bytea), so rows copy between backends
+/// column by column without either knowing the other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Null,
+    Integer(i64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+impl Value {
+    pub fn integer(&self) -> Option<i64> {
+        match self {
+            Value::Integer(value) => Some(*value),
+            _ => None,
+        }
+    }
+}
+
+/// Rows of one table with every column it has (`SELECT *`), so a column added by a later
+/// migration is carried without this code naming it.
+#[derive(Debug, Clone, Default)]
+pub struct Rows {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl Rows {
+    fn column(&self, name: &str) -> Result<usize> {
+        self.columns
+            .iter()
+            .position(|c| c == name)
+            .ok_or_else(|| Error(anyhow::anyhow!("the rows to move have no {name} column")))
+    }
+}
+
+/// What `runner migrate` moves from one database to another (see `Store::migrate_out`): every
+/// schedule, the runs that must not be lost (pending ones; with history, every run), their
+/// attempts and events, and, with history, the dead-runs counter. Ids are the source's.
+#[derive(Debug, Clone, Default)]
+pub struct Migration {
+    pub definitions: Rows,
+    pub runs: Rows,
+    pub attempts: Rows,
+    pub events: Rows,
+    /// Added to the target's `dead_runs_total` (0 without history: the dead runs stay behind).
+    pub dead_runs_total: i64,
+}
+
+impl Migration {
+    pub fn names(&self) -> Vec<String> {
+        let index = self.definitions.columns.iter().position(|c| c == "name");
+        self.definitions
+            .rows
+            .iter()
+            .filter_map(|row| match index.map(|i| &row[i]) {
+                Some(Value::Text(name)) => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// How many runs of each kind moved: pending (those `migrate_out` cancels in the source), and
+    /// finished ones (history).
+    pub fn pending_runs(&self) -> usize {
+        let index = self.runs.columns.iter().position(|c| c == "status");
+        self.runs
+            .rows
+            .iter()
+            .filter(|row| index.map(|i| &row[i]) == Some(&Value::Text("pending".into())))
+            .count()
+    }
+}
+
+/// The table a row of a `Migration` goes into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Table {
+    Definitions,
+    Runs,
+    Attempts,
+    Events,
+}
+
+impl Table {
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Definitions => "job_definitions",
+            Table::Runs => "job_runs",
+            Table::Attempts => "job_attempts",
+            Table::Events => "job_events",
+        }
+    }
+}
+
+/// Inserts one row of a table: its columns (the `id` column left out) and their values; returns
+/// the id the target gave it.
+pub type InsertRow<'a> = dyn FnMut(Table, &[String], &[Value]) -> Result<i64> + 'a;
+
+/// Write a migration's rows through `insert` (which inserts one row into a table, the `id`
+/// column left out, and returns the id the target gave it), in dependency order, pointing each
+/// run at its schedule's new id and each attempt and event at its run's new id. Shared by the
+/// backends so the mapping is written once; each backend only inserts.
+pub fn insert_migration(migration: &Migration, insert: &mut InsertRow<'_>) -> Result<()> {
+    use std::collections::HashMap;
+    let mut copy = |table: Table,
+                    rows: &Rows,
+                    parent: Option<(&str, &HashMap<i64, i64>)>|
+     -> Result<HashMap<i64, i64>> {
+        let id = rows.column("id")?;
+        let parent = parent
+            .map(|(column, ids)| Ok::<_, Error>((rows.column(column)?, ids)))
+            .transpose()?;
+        let columns: Vec<String> = rows
+            .columns
+            .iter()
+            .filter(|c| *c != "id")
+            .cloned()
+            .collect();
+        let mut new_ids = HashMap::new();
+        for row in &rows.rows {
+            let mut values = Vec::with_capacity(columns.len());
+            for (index, value) in row.iter().enumerate() {
+                if index == id {
+                    continue;
+                }
+                match parent {
+                    Some((column, ids)) if column == index => {
+                        let new =
+                            value
+                                .integer()
+                                .and_then(|old| ids.get(&old))
+                                .ok_or_else(|| {
+                                    Error(anyhow::anyhow!(
+                                        "a row of {} points at a row that is not moved",
+                                        table.name()
+                                    ))
+                                })?;
+                        values.push(Value::Integer(*new));
+                    }
+                    _ => values.push(value.clone()),
+                }
+            }
+            let new_id = insert(table, &columns, &values)?;
+            if let Some(old) = row[id].integer() {
+                new_ids.insert(old, new_id);
+            }
+        }
+        Ok(new_ids)
+    };
+    let definitions = copy(Table::Definitions, &migration.definitions, None)?;
+    let runs = copy(
+        Table::Runs,
+        &migration.runs,
+        Some(("definition_id", &definitions)),
+    )?;
+    copy(
+        Table::Attempts,
+        &migration.attempts,
+        Some(("run_id", &runs)),
+    )?;
+    copy(Table::Events, &migration.events, Some(("run_id", &runs)))?;
+    Ok(())
+}
+
+/// The SQL that inserts one row of `table` with `columns` (`placeholder(n)` is the backend's
+/// n-th parameter, from 1) and returns its new id. The column names are the source database's
+/// own, quoted.
+pub fn insert_row_sql(
+    table: Table,
+    columns: &[String],
+    placeholder: fn(usize) -> String,
+) -> String {
+    let names: Vec<String> = columns.iter().map(|c| format!("\"{c}\"")).collect();
+    let values: Vec<String> = (1..=columns.len()).map(placeholder).collect();
+    format!(
+        "INSERT INTO {} ({}) VALUES ({}) RETURNING id",
+        table.name(),
+        names.join(", "),
+        values.join(", ")
+    )
+}
+
+/// The runs `runner migrate` moves (ids, the same SQL for every backend): the pending ones,
+/// which would otherwise be lost, or with `with_history` every run.
+pub fn moved_runs_sql(with_history: bool) -> &'static str {
+    if with_history {
+        "SELECT id FROM job_runs"
+    } else {
+        "SELECT id FROM job_runs WHERE status = 'pending'"
+    }
+}
+
+/// Adds a migration's dead runs to the target's counter (the same SQL for every backend, with
+/// the count as parameter 1 in the backend's syntax).
+pub fn add_dead_runs_sql(placeholder: &str) -> String {
+    format!(
+        "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', {placeholder})
+         ON CONFLICT (key) DO UPDATE SET value = runner_state.value + excluded.value"
+    )
+}
+
+/// The names of `migration`'s schedules among `existing`, sorted.
+pub fn names_taken(migration: &Migration, existing: &[String]) -> Vec<String> {
+    let mut taken: Vec<String> = migration
+        .names()
+        .into_iter()
+        .filter(|name| existing.contains(name))
+        .collect();
+    taken.sort();
+    taken
+}
+
+/// What `Store::migrate_out` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MigratedOut {
+    /// Written elsewhere by the callback, then retired here; the counts moved.
+    Done(MigrationCounts),
+    /// Nothing read, written or changed: these runs are running (a tick is active).
+    Running(Vec<i64>),
+}
+
+/// How much a migration moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigrationCounts {
+    pub schedules: usize,
+    pub pending_runs: usize,
+    pub finished_runs: usize,
+    pub attempts: usize,
+    pub events: usize,
+}
+
+impl Migration {
+    pub fn counts(&self) -> MigrationCounts {
+        let pending = self.pending_runs();
+        MigrationCounts {
+            schedules: self.definitions.rows.len(),
+            pending_runs: pending,
+            finished_runs: self.runs.rows.len() - pending,
+            attempts: self.attempts.rows.len(),
+            events: self.events.rows.len(),
+        }
+    }
+}
+
+/// What `Store::import_migration` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Imported {
+    Done,
+    /// Nothing written: schedules of these names exist here already.
+    NamesTaken(Vec<String>),
+}
+
 /// A backend persists what it is told, in the transaction it is told to use: every decision
 /// (a run's next state, the events that tell it, retry, overlap at materialisation, idempotency
 /// keys) is made in `model` and `tick` and handed over as values. Times are epoch seconds, taken
@@ -614,6 +868,32 @@ pub trait Store {
     /// the status is still the one read, and its event). Returns the decision's `Steered`, or
     /// `Steered::NotFound` when there is no such run.
     fn steer(&mut self, run_id: i64, request: Steer, now: i64, actor: &Actor) -> Result<Steered>;
+
+    // ---- migrate ----
+    /// `runner migrate`, the source side, in ONE write transaction held from start to end (so no
+    /// tick materialises or claims meanwhile; PostgreSQL: the tables are locked against writes):
+    /// if any run is `running`, return `MigratedOut::Running` having changed nothing. Otherwise
+    /// read every schedule (every column), the `pending` runs (with `with_history`, every run),
+    /// their attempts and events, and (with history) `dead_runs_total`; call `write` with them
+    /// (it writes and commits them elsewhere); if it fails, roll back and return its error. Then
+    /// pause every schedule (revision + 1, `updated_at = now`), and cancel each moved pending
+    /// run (`finished_at = now`, error `CANCELLED` with `moved_detail`) with `moved_event(attempt)`
+    /// recorded by `actor`, and commit. An error after `write` succeeded means both databases
+    /// hold the schedules: the caller must say so.
+    fn migrate_out(
+        &mut self,
+        with_history: bool,
+        now: i64,
+        actor: &Actor,
+        moved_detail: &str,
+        moved_event: &dyn Fn(u32) -> NewEvent,
+        write: &mut dyn FnMut(&Migration) -> anyhow::Result<()>,
+    ) -> Result<MigratedOut>;
+    /// `runner migrate`, the target side, in ONE transaction: if a schedule of one of the
+    /// migration's names exists, return `Imported::NamesTaken` (all of them) having written
+    /// nothing; else insert every row through `insert_migration` (new ids, every column as read)
+    /// and add `dead_runs_total` to this database's counter.
+    fn import_migration(&mut self, migration: &Migration) -> Result<Imported>;
 
     // ---- retention ----
     /// What pruning runs finished before `cutoff` would delete.

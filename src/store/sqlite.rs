@@ -16,9 +16,9 @@ use rusqlite::{
 use super::sqlite_files as files;
 use super::{
     Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
-    JobRunStats, LastResult, Materialization, OpenMode, PruneCounts, Reanchored, Removal, Result,
-    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, RECENT_LISTED,
-    RUNNING_LISTED,
+    Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration, OpenMode,
+    PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView,
+    SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
@@ -1127,6 +1127,48 @@ fn running_runs_of(tx: &Transaction<'_>, name: &str) -> rusqlite::Result<Vec<i64
     rows.collect()
 }
 
+/// A migrated value as a parameter.
+impl ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self {
+            Value::Null => ToSqlOutput::Borrowed(ValueRef::Null),
+            Value::Integer(v) => ToSqlOutput::Borrowed(ValueRef::Integer(*v)),
+            Value::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
+            Value::Blob(v) => ToSqlOutput::Borrowed(ValueRef::Blob(v)),
+        })
+    }
+}
+
+/// Every column of the rows `sql` selects, as `Value`s (`runner migrate`).
+fn read_rows(tx: &Connection, table: Table, sql: &str) -> Result<Rows> {
+    let mut stmt = tx.prepare(sql)?;
+    let columns: Vec<String> = stmt.column_names().map(String::from).collect();
+    let mut rows = Vec::new();
+    let mut query = stmt.query([])?;
+    while let Some(row) = query.next()? {
+        let mut values = Vec::with_capacity(columns.len());
+        for (index, column) in columns.iter().enumerate() {
+            let odd = |what: &str| {
+                anyhow::anyhow!(
+                    "{}.{column} holds {what}, which runner never writes; nothing was moved",
+                    table.name()
+                )
+            };
+            values.push(match row.get_ref(index)? {
+                ValueRef::Null => Value::Null,
+                ValueRef::Integer(v) => Value::Integer(v),
+                ValueRef::Text(v) => Value::Text(
+                    String::from_utf8(v.to_vec()).map_err(|_| odd("text that is not UTF-8"))?,
+                ),
+                ValueRef::Blob(v) => Value::Blob(v.to_vec()),
+                ValueRef::Real(_) => return Err(odd("a real number").into()),
+            });
+        }
+        rows.push(values);
+    }
+    Ok(Rows { columns, rows })
+}
+
 impl Store for SqliteStore {
     fn describe(&self) -> String {
         self.path.display().to_string()
@@ -1878,6 +1920,106 @@ impl Store for SqliteStore {
         insert_event(&tx, run_id, now, actor, &event)?;
         tx.commit()?;
         Ok(steered)
+    }
+
+    fn migrate_out(
+        &mut self,
+        with_history: bool,
+        now: i64,
+        actor: &Actor,
+        moved_detail: &str,
+        moved_event: &dyn Fn(u32) -> NewEvent,
+        write: &mut dyn FnMut(&Migration) -> anyhow::Result<()>,
+    ) -> Result<MigratedOut> {
+        // BEGIN IMMEDIATE: the write lock from here to the commit, so no tick materialises,
+        // claims or finishes anything between the read and the retirement.
+        let tx = self.write()?;
+        let running = tx
+            .prepare("SELECT id FROM job_runs WHERE status = 'running' ORDER BY id")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<i64>>>()?;
+        if !running.is_empty() {
+            return Ok(MigratedOut::Running(running));
+        }
+        let moved = super::moved_runs_sql(with_history);
+        let migration = Migration {
+            definitions: read_rows(
+                &tx,
+                Table::Definitions,
+                "SELECT * FROM job_definitions ORDER BY id",
+            )?,
+            runs: read_rows(
+                &tx,
+                Table::Runs,
+                &format!("SELECT * FROM job_runs WHERE id IN ({moved}) ORDER BY id"),
+            )?,
+            attempts: read_rows(
+                &tx,
+                Table::Attempts,
+                &format!("SELECT * FROM job_attempts WHERE run_id IN ({moved}) ORDER BY id"),
+            )?,
+            events: read_rows(
+                &tx,
+                Table::Events,
+                &format!("SELECT * FROM job_events WHERE run_id IN ({moved}) ORDER BY id"),
+            )?,
+            dead_runs_total: if with_history {
+                tx.query_row(
+                    "SELECT value FROM runner_state WHERE key = 'dead_runs_total'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?
+                .unwrap_or(0)
+            } else {
+                0
+            },
+        };
+        write(&migration)?;
+        // Written elsewhere and committed there: retire everything here, so a tick left running
+        // on this database runs none of it.
+        tx.execute(
+            "UPDATE job_definitions SET paused = 1, revision = revision + 1, updated_at = ?1",
+            [now],
+        )?;
+        let pending = tx
+            .prepare("SELECT id, attempt FROM job_runs WHERE status = 'pending' ORDER BY id")?
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, u32>(1)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        for (run_id, attempt) in pending {
+            tx.execute(
+                "UPDATE job_runs SET status = 'cancelled', finished_at = ?2, error_code = ?3,
+                     error_detail = ?4
+                 WHERE id = ?1 AND status = 'pending'",
+                params![run_id, now, ErrorCode::Cancelled.to_string(), moved_detail],
+            )?;
+            insert_event(&tx, run_id, now, actor, &moved_event(attempt))?;
+        }
+        tx.commit()?;
+        Ok(MigratedOut::Done(migration.counts()))
+    }
+
+    fn import_migration(&mut self, migration: &Migration) -> Result<Imported> {
+        let tx = self.write()?;
+        let existing = tx
+            .prepare("SELECT name FROM job_definitions")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?;
+        let taken = super::names_taken(migration, &existing);
+        if !taken.is_empty() {
+            return Ok(Imported::NamesTaken(taken));
+        }
+        super::insert_migration(migration, &mut |table, columns, values| {
+            let sql = super::insert_row_sql(table, columns, |n| format!("?{n}"));
+            Ok(tx
+                .prepare_cached(&sql)?
+                .query_row(rusqlite::params_from_iter(values), |r| r.get(0))?)
+        })?;
+        if migration.dead_runs_total != 0 {
+            tx.execute(&super::add_dead_runs_sql("?1"), [migration.dead_runs_total])?;
+        }
+        tx.commit()?;
+        Ok(Imported::Done)
     }
 
     fn prunable(&self, cutoff: i64) -> Result<PruneCounts> {

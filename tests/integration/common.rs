@@ -761,33 +761,41 @@ impl TestDb {
     /// when the handle is.
     pub fn new(dir: &Path) -> TestDb {
         match Backend::current() {
-            Backend::Sqlite => {
-                let path = dir.join("runner.db");
-                TestDb {
-                    location: path.display().to_string(),
-                    kind: Kind::Sqlite(path),
-                }
-            }
-            Backend::Postgres => {
-                static NEXT: AtomicUsize = AtomicUsize::new(0);
-                let server = std::env::var("RUNNER_TEST_PG")
-                    .expect("RUNNER_TEST_BACKEND=postgres needs RUNNER_TEST_PG, a server URL");
-                let name = format!(
-                    "runner_test_{}_{}_{}",
-                    std::process::id(),
-                    NEXT.fetch_add(1, Ordering::Relaxed),
-                    fastrand::u32(..)
-                );
-                pg_admin(&server, &format!("CREATE DATABASE {name}"));
-                TestDb {
-                    location: with_database(&server, &name),
-                    kind: Kind::Postgres {
-                        server,
-                        name,
-                        client: Mutex::new(None),
-                    },
-                }
-            }
+            Backend::Sqlite => TestDb::sqlite_file(dir.join("runner.db")),
+            Backend::Postgres => TestDb::postgres(
+                &std::env::var("RUNNER_TEST_PG")
+                    .expect("RUNNER_TEST_BACKEND=postgres needs RUNNER_TEST_PG, a server URL"),
+            ),
+        }
+    }
+
+    /// A SQLite database at `path` (not created yet), whatever the suite's backend: for tests
+    /// that manage a second database (`migrate`).
+    pub fn sqlite_file(path: PathBuf) -> TestDb {
+        TestDb {
+            location: path.display().to_string(),
+            kind: Kind::Sqlite(path),
+        }
+    }
+
+    /// A new, empty database on the PostgreSQL server at `server`, dropped again when the
+    /// handle is, whatever the suite's backend.
+    pub fn postgres(server: &str) -> TestDb {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "runner_test_{}_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            fastrand::u32(..)
+        );
+        pg_admin(server, &format!("CREATE DATABASE {name}"));
+        TestDb {
+            location: with_database(server, &name),
+            kind: Kind::Postgres {
+                server: server.to_string(),
+                name,
+                client: Mutex::new(None),
+            },
         }
     }
 
@@ -988,6 +996,21 @@ impl TestDb {
                 tx.commit().expect("commit");
                 true
             }
+        }
+    }
+
+    /// The columns of `table`, in the order the schema declares them.
+    pub fn columns(&self, table: &str) -> Vec<String> {
+        match self.kind {
+            Kind::Sqlite(_) => self.query_strings(
+                "SELECT name FROM pragma_table_info($1) ORDER BY cid",
+                &[&table],
+            ),
+            Kind::Postgres { .. } => self.query_strings(
+                "SELECT column_name::text FROM information_schema.columns
+                 WHERE table_schema = 'public' AND table_name = $1 ORDER BY ordinal_position",
+                &[&table],
+            ),
         }
     }
 

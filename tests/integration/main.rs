@@ -17,6 +17,7 @@ mod harness;
 mod help;
 mod hostile_jobs;
 mod materialize;
+mod migrate;
 mod never_twice;
 mod observe;
 mod pausing;

@@ -141,7 +141,7 @@ fn init_creates_the_schema_and_other_commands_need_it() {
     assert!(err.contains("127.0.0.1"), "the host is named: {err}");
     env.ok(&["init"]);
     env.ok(&["init"]); // idempotent
-    // Every PostgreSQL migration (0002: runs keep their zone; 0003: timed pauses).
+                       // Every PostgreSQL migration (0002: runs keep their zone; 0003: timed pauses).
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
         3

@@ -18,15 +18,16 @@ pub mod pgpass;
 use std::cell::RefCell;
 
 use anyhow::Result;
-use postgres::types::ToSql;
+use postgres::types::{ToSql, Type};
 use postgres::{Client, IsolationLevel, Row, Transaction};
 
 use self::connect::Server;
 use super::JobRunStats;
 use super::{
     Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
-    LastResult, OpenMode, PruneCounts, Reanchored, Removal, RunBrief, RunFilter, RunView,
-    RunningView, SchemaVersions, Storage, Store, RECENT_LISTED, RUNNING_LISTED,
+    Imported, LastResult, MigratedOut, Migration, OpenMode, PruneCounts, Reanchored, Removal, Rows,
+    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table, Value,
+    RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -893,6 +894,51 @@ fn history_query(filter: &RunFilter) -> (String, Vec<Box<dyn ToSql + Sync>>) {
     (sql, values)
 }
 
+/// Every column of the rows `sql` selects, as `Value`s (`runner migrate`).
+fn read_rows(tx: &mut Transaction<'_>, table: Table, sql: &str) -> Result<Rows> {
+    let statement = tx.prepare(sql)?;
+    let columns: Vec<String> = statement
+        .columns()
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
+    let mut rows = Vec::new();
+    for row in tx.query(&statement, &[])? {
+        let mut values = Vec::with_capacity(columns.len());
+        for (index, column) in statement.columns().iter().enumerate() {
+            let ty = column.type_();
+            let value = if *ty == Type::INT8 {
+                row.try_get::<_, Option<i64>>(index)?.map(Value::Integer)
+            } else if *ty == Type::TEXT {
+                row.try_get::<_, Option<String>>(index)?.map(Value::Text)
+            } else if *ty == Type::BYTEA {
+                row.try_get::<_, Option<Vec<u8>>>(index)?.map(Value::Blob)
+            } else {
+                anyhow::bail!(
+                    "{}.{} has type {ty}, which runner does not use; nothing was moved",
+                    table.name(),
+                    column.name()
+                );
+            };
+            values.push(value.unwrap_or(Value::Null));
+        }
+        rows.push(values);
+    }
+    Ok(Rows { columns, rows })
+}
+
+/// A migrated value as a parameter of type `ty` (a NULL needs the column's type).
+fn migrated_param(value: &Value, ty: &Type) -> Box<dyn ToSql + Sync> {
+    match value {
+        Value::Null if *ty == Type::TEXT => Box::new(None::<String>),
+        Value::Null if *ty == Type::BYTEA => Box::new(None::<Vec<u8>>),
+        Value::Null => Box::new(None::<i64>),
+        Value::Integer(v) => Box::new(*v),
+        Value::Text(v) => Box::new(v.clone()),
+        Value::Blob(v) => Box::new(v.clone()),
+    }
+}
+
 impl Store for PostgresStore {
     fn describe(&self) -> String {
         self.shown.clone()
@@ -1704,6 +1750,140 @@ impl Store for PostgresStore {
             };
             insert_event(tx, run_id, now, actor, &event)?;
             Ok(steered)
+        })
+    }
+
+    fn migrate_out(
+        &mut self,
+        with_history: bool,
+        now: i64,
+        actor: &Actor,
+        moved_detail: &str,
+        moved_event: &dyn Fn(u32) -> NewEvent,
+        write: &mut dyn FnMut(&Migration) -> anyhow::Result<()>,
+    ) -> StoreResult<MigratedOut> {
+        self.write(|tx| {
+            // Reads go on, writes wait until the commit: no tick materialises, claims or
+            // finishes anything between the read and the retirement.
+            tx.batch_execute(
+                "LOCK TABLE job_definitions, job_runs, job_attempts, job_events IN EXCLUSIVE MODE",
+            )?;
+            let running: Vec<i64> = tx
+                .query(
+                    "SELECT id FROM job_runs WHERE status = 'running' ORDER BY id",
+                    &[],
+                )?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+            if !running.is_empty() {
+                return Ok(MigratedOut::Running(running));
+            }
+            let moved = super::moved_runs_sql(with_history);
+            let migration = Migration {
+                definitions: read_rows(
+                    tx,
+                    Table::Definitions,
+                    "SELECT * FROM job_definitions ORDER BY id",
+                )?,
+                runs: read_rows(
+                    tx,
+                    Table::Runs,
+                    &format!("SELECT * FROM job_runs WHERE id IN ({moved}) ORDER BY id"),
+                )?,
+                attempts: read_rows(
+                    tx,
+                    Table::Attempts,
+                    &format!("SELECT * FROM job_attempts WHERE run_id IN ({moved}) ORDER BY id"),
+                )?,
+                events: read_rows(
+                    tx,
+                    Table::Events,
+                    &format!("SELECT * FROM job_events WHERE run_id IN ({moved}) ORDER BY id"),
+                )?,
+                dead_runs_total: if with_history {
+                    tx.query_opt(
+                        "SELECT value FROM runner_state WHERE key = 'dead_runs_total'",
+                        &[],
+                    )?
+                    .map(|r| r.try_get(0))
+                    .transpose()?
+                    .unwrap_or(0)
+                } else {
+                    0
+                },
+            };
+            write(&migration)?;
+            // Written elsewhere and committed there: retire everything here, so a tick left
+            // running on this database runs none of it.
+            tx.execute(
+                "UPDATE job_definitions SET paused = 1, revision = revision + 1, updated_at = $1",
+                &[&now],
+            )?;
+            let pending = tx.query(
+                "SELECT id, attempt FROM job_runs WHERE status = 'pending' ORDER BY id",
+                &[],
+            )?;
+            for row in pending {
+                let run_id: i64 = row.try_get(0)?;
+                tx.execute(
+                    "UPDATE job_runs SET status = 'cancelled', finished_at = $2, error_code = $3,
+                         error_detail = $4
+                     WHERE id = $1 AND status = 'pending'",
+                    &[
+                        &run_id,
+                        &now,
+                        &ErrorCode::Cancelled.to_string(),
+                        &moved_detail,
+                    ],
+                )?;
+                insert_event(tx, run_id, now, actor, &moved_event(u32_at(&row, 1)?))?;
+            }
+            Ok(MigratedOut::Done(migration.counts()))
+        })
+    }
+
+    fn import_migration(&mut self, migration: &Migration) -> StoreResult<Imported> {
+        self.write(|tx| {
+            // Ticks of this database go on meanwhile. Should another migration bring the same
+            // names at the same moment, the unique name index refuses the second, which rolls back.
+            let existing: Vec<String> = tx
+                .query("SELECT name FROM job_definitions", &[])?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+            let taken = super::names_taken(migration, &existing);
+            if !taken.is_empty() {
+                return Ok(Imported::NamesTaken(taken));
+            }
+            let mut statements = std::collections::HashMap::new();
+            super::insert_migration(migration, &mut |table, columns, values| {
+                let statement = match statements.get(&table) {
+                    Some(statement) => statement,
+                    None => {
+                        let sql = super::insert_row_sql(table, columns, |n| format!("${n}"));
+                        let statement = tx.prepare(&sql).map_err(anyhow::Error::from)?;
+                        statements.entry(table).or_insert(statement)
+                    }
+                };
+                let params: Vec<Box<dyn ToSql + Sync>> = values
+                    .iter()
+                    .zip(statement.params())
+                    .map(|(value, ty)| migrated_param(value, ty))
+                    .collect();
+                let params: Params = params.iter().map(|p| p.as_ref()).collect();
+                let row = tx
+                    .query_one(statement, &params)
+                    .map_err(anyhow::Error::from)?;
+                Ok(row.try_get(0).map_err(anyhow::Error::from)?)
+            })?;
+            if migration.dead_runs_total != 0 {
+                tx.execute(
+                    &super::add_dead_runs_sql("$1"),
+                    &[&migration.dead_runs_total],
+                )?;
+            }
+            Ok(Imported::Done)
         })
     }
 

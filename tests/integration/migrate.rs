@@ -1,0 +1,455 @@
+//! `runner migrate --to URL|PATH [--history]`: schedules move with their cursors exactly, pending
+//! runs move with their attempt counts and keys, nothing runs twice or is lost, and a refusal
+//! changes nothing anywhere.
+//!
+//! Each test manages two databases: the source is the suite's backend (`env.sql`), the target
+//! a second database, PostgreSQL (on `RUNNER_TEST_PG`; skipped with a note when it is unset) or
+//! a SQLite file. Across the suite's two passes that is every pair of backends.
+
+use crate::common::{epoch, stderr, stdout, Env, TestDb, Val, NEVER};
+
+/// A PostgreSQL database to migrate to, or `None` (the test says it was skipped).
+fn postgres_target() -> Option<TestDb> {
+    match std::env::var("RUNNER_TEST_PG") {
+        Ok(server) if !server.is_empty() => Some(TestDb::postgres(&server)),
+        _ => {
+            println!("skipped: RUNNER_TEST_PG is unset, so there is no PostgreSQL to migrate to");
+            None
+        }
+    }
+}
+
+fn sqlite_target(env: &Env) -> TestDb {
+    TestDb::sqlite_file(env.path("target.db"))
+}
+
+/// `runner --db DB ARGS` (the flag beats the env's RUNNER_DB); must exit 0; returns stdout.
+fn on(env: &Env, db: &TestDb, args: &[&str]) -> String {
+    let out = env
+        .cmd()
+        .arg("--db")
+        .arg(db.location())
+        .args(args)
+        .output()
+        .expect("runner");
+    assert!(
+        out.status.success(),
+        "runner --db {} {args:?}: exit {:?}\n{}{}",
+        db.location(),
+        out.status.code(),
+        stdout(&out),
+        stderr(&out)
+    );
+    stdout(&out)
+}
+
+const T0: &str = "2026-01-01T00:50:00Z";
+const FIRST_TICK: &str = "2026-01-01T01:00:30Z";
+const MIGRATE_AT: &str = "2026-01-01T01:01:00Z";
+const LATER: &str = "2026-01-01T01:30:30Z";
+
+/// The source's state before a migration: `every5` (every 5 minutes, catch-up all) ran 00:55 and
+/// 01:00, its cursor at 01:00; `failing` failed its first attempt at 01:00 and waits to retry
+/// (at most 10 minutes later); `doomed` went dead (the dead-runs counter is 1); `manual` has a
+/// manual run pending.
+fn source_with_cursors_and_pending_runs(env: &Env) {
+    env.add_at(
+        Some(T0),
+        "every5",
+        "*/5 * * * *",
+        &["--catch-up", "all"],
+        "true",
+    );
+    env.add_at(
+        Some(T0),
+        "failing",
+        "0 * * * *",
+        &[
+            "--max-attempts",
+            "2",
+            "--backoff-base",
+            "10m",
+            "--backoff-max",
+            "10m",
+        ],
+        "exit 3",
+    );
+    env.add_at(
+        Some(T0),
+        "doomed",
+        NEVER,
+        &["--max-attempts", "1"],
+        "exit 1",
+    );
+    env.add_at(Some(T0), "manual", NEVER, &[], "true");
+    env.ok(&["--now", T0, "run", "doomed"]);
+    env.tick_at(FIRST_TICK);
+    env.ok(&["--now", FIRST_TICK, "run", "manual"]);
+    assert_eq!(
+        statuses(&env.sql),
+        [
+            ("doomed", "dead".to_string(), 1),
+            ("every5", "succeeded".to_string(), 2),
+            ("failing", "pending".to_string(), 1),
+            ("manual", "pending".to_string(), 1),
+        ]
+        .map(|(j, s, n)| (j.to_string(), s, n))
+    );
+}
+
+/// (job, status, runs), by job and status.
+fn statuses(db: &TestDb) -> Vec<(String, String, i64)> {
+    db.query_rows(
+        "SELECT d.name, r.status, count(*) FROM job_runs r
+         JOIN job_definitions d ON d.id = r.definition_id
+         GROUP BY d.name, r.status ORDER BY d.name, r.status",
+        &[],
+    )
+    .into_iter()
+    .map(|row| (row[0].string(), row[1].string(), row[2].i64()))
+    .collect()
+}
+
+/// Every column of a table but its id and the ids that point at other rows (which a migration
+/// gives new values), in an order both databases share: by schedule name, then run key, then
+/// id. `runs` says which runs (an SQL condition on `r`).
+fn carried(db: &TestDb, table: &str, runs: &str) -> Vec<Vec<Val>> {
+    let columns: Vec<String> = db
+        .columns(table)
+        .into_iter()
+        .filter(|c| !["id", "definition_id", "run_id"].contains(&c.as_str()))
+        .map(|c| format!("t.\"{c}\""))
+        .collect();
+    assert!(columns.len() > 3, "no columns of {table}");
+    let columns = columns.join(", ");
+    let sql = match table {
+        "job_definitions" => format!("SELECT {columns} FROM job_definitions t ORDER BY t.name"),
+        "job_runs" => format!(
+            "SELECT {columns} FROM job_runs t JOIN job_runs r ON r.id = t.id
+             WHERE {runs} ORDER BY t.idempotency_key"
+        ),
+        _ => format!(
+            "SELECT {columns} FROM {table} t JOIN job_runs r ON r.id = t.run_id
+             WHERE {runs} ORDER BY r.idempotency_key, t.id"
+        ),
+    };
+    db.query_rows(&sql, &[])
+}
+
+/// Every row a migration carries, of the runs that `runs` selects.
+fn carried_all(db: &TestDb, runs: &str) -> Vec<Vec<Vec<Val>>> {
+    ["job_definitions", "job_runs", "job_attempts", "job_events"]
+        .map(|t| carried(db, t, runs))
+        .to_vec()
+}
+
+/// How many rows each scheduled instant of `job` has (schedule runs only).
+fn rows_per_instant(db: &TestDb, job: &str) -> Vec<(i64, i64)> {
+    db.query_rows(
+        "SELECT r.scheduled_for, count(*) FROM job_runs r
+         JOIN job_definitions d ON d.id = r.definition_id
+         WHERE d.name = $1 AND r.trigger = 'schedule'
+         GROUP BY r.scheduled_for ORDER BY r.scheduled_for",
+        &[&job],
+    )
+    .into_iter()
+    .map(|row| (row[0].i64(), row[1].i64()))
+    .collect()
+}
+
+fn minutes(from: &str, to: &str, step: i64) -> Vec<i64> {
+    (epoch(from)..=epoch(to))
+        .step_by(step as usize * 60)
+        .collect()
+}
+
+/// The main case: cursors and pending runs move exactly; the target's next tick materialises
+/// exactly the instants the source had not (each once), runs the moved pending runs, and the
+/// source, paused, runs nothing.
+fn cursors_and_pending_runs_move_and_nothing_runs_twice(env: &Env, target: &TestDb) {
+    source_with_cursors_and_pending_runs(env);
+    let pending = "r.status = 'pending'";
+    let before = carried_all(&env.sql, pending);
+    let keys = env.sql.query_strings(
+        "SELECT idempotency_key FROM job_runs WHERE status = 'pending' ORDER BY idempotency_key",
+        &[],
+    );
+
+    let out = env.ok(&["--now", MIGRATE_AT, "migrate", "--to", target.location()]);
+    let shown = target.location();
+    assert!(
+        out.starts_with(&format!(
+            "moved 4 schedules, 2 pending runs (with 1 attempt, 5 events) to {shown}; finished \
+             runs stay behind (--history moves them)\n"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("are now paused"), "{out}");
+
+    // Every column of every schedule (cursor, revision, created_at, paused...) and of every
+    // pending run, its attempt and its events arrived as they were; finished runs did not.
+    assert_eq!(carried_all(target, "1 = 1"), before);
+    assert_eq!(
+        target.query_strings(
+            "SELECT idempotency_key FROM job_runs ORDER BY idempotency_key",
+            &[]
+        ),
+        keys
+    );
+
+    // The source: every schedule paused, the moved runs cancelled, saying where they went.
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions WHERE paused = 0", &[]),
+        0
+    );
+    assert_eq!(
+        env.sql.query_strings(
+            "SELECT error_detail FROM job_runs WHERE status = 'cancelled' ORDER BY id",
+            &[]
+        ),
+        vec![format!("moved to {shown}"); 2]
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_events WHERE kind = 'CANCELLED' AND detail LIKE '%moved_to%'",
+            &[]
+        ),
+        2
+    );
+    // A cron line left on the old database runs nothing.
+    let source_runs = env.sql.query_i64("SELECT count(*) FROM job_runs", &[]);
+    env.tick_at(LATER);
+    assert_eq!(
+        env.sql.query_i64("SELECT count(*) FROM job_runs", &[]),
+        source_runs
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status IN ('pending', 'running')",
+            &[]
+        ),
+        0
+    );
+
+    // The target's tick: every instant after the source's cursor, each once; none before it.
+    on(env, target, &["--now", LATER, "tick"]);
+    let expected: Vec<(i64, i64)> = minutes("2026-01-01T01:05:00Z", "2026-01-01T01:30:00Z", 5)
+        .into_iter()
+        .map(|at| (at, 1))
+        .collect();
+    assert_eq!(rows_per_instant(target, "every5"), expected);
+    // The retry ran its second (last) attempt there, under the same key; the manual run ran.
+    assert_eq!(
+        statuses(target),
+        [
+            ("every5", "succeeded", 6),
+            ("failing", "dead", 1),
+            ("manual", "succeeded", 1),
+        ]
+        .map(|(j, s, n)| (j.to_string(), s.to_string(), n))
+    );
+    assert_eq!(
+        target.query_i64(
+            "SELECT attempt FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+             WHERE d.name = 'failing'",
+            &[]
+        ),
+        2
+    );
+    // Without --history the dead-runs counter stays behind with the dead run.
+    assert_eq!(dead_runs_total(target), 1);
+}
+
+/// `runner_state`'s dead-runs counter (0 when unset).
+fn dead_runs_total(db: &TestDb) -> i64 {
+    db.query_rows(
+        "SELECT value FROM runner_state WHERE key = 'dead_runs_total'",
+        &[],
+    )
+    .first()
+    .map_or(0, |row| row[0].i64())
+}
+
+#[test]
+fn to_postgres_cursors_and_pending_runs_move_and_nothing_runs_twice() {
+    let Some(target) = postgres_target() else {
+        return;
+    };
+    let env = Env::init();
+    cursors_and_pending_runs_move_and_nothing_runs_twice(&env, &target);
+}
+
+#[test]
+fn to_sqlite_cursors_and_pending_runs_move_and_nothing_runs_twice() {
+    let env = Env::init();
+    let target = sqlite_target(&env);
+    cursors_and_pending_runs_move_and_nothing_runs_twice(&env, &target);
+}
+
+/// `--history` moves every run with its attempts and events, and the dead-runs counter.
+fn history_moves(env: &Env, target: &TestDb) {
+    source_with_cursors_and_pending_runs(env);
+    let before = carried_all(&env.sql, "1 = 1");
+    let count =
+        |db: &TestDb, table: &str| db.query_i64(&format!("SELECT count(*) FROM {table}"), &[]);
+    let counts: Vec<i64> = ["job_runs", "job_attempts", "job_events"]
+        .iter()
+        .map(|t| count(&env.sql, t))
+        .collect();
+    assert_eq!(dead_runs_total(&env.sql), 1);
+
+    let out = env.ok(&[
+        "--now",
+        MIGRATE_AT,
+        "migrate",
+        "--to",
+        target.location(),
+        "--history",
+    ]);
+    assert!(
+        out.starts_with(&format!(
+            "moved 4 schedules, 2 pending runs (and 3 finished runs, {} attempts, {} events) to {}",
+            counts[1],
+            counts[2],
+            target.location()
+        )),
+        "{out}"
+    );
+    assert_eq!(carried_all(target, "1 = 1"), before);
+    assert_eq!(
+        ["job_runs", "job_attempts", "job_events"]
+            .iter()
+            .map(|t| count(target, t))
+            .collect::<Vec<_>>(),
+        counts
+    );
+    assert_eq!(dead_runs_total(target), 1);
+    // `history` on the target shows them: 5 runs, the dead one among them.
+    let shown = on(env, target, &["history", "--json"]);
+    let runs = crate::common::json(&shown);
+    let runs = runs.as_array().expect("a list");
+    assert_eq!(runs.len(), 5, "{shown}");
+    assert!(
+        runs.iter()
+            .any(|r| r["job"] == "doomed" && r["status"] == "dead"),
+        "{shown}"
+    );
+
+    // And the cursors still hold: the target's tick runs 01:05..01:30, each once, with the two
+    // moved instants (00:55, 01:00) not again.
+    on(env, target, &["--now", LATER, "tick"]);
+    let expected: Vec<(i64, i64)> = minutes("2026-01-01T00:55:00Z", "2026-01-01T01:30:00Z", 5)
+        .into_iter()
+        .map(|at| (at, 1))
+        .collect();
+    assert_eq!(rows_per_instant(target, "every5"), expected);
+}
+
+#[test]
+fn to_postgres_history_moves_runs_attempts_events_and_the_dead_counter() {
+    let Some(target) = postgres_target() else {
+        return;
+    };
+    let env = Env::init();
+    history_moves(&env, &target);
+}
+
+#[test]
+fn to_sqlite_history_moves_runs_attempts_events_and_the_dead_counter() {
+    let env = Env::init();
+    let target = sqlite_target(&env);
+    history_moves(&env, &target);
+}
+
+/// Refusals change nothing in either database: a running run in the source (a tick at work), a
+/// schedule name the target already has, the source itself as target.
+fn refusals_change_nothing(env: &Env, target: &TestDb) {
+    source_with_cursors_and_pending_runs(env);
+
+    // A name clash: the target keeps its own `every5`, and nothing else arrives.
+    on(
+        env,
+        target,
+        &["schedule", "add", "every5", "--cron", NEVER, "--", "true"],
+    );
+    on(
+        env,
+        target,
+        &["schedule", "add", "manual", "--cron", NEVER, "--", "true"],
+    );
+    let (source_before, target_before) = (env.sql.snapshot(), target.snapshot());
+    let err = env.fails(
+        2,
+        &["--now", MIGRATE_AT, "migrate", "--to", target.location()],
+    );
+    assert!(
+        err.contains("already has schedules named every5, manual"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was moved"), "{err}");
+    assert_eq!(env.sql.snapshot(), source_before);
+    assert_eq!(target.snapshot(), target_before);
+
+    // The source as its own target.
+    let err = env.fails(2, &["migrate", "--to", env.sql.location()]);
+    assert!(err.contains("names the database migrated from"), "{err}");
+    assert_eq!(env.sql.snapshot(), source_before);
+
+    // A running run (forged: a tick holds it).
+    on(env, target, &["schedule", "rm", "every5"]);
+    on(env, target, &["schedule", "rm", "manual"]);
+    let target_before = target.snapshot();
+    let run = env.sql.query_i64(
+        "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+         WHERE d.name = 'manual'",
+        &[],
+    );
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'running', owner = 'other-host:1', lease_token = 'forged',
+             lease_expires_at = $1, heartbeat_at = $2 WHERE id = $3",
+        &[&(epoch(MIGRATE_AT) + 600), &epoch(MIGRATE_AT), &run],
+    );
+    let source_before = env.sql.snapshot();
+    let err = env.fails(
+        2,
+        &["--now", MIGRATE_AT, "migrate", "--to", target.location()],
+    );
+    assert!(err.contains(&format!("has running runs ({run})")), "{err}");
+    assert!(err.contains("nothing was moved or changed"), "{err}");
+    assert_eq!(env.sql.snapshot(), source_before);
+    assert_eq!(target.snapshot(), target_before);
+}
+
+#[test]
+fn to_postgres_refusals_change_nothing() {
+    let Some(target) = postgres_target() else {
+        return;
+    };
+    let env = Env::init();
+    refusals_change_nothing(&env, &target);
+}
+
+#[test]
+fn to_sqlite_refusals_change_nothing() {
+    let env = Env::init();
+    let target = sqlite_target(&env);
+    refusals_change_nothing(&env, &target);
+}
+
+/// A refusal before anything was written creates no target database either.
+#[test]
+fn a_refused_migration_creates_no_target_file() {
+    let env = Env::init();
+    env.add("manual", &[], "true");
+    let run = env.enqueue("manual");
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'running', owner = 'other-host:1', lease_token = 'forged',
+             lease_expires_at = $1 WHERE id = $2",
+        &[&(crate::common::real_now() + 600), &run],
+    );
+    let target = sqlite_target(&env);
+    let err = env.fails(2, &["migrate", "--to", target.location()]);
+    assert!(err.contains("a tick is at work"), "{err}");
+    assert!(!target.created(), "the refused target was created");
+}
