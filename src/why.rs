@@ -169,6 +169,8 @@ pub enum Cause {
     Pending,
     /// Its run failed an attempt and waits to retry.
     Retrying,
+    /// Its run is pending, but its schedule is paused: no tick starts it until `schedule resume`.
+    HeldByPause,
     /// Its run is due, but a run of its `forbid` schedule is running: it waits for that one.
     WaitingBehindForbid { running_run_id: i64 },
     /// Its run used up its attempts.
@@ -213,6 +215,7 @@ impl Cause {
             Cause::Running => "running",
             Cause::Pending => "pending",
             Cause::Retrying => "retrying",
+            Cause::HeldByPause => "held_by_pause",
             Cause::WaitingBehindForbid { .. } => "waiting_behind_forbid",
             Cause::Dead => "dead",
             Cause::Cancelled => "cancelled",
@@ -296,6 +299,8 @@ fn of_run(facts: &Facts, run: &RunView) -> Cause {
             Cause::SkippedOverlap
         }
         RunStatus::Skipped => Cause::SkippedCatchUp,
+        // The claim rule: a paused schedule's pending runs are held.
+        RunStatus::Pending if facts.definition.settings.paused => Cause::HeldByPause,
         RunStatus::Pending => {
             // The claim rule: a due run of a `forbid` schedule waits while another is running.
             let blocker = facts
@@ -398,6 +403,7 @@ mod tests {
             created_at: at(created),
             updated_at: at(created),
             revision: 0,
+            paused_until: None,
         }
     }
 
@@ -473,7 +479,7 @@ mod tests {
 
     #[test]
     fn a_run_tells_what_happened() {
-        let c = Case::new(
+        let mut c = Case::new(
             "0 * * * *",
             "UTC",
             "2026-11-01T00:00:00Z",
@@ -496,6 +502,9 @@ mod tests {
         assert_eq!(c.why_at(asked, Some(&r)), Cause::SkippedOverlap);
         r.status = RunStatus::Pending;
         assert_eq!(c.why_at(asked, Some(&r)), Cause::Pending);
+        c.definition.settings.paused = true;
+        assert_eq!(c.why_at(asked, Some(&r)), Cause::HeldByPause);
+        c.definition.settings.paused = false;
         r.attempt = 1;
         assert_eq!(c.why_at(asked, Some(&r)), Cause::Retrying);
     }

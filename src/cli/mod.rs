@@ -148,6 +148,13 @@ pub enum Command {
     /// materialised because no tick has run since (the last tick), the schedule is paused, the
     /// time is not an instant of the cron expression (the nearest before and after), or it fell
     /// in a daylight-saving gap or repeated hour (the rule that applied). Reads only.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner why backup    # the latest instant of backup that did not succeed\n",
+        "  runner why backup --at 02:30    # today's 02:30 in backup's zone\n",
+        "  runner why backup --at '2026-03-08 02:30'\n",
+        "  runner why backup --at 2026-11-23T07:30:00Z --json"
+    ))]
     Why(why::Args),
     /// Health at a glance: run counts, due and running work, failures, the last tick.
     #[command(after_long_help = concat!(
@@ -231,6 +238,12 @@ pub enum Command {
     ///
     /// Refused (exit 2, nothing changed anywhere) while a run is running here, when the target
     /// already has a schedule of one of the names, or when --to is this database.
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  runner migrate --to postgres://runner@db.example.com/runner\n",
+        "  runner migrate --to postgres://runner@db.example.com/runner --history\n",
+        "  runner --db old.db migrate --to new.db"
+    ))]
     Migrate(migrate::Args),
     /// Check the cron setup: the cron line, the daemon, the last tick, the database's
     /// permissions, and the schedules' commands under cron's environment.

@@ -16,12 +16,6 @@ use crate::store::{OpenMode, RunFilter, RunView};
 use crate::why::{explain, locate, pick_latest, At, Cause, Facts, Latest, Located, LOOK_BACK};
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "\
-Examples:
-  runner why backup                    the latest instant of backup that did not succeed
-  runner why backup --at 02:30         today's 02:30 in backup's zone
-  runner why backup --at '2026-03-08 02:30'
-  runner why backup --at 2026-11-23T07:30:00Z --json")]
 pub struct Args {
     /// Schedule name.
     pub name: String,
@@ -530,6 +524,11 @@ impl Text<'_, '_> {
             (Cause::Pending, Some(r)) => {
                 format!("Pending: run {} is due at {}.", r.id, self.at(r.run_at))
             }
+            (Cause::HeldByPause, Some(r)) => format!(
+                "Held: run {} is pending, but the schedule is paused: no tick starts it until \
+                 `runner schedule resume {}` (or `runner cancel {}`).",
+                r.id, r.job, r.id
+            ),
             (Cause::Retrying, Some(r)) => format!(
                 "Retrying: attempt {} of {} failed ({}); attempt {} of {} {} {}{}.",
                 r.attempt,
