@@ -2,12 +2,20 @@
 //! claim and execute due runs until none are left or the tick is old enough to stop, recording
 //! each attempt's end; finally apply the retention.
 
-pub mod claim;
-pub mod execute;
-pub mod materialize;
-pub mod prune;
-pub mod record;
+// The steps, numbered in the order a tick runs them, so that listing this folder reads as the
+// tick does.
+#[path = "1_recover.rs"]
 pub mod recover;
+#[path = "2_materialize.rs"]
+pub mod materialize;
+#[path = "3_claim.rs"]
+pub mod claim;
+#[path = "4_execute.rs"]
+pub mod execute;
+#[path = "5_record.rs"]
+pub mod record;
+#[path = "6_prune.rs"]
+pub mod prune;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Step 4a: take due runs under a lease, in one short transaction (see `Store::claim` for which
+//! Step 3: take due runs under a lease, in one short transaction (see `Store::claim` for which
 //! runs a claim may take).
 
 use anyhow::Result;

@@ -1,4 +1,4 @@
-//! Step 4b: execute claimed runs, supervised synchronously: one loop starts jobs behind their
+//! Step 4: execute claimed runs, supervised synchronously: one loop starts jobs behind their
 //! gate, polls the children (whose timeouts and leftovers `process` enforces), heart-beats the
 //! leases and claims more while due work exists. Signals only set a flag that this loop reads.
 //!

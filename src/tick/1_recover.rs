@@ -1,4 +1,4 @@
-//! Step 2: runs whose lease expired (their runner died or hung) are closed as `LEASE:EXPIRED`
+//! Step 1: runs whose lease expired (their runner died or hung) are closed as `LEASE:EXPIRED`
 //! and retried or made dead by their policy. Their processes on this host are killed first, and
 //! the attempt is closed only once they are gone, so a run never has two attempts alive at once
 //! here. Attempts left open under a run that moved on without them (cancelled while their

@@ -1,4 +1,4 @@
-//! Step 4c: an attempt ended; classify how, decide what happens to its run (done, retry after a
+//! Step 5: an attempt ended; classify how, decide what happens to its run (done, retry after a
 //! jittered backoff, dead, cancelled) and write it, fenced by the lease token. The failure
 //! decision lives here, once, for executed and recovered attempts alike.
 

@@ -1,4 +1,4 @@
-//! Step 3: every enabled schedule whose fire time has come gets one run per instant, by its
+//! Step 2: every enabled schedule whose fire time has come gets one run per instant, by its
 //! catch-up and overlap policies. The cursor move and the inserts share one transaction, and the
 //! cursor is compare-and-swapped, so racing ticks never create a second run for an instant.
 //! Schedules are written `MATERIALIZE_BATCH` to a transaction (each with its own
