@@ -143,8 +143,9 @@ CREATE TABLE job_events (
 );
 CREATE INDEX job_events_run ON job_events (run_id, id);
 
--- Small facts about the runner itself: last tick, last automatic prune, and dead_runs_total
--- (the counter behind runner_dead_runs_total, which retry and prune never lower).
+-- Small facts about the runner itself: last tick, last automatic prune, dead_runs_total
+-- (the counter behind runner_dead_runs_total, which retry and prune never lower), and syncs
+-- (how many commits were made only to sync the WAL after deferred ones; see Store::sync).
 CREATE TABLE runner_state (
     key   TEXT PRIMARY KEY,
     value INTEGER NOT NULL

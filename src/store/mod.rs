@@ -660,6 +660,22 @@ pub enum Imported {
     NamesTaken(Vec<String>),
 }
 
+/// When a write transaction's commit must reach the disk.
+///
+/// Every commit is atomic and, once it returns, visible to every other runner and survives a
+/// crash of this process (the operating system holds it). A power cut or kernel crash is what
+/// durability is about: the database then comes back as it was at some commit, never half-way,
+/// and never with a later commit kept while an earlier one is lost (SQLite's WAL and PostgreSQL's
+/// WAL are both one ordered log). So a write that is safe to lose may be committed `Deferred`,
+/// and the next `Durable` commit (of this runner or any other) makes it durable too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// On disk when the method returns (an fsync, or a synchronous commit).
+    Durable,
+    /// On disk at the latest with the next durable commit or `Store::sync`.
+    Deferred,
+}
+
 /// A backend persists what it is told, in the transaction it is told to use: every decision
 /// (a run's next state, the events that tell it, retry, overlap at materialisation, idempotency
 /// keys) is made in `model` and `tick` and handed over as values. Times are epoch seconds, taken
@@ -713,6 +729,9 @@ pub trait Store {
     /// latest tick whatever its clock said, and the clock high-water mark (the latest time any
     /// tick's clock read) rises to `now` if it was lower. Returns the high-water mark as it was
     /// before, so the tick can tell whether its clock is behind what the database has seen.
+    ///
+    /// Committed `Deferred`: a tick mark lost to a power cut is one minute's staleness, and an
+    /// idle tick (cron's every-minute wake-up) then writes nothing it waits for.
     fn record_tick(&mut self, now: i64) -> Result<Option<i64>>;
     /// Enabled definitions whose next fire time is at or before `now`, and damaged rows whose
     /// pause flag or next fire time cannot be read (so a tick reports them instead of never
@@ -727,6 +746,10 @@ pub trait Store {
     /// schedule's command and policies onto the run. An instant that already has a schedule run
     /// is left alone (one run per instant). Returns the runs inserted; 0 if another tick got
     /// there first.
+    ///
+    /// Committed `Deferred`: the cursor and its runs are lost together or kept together, and a
+    /// lost materialisation is redone by the next tick (its catch-up policy deciding, as for a
+    /// tick that came late), so no instant is run twice or dropped unrecorded.
     fn materialize(
         &mut self,
         cursor: CursorMove,
@@ -769,6 +792,10 @@ pub trait Store {
     /// number one higher and `started_at` set if unset; an attempt row is opened for it (actor,
     /// token, `started_at = now`) and `NewEvent::claimed` recorded. `more_due` tells whether any
     /// `pending` run with `run_at <= now` of a schedule that is not paused is left after the claim.
+    ///
+    /// Committed `Deferred` (as is `claim_run`): a claim lost to a power cut is one whose runs
+    /// never started (a start is recorded durably before its command runs, `record_starts`), so
+    /// they are simply due again.
     fn claim(&mut self, actor: &Actor, now: i64, lease_secs: i64, batch: usize) -> Result<Claimed>;
     /// Claim run `run_id` alone (`run --wait`), exactly as `claim` would, if the claim rule
     /// allows it now.
@@ -782,7 +809,8 @@ pub trait Store {
     /// In one transaction, record the processes of attempts about to be released (pid and start
     /// time, so recovery can find them) and extend their leases to `lease_expires_at`, each
     /// fenced by its token and only if its lease has not expired at `now`. Per start, in order:
-    /// whether it landed. Only a start that landed may run its command.
+    /// whether it landed. Only a start that landed may run its command. Committed `Durable`:
+    /// this is the commit that makes the claims and deferred results before it durable too.
     fn record_starts(
         &mut self,
         starts: &[StartRecord],
@@ -806,14 +834,25 @@ pub trait Store {
     /// (cancel leaves the open attempt to its runner); one that a recovering runner closed is
     /// never rewritten. When the fence refuses and the run still exists, `end.lease_lost(current)` is
     /// recorded instead, and nothing else changes.
+    /// Committed `Durable`.
     fn finish_attempt(&mut self, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
-        let recorded = self.finish_attempts(std::slice::from_ref(end), actor)?;
+        let recorded = self.finish_attempts(std::slice::from_ref(end), actor, Commit::Durable)?;
         Ok(recorded[0])
     }
     /// `finish_attempt` for several attempts in one transaction (group commit), each fenced by
-    /// its own token: all are durable when this returns, or none is. Per end, in order: whether
-    /// it landed.
-    fn finish_attempts(&mut self, ends: &[AttemptEnd], actor: &Actor) -> Result<Vec<Fenced>>;
+    /// its own token: all are committed when this returns, or none is. Per end, in order:
+    /// whether it landed. `Deferred` is for a caller that makes them durable before it reports
+    /// them or waits (its next `record_starts`, or `sync`): a power cut in between loses the
+    /// group, whose leases then expire and recovery retries it, as if the runner had died.
+    fn finish_attempts(
+        &mut self,
+        ends: &[AttemptEnd],
+        actor: &Actor,
+        commit: Commit,
+    ) -> Result<Vec<Fenced>>;
+    /// Make every commit this store made so far durable (one durable commit, if any `Deferred`
+    /// one came after the last durable one; nothing otherwise).
+    fn sync(&mut self) -> Result<()>;
     /// The open attempt of a run, if any.
     fn open_attempt(&self, run_id: i64) -> Result<Option<AttemptHolder>>;
     /// Attempts on `host` still open whose run no longer holds them (cancelled or recovered

@@ -15,7 +15,7 @@ use rusqlite::{
 
 use super::sqlite_files as files;
 use super::{
-    Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
+    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
     Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration, OpenMode,
     PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView,
     SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
@@ -47,6 +47,10 @@ pub struct SqliteStore {
     path: PathBuf,
     /// The schema version found on opening, before any migration (0: no schema yet).
     found_version: i64,
+    /// What `PRAGMA synchronous` is set to now: FULL for durable commits, NORMAL for deferred.
+    synchronous: Commit,
+    /// A deferred commit may have come after the last durable one: `sync` has work to do.
+    unsynced: bool,
 }
 
 /// SQLite errors leave the store classified: the exit code they mean and the user's next step.
@@ -156,6 +160,8 @@ impl SqliteStore {
             conn,
             path: path.to_path_buf(),
             found_version: 0,
+            synchronous: Commit::Durable,
+            unsynced: false,
         };
         match store.configure() {
             Ok(()) => {}
@@ -193,6 +199,8 @@ impl SqliteStore {
             conn,
             path: path.to_path_buf(),
             found_version: 0,
+            synchronous: Commit::Durable,
+            unsynced: false,
         };
         store.configure().map_err(|e| open_error(path, e))?;
         store.migrate()?;
@@ -292,7 +300,26 @@ impl SqliteStore {
     }
 
     /// Begin a write transaction (`BEGIN IMMEDIATE`: take the write lock now, not mid-way).
+    /// Begin a durable write transaction (the write lock is taken at once).
     fn write(&mut self) -> Result<Transaction<'_>> {
+        self.write_with(Commit::Durable)
+    }
+
+    /// Begin a write transaction whose commit is `commit`. In WAL mode `synchronous = FULL`
+    /// syncs the WAL at every commit, and `NORMAL` at none: the WAL is one ordered log, so the
+    /// next FULL commit (or checkpoint) syncs every deferred commit before it too.
+    fn write_with(&mut self, commit: Commit) -> Result<Transaction<'_>> {
+        if self.synchronous != commit {
+            let level = match commit {
+                Commit::Durable => "FULL",
+                Commit::Deferred => "NORMAL",
+            };
+            self.conn.pragma_update(None, "synchronous", level)?;
+            self.synchronous = commit;
+        }
+        // Set on beginning, not on committing: a deferred transaction that rolls back leaves
+        // `sync` one needless commit, never a missed one.
+        self.unsynced |= commit == Commit::Deferred;
         if self.conn.is_readonly(rusqlite::MAIN_DB)? {
             return Err(cannot_write(&self.path, None).into());
         }
@@ -325,7 +352,7 @@ impl SqliteStore {
                 ""
             },
         );
-        let tx = self.write()?;
+        let tx = self.write_with(Commit::Deferred)?;
         let runs: Vec<ClaimedRun> = {
             let mut stmt = tx.prepare_cached(&sql)?;
             let lease_expires_at = now + lease_secs;
@@ -1299,7 +1326,7 @@ impl Store for SqliteStore {
     }
 
     fn record_tick(&mut self, now: i64) -> Result<Option<i64>> {
-        let tx = self.write()?;
+        let tx = self.write_with(Commit::Deferred)?;
         let high_water: Option<i64> = tx.query_row(CLOCK_HIGH_WATER, [], |r| r.get(0))?;
         tx.execute(
             "INSERT INTO runner_state (key, value) VALUES ('last_tick_at', ?1), ('clock_high_water', ?2)
@@ -1345,7 +1372,7 @@ impl Store for SqliteStore {
         actor: &Actor,
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> Result<usize> {
-        let tx = self.write()?;
+        let tx = self.write_with(Commit::Deferred)?;
         let inserted = materialize_in(&tx, cursor, now, actor, plan)?;
         tx.commit()?;
         Ok(inserted)
@@ -1362,7 +1389,7 @@ impl Store for SqliteStore {
         // a savepoint per schedule: that copies every page it touches into a statement journal,
         // a tenth of the whole cost, for a failure that almost never happens.)
         let all = (|| {
-            let tx = self.write()?;
+            let tx = self.write_with(Commit::Deferred)?;
             let inserted = batch
                 .iter_mut()
                 .map(|m| materialize_in(&tx, m.cursor, now, actor, &mut m.plan))
@@ -1467,6 +1494,8 @@ impl Store for SqliteStore {
             });
         }
         tx.commit()?;
+        // Durable: every deferred commit before it is on disk too.
+        self.unsynced = false;
         Ok(landed)
     }
 
@@ -1511,14 +1540,36 @@ impl Store for SqliteStore {
             .collect())
     }
 
-    fn finish_attempts(&mut self, ends: &[AttemptEnd], actor: &Actor) -> Result<Vec<Fenced>> {
-        let tx = self.write()?;
+    fn finish_attempts(
+        &mut self,
+        ends: &[AttemptEnd],
+        actor: &Actor,
+        commit: Commit,
+    ) -> Result<Vec<Fenced>> {
+        let tx = self.write_with(commit)?;
         let recorded = ends
             .iter()
             .map(|end| finish_in(&tx, end, actor))
             .collect::<Result<Vec<_>>>()?;
         tx.commit()?;
         Ok(recorded)
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        if !self.unsynced {
+            return Ok(());
+        }
+        let tx = self.write()?;
+        // A commit that changes nothing writes nothing and syncs nothing: count the syncs, so
+        // this one has a page to write, and its fsync covers the whole WAL before it.
+        tx.execute(
+            "INSERT INTO runner_state (key, value) VALUES ('syncs', 1)
+             ON CONFLICT (key) DO UPDATE SET value = value + 1",
+            [],
+        )?;
+        tx.commit()?;
+        self.unsynced = false;
+        Ok(())
     }
 
     fn open_attempt(&self, run_id: i64) -> Result<Option<AttemptHolder>> {

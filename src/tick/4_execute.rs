@@ -19,6 +19,7 @@ use super::{attempt_marker, runner_error, test_hook, Tick};
 use crate::display::utc_time;
 use crate::model::{AfterFailure, ClaimedRun, Fenced, LeaseToken, StartRecord};
 use crate::process::{procfs, JobSpec, RunningJob};
+use crate::store::Commit;
 
 /// How long the pipes may stay open after the shell exited (a process that escaped containment
 /// holding them).
@@ -88,10 +89,10 @@ impl Supervisor {
         shutting_down
     }
 
-    /// Poll every job once and record the ends, all in one commit (every attempt that ended
-    /// since the previous poll, a few ms ago); returns whether one ended, and whether one of
+    /// Poll every job once and record the attempts that ended since the previous poll (a few
+    /// ms ago) in one commit, as `commit` says; returns whether one ended, and whether one of
     /// them is to be retried at once.
-    fn poll(&mut self, tick: &mut Tick<'_>) -> (bool, bool) {
+    fn poll(&mut self, tick: &mut Tick<'_>, commit: Commit) -> (bool, bool) {
         let now = Instant::now();
         let mut ends = Vec::new();
         let mut index = 0;
@@ -111,7 +112,7 @@ impl Supervisor {
             return (false, false);
         }
         let before = tick.report.executed.len();
-        record_ends(tick, ends);
+        record_ends(tick, ends, commit);
         let retry_due_now = tick.report.executed[before..].iter().any(
             |e| matches!(e.after, Some(AfterFailure::RetryAt(at)) if at <= tick.clock.epoch()),
         );
@@ -147,6 +148,28 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
     loop {
         let shutting_down = supervisor.stop_all_on_shutdown(tick);
         let young = started.elapsed() < options.max_tick && !shutting_down;
+
+        // The ends first, then the claim of what they leave room for. When that claim is about
+        // to happen, the ends are committed deferred: the durable commit of the new starts makes
+        // them durable too (one fsync for both), and `sync` does if nothing starts.
+        let claim_follows = young && (claiming.more_due || Instant::now() >= claiming.next_at);
+        let commit = if claim_follows {
+            Commit::Deferred
+        } else {
+            Commit::Durable
+        };
+        let (ended, retry_due_now) = supervisor.poll(tick, commit);
+        if ended {
+            claiming.ended_since = true;
+            if claiming.more_due || retry_due_now {
+                claiming.next_at = Instant::now();
+            }
+        }
+        if supervisor.active.is_empty() {
+            // Before exiting, claim once more: these ends may have made work due.
+            claiming.next_at = claiming.next_at.min(Instant::now());
+        }
+
         let room = options
             .concurrency
             .saturating_sub(supervisor.active.len())
@@ -174,24 +197,19 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
                 }
             }
         }
+        // Nothing is reported, and nothing waited for, before the results are durable.
+        if ended && commit == Commit::Deferred {
+            if let Err(e) = tick.store.sync() {
+                runner_error(&mut tick.report.errors, "syncing results", &e.into());
+            }
+        }
+
         // Done when nothing runs and the latest claim, made after every end, found nothing to
         // take (whatever is still due is held back by another runner's run, which that runner
         // claims after it), or when the tick is old enough.
         let settled = claiming.took_nothing && !claiming.ended_since;
         if supervisor.active.is_empty() && (settled || !young) {
             return Ok(());
-        }
-
-        let (ended, retry_due_now) = supervisor.poll(tick);
-        if ended {
-            claiming.ended_since = true;
-            if claiming.more_due || retry_due_now {
-                claiming.next_at = Instant::now();
-            }
-        }
-        if supervisor.active.is_empty() {
-            // Before exiting, claim once more: this loop's ends may have made work due.
-            claiming.next_at = claiming.next_at.min(Instant::now());
         }
         supervisor.heartbeat_if_due(tick);
         supervisor.sleep();
@@ -205,7 +223,7 @@ pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
     start_all(tick, runs, &mut supervisor);
     while !supervisor.active.is_empty() {
         supervisor.stop_all_on_shutdown(tick);
-        supervisor.poll(tick);
+        supervisor.poll(tick, Commit::Durable);
         supervisor.heartbeat_if_due(tick);
         if !supervisor.active.is_empty() {
             supervisor.sleep();

@@ -12,6 +12,7 @@ use crate::model::{
     Leftovers, ERROR_DETAIL_MAX,
 };
 use crate::process::{signal_name, Finished, Outcome, Signals, SpawnErrorKind};
+use crate::store::Commit;
 
 /// SIGTERM → SIGKILL grace for a job that times out or is stopped.
 pub const KILL_GRACE: Duration = Duration::from_secs(10);
@@ -48,20 +49,19 @@ pub struct End {
 
 /// Classify an attempt's end and write it, fenced by its lease token.
 pub fn record_end(tick: &mut Tick<'_>, run: ClaimedRun, ended: Ended, stopped: Option<StopReason>) {
-    record_ends(
-        tick,
-        vec![End {
-            run,
-            ended,
-            stopped,
-        }],
-    );
+    let end = End {
+        run,
+        ended,
+        stopped,
+    };
+    record_ends(tick, vec![end], Commit::Durable);
 }
 
-/// Classify attempts' ends and write them all in one transaction (group commit: one durable
-/// write, not one per attempt), each fenced by its own lease token. Nothing is reported before
-/// that commit; if it fails, none is recorded and their leases expire into recovery.
-pub fn record_ends(tick: &mut Tick<'_>, ends: Vec<End>) {
+/// Classify attempts' ends and write them all in one transaction (group commit: one write, not
+/// one per attempt), each fenced by its own lease token, committed as `commit` says (a deferred
+/// group is made durable by the caller before it waits or reports: see `Store::finish_attempts`).
+/// If the write fails, none is recorded and their leases expire into recovery.
+pub fn record_ends(tick: &mut Tick<'_>, ends: Vec<End>, commit: Commit) {
     let mut results = Vec::with_capacity(ends.len());
     let mut executed = Vec::with_capacity(ends.len());
     for end in ends {
@@ -69,7 +69,7 @@ pub fn record_ends(tick: &mut Tick<'_>, ends: Vec<End>) {
         results.push((end.run.job_name.clone(), result));
         executed.push((end.run, outcome, error_code, after));
     }
-    let recorded = match write_ends(tick, results) {
+    let recorded = match write_ends(tick, results, commit) {
         Ok(recorded) => recorded,
         Err(e) => {
             // The leases will expire and recovery will retry the runs: at-least-once holds.
@@ -235,20 +235,23 @@ fn last_line(bytes: &[u8]) -> Option<String> {
 /// (`AttemptEnd::decide`), write that fenced by its lease token, and print the one stderr line
 /// a run that went dead gets (cron mails it).
 pub fn write_end(tick: &mut Tick<'_>, job: &str, result: AttemptResult) -> Result<Fenced> {
-    Ok(write_ends(tick, vec![(job.to_string(), result)])?[0])
+    Ok(write_ends(tick, vec![(job.to_string(), result)], Commit::Durable)?[0])
 }
 
 /// Decide and write several attempts' ends (each with its job's name) in one transaction; a
 /// run that went dead gets its stderr line once the write landed.
-pub fn write_ends(
+fn write_ends(
     tick: &mut Tick<'_>,
     results: Vec<(String, AttemptResult)>,
+    commit: Commit,
 ) -> Result<Vec<Fenced>> {
     let (jobs, ends): (Vec<String>, Vec<AttemptEnd>) = results
         .into_iter()
         .map(|(job, result)| (job, AttemptEnd::decide(result)))
         .unzip();
-    let recorded = tick.store.finish_attempts(&ends, &tick.options.actor)?;
+    let recorded = tick
+        .store
+        .finish_attempts(&ends, &tick.options.actor, commit)?;
     for ((job, end), fenced) in jobs.iter().zip(&ends).zip(&recorded) {
         if let Some(failure) = &end.result.failure {
             if *fenced == Fenced::Applied && failure.then == AfterFailure::Dead {

@@ -24,7 +24,7 @@ use postgres::{Client, IsolationLevel, Row, Transaction};
 use self::connect::Server;
 use super::JobRunStats;
 use super::{
-    Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
+    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
     Imported, LastResult, MigratedOut, Migration, OpenMode, PruneCounts, Reanchored, Removal, Rows,
     RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table, Value,
     RECENT_LISTED, RUNNING_LISTED,
@@ -66,6 +66,8 @@ pub struct PostgresStore {
     shown: String,
     /// The schema version found on connecting, before any migration (0: no schema yet).
     found_version: i64,
+    /// A deferred commit may have come after the last durable one: `sync` has work to do.
+    unsynced: std::cell::Cell<bool>,
 }
 
 impl PostgresStore {
@@ -77,6 +79,7 @@ impl PostgresStore {
             url: url.to_string(),
             shown: shown.to_string(),
             found_version: 0,
+            unsynced: std::cell::Cell::new(false),
         };
         store.found_version = store.migrate(mode)?;
         store.measure_clock_skew()?;
@@ -197,6 +200,25 @@ impl PostgresStore {
         result.map_err(|e| self.classify(e).into())
     }
 
+    /// `write`, committed as `commit` says: a deferred commit is asynchronous
+    /// (`synchronous_commit = off` for this transaction). PostgreSQL's WAL is one ordered log, so
+    /// the next synchronous commit, of any session, flushes every asynchronous one before it.
+    fn write_with<T>(
+        &self,
+        commit: Commit,
+        work: impl FnOnce(&mut Transaction<'_>) -> Result<T>,
+    ) -> StoreResult<T> {
+        if commit == Commit::Durable {
+            return self.write(work);
+        }
+        // Set on beginning: a rollback leaves `sync` one needless commit, never a missed one.
+        self.unsynced.set(true);
+        self.write(|tx| {
+            tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+            work(tx)
+        })
+    }
+
     /// Run `work` in one read-only snapshot (repeatable read): every number it reads comes from
     /// the same moment.
     fn snapshot<T>(&self, work: impl FnOnce(&mut Transaction<'_>) -> Result<T>) -> StoreResult<T> {
@@ -224,7 +246,7 @@ impl PostgresStore {
         batch: usize,
     ) -> StoreResult<Claimed> {
         let sql = CLAIM_SQL.replace("{only}", if only.is_some() { "AND r.id = $5" } else { "" });
-        self.write(|tx| {
+        self.write_with(Commit::Deferred, |tx| {
             let (lease_expires_at, batch) = (now + lease_secs, batch as i64);
             let mut params: Params<'_> = vec![&actor.owner, &lease_expires_at, &now, &batch];
             if let Some(run_id) = &only {
@@ -1093,7 +1115,7 @@ impl Store for PostgresStore {
     }
 
     fn record_tick(&mut self, now: i64) -> StoreResult<Option<i64>> {
-        self.write(|tx| {
+        self.write_with(Commit::Deferred, |tx| {
             lock_clock_marks(tx)?;
             let high_water: Option<i64> = tx.query_one(CLOCK_HIGH_WATER, &[])?.try_get(0)?;
             tx.execute(
@@ -1151,7 +1173,7 @@ impl Store for PostgresStore {
         actor: &Actor,
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> StoreResult<usize> {
-        self.write(|tx| {
+        self.write_with(Commit::Deferred, |tx| {
             // The compare-and-swap: a racing tick waits for this row's lock, then finds the
             // cursor moved and changes nothing.
             let moved = tx.execute(
@@ -1253,7 +1275,7 @@ impl Store for PostgresStore {
         if starts.is_empty() {
             return Ok(Vec::new());
         }
-        self.write(|tx| {
+        let landed = self.write(|tx| {
             let mut landed = Vec::with_capacity(starts.len());
             for start in starts {
                 // The lease must still be ours and unexpired (see the SQLite backend).
@@ -1281,7 +1303,10 @@ impl Store for PostgresStore {
                 });
             }
             Ok(landed)
-        })
+        })?;
+        // Synchronous: every asynchronous commit before it is flushed too.
+        self.unsynced.set(false);
+        Ok(landed)
     }
 
     fn heartbeat(
@@ -1316,8 +1341,29 @@ impl Store for PostgresStore {
             .collect())
     }
 
-    fn finish_attempts(&mut self, ends: &[AttemptEnd], actor: &Actor) -> StoreResult<Vec<Fenced>> {
-        self.write(|tx| ends.iter().map(|end| finish_in(tx, end, actor)).collect())
+    fn finish_attempts(
+        &mut self,
+        ends: &[AttemptEnd],
+        actor: &Actor,
+        commit: Commit,
+    ) -> StoreResult<Vec<Fenced>> {
+        self.write_with(commit, |tx| {
+            ends.iter().map(|end| finish_in(tx, end, actor)).collect()
+        })
+    }
+
+    fn sync(&mut self) -> StoreResult<()> {
+        if !self.unsynced.get() {
+            return Ok(());
+        }
+        // A transaction with an id writes a commit record, and a synchronous commit flushes the
+        // WAL up to it: every asynchronous commit before it included.
+        self.write(|tx| {
+            tx.query_one("SELECT txid_current()", &[])?;
+            Ok(())
+        })?;
+        self.unsynced.set(false);
+        Ok(())
     }
 
     fn open_attempt(&self, run_id: i64) -> StoreResult<Option<AttemptHolder>> {
