@@ -37,8 +37,23 @@ const LEAK_DRAIN: Duration = Duration::from_millis(250);
 /// After SIGKILL, how long to wait for what was killed to be gone before reporting the end.
 const KILLED_EXIT_WAIT: Duration = Duration::from_secs(5);
 
-/// How many polls look for leftovers after the shell exited.
+/// How many polls look for leftovers after the shell exited, when the first look met a child
+/// of this runner that is not a job shell (see `note_leftovers`).
 const LEFTOVER_LOOKS: u8 = 2;
+
+/// The shells of the jobs this process supervises, from spawn until reaped. They are this
+/// runner's children, but never a job's leftovers, so the end-of-job look skips them rather than
+/// read their `/proc` entries: with eight jobs at once, those reads were most of its cost.
+static JOB_SHELLS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+fn job_shells() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    // The list holds plain pids: one left by a panicking thread is still right.
+    JOB_SHELLS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn forget_shell(pid: i32) {
+    job_shells().retain(|&p| p != pid);
+}
 
 /// The shell that runs every job.
 const SHELL: &str = "/bin/sh";
@@ -161,6 +176,8 @@ pub struct RunningJob {
     leftovers: Option<Vec<String>>,
     /// How many times the leftovers were looked for since the shell exited.
     leftover_looks: u8,
+    /// A look for leftovers met a child of this runner that is not a job shell.
+    met_stranger: bool,
     /// Adopted processes that escaped the group but carry the marker.
     escapees: Vec<i32>,
     leak_kill_at: Option<Instant>,
@@ -229,6 +246,7 @@ impl RunningJob {
             .spawn()
             .map_err(|e| spawn_error(spec.workdir.as_deref(), &spec.command, &e))?;
         let pgid = i32::try_from(child.id()).unwrap_or(0);
+        job_shells().push(pgid);
         let gate = child.stdin.take();
 
         let readers = Self::start_readers(&mut child, spec.stream_output);
@@ -239,6 +257,7 @@ impl RunningJob {
                 procfs::signal_group(pgid, Signal::SIGKILL);
                 let _ = child.kill();
                 let _ = child.wait();
+                forget_shell(pgid);
                 return Err(SpawnError {
                     kind: SpawnErrorKind::Other,
                     message: format!("cannot start output reader for {SHELL}: {err}"),
@@ -264,6 +283,7 @@ impl RunningJob {
             exit: None,
             leftovers: None,
             leftover_looks: 0,
+            met_stranger: false,
             escapees: Vec::new(),
             leak_kill_at: None,
             stdout,
@@ -311,6 +331,7 @@ impl RunningJob {
         drop(self.gate.take());
         procfs::signal_group(self.pgid, Signal::SIGKILL);
         let _ = self.child.wait();
+        forget_shell(self.pgid);
     }
 
     fn reap(&mut self, now: Instant) {
@@ -319,9 +340,11 @@ impl RunningJob {
         }
         match self.child.try_wait() {
             Ok(Some(status)) => self.exit = Some((ExitKind::Status(status), now)),
-            Ok(None) => {}
+            Ok(None) => return,
             Err(_) => self.exit = Some((ExitKind::Lost, now)),
         }
+        // Reaped: the pid may be reused from now on, by anything.
+        forget_shell(self.pgid);
     }
 
     /// Whether escaped processes are this job's business: always when the runner stops the job
@@ -332,12 +355,14 @@ impl RunningJob {
 
     /// Live adopted children (orphans re-parented to this runner) that carry this job's marker;
     /// dead orphans of the job's group are collected on the way, or the group never empties.
-    fn marked_children(&self) -> Vec<i32> {
+    fn marked_children(&mut self) -> Vec<i32> {
         let mut marked = Vec::new();
+        let shells = job_shells().clone();
         for pid in procfs::children() {
-            if pid == self.pgid {
+            if pid == self.pgid || shells.contains(&pid) {
                 continue;
             }
+            self.met_stranger = true;
             match procfs::stat(pid) {
                 Some(stat) if stat.is_live() && self.marker.is_carried_by(pid) => marked.push(pid),
                 Some(stat) if !stat.is_live() && stat.pgrp == self.pgid => {
@@ -404,6 +429,12 @@ impl RunningJob {
             }
         }
         self.leftover_looks += 1;
+        // A second look is for a process caught in passing by the first (between `setsid` and
+        // its exec, when its marker cannot be read). It can only be one of this runner's
+        // children that is not a job shell: when the first look met none, there is none.
+        if !self.met_stranger && found.is_empty() {
+            self.leftover_looks = LEFTOVER_LOOKS;
+        }
         let seen = self.leftovers.get_or_insert_with(Vec::new);
         let mut new = false;
         for pid in found {
@@ -435,8 +466,9 @@ impl RunningJob {
 
         // The shell exited: what did it leave behind? Like systemd at the end of a service,
         // terminate it (TERM now, KILL after the grace), unless the policy keeps it.
-        // Two looks, a poll apart: a process caught in passing by the first (between `setsid`
-        // and its exec) is seen by the second.
+        // Two looks, a poll apart, when the first met a stranger: a process caught in passing
+        // by the first (between `setsid` and its exec) is seen by the second. One look is
+        // enough when nothing but job shells is around, and then the job can end in this poll.
         if self.exit.is_some() && self.leftover_looks < LEFTOVER_LOOKS {
             if self.note_leftovers() && self.contains_escapees() {
                 if self.term_sent_at.is_none() {
@@ -445,7 +477,9 @@ impl RunningJob {
                     self.signal_all(Signal::SIGTERM);
                 }
             }
-            return None;
+            if self.leftover_looks < LEFTOVER_LOOKS {
+                return None;
+            }
         }
 
         // Escalation: SIGKILL `kill_grace` after SIGTERM; then wait until all is gone.
