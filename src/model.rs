@@ -601,12 +601,7 @@ impl Settings {
                 found.push(ColumnProblem { column, problem });
             }
         };
-        check(
-            "cron",
-            crate::schedule::CronSchedule::parse(&self.cron)
-                .err()
-                .map(|e| e.to_string()),
-        );
+        check("cron", crate::schedule::cron_problem(&self.cron));
         check(
             "timezone",
             crate::schedule::parse_zone(&self.timezone)

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 pub use catch_up::{plan_catch_up, Decision, CATCH_UP_ALL_LIMIT};
-pub use syntax::CronSchedule;
+pub use syntax::{cron_problem, CronSchedule};
 pub use warnings::{traps, Proposed, Trap, Warning};
 pub use zone::{parse_zone, resolve_local, DstRule, FireTimes, LocalTime};
 

@@ -355,6 +355,27 @@ pub struct CronSchedule {
     pub(super) cron: Cron,
 }
 
+/// Why `expr` is not a valid cron expression, if it is not: `CronSchedule::parse`'s verdict,
+/// remembered. Every schedule row read is checked (a damaged one is reported, not run), and a
+/// tick reading a hundred thousand schedules that share a few expressions then parses each
+/// expression once rather than once per row.
+pub fn cron_problem(expr: &str) -> Option<String> {
+    thread_local! {
+        static VERDICTS: std::cell::RefCell<std::collections::HashMap<String, Option<String>>> =
+            std::cell::RefCell::default();
+    }
+    VERDICTS.with(|verdicts| {
+        if let Some(verdict) = verdicts.borrow().get(expr) {
+            return verdict.clone();
+        }
+        let verdict = CronSchedule::parse(expr).err().map(|e| e.to_string());
+        verdicts
+            .borrow_mut()
+            .insert(expr.to_string(), verdict.clone());
+        verdict
+    })
+}
+
 impl CronSchedule {
     /// Parse and validate (Debian syntax). Err message names field + value.
     pub fn parse(expr: &str) -> Result<CronSchedule, CronError> {
