@@ -15,8 +15,8 @@ use rusqlite::{
 
 use super::sqlite_files as files;
 use super::{
-    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
-    Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration, OpenMode,
+    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView,
+    Health, Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration, OpenMode,
     PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView,
     SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
@@ -226,8 +226,10 @@ impl SqliteStore {
         // it, a statement whose WHERE compares a parameter, on a table with an `IS NOT NULL`
         // partial index, is prepared again at every new binding (a tenth of materialising's
         // cost); no query here needs a bound value to pick its index.
-        self.conn
-            .set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+        self.conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+            true,
+        )?;
         Ok(())
     }
 
