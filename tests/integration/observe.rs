@@ -7,7 +7,10 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::common::{epoch, insert_finished_runs, json, run_ids, stderr, stdout, Env, BIN};
+use crate::common::{
+    epoch, forge_vanished_runner, insert_finished_runs, json, run_ids, status_of, stderr, stdout,
+    Env, BIN,
+};
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -933,7 +936,7 @@ fn dead_runs_are_counted_per_job_and_retry_and_prune_never_lower_the_count() {
     }
     env.tick_at("2026-07-01T12:00:01Z");
     let doomed = *run_ids(&env, "doomed").first().expect("the doomed run");
-    assert_eq!(crate::common::status_of(&env, doomed), "dead");
+    assert_eq!(status_of(&env, doomed), "dead");
     assert_eq!(
         dead_runs_totals(&env, "2026-07-01T12:00:02Z"),
         totals(&[("doomed", 1.0), ("fine", 0.0), ("lost", 0.0)])
@@ -943,23 +946,10 @@ fn dead_runs_are_counted_per_job_and_retry_and_prune_never_lower_the_count() {
     // dead, and counts it on its own job.
     env.ok(&["--now", before, "run", "lost"]);
     let lost = *run_ids(&env, "lost").first().expect("the lost run");
-    env.sql.exec(
-        "UPDATE job_runs SET status = 'running', attempt = 1, owner = 'gone:1', lease_token = 'tok',
-             lease_expires_at = 1, heartbeat_at = 1, started_at = 1 WHERE id = $1",
-        &[&lost],
-    );
     // On this host, with no process left: recovery closes the attempt too.
-    let host = nix::unistd::gethostname()
-        .expect("hostname")
-        .into_string()
-        .expect("utf-8");
-    env.sql.exec(
-        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, started_at)
-         VALUES ($1, 1, 'gone:1', $2, 1, 'tok', 1)",
-        &[&lost, &host],
-    );
+    forge_vanished_runner(&env, lost, None);
     env.tick_at("2026-07-01T12:00:03Z");
-    assert_eq!(crate::common::status_of(&env, lost), "dead");
+    assert_eq!(status_of(&env, lost), "dead");
     assert_eq!(
         dead_runs_totals(&env, "2026-07-01T12:00:04Z"),
         totals(&[("doomed", 1.0), ("fine", 0.0), ("lost", 1.0)])
@@ -972,7 +962,7 @@ fn dead_runs_are_counted_per_job_and_retry_and_prune_never_lower_the_count() {
         "retry",
         &doomed.to_string(),
     ]);
-    assert_eq!(crate::common::status_of(&env, doomed), "pending");
+    assert_eq!(status_of(&env, doomed), "pending");
     assert_eq!(
         dead_runs_totals(&env, "2026-07-01T12:00:06Z"),
         totals(&[("doomed", 1.0), ("fine", 0.0), ("lost", 1.0)])
