@@ -15,8 +15,8 @@ use rusqlite::{
 
 use super::sqlite_files as files;
 use super::{
-    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
-    Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration, OpenMode,
+    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView,
+    Health, Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration, OpenMode,
     PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView,
     SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };

@@ -24,10 +24,10 @@ use postgres::{Client, IsolationLevel, Row, Transaction};
 use self::connect::Server;
 use super::JobRunStats;
 use super::{
-    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
-    Imported, LastResult, MigratedOut, Migration, OpenMode, PruneCounts, Reanchored, Removal, Rows,
-    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table, Value,
-    RECENT_LISTED, RUNNING_LISTED,
+    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView,
+    Health, Imported, LastResult, MigratedOut, Migration, OpenMode, PruneCounts, Reanchored,
+    Removal, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store,
+    Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
