@@ -4,18 +4,18 @@
 
 // The steps, numbered in the order a tick runs them, so that listing this folder reads as the
 // tick does.
+#[path = "1_recover.rs"]
+pub mod recover;
+#[path = "2_materialize.rs"]
+pub mod materialize;
 #[path = "3_claim.rs"]
 pub mod claim;
 #[path = "4_execute.rs"]
 pub mod execute;
-#[path = "2_materialize.rs"]
-pub mod materialize;
-#[path = "6_prune.rs"]
-pub mod prune;
 #[path = "5_record.rs"]
 pub mod record;
-#[path = "1_recover.rs"]
-pub mod recover;
+#[path = "6_prune.rs"]
+pub mod prune;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
