@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 5.
+-- Schema version 6.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -36,7 +36,10 @@ CREATE TABLE job_definitions (
     leftovers            TEXT    NOT NULL DEFAULT 'kill' CHECK (leftovers IN ('kill', 'keep')),
     -- `schedule pause NAME --for DUR`: the first tick at or after this time resumes the schedule,
     -- as `schedule resume` would. NULL: paused until resumed by hand (or not paused at all).
-    paused_until         INTEGER
+    paused_until         INTEGER,
+    -- runner_dead_runs_total{job}: runs of this schedule that went dead. A counter: retry and
+    -- prune never lower it, so it is kept here rather than counted from job_runs. (0006)
+    dead_runs_total      INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX job_definitions_due ON job_definitions (next_fire_at) WHERE paused = 0;
 -- Ticks look for pauses that have ended: only the few timed pauses are indexed.
@@ -143,9 +146,9 @@ CREATE TABLE job_events (
 );
 CREATE INDEX job_events_run ON job_events (run_id, id);
 
--- Small facts about the runner itself: last tick, last automatic prune, dead_runs_total
--- (the counter behind runner_dead_runs_total, which retry and prune never lower), and syncs
--- (how many commits were made only to sync the WAL after deferred ones; see Store::sync).
+-- Small facts about the runner itself: last tick, last automatic prune, the clock high-water
+-- mark, and syncs (how many commits were made only to sync the WAL after deferred ones; see
+-- Store::sync).
 CREATE TABLE runner_state (
     key   TEXT PRIMARY KEY,
     value INTEGER NOT NULL

@@ -4,8 +4,10 @@
 //! * `2026-11-23` (midnight), `2026-11-23T10:30`, `2026-11-23 10:30` (seconds optional),
 //!   `10:30` (today);
 //! * RFC 3339 with an offset, e.g. `2026-11-23T10:30:00+01:00` or `...Z`;
-//! * a wall-clock time is in UTC, unless an IANA zone follows it after a space:
-//!   `2026-11-23 10:30 Europe/Paris`, `10:30 America/New_York` ("today" is then that zone's);
+//! * a wall-clock time is in the flag's own zone, unless an IANA zone follows it after a space:
+//!   `2026-11-23 10:30 Europe/Paris`, `10:30 America/New_York` ("today" is then that zone's).
+//!   The flag's zone is UTC for `--since`, `--from`, `--to` and `--now`, and the schedule's for
+//!   `why --at`: parsing leaves it open, and the flag gives it when it resolves the time;
 //! * where the flag says so (`--since`), a duration before now: `2h`, `7d`, `1h30m`.
 //!
 //! Pure: parsing needs no clock; [`TimeInput::resolve`] takes `now` for "today" and "ago".
@@ -25,11 +27,12 @@ pub const TIME_FORMS: &str = "use 2026-11-23, 2026-11-23T10:30, 2026-11-23 10:30
 pub enum TimeInput {
     /// An instant given with its offset (RFC 3339).
     Instant(DateTime<Utc>),
-    /// A wall-clock time in a zone; no date means today in that zone.
+    /// A wall-clock time; no date means today in its zone. `zone` is the one typed after it;
+    /// `None`: none was, and the flag's own zone applies (see [`TimeInput::resolve`]).
     Local {
         date: Option<NaiveDate>,
         time: NaiveTime,
-        zone: Tz,
+        zone: Option<Tz>,
     },
     /// This long before now (only from [`parse_since`]).
     Ago(Duration),
@@ -44,10 +47,23 @@ impl TimeInput {
         )
     }
 
-    /// The instant meant, `now` being the command's clock. A wall-clock time that occurs twice
-    /// (a repeated hour) means the first; one that does not occur (a daylight-saving gap) is an
-    /// error, since no instant is meant.
-    pub fn resolve(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+    /// A wall-clock time as the date and time of day it names in its zone (`flag_zone` when
+    /// none was typed), with that zone; no date means `now`'s date there. `None` for an instant
+    /// or a duration. Not yet an instant: that time may occur twice in the zone, or not at all.
+    pub fn wall_clock(&self, flag_zone: Tz, now: DateTime<Utc>) -> Option<(NaiveDateTime, Tz)> {
+        match *self {
+            TimeInput::Local { date, time, zone } => {
+                let zone = zone.unwrap_or(flag_zone);
+                Some((on_date_or_today(date, time, zone, now), zone))
+            }
+            TimeInput::Instant(_) | TimeInput::Ago(_) => None,
+        }
+    }
+
+    /// The instant meant, a wall-clock time without a zone being in `flag_zone` and `now` the
+    /// command's clock. A wall-clock time that occurs twice (a repeated hour) means the first;
+    /// one that does not occur (a daylight-saving gap) is an error, since no instant is meant.
+    pub fn resolve(&self, flag_zone: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
         match *self {
             TimeInput::Instant(at) => Ok(at),
             TimeInput::Ago(span) => chrono::TimeDelta::from_std(span)
@@ -55,8 +71,8 @@ impl TimeInput {
                 .and_then(|span| now.checked_sub_signed(span))
                 .ok_or_else(|| "that duration reaches before any representable time".to_string()),
             TimeInput::Local { date, time, zone } => {
-                let date = date.unwrap_or_else(|| now.with_timezone(&zone).date_naive());
-                let local = date.and_time(time);
+                let zone = zone.unwrap_or(flag_zone);
+                let local = on_date_or_today(date, time, zone, now);
                 match zone.from_local_datetime(&local) {
                     LocalResult::Single(at) | LocalResult::Ambiguous(at, _) => {
                         Ok(at.with_timezone(&Utc))
@@ -70,6 +86,17 @@ impl TimeInput {
             }
         }
     }
+}
+
+/// `time` on `date`, or on `now`'s date in `zone` when there is none.
+fn on_date_or_today(
+    date: Option<NaiveDate>,
+    time: NaiveTime,
+    zone: Tz,
+    now: DateTime<Utc>,
+) -> NaiveDateTime {
+    date.unwrap_or_else(|| now.with_timezone(&zone).date_naive())
+        .and_time(time)
 }
 
 /// A time (no durations): the forms in the module's doc.
@@ -101,13 +128,8 @@ pub fn parse_fixed_time(value: &str) -> Result<DateTime<Utc>, String> {
             "{value:?} has no date; give one, e.g. 2026-11-23T10:30 (see `runner help times`)"
         ));
     }
-    // Nothing here reads `now`: any instant will do.
-    input.resolve(DateTime::UNIX_EPOCH)
-}
-
-/// Parse and resolve in one step, for a flag whose command has its `now` at hand (`why --at`).
-pub fn parse_at(value: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
-    parse_time(value)?.resolve(now)
+    // Nothing here reads `now`: any instant will do. `--now` is in UTC unless a zone follows.
+    input.resolve(Tz::UTC, DateTime::UNIX_EPOCH)
 }
 
 fn parse_time_only(value: &str) -> Option<TimeInput> {
@@ -118,10 +140,10 @@ fn parse_time_only(value: &str) -> Option<TimeInput> {
     // A zone after the last space: `2026-11-23 10:30 Europe/Paris`.
     let (text, zone) = match value.rsplit_once(' ') {
         Some((text, zone_name)) => match zone_name.parse::<Tz>() {
-            Ok(zone) => (text.trim_end(), zone),
-            Err(_) => (value, Tz::UTC),
+            Ok(zone) => (text.trim_end(), Some(zone)),
+            Err(_) => (value, None),
         },
-        None => (value, Tz::UTC),
+        None => (value, None),
     };
     let local = |date, time| Some(TimeInput::Local { date, time, zone });
     for format in [
@@ -155,8 +177,9 @@ mod tests {
             .with_timezone(&Utc)
     }
 
+    /// Parsed and resolved as the UTC flags do.
     fn at(value: &str, now: &str) -> String {
-        match parse_at(value, utc(now)) {
+        match parse_time(value).and_then(|t| t.resolve(Tz::UTC, utc(now))) {
             Ok(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             Err(e) => format!("error: {e}"),
         }
@@ -208,7 +231,7 @@ mod tests {
 
     #[test]
     fn since_also_takes_a_duration_before_now() {
-        let since = |value: &str| parse_since(value).and_then(|t| t.resolve(utc(NOW)));
+        let since = |value: &str| parse_since(value).and_then(|t| t.resolve(Tz::UTC, utc(NOW)));
         assert_eq!(since("2h"), Ok(utc("2026-11-23T16:00:00Z")));
         assert_eq!(since("1h30m"), Ok(utc("2026-11-23T16:30:00Z")));
         assert_eq!(since("2d"), Ok(utc("2026-11-21T18:00:00Z")));

@@ -160,7 +160,6 @@ mod tests {
             last_tick_at: Some(NOW - 30),
             clock_high_water: Some(NOW - 30),
             last_prune_at: None,
-            dead_runs_total: 0,
             oldest_run: None,
             storage: Storage::default(),
         }

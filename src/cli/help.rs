@@ -44,8 +44,8 @@ Durations are shown the way the flags take them, with at most two units: 250ms, 
 const TIMES: &str = "\
 Times
 
-Flags that take a time (history --since, schedule simulate --from and --to, and the global
---now) accept:
+Flags that take a time (history --since, schedule simulate --from and --to, why --at, and
+the global --now) accept:
   2026-11-23                  midnight at the start of that day
   2026-11-23T10:30            a date and a time of day (seconds optional: 10:30:15)
   '2026-11-23 10:30'          the same with a space (quote it for the shell)
@@ -57,6 +57,10 @@ A time without an offset is in UTC, unless an IANA zone name follows it after a 
   '2026-11-23 10:30 Europe/Paris'   '10:30 America/New_York'   '2026-11-23 Asia/Tokyo'
 (\"today\" is then that zone's). A local time that happens twice, when clocks fall back, means
 the first; one that does not exist, when they spring forward, is refused.
+
+why --at is the exception: there a time without an offset or a zone is in the SCHEDULE's zone
+(10:30 is 10:30 today there), and a time there that happens twice or not at all is not
+refused: why says what the schedule did at that hour.
 
 history --since also takes a duration: --since 2h means from two hours before now on.
 

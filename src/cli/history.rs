@@ -1,6 +1,7 @@
 //! `runner history [NAME]`: past and pending runs, newest first.
 
 use anyhow::Result;
+use chrono_tz::Tz;
 use comfy_table::{Cell, Color, ContentArrangement, Table};
 use serde::Serialize;
 
@@ -47,7 +48,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let since = match args.since {
         Some(since) => Some(
             since
-                .resolve(clock_now)
+                .resolve(Tz::UTC, clock_now)
                 .map_err(|e| Failure::usage(format!("--since: {e}")))?
                 .timestamp(),
         ),

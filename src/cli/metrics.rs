@@ -39,7 +39,8 @@ pub fn run(_args: Args, ctx: &Ctx) -> Result<()> {
 const RAN: [RunStatus; 3] = [RunStatus::Succeeded, RunStatus::Dead, RunStatus::Cancelled];
 
 /// Per-job families, one series per schedule (and status): cardinality is bounded by the number
-/// of schedules, never by the number of runs.
+/// of schedules, never by the number of runs. `runner_dead_runs_total` has only its `{job}`
+/// series: an unlabelled database-wide one beside them would be counted twice by `sum()`.
 fn per_job(out: &mut String, stats: &[JobRunStats]) -> std::fmt::Result {
     let mut by_job: BTreeMap<&str, Vec<&JobRunStats>> = BTreeMap::new();
     for row in stats {
@@ -110,6 +111,22 @@ fn per_job(out: &mut String, stats: &[JobRunStats]) -> std::fmt::Result {
                 status.as_str()
             )?;
         }
+    }
+
+    family(
+        out,
+        "runner_dead_runs_total",
+        "counter",
+        "Runs of the job that went dead (all attempts failed). Retry and prune never lower it; \
+         the series goes when its schedule is removed.",
+    )?;
+    for (job, rows) in &by_job {
+        writeln!(
+            out,
+            "runner_dead_runs_total{{job=\"{}\"}} {}",
+            label(job),
+            rows[0].dead_runs_total
+        )?;
     }
     Ok(())
 }
@@ -203,14 +220,6 @@ fn exposition(
 
     family(
         &mut out,
-        "runner_dead_runs_total",
-        "counter",
-        "Runs that went dead (all attempts failed) since the database was created.",
-    )?;
-    writeln!(out, "runner_dead_runs_total {}", h.dead_runs_total)?;
-
-    family(
-        &mut out,
         "runner_oldest_due_lag_seconds",
         "gauge",
         "How long the oldest due run has waited to be claimed (0 if none waits).",
@@ -281,6 +290,7 @@ mod tests {
             status: Some(status),
             runs,
             last_finished_at: Some(at),
+            dead_runs_total: 4,
         }
     }
 
@@ -295,6 +305,7 @@ mod tests {
                 status: None,
                 runs: 0,
                 last_finished_at: None,
+                dead_runs_total: 0,
             },
         ];
         per_job(&mut out, &rows).expect("writing to a String");
@@ -303,6 +314,8 @@ mod tests {
         assert!(out.contains("runner_job_last_run_status{job=\"a\\\"b\",status=\"succeeded\"} 0\n"));
         assert!(out.contains("runner_job_runs_total{job=\"a\\\"b\",status=\"succeeded\"} 3\n"));
         assert!(out.contains("runner_job_runs_total{job=\"idle\",status=\"pending\"} 0\n"));
+        assert!(out.contains("runner_dead_runs_total{job=\"a\\\"b\"} 4\n"));
+        assert!(out.contains("runner_dead_runs_total{job=\"idle\"} 0\n"));
         assert!(!out.contains("runner_job_last_run_status{job=\"idle\""));
         assert!(!out.contains("runner_job_last_success_timestamp_seconds{job=\"idle\""));
     }

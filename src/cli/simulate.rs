@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use chrono::TimeDelta;
+use chrono_tz::Tz;
 use comfy_table::Table;
 use serde::Serialize;
 
@@ -84,7 +85,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let now = ctx.clock.now();
     let resolve = |flag: &str, input: TimeInput| {
         input
-            .resolve(now)
+            .resolve(Tz::UTC, now)
             .map_err(|e| Failure::usage(format!("--{flag}: {e}")))
     };
     let (from, to) = (resolve("from", args.from)?, resolve("to", args.to)?);

@@ -4,15 +4,17 @@
 use std::collections::HashMap;
 
 use anyhow::Result;
-use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Utc};
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde::Serialize;
 
 use super::history::RunRow;
 use super::{emit, emit_json, find_definition, Ctx};
 use crate::display::{duration_of_secs, escape_line, local_time, UtcTime};
+use crate::exit::Failure;
 use crate::model::{Definition, Overlap, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
+use crate::time_input::{parse_time, TimeInput};
 use crate::why::{explain, locate, pick_latest, At, Cause, Facts, Latest, Located, LOOK_BACK};
 
 #[derive(Debug, clap::Args)]
@@ -21,62 +23,37 @@ pub struct Args {
     pub name: String,
     /// The time to explain [default: the latest instant that did not produce a succeeded run].
     /// RFC 3339 with an offset (2026-11-23T10:30:00Z, 2026-11-23T10:30:00-05:00), or a
-    /// wall-clock time in the SCHEDULE's zone: 2026-11-23T10:30, "2026-11-23 10:30", 2026-11-23
-    /// (midnight) or 10:30 (today).
+    /// wall-clock time in the SCHEDULE's zone (not UTC): 2026-11-23T10:30, "2026-11-23 10:30",
+    /// 2026-11-23 (midnight) or 10:30 (today there), unless a zone follows ("10:30
+    /// Europe/Paris"). See `runner help times`.
     #[arg(long, value_name = "TIME", value_parser = parse_at)]
-    pub at: Option<AtArg>,
+    pub at: Option<TimeInput>,
     /// Machine-readable output: one object, with a stable `cause`.
     #[arg(long)]
     pub json: bool,
 }
 
-/// `--at` as given: an instant, a wall-clock time, or a time of today, the last two in the
-/// schedule's zone (known only once the schedule is read).
-#[derive(Debug, Clone, Copy)]
-pub enum AtArg {
-    Instant(DateTime<Utc>),
-    Local(NaiveDateTime),
-    Today(NaiveTime),
+/// Parse `--at`: `time_input`'s forms, with its own message, since a wall-clock time without a
+/// zone is in the schedule's zone rather than UTC.
+fn parse_at(value: &str) -> Result<TimeInput, String> {
+    parse_time(value).map_err(|_| {
+        format!(
+            "{:?} is not a time; use RFC 3339 (2026-11-23T10:30:00Z), or a time in the \
+             schedule's zone: 2026-11-23T10:30, \"2026-11-23 10:30\", 2026-11-23 or 10:30 (today), \
+             or in another zone: \"10:30 Europe/Paris\" (see `runner help times`)",
+            value.trim()
+        )
+    })
 }
 
-/// Parse `--at`. Wall-clock forms carry no zone: the schedule's applies.
-fn parse_at(value: &str) -> Result<AtArg, String> {
-    let value = value.trim();
-    if let Ok(t) = DateTime::parse_from_rfc3339(value) {
-        return Ok(AtArg::Instant(t.with_timezone(&Utc)));
-    }
-    for format in [
-        "%Y-%m-%dT%H:%M",
-        "%Y-%m-%d %H:%M",
-        "%Y-%m-%dT%H:%M:%S",
-        "%Y-%m-%d %H:%M:%S",
-    ] {
-        if let Ok(t) = NaiveDateTime::parse_from_str(value, format) {
-            return Ok(AtArg::Local(t));
-        }
-    }
-    if let Ok(day) = NaiveDate::parse_from_str(value, "%Y-%m-%d") {
-        return Ok(AtArg::Local(day.and_time(NaiveTime::MIN)));
-    }
-    for format in ["%H:%M", "%H:%M:%S"] {
-        if let Ok(t) = NaiveTime::parse_from_str(value, format) {
-            return Ok(AtArg::Today(t));
-        }
-    }
-    Err(format!(
-        "{value:?} is not a time; use RFC 3339 (2026-11-23T10:30:00Z), or a time in the \
-         schedule's zone: 2026-11-23T10:30, \"2026-11-23 10:30\", 2026-11-23 or 10:30 (today)"
-    ))
-}
-
-impl AtArg {
-    /// What it names for a schedule in `tz`, today being `now`'s date there.
-    fn resolve(self, tz: Tz, now: DateTime<Utc>) -> At {
-        match self {
-            AtArg::Instant(t) => At::Instant(t),
-            AtArg::Local(t) => At::Local(t),
-            AtArg::Today(t) => At::Local(now.with_timezone(&tz).date_naive().and_time(t)),
-        }
+/// What `--at` names for a schedule in `tz`, `now` giving "today" (the schedule zone's). A
+/// wall-clock time in the schedule's zone stays one, unresolved: in a daylight-saving gap or a
+/// repeated hour it is a question `why` answers. In another zone it is the instant it names
+/// there (the first of a repeated hour; a gap there is an error).
+fn at_of(at: &TimeInput, tz: Tz, now: DateTime<Utc>) -> Result<At, String> {
+    match at.wall_clock(tz, now) {
+        Some((local, zone)) if zone == tz => Ok(At::Local(local)),
+        _ => at.resolve(tz, now).map(At::Instant),
     }
 }
 
@@ -103,8 +80,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     };
     let (question, located) = match args.at {
         Some(at) => {
-            let located = locate(&timing, at.resolve(timing.tz, now.time()));
-            (Question::At(at), Some(located))
+            let asked = at_of(&at, timing.tz, now.time())
+                .map_err(|e| Failure::usage(format!("--at: {e}")))?;
+            (Question::At(at), Some(locate(&timing, asked)))
         }
         None => {
             let instants = timing.latest(definition.created_at, now.secs(), LOOK_BACK);
@@ -144,7 +122,7 @@ fn by_instant(runs: Vec<RunView>) -> HashMap<i64, RunView> {
 
 /// What was asked: a time, or the latest instant that did not succeed (and which that was).
 enum Question {
-    At(AtArg),
+    At(TimeInput),
     Latest(Latest),
 }
 
@@ -321,18 +299,37 @@ impl Text<'_, '_> {
             ),
             (Question::Latest(Latest::None), _) => return Vec::new(),
             (Question::At(at), located) => {
-                let given = match at {
-                    AtArg::Instant(t) => self.at(t.timestamp()),
-                    AtArg::Local(t) => format!("{} in {}", t.format("%Y-%m-%d %H:%M"), self.tz),
-                    AtArg::Today(t) => format!("{} today in {}", t.format("%H:%M"), self.tz),
-                };
                 let resolved = match located {
                     Some(Located::Fire(t)) => Some(*t),
                     Some(Located::NotInCron { asked, .. }) => *asked,
                     _ => None,
                 };
+                let given = match *at {
+                    TimeInput::Local {
+                        date: Some(date),
+                        time,
+                        zone,
+                    } => format!(
+                        "{} in {}",
+                        date.and_time(time).format("%Y-%m-%d %H:%M"),
+                        zone.unwrap_or(self.tz)
+                    ),
+                    TimeInput::Local {
+                        date: None,
+                        time,
+                        zone,
+                    } => format!(
+                        "{} today in {}",
+                        time.format("%H:%M"),
+                        zone.unwrap_or(self.tz)
+                    ),
+                    // An instant is always located.
+                    TimeInput::Instant(_) | TimeInput::Ago(_) => {
+                        resolved.map(|t| self.at(t)).unwrap_or_default()
+                    }
+                };
                 match (resolved, located) {
-                    (Some(_), _) if matches!(at, AtArg::Instant(_)) => {
+                    (Some(_), _) if matches!(at, TimeInput::Instant(_)) => {
                         format!("Asked about {given}.")
                     }
                     (Some(t), _) => format!("Asked about {given} ({}).", self.at(t)),
@@ -725,44 +722,76 @@ fn render(why: &Why) -> String {
 mod tests {
     use super::*;
 
-    fn parsed(value: &str) -> String {
-        format!("{:?}", parse_at(value).expect(value))
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s)
+            .expect("instant")
+            .with_timezone(&Utc)
     }
 
+    /// `--at value` for a schedule in New York, at `now`.
+    fn asked(value: &str, now: &str) -> String {
+        let ny: Tz = "America/New_York".parse().expect("zone");
+        let at = parse_at(value).expect(value);
+        format!("{:?}", at_of(&at, ny, utc(now)).expect(value))
+    }
+
+    const NOW: &str = "2026-11-23T18:00:00Z";
+
     #[test]
-    fn at_takes_instants_and_wall_clock_times() {
+    fn at_takes_instants_and_wall_clock_times_in_the_schedules_zone() {
         assert_eq!(
-            parsed("2026-11-23T10:30:00Z"),
+            asked("2026-11-23T10:30:00Z", NOW),
             "Instant(2026-11-23T10:30:00Z)"
         );
         assert_eq!(
-            parsed("2026-11-23T10:30:00-05:00"),
+            asked("2026-11-23T10:30:00-05:00", NOW),
             "Instant(2026-11-23T15:30:00Z)"
         );
-        assert_eq!(parsed("2026-11-23T10:30"), "Local(2026-11-23T10:30:00)");
-        assert_eq!(parsed("2026-11-23 10:30"), "Local(2026-11-23T10:30:00)");
-        assert_eq!(parsed("2026-11-23 10:30:15"), "Local(2026-11-23T10:30:15)");
-        assert_eq!(parsed("2026-11-23"), "Local(2026-11-23T00:00:00)");
-        assert_eq!(parsed("10:30"), "Today(10:30:00)");
+        assert_eq!(asked("2026-11-23T10:30", NOW), "Local(2026-11-23T10:30:00)");
+        assert_eq!(asked("2026-11-23 10:30", NOW), "Local(2026-11-23T10:30:00)");
+        assert_eq!(
+            asked("2026-11-23 10:30:15", NOW),
+            "Local(2026-11-23T10:30:15)"
+        );
+        assert_eq!(asked("2026-11-23", NOW), "Local(2026-11-23T00:00:00)");
+        assert_eq!(asked("10:30", NOW), "Local(2026-11-23T10:30:00)");
+        // The schedule's own zone, typed: the same wall-clock time.
+        assert_eq!(
+            asked("10:30 America/New_York", NOW),
+            "Local(2026-11-23T10:30:00)"
+        );
+        // Another zone: the instant it names there.
+        assert_eq!(
+            asked("2026-11-23 10:30 Europe/Paris", NOW),
+            "Instant(2026-11-23T09:30:00Z)"
+        );
         let e = parse_at("yesterday").expect_err("not a time");
         assert!(e.contains("10:30 (today)"), "{e}");
+        assert!(e.contains("schedule's zone"), "{e}");
         assert!(parse_at("25:00").is_err());
+        assert!(parse_at("2h").is_err());
+    }
+
+    #[test]
+    fn a_local_time_in_a_gap_or_a_repeated_hour_stays_a_question() {
+        // Neither exists once: they stay wall-clock times for `why` to explain.
+        assert_eq!(asked("2026-03-08 02:30", NOW), "Local(2026-03-08T02:30:00)");
+        assert_eq!(asked("2026-11-01 01:30", NOW), "Local(2026-11-01T01:30:00)");
+        // In another zone a gap names no instant.
+        let ny: Tz = "America/New_York".parse().expect("zone");
+        let paris_gap = parse_at("2026-03-29 02:30 Europe/Paris").expect("parses");
+        let e = at_of(&paris_gap, ny, utc(NOW)).expect_err("a gap in Paris");
+        assert!(e.contains("does not exist in Europe/Paris"), "{e}");
     }
 
     #[test]
     fn today_is_the_schedule_zones_today() {
-        let now = DateTime::parse_from_rfc3339("2026-11-24T02:00:00Z")
-            .expect("instant")
-            .with_timezone(&Utc);
-        let ny: Tz = "America/New_York".parse().expect("zone");
-        let today = NaiveTime::from_hms_opt(10, 30, 0).expect("time");
+        let now = "2026-11-24T02:00:00Z";
+        let at = parse_at("10:30").expect("a time");
         // 02:00 UTC on the 24th is still the 23rd in New York.
+        assert_eq!(asked("10:30", now), "Local(2026-11-23T10:30:00)");
         assert_eq!(
-            format!("{:?}", AtArg::Today(today).resolve(ny, now)),
-            "Local(2026-11-23T10:30:00)"
-        );
-        assert_eq!(
-            format!("{:?}", AtArg::Today(today).resolve(Tz::UTC, now)),
+            format!("{:?}", at_of(&at, Tz::UTC, utc(now)).expect("a time")),
             "Local(2026-11-24T10:30:00)"
         );
     }

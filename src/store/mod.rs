@@ -344,8 +344,6 @@ pub struct Health {
     /// ran with a clock ahead.
     pub clock_high_water: Option<i64>,
     pub last_prune_at: Option<i64>,
-    /// Runs that ever went dead in this database (retry and prune never lower it).
-    pub dead_runs_total: i64,
     pub oldest_run: Option<RunBrief>,
     pub storage: Storage,
 }
@@ -359,6 +357,9 @@ pub struct JobRunStats {
     pub runs: i64,
     /// The latest `finished_at` among these runs.
     pub last_finished_at: Option<i64>,
+    /// The schedule's runs that ever went dead (the same on each of its rows): retry and prune
+    /// never lower it.
+    pub dead_runs_total: i64,
 }
 
 /// How much space the database takes.
@@ -445,16 +446,15 @@ impl Rows {
 }
 
 /// What `runner migrate` moves from one database to another (see `Store::migrate_out`): every
-/// schedule, the runs that must not be lost (pending ones; with history, every run), their
-/// attempts and events, and, with history, the dead-runs counter. Ids are the source's.
+/// schedule (with its dead-runs counter, history or not: it is the schedule's), the runs that
+/// must not be lost (pending ones; with history, every run), their attempts and events. Ids are
+/// the source's.
 #[derive(Debug, Clone, Default)]
 pub struct Migration {
     pub definitions: Rows,
     pub runs: Rows,
     pub attempts: Rows,
     pub events: Rows,
-    /// Added to the target's `dead_runs_total` (0 without history: the dead runs stay behind).
-    pub dead_runs_total: i64,
 }
 
 impl Migration {
@@ -600,12 +600,12 @@ pub fn moved_runs_sql(with_history: bool) -> &'static str {
     }
 }
 
-/// Adds a migration's dead runs to the target's counter (the same SQL for every backend, with
-/// the count as parameter 1 in the backend's syntax).
-pub fn add_dead_runs_sql(placeholder: &str) -> String {
+/// Raises by one the dead-runs counter of the schedule of the run that just went dead (the same
+/// SQL for every backend, with the run's id as parameter 1 in the backend's syntax).
+pub fn count_dead_sql(placeholder: &str) -> String {
     format!(
-        "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', {placeholder})
-         ON CONFLICT (key) DO UPDATE SET value = runner_state.value + excluded.value"
+        "UPDATE job_definitions SET dead_runs_total = dead_runs_total + 1
+         WHERE id = (SELECT definition_id FROM job_runs WHERE id = {placeholder})"
     )
 }
 
@@ -828,7 +828,7 @@ pub trait Store {
     ) -> Result<Vec<Fenced>>;
     /// Write an attempt's decided end, fenced by its token, in one transaction: the run moves to
     /// `end.run` (lease released), then `end.events` are recorded, and, if `end.counts_dead`, the
-    /// dead-runs counter rises by one. The attempt row is closed with `end.result` and
+    /// dead-runs counter of the run's schedule rises by one. The attempt row is closed with `end.result` and
     /// `end.outcome` when the run write landed (unless `end.result.attempt_left_open`: recovered
     /// from another host, whose next tick closes it), or when the run was cancelled under it
     /// (cancel leaves the open attempt to its runner); one that a recovering runner closed is
@@ -912,8 +912,8 @@ pub trait Store {
     /// `runner migrate`, the source side, in ONE write transaction held from start to end (so no
     /// tick materialises or claims meanwhile; PostgreSQL: the tables are locked against writes):
     /// if any run is `running`, return `MigratedOut::Running` having changed nothing. Otherwise
-    /// read every schedule (every column), the `pending` runs (with `with_history`, every run),
-    /// their attempts and events, and (with history) `dead_runs_total`; call `write` with them
+    /// read every schedule (every column, its dead-runs counter among them), the `pending` runs
+    /// (with `with_history`, every run), their attempts and events; call `write` with them
     /// (it writes and commits them elsewhere); if it fails, roll back and return its error. Then
     /// pause every schedule (revision + 1, `updated_at = now`), and cancel each moved pending
     /// run (`finished_at = now`, error `CANCELLED` with `moved_detail`) with `moved_event(attempt)`
@@ -930,8 +930,8 @@ pub trait Store {
     ) -> Result<MigratedOut>;
     /// `runner migrate`, the target side, in ONE transaction: if a schedule of one of the
     /// migration's names exists, return `Imported::NamesTaken` (all of them) having written
-    /// nothing; else insert every row through `insert_migration` (new ids, every column as read)
-    /// and add `dead_runs_total` to this database's counter.
+    /// nothing; else insert every row through `insert_migration` (new ids, every column as read,
+    /// the schedules' dead-runs counters among them).
     fn import_migration(&mut self, migration: &Migration) -> Result<Imported>;
 
     // ---- retention ----

@@ -38,6 +38,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0003_containment.sql"),
     include_str!("../../migrations/0004_run_zone.sql"),
     include_str!("../../migrations/0005_pause_until.sql"),
+    include_str!("../../migrations/0006_dead_per_job.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -737,12 +738,8 @@ fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>
         insert_event(tx, result.run_id, at, actor, event)?;
     }
     if end.counts_dead {
-        // runner_dead_runs_total: a counter, so retry and prune never lower it.
-        tx.execute(
-            "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', 1)
-                 ON CONFLICT (key) DO UPDATE SET value = value + 1",
-            [],
-        )?;
+        // runner_dead_runs_total{job}: a counter, so retry and prune never lower it.
+        tx.execute(&super::count_dead_sql("?1"), [result.run_id])?;
     }
     Ok(Fenced::Applied)
 }
@@ -968,7 +965,7 @@ ORDER BY r.finished_at DESC, r.id DESC LIMIT ?2"
 );
 const RUNNER_STATE: &str = "
 SELECT key, value FROM runner_state
-WHERE key IN ('last_tick_at', 'last_prune_at', 'dead_runs_total')";
+WHERE key IN ('last_tick_at', 'last_prune_at')";
 /// The latest time any tick's clock read. Databases from before `clock_high_water` existed kept
 /// `last_tick_at` as a maximum, which is the same thing.
 const CLOCK_HIGH_WATER: &str = "
@@ -990,7 +987,7 @@ JOIN job_definitions d ON d.id = r.definition_id
 WHERE a.finished_at >= ?1 AND a.duration_ms IS NOT NULL";
 
 const JOB_RUN_STATS: &str = "
-SELECT d.name, r.status, count(r.id), max(r.finished_at)
+SELECT d.name, r.status, count(r.id), max(r.finished_at), d.dead_runs_total
 FROM job_definitions d
 LEFT JOIN job_runs r ON r.definition_id = d.id
 GROUP BY d.id, r.status
@@ -1864,7 +1861,7 @@ impl Store for SqliteStore {
             (total, rows.into_iter().map(|(run, _)| run).collect())
         };
 
-        let (mut last_tick_at, mut last_prune_at, mut dead_runs_total) = (None, None, 0);
+        let (mut last_tick_at, mut last_prune_at) = (None, None);
         {
             let mut stmt = tx.prepare(RUNNER_STATE)?;
             let mut rows = stmt.query([])?;
@@ -1873,7 +1870,7 @@ impl Store for SqliteStore {
                 match row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)? {
                     "last_tick_at" => last_tick_at = Some(value),
                     "last_prune_at" => last_prune_at = Some(value),
-                    _ => dead_runs_total = value,
+                    _ => {}
                 }
             }
         }
@@ -1906,7 +1903,6 @@ impl Store for SqliteStore {
             last_tick_at,
             clock_high_water,
             last_prune_at,
-            dead_runs_total,
             oldest_run,
             storage,
         })
@@ -1929,6 +1925,7 @@ impl Store for SqliteStore {
                     .transpose()?,
                 runs: r.get(2)?,
                 last_finished_at: r.get(3)?,
+                dead_runs_total: r.get(4)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -2026,17 +2023,6 @@ impl Store for SqliteStore {
                 Table::Events,
                 &format!("SELECT * FROM job_events WHERE run_id IN ({moved}) ORDER BY id"),
             )?,
-            dead_runs_total: if with_history {
-                tx.query_row(
-                    "SELECT value FROM runner_state WHERE key = 'dead_runs_total'",
-                    [],
-                    |r| r.get(0),
-                )
-                .optional()?
-                .unwrap_or(0)
-            } else {
-                0
-            },
         };
         write(&migration)?;
         // Written elsewhere and committed there: retire everything here, so a tick left running
@@ -2078,9 +2064,6 @@ impl Store for SqliteStore {
                 .prepare_cached(&sql)?
                 .query_row(rusqlite::params_from_iter(values), |r| r.get(0))?)
         })?;
-        if migration.dead_runs_total != 0 {
-            tx.execute(&super::add_dead_runs_sql("?1"), [migration.dead_runs_total])?;
-        }
         tx.commit()?;
         Ok(Imported::Done)
     }

@@ -277,6 +277,32 @@ pub fn status_of(env: &Env, run_id: i64) -> String {
         .unwrap_or_default()
 }
 
+/// Make `run` look claimed by a runner of this host that vanished: `running` on attempt 1 under
+/// a lease that expired long ago (token `tok`), its open attempt naming `child` (the job's pid
+/// and its start time in /proc) or no process at all. The next tick recovers it.
+pub fn forge_vanished_runner(env: &Env, run: i64, child: Option<(i64, i64)>) {
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'running', attempt = 1, owner = 'gone:1', lease_token = 'tok',
+             lease_expires_at = 1, heartbeat_at = 1, started_at = 1 WHERE id = $1",
+        &[&run],
+    );
+    let host = nix::unistd::gethostname()
+        .expect("hostname")
+        .into_string()
+        .expect("utf-8");
+    env.sql.exec(
+        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, started_at)
+         VALUES ($1, 1, 'gone:1', $2, 1, 'tok', 1)",
+        &[&run, &host],
+    );
+    if let Some((pid, start)) = child {
+        env.sql.exec(
+            "UPDATE job_attempts SET child_pid = $2, child_start_time = $3 WHERE run_id = $1",
+            &[&run, &pid, &start],
+        );
+    }
+}
+
 /// The ids of a schedule's runs, oldest first.
 pub fn run_ids(env: &Env, job: &str) -> Vec<i64> {
     env.sql.query_i64s(

@@ -257,18 +257,19 @@ fn cursors_and_pending_runs_move_and_nothing_runs_twice(env: &Env, target: &Test
         ),
         2
     );
-    // Without --history the dead-runs counter stays behind with the dead run.
-    assert_eq!(dead_runs_total(target), 1);
+    // The dead-runs counters move with their schedules, even when the dead run stays behind;
+    // the target counts its own from there.
+    assert_eq!(dead_runs_total(target, "doomed"), 1);
+    assert_eq!(dead_runs_total(target, "failing"), 1);
+    assert_eq!(dead_runs_total(target, "every5"), 0);
 }
 
-/// `runner_state`'s dead-runs counter (0 when unset).
-fn dead_runs_total(db: &TestDb) -> i64 {
-    db.query_rows(
-        "SELECT value FROM runner_state WHERE key = 'dead_runs_total'",
-        &[],
+/// A schedule's dead-runs counter (`runner_dead_runs_total{job}`).
+fn dead_runs_total(db: &TestDb, job: &str) -> i64 {
+    db.query_i64(
+        "SELECT dead_runs_total FROM job_definitions WHERE name = $1",
+        &[&job],
     )
-    .first()
-    .map_or(0, |row| row[0].i64())
 }
 
 #[test]
@@ -287,7 +288,8 @@ fn to_sqlite_cursors_and_pending_runs_move_and_nothing_runs_twice() {
     cursors_and_pending_runs_move_and_nothing_runs_twice(&env, &target);
 }
 
-/// `--history` moves every run with its attempts and events, and the dead-runs counter.
+/// `--history` moves every run with its attempts and events (and the schedules their dead-runs
+/// counters, as without it).
 fn history_moves(env: &Env, target: &TestDb) {
     source_with_cursors_and_pending_runs(env);
     let before = carried_all(&env.sql, "1 = 1");
@@ -297,7 +299,7 @@ fn history_moves(env: &Env, target: &TestDb) {
         .iter()
         .map(|t| count(&env.sql, t))
         .collect();
-    assert_eq!(dead_runs_total(&env.sql), 1);
+    assert_eq!(dead_runs_total(&env.sql, "doomed"), 1);
 
     let out = env.ok(&[
         "--now",
@@ -324,7 +326,7 @@ fn history_moves(env: &Env, target: &TestDb) {
             .collect::<Vec<_>>(),
         counts
     );
-    assert_eq!(dead_runs_total(target), 1);
+    assert_eq!(dead_runs_total(target, "doomed"), 1);
     // `history` on the target shows them: 5 runs, the dead one among them.
     let shown = on(env, target, &["history", "--json"]);
     let runs = crate::common::json(&shown);

@@ -10,8 +10,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::common::{
-    json, last_run_id, process_alive, processes_of_run, read_pid, real_now, sh_quote, status_of,
-    stderr, utc, wait_until, Bg, Env, Strays,
+    forge_vanished_runner, json, last_run_id, process_alive, processes_of_run, read_pid, real_now,
+    sh_quote, status_of, stderr, utc, wait_until, Bg, Env, Strays,
 };
 use crate::sqlite_only;
 
@@ -520,21 +520,7 @@ fn a_recorded_pid_that_is_not_the_jobs_is_never_signalled() {
             rest.split_whitespace().nth(19)?.parse::<i64>().ok()
         })
         .expect("start time");
-    env.sql.exec(
-        "UPDATE job_runs SET status = 'running', attempt = 1, owner = 'gone:1', lease_token = 'tok',
-             lease_expires_at = 1, heartbeat_at = 1, started_at = 1 WHERE id = $1",
-        &[&run],
-    );
-    let host = nix::unistd::gethostname()
-        .expect("hostname")
-        .into_string()
-        .expect("utf-8");
-    env.sql.exec(
-        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, child_pid,
-             child_start_time, started_at)
-         VALUES ($1, 1, 'gone:1', $2, 1, 'tok', $3, $4, 1)",
-        &[&run, &host, &i64::from(pid), &start],
-    );
+    forge_vanished_runner(&env, run, Some((i64::from(pid), start)));
     let out = env.run(&["tick"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let alive = bystander.try_wait().expect("try_wait").is_none();

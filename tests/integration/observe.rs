@@ -7,7 +7,10 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::common::{epoch, insert_finished_runs, json, run_ids, stderr, stdout, Env, BIN};
+use crate::common::{
+    epoch, forge_vanished_runner, insert_finished_runs, json, run_ids, status_of, stderr, stdout,
+    Env, BIN,
+};
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -857,7 +860,14 @@ fn metrics_are_valid_exposition_format() {
         sample(&samples, "runner_last_tick_timestamp_seconds", &[]),
         Some(epoch("2026-07-01T12:00:01Z") as f64)
     );
-    assert_eq!(sample(&samples, "runner_dead_runs_total", &[]), Some(1.0));
+    assert_eq!(
+        sample(&samples, "runner_dead_runs_total", &[("job", "doomed")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&samples, "runner_dead_runs_total", &[("job", odd)]),
+        Some(0.0)
+    );
     let lag = sample(&samples, "runner_oldest_due_lag_seconds", &[]).expect("lag");
     assert!((59.0..=62.0).contains(&lag), "lag {lag}");
 
@@ -874,10 +884,104 @@ fn metrics_are_valid_exposition_format() {
     let text = env.ok(&["metrics"]);
     promtool_check(&text);
     let (_, samples) = parse_exposition(&text);
-    assert_eq!(sample(&samples, "runner_dead_runs_total", &[]), Some(1.0));
+    assert_eq!(
+        sample(&samples, "runner_dead_runs_total", &[("job", "doomed")]),
+        Some(1.0)
+    );
     assert_eq!(
         sample(&samples, "runner_runs", &[("status", "dead")]),
         Some(0.0)
+    );
+}
+
+/// `runner_dead_runs_total{job}` of every schedule, from a `runner metrics` that promtool and the
+/// strict parser accept; no un-labelled series beside them.
+fn dead_runs_totals(env: &Env, now: &str) -> Vec<(String, f64)> {
+    let text = env.ok(&["--now", now, "metrics"]);
+    promtool_check(&text);
+    let (types, samples) = parse_exposition(&text);
+    assert_eq!(types["runner_dead_runs_total"], "counter");
+    samples
+        .iter()
+        .filter(|(name, ..)| name == "runner_dead_runs_total")
+        .map(|(_, labels, value)| match labels.as_slice() {
+            [(key, job)] if key == "job" => (job.clone(), *value),
+            other => panic!("runner_dead_runs_total{other:?}: only {{job}}\n{text}"),
+        })
+        .collect()
+}
+
+fn totals(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
+    pairs.iter().map(|(job, n)| (job.to_string(), *n)).collect()
+}
+
+#[test]
+fn dead_runs_are_counted_per_job_and_retry_and_prune_never_lower_the_count() {
+    let env = Env::init();
+    let t0 = "2026-07-01T11:00:00Z";
+    let once = ["--max-attempts", "1"];
+    env.add_at(Some(t0), "doomed", "0 0 1 1 *", &once, "exit 1");
+    env.add_at(Some(t0), "fine", "0 0 1 1 *", &once, "true");
+    env.add_at(Some(t0), "lost", "0 0 1 1 *", &once, "true");
+    // Every schedule has its series from the start, at 0.
+    let before = "2026-07-01T12:00:00Z";
+    assert_eq!(
+        dead_runs_totals(&env, before),
+        totals(&[("doomed", 0.0), ("fine", 0.0), ("lost", 0.0)])
+    );
+
+    // An attempt that fails its last attempt: only its own job's counter rises.
+    for job in ["doomed", "fine"] {
+        env.ok(&["--now", before, "run", job]);
+    }
+    env.tick_at("2026-07-01T12:00:01Z");
+    let doomed = *run_ids(&env, "doomed").first().expect("the doomed run");
+    assert_eq!(status_of(&env, doomed), "dead");
+    assert_eq!(
+        dead_runs_totals(&env, "2026-07-01T12:00:02Z"),
+        totals(&[("doomed", 1.0), ("fine", 0.0), ("lost", 0.0)])
+    );
+
+    // A run whose runner vanished (its lease expired, on its last attempt): recovery makes it
+    // dead, and counts it on its own job.
+    env.ok(&["--now", before, "run", "lost"]);
+    let lost = *run_ids(&env, "lost").first().expect("the lost run");
+    // On this host, with no process left: recovery closes the attempt too.
+    forge_vanished_runner(&env, lost, None);
+    env.tick_at("2026-07-01T12:00:03Z");
+    assert_eq!(status_of(&env, lost), "dead");
+    assert_eq!(
+        dead_runs_totals(&env, "2026-07-01T12:00:04Z"),
+        totals(&[("doomed", 1.0), ("fine", 0.0), ("lost", 1.0)])
+    );
+
+    // `retry` makes the dead run pending again: the counter stays.
+    env.ok(&[
+        "--now",
+        "2026-07-01T12:00:05Z",
+        "retry",
+        &doomed.to_string(),
+    ]);
+    assert_eq!(status_of(&env, doomed), "pending");
+    assert_eq!(
+        dead_runs_totals(&env, "2026-07-01T12:00:06Z"),
+        totals(&[("doomed", 1.0), ("fine", 0.0), ("lost", 1.0)])
+    );
+
+    // Pruning deletes the lost run (dead) and the fine one: the counters stay.
+    let later = "2030-01-01T00:00:00Z";
+    env.ok(&["--now", later, "prune", "--older-than", "1d"]);
+    assert!(run_ids(&env, "lost").is_empty(), "the dead run was pruned");
+    assert_eq!(
+        dead_runs_totals(&env, later),
+        totals(&[("doomed", 1.0), ("fine", 0.0), ("lost", 1.0)])
+    );
+
+    // A removed schedule's series goes with it.
+    env.ok(&["schedule", "rm", "lost"]);
+    assert_eq!(
+        dead_runs_totals(&env, later),
+        totals(&[("doomed", 1.0), ("fine", 0.0)])
     );
 }
 
@@ -912,4 +1016,67 @@ fn the_strict_parser_rejects_malformed_expositions() {
         let result = std::panic::catch_unwind(|| parse_exposition(bad));
         assert!(result.is_err(), "accepted:\n{bad}");
     }
+}
+
+#[test]
+fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
+    use crate::common::Backend;
+    let env = Env::init();
+    let t0 = "2026-07-01T11:00:00Z";
+    let once = ["--max-attempts", "1"];
+    env.add_at(Some(t0), "doomed", "0 0 1 1 *", &once, "exit 1");
+    env.add_at(Some(t0), "twice", "0 0 1 1 *", &once, "exit 1");
+    env.add_at(Some(t0), "fine", "0 0 1 1 *", &once, "true");
+    for (job, tick) in [
+        ("doomed", "2026-07-01T12:00:01Z"),
+        ("twice", "2026-07-01T12:00:02Z"),
+        ("twice", "2026-07-01T12:00:03Z"),
+        ("fine", "2026-07-01T12:00:04Z"),
+    ] {
+        env.ok(&["--now", "2026-07-01T12:00:00Z", "run", job]);
+        env.tick_at(tick);
+    }
+    // As the previous schema version left it: one database-wide counter (here higher than the
+    // dead runs kept, as after a prune), none per schedule.
+    env.sql.exec(
+        "ALTER TABLE job_definitions DROP COLUMN dead_runs_total",
+        &[],
+    );
+    env.sql.exec(
+        "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', 7)
+         ON CONFLICT (key) DO UPDATE SET value = 7",
+        &[],
+    );
+    let (old, new) = match Backend::current() {
+        Backend::Sqlite => {
+            env.sql
+                .sqlite()
+                .execute_batch("PRAGMA user_version = 5")
+                .expect("downgrade");
+            (5, 6)
+        }
+        Backend::Postgres => {
+            env.sql
+                .exec("DELETE FROM runner_schema_version WHERE version = 4", &[]);
+            (3, 4)
+        }
+    };
+    let out = env.ok(&["init"]);
+    assert!(
+        out.starts_with("migrated ")
+            && out.contains(&format!(" from schema version {old} to {new}")),
+        "{out}"
+    );
+    // Each schedule starts from its dead runs still kept; the global counter is gone.
+    assert_eq!(
+        dead_runs_totals(&env, "2026-07-01T12:01:00Z"),
+        totals(&[("doomed", 1.0), ("fine", 0.0), ("twice", 2.0)])
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM runner_state WHERE key = 'dead_runs_total'",
+            &[]
+        ),
+        0
+    );
 }

@@ -274,21 +274,21 @@ fn init_says_what_it_created_and_quiet_silences_it() {
             let db = env.db.display();
             assert_eq!(
                 created,
-                format!("created {db} (mode 0600, schema version 5)\n")
+                format!("created {db} (mode 0600, schema version 6)\n")
             );
             assert_eq!(
                 again,
-                format!("database {db} is up to date (mode 0600, schema version 5)\n")
+                format!("database {db} is up to date (mode 0600, schema version 6)\n")
             );
         }
         Backend::Postgres => {
             assert!(
                 created.starts_with("created the runner schema in postgres")
-                    && created.ends_with(" (schema version 3)\n"),
+                    && created.ends_with(" (schema version 4)\n"),
                 "{created}"
             );
             assert!(
-                again.ends_with(" is up to date (schema version 3)\n"),
+                again.ends_with(" is up to date (schema version 4)\n"),
                 "{again}"
             );
             // The server and database are named, never the password.
@@ -313,11 +313,13 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     let env = Env::init();
     env.add("old", &["--tz", "Asia/Tokyo"], "true");
     let run = env.enqueue("old").to_string();
-    // As schema version 3 left it: no zone on runs (and no timed pauses, version 5's).
+    // As schema version 3 left it: no zone on runs (and no timed pauses, version 5's, nor
+    // dead-runs counters per schedule, version 6's).
     env.sql
         .sqlite()
         .execute_batch(
-            "ALTER TABLE job_runs DROP COLUMN timezone;
+            "ALTER TABLE job_definitions DROP COLUMN dead_runs_total;
+             ALTER TABLE job_runs DROP COLUMN timezone;
              DROP INDEX job_definitions_pause_ends;
              ALTER TABLE job_definitions DROP COLUMN paused_until;
              PRAGMA user_version = 3;",
@@ -327,7 +329,7 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     assert_eq!(
         out,
         format!(
-            "migrated {} from schema version 3 to 5 (mode 0600)\n",
+            "migrated {} from schema version 3 to 6 (mode 0600)\n",
             env.db.display()
         )
     );

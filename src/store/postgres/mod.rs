@@ -47,6 +47,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0001_init.sql"),
     include_str!("../../../migrations/postgres/0002_run_zone.sql"),
     include_str!("../../../migrations/postgres/0003_pause_until.sql"),
+    include_str!("../../../migrations/postgres/0004_dead_per_job.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
@@ -556,6 +557,26 @@ fn lock_clock_marks(tx: &mut Transaction<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Lock the schedules whose dead-runs counter these ends may raise, in id order, before any run
+/// row: `remove_definition` locks a schedule and then its runs, and concurrent group commits
+/// lock schedules in the same order, so taking the schedule only after its run could deadlock.
+fn lock_dead_schedules(tx: &mut Transaction<'_>, ends: &[AttemptEnd]) -> Result<()> {
+    let runs: Vec<i64> = ends
+        .iter()
+        .filter(|end| end.counts_dead)
+        .map(|end| end.result.run_id)
+        .collect();
+    if !runs.is_empty() {
+        tx.execute(
+            "SELECT id FROM job_definitions
+             WHERE id IN (SELECT definition_id FROM job_runs WHERE id = ANY($1))
+             ORDER BY id FOR NO KEY UPDATE",
+            &[&runs],
+        )?;
+    }
+    Ok(())
+}
+
 /// One attempt's end within a group commit (see `Store::finish_attempt`).
 fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
     let (result, run) = (&end.result, &end.run);
@@ -618,12 +639,9 @@ fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Resul
         insert_event(tx, result.run_id, at, actor, event)?;
     }
     if end.counts_dead {
-        // runner_dead_runs_total: a counter, so retry and prune never lower it.
-        tx.execute(
-            "INSERT INTO runner_state (key, value) VALUES ('dead_runs_total', 1)
-             ON CONFLICT (key) DO UPDATE SET value = runner_state.value + 1",
-            &[],
-        )?;
+        // runner_dead_runs_total{job}: a counter, so retry and prune never lower it. The
+        // schedule's row is already locked (`lock_dead_schedules`).
+        tx.execute(&super::count_dead_sql("$1"), &[&result.run_id])?;
     }
     Ok(Fenced::Applied)
 }
@@ -802,7 +820,7 @@ ORDER BY r.finished_at DESC, r.id DESC LIMIT $2"
 );
 const RUNNER_STATE: &str = "
 SELECT key, value FROM runner_state
-WHERE key IN ('last_tick_at', 'last_prune_at', 'dead_runs_total')";
+WHERE key IN ('last_tick_at', 'last_prune_at')";
 const CLOCK_HIGH_WATER: &str = "
 SELECT coalesce((SELECT value FROM runner_state WHERE key = 'clock_high_water'),
                 (SELECT value FROM runner_state WHERE key = 'last_tick_at'))";
@@ -1348,6 +1366,7 @@ impl Store for PostgresStore {
         commit: Commit,
     ) -> StoreResult<Vec<Fenced>> {
         self.write_with(commit, |tx| {
+            lock_dead_schedules(tx, ends)?;
             ends.iter().map(|end| finish_in(tx, end, actor)).collect()
         })
     }
@@ -1658,13 +1677,13 @@ impl Store for PostgresStore {
                 .map(run_brief_from_row)
                 .collect::<Result<Vec<_>>>()?;
 
-            let (mut last_tick_at, mut last_prune_at, mut dead_runs_total) = (None, None, 0);
+            let (mut last_tick_at, mut last_prune_at) = (None, None);
             for row in tx.query(RUNNER_STATE, &[])? {
                 let value: i64 = row.try_get(1)?;
                 match row.try_get::<_, &str>(0)? {
                     "last_tick_at" => last_tick_at = Some(value),
                     "last_prune_at" => last_prune_at = Some(value),
-                    _ => dead_runs_total = value,
+                    _ => {}
                 }
             }
 
@@ -1694,7 +1713,6 @@ impl Store for PostgresStore {
                 last_tick_at,
                 clock_high_water,
                 last_prune_at,
-                dead_runs_total,
                 oldest_run,
                 storage,
             })
@@ -1716,7 +1734,7 @@ impl Store for PostgresStore {
         self.read(|client| {
             client
                 .query(
-                    "SELECT d.name, r.status, count(r.id), max(r.finished_at)
+                    "SELECT d.name, r.status, count(r.id), max(r.finished_at), d.dead_runs_total
                      FROM job_definitions d
                      LEFT JOIN job_runs r ON r.definition_id = d.id
                      GROUP BY d.id, r.status
@@ -1733,6 +1751,7 @@ impl Store for PostgresStore {
                         },
                         runs: r.try_get(2)?,
                         last_finished_at: r.try_get(3)?,
+                        dead_runs_total: r.try_get(4)?,
                     })
                 })
                 .collect()
@@ -1847,17 +1866,6 @@ impl Store for PostgresStore {
                     Table::Events,
                     &format!("SELECT * FROM job_events WHERE run_id IN ({moved}) ORDER BY id"),
                 )?,
-                dead_runs_total: if with_history {
-                    tx.query_opt(
-                        "SELECT value FROM runner_state WHERE key = 'dead_runs_total'",
-                        &[],
-                    )?
-                    .map(|r| r.try_get(0))
-                    .transpose()?
-                    .unwrap_or(0)
-                } else {
-                    0
-                },
             };
             write(&migration)?;
             // Written elsewhere and committed there: retire everything here, so a tick left
@@ -1923,12 +1931,6 @@ impl Store for PostgresStore {
                     .map_err(anyhow::Error::from)?;
                 Ok(row.try_get(0).map_err(anyhow::Error::from)?)
             })?;
-            if migration.dead_runs_total != 0 {
-                tx.execute(
-                    &super::add_dead_runs_sql("$1"),
-                    &[&migration.dead_runs_total],
-                )?;
-            }
             Ok(Imported::Done)
         })
     }
