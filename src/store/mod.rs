@@ -144,6 +144,12 @@ pub struct Claimed {
     pub more_due: bool,
 }
 
+/// The columns a schedule's `Settings` are stored in, in the order each backend binds them (its
+/// `SettingsParams`): the statements that insert and rewrite a schedule name them through this.
+pub(crate) const SETTINGS_COLUMNS: &str = "cron, timezone, command, workdir, max_attempts, \
+     timeout_secs, backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, \
+     leftovers";
+
 /// A `job_definitions` row as read: sound, or damaged (its problems named, the others unaffected).
 pub type DefinitionRow = std::result::Result<Definition, Box<DamagedDefinition>>;
 
