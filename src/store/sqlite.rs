@@ -15,18 +15,18 @@ use rusqlite::{
 
 use super::sqlite_files as files;
 use super::{
-    Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
-    Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration, OpenMode,
-    PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView,
-    SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED, SETTINGS_COLUMNS,
+    definition_row, Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow,
+    EventView, Health, Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration,
+    OpenMode, PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView,
+    RunningView, SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    SETTINGS_COLUMNS,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
 use crate::model::{
-    Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, DamagedDefinition,
-    Definition, ErrorCode, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun,
-    OrphanClose, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
-    Steering,
+    Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
+    ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap, RunChange,
+    RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 
 /// `PRAGMA application_id`: marks a file as a runner database ("RUNR").
@@ -553,16 +553,7 @@ fn definition_from_row(row: &Row<'_>) -> DefinitionRow {
         revision: columns.get("revision"),
         paused_until: columns.get("paused_until"),
     };
-    let mut problems = columns.problems;
-    problems.extend(definition.settings.problems(&problems));
-    if problems.is_empty() {
-        Ok(definition)
-    } else {
-        Err(Box::new(DamagedDefinition {
-            definition,
-            problems,
-        }))
-    }
+    definition_row(definition, columns.problems)
 }
 
 /// Reads a row column by column, noting each column that does not convert (with a placeholder in

@@ -24,18 +24,17 @@ use postgres::{Client, IsolationLevel, Row, Transaction};
 use self::connect::Server;
 use super::JobRunStats;
 use super::{
-    Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
-    Imported, LastResult, MigratedOut, Migration, OpenMode, PruneCounts, Reanchored, Removal, Rows,
-    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table, Value,
-    RECENT_LISTED, RUNNING_LISTED, SETTINGS_COLUMNS,
+    definition_row, Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow,
+    EventView, Health, Imported, LastResult, MigratedOut, Migration, OpenMode, PruneCounts,
+    Reanchored, Removal, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage,
+    Store, Table, Value, RECENT_LISTED, RUNNING_LISTED, SETTINGS_COLUMNS,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, DamagedDefinition,
-    Definition, ErrorCode, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun,
-    OrphanClose, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
-    Steering,
+    Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
+    ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap, RunChange,
+    RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 
 /// What the `Store` trait's methods return: errors already classified (`Failure`), the server
@@ -379,16 +378,7 @@ fn definition_from_row(row: &Row) -> DefinitionRow {
         revision: columns.get("revision"),
         paused_until: columns.get("paused_until"),
     };
-    let mut problems = columns.problems;
-    problems.extend(definition.settings.problems(&problems));
-    if problems.is_empty() {
-        Ok(definition)
-    } else {
-        Err(Box::new(DamagedDefinition {
-            definition,
-            problems,
-        }))
-    }
+    definition_row(definition, columns.problems)
 }
 
 /// Reads a row column by column, noting each column that does not convert instead of failing
