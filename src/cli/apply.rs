@@ -607,14 +607,9 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     // before the transaction (stopping a job is not something a transaction can undo).
     for (_, runs) in &running {
         for run in runs {
-            if let crate::model::Steered::Done { attempt, .. } =
-                store.steer(run.id, crate::model::Steer::Cancel, now.secs(), &me)?
+            if let Some(line) = super::steer::cancel_before_removal(store.as_mut(), ctx, &me, run)?
             {
-                let how = super::steer::stop_cancelled(store.as_mut(), ctx, &me, run, attempt)?;
-                say!(
-                    "cancelled running run {} (attempt {attempt}); {how}",
-                    run.id
-                );
+                say!("{line}");
             }
         }
     }

@@ -256,6 +256,35 @@ fn prune_removes_what_the_file_does_not_name_and_refuses_a_running_run() {
     );
 }
 
+/// `--prune --force` cancels a running run of a schedule it removes first, as `schedule rm
+/// --force` and `runner cancel` do, then removes the schedule with its runs.
+#[test]
+fn prune_with_force_cancels_a_running_run_then_removes_its_schedule() {
+    let env = Env::init();
+    env.add("by-hand", &[], "true");
+    let run = env.enqueue("by-hand");
+    // Held by a runner on another host (forged): this command cannot stop it, only say who does.
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'running', lease_token = 'forged', owner = 'elsewhere:1',
+                 lease_expires_at = 4102444800",
+        &[],
+    );
+    let file = write(&env, "empty.toml", "");
+    let out = apply(&env, &file, &["--prune", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = stdout(&out);
+    assert!(
+        out.contains(&format!("cancelled running run {run} ")) && out.contains("- by-hand\n"),
+        "{out}"
+    );
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions", &[]),
+        0
+    );
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
+}
+
 #[test]
 fn dry_run_prints_the_plan_and_changes_nothing() {
     let env = Env::init();
