@@ -362,17 +362,13 @@ fn status_warns_about_a_last_tick_in_the_future_then_shows_the_real_one() {
 fn reanchor_brings_a_schedule_pushed_to_2099_back_and_the_next_real_tick_fires_it() {
     let env = Env::init();
     // Added just before 2099, so the tick there has one hour of instants to look at.
-    env.ok(&[
-        "--now",
-        "2098-12-31T23:00:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2098-12-31T23:00:00Z"),
         "minutely",
-        "--cron",
         "* * * * *",
-        "--",
+        &[],
         "true",
-    ]);
+    );
     env.add("yearly", &[], "true");
     assert_eq!(env.tick(&[]), "");
     let far = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:30Z")
@@ -453,15 +449,7 @@ fn reanchor_brings_a_schedule_pushed_to_2099_back_and_the_next_real_tick_fires_i
 #[test]
 fn reanchor_forgets_instants_skipped_ahead_of_their_time() {
     let env = Env::init();
-    env.ok(&[
-        "schedule",
-        "add",
-        "daily",
-        "--cron",
-        "0 3 * * *",
-        "--",
-        "true",
-    ]);
+    env.add_at(None, "daily", "0 3 * * *", &[], "true");
     let now = real_now();
     assert_eq!(env.tick_at(&utc(now + 45 * DAY)), "");
     let skipped_ahead = runs(&env, "daily", "skipped");
@@ -526,19 +514,13 @@ fn a_database_restored_from_a_snapshot_catches_up_and_recovers_its_running_run()
             release.display()
         ),
     ]);
-    env.ok(&[
-        "--now",
-        "2030-01-01T00:00:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2030-01-01T00:00:00Z"),
         "all-of-them",
-        "--cron",
         "*/5 * * * *",
-        "--catch-up",
-        "all",
-        "--",
+        &["--catch-up", "all"],
         "true",
-    ]);
+    );
     // The tick at 00:05:30 runs both 00:05 instants; the snapshot is taken while every5 runs.
     let first = env
         .cmd()
