@@ -817,17 +817,7 @@ mod tests {
         let mut same = Settings::defaults("@daily");
         same.command = "true".to_string();
         wanted.insert("same".to_string(), same.clone());
-        let definition = |name: &str, settings: Settings| Definition {
-            id: 1,
-            name: name.to_string(),
-            settings,
-            materialized_through: 0,
-            next_fire_at: None,
-            created_at: 0,
-            updated_at: 0,
-            revision: 0,
-            paused_until: None,
-        };
+        let definition = Definition::fixture;
         let mut changed = same.clone();
         changed.timeout_secs = 60;
         wanted.insert("edited".to_string(), same.clone());
