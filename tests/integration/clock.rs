@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::observe::{parse_exposition, promtool_check, sample};
-use crate::common::{json, real_now, stderr, stdout, utc, wait_until, Env};
+use crate::common::{json, real_now, stderr, stdout, utc, wait_until, Env, RETRY_AT_ONCE};
 use crate::sqlite_only;
 
 /// The test-only hook in `src/clock.rs`: every clock reading adds the seconds in this file.
@@ -492,28 +492,18 @@ fn a_database_restored_from_a_snapshot_catches_up_and_recovers_its_running_run()
     let base = chrono::DateTime::parse_from_rfc3339(t0)
         .expect("time")
         .timestamp();
-    env.ok(&[
-        "--now",
-        "2030-01-01T00:00:00Z",
-        "schedule",
-        "add",
+    // The retry is due the moment recovery closes attempt 1, in the same tick.
+    env.add_at(
+        Some("2030-01-01T00:00:00Z"),
         "every5",
-        "--cron",
         "*/5 * * * *",
-        "--max-attempts",
-        "2",
-        // The retry is due the moment recovery closes attempt 1, in the same tick.
-        "--backoff-base",
-        "0s",
-        "--backoff-max",
-        "0s",
-        "--",
+        &RETRY_AT_ONCE,
         &format!(
             "touch '{}'; [ \"$RUNNER_ATTEMPT\" = 2 ] || while [ ! -e '{}' ]; do sleep 0.05; done",
             started.display(),
             release.display()
         ),
-    ]);
+    );
     env.add_at(
         Some("2030-01-01T00:00:00Z"),
         "all-of-them",

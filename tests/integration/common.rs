@@ -175,6 +175,16 @@ pub fn processes_of_run(env: &Env, run_id: i64) -> Vec<u32> {
         .collect()
 }
 
+/// `schedule add` flags for a job with one retry, due the moment its first attempt ends.
+pub const RETRY_AT_ONCE: [&str; 6] = [
+    "--max-attempts",
+    "2",
+    "--backoff-base",
+    "0s",
+    "--backoff-max",
+    "0s",
+];
+
 /// A cron expression that never fires during a test (1 January, at least weeks away): runs come
 /// from `runner run`.
 pub const NEVER: &str = "0 0 1 1 *";

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{
     json, last_run_id, process_alive, read_pid, sh_quote, status_of, stderr, stdout, wait_until,
-    Bg, Env, Strays, Val, NEVER,
+    Bg, Env, Strays, Val, NEVER, RETRY_AT_ONCE,
 };
 
 // ---------------------------------------------------------------------------
@@ -727,15 +727,10 @@ fn job_sees_its_environment_and_workdir_across_attempts() {
         "envjob",
         "0 12 * * *",
         &[
-            "--workdir",
-            work.to_str().expect("utf-8"),
-            "--max-attempts",
-            "2",
-            "--backoff-base",
-            "0s",
-            "--backoff-max",
-            "0s",
-        ],
+            &["--workdir", work.to_str().expect("utf-8")][..],
+            &RETRY_AT_ONCE,
+        ]
+        .concat(),
         command,
     );
     let deadline = Instant::now() + Duration::from_secs(20);
