@@ -14,12 +14,12 @@ use rusqlite::{
 };
 
 use super::sqlite_files as files;
+use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
-    definition_row, Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow,
-    EventView, Health, Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration,
-    OpenMode, PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView,
-    RunningView, SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
-    SETTINGS_COLUMNS,
+    Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
+    Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration, OpenMode,
+    PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView,
+    SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};

@@ -23,11 +23,12 @@ use postgres::{Client, IsolationLevel, Row, Transaction};
 
 use self::connect::Server;
 use super::JobRunStats;
+use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
-    definition_row, Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow,
-    EventView, Health, Imported, LastResult, MigratedOut, Migration, OpenMode, PruneCounts,
-    Reanchored, Removal, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage,
-    Store, Table, Value, RECENT_LISTED, RUNNING_LISTED, SETTINGS_COLUMNS,
+    Applied, AttemptView, Claimed, CursorMove, DefinitionChanges, DefinitionRow, EventView, Health,
+    Imported, LastResult, MigratedOut, Migration, OpenMode, PruneCounts, Reanchored, Removal, Rows,
+    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table, Value,
+    RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
