@@ -118,8 +118,9 @@ fn escape(text: &str, keep_layout: bool) -> String {
     shown
 }
 
-/// `1 schedule`, `1,204 finished runs`: a count with its noun, thousands grouped.
-pub fn count(n: usize, noun: &str) -> String {
+/// `1 schedule`, `1,204 finished runs`: a count (of any integer type, never negative) with its
+/// noun, thousands grouped. The one way a number of things is written.
+pub fn count(n: impl std::fmt::Display, noun: &str) -> String {
     let digits = n.to_string();
     let mut grouped = String::new();
     for (index, digit) in digits.chars().enumerate() {
@@ -128,7 +129,7 @@ pub fn count(n: usize, noun: &str) -> String {
         }
         grouped.push(digit);
     }
-    if n == 1 {
+    if digits == "1" {
         format!("{grouped} {noun}")
     } else {
         format!("{grouped} {noun}s")
@@ -215,5 +216,7 @@ mod tests {
         assert_eq!(count(0, "event"), "0 events");
         assert_eq!(count(1204, "finished run"), "1,204 finished runs");
         assert_eq!(count(1_234_567, "event"), "1,234,567 events");
+        assert_eq!(count(1_i64, "run"), "1 run");
+        assert_eq!(count(12_000_i64, "attempt"), "12,000 attempts");
     }
 }

@@ -433,6 +433,24 @@ pub struct Cursor {
     pub next_fire_at: Option<i64>,
 }
 
+#[cfg(test)]
+impl Definition {
+    /// A schedule as unit tests need one: `settings` under `name`, its cursor and times at 0.
+    pub(crate) fn fixture(name: &str, settings: Settings) -> Definition {
+        Definition {
+            id: 1,
+            name: name.to_string(),
+            settings,
+            materialized_through: 0,
+            next_fire_at: None,
+            created_at: 0,
+            updated_at: 0,
+            revision: 0,
+            paused_until: None,
+        }
+    }
+}
+
 impl Definition {
     /// When a timed pause ends, if the schedule is paused for a while (`paused_until` is written
     /// through this: an end without a pause means nothing, so resuming drops it wherever it
@@ -1149,19 +1167,15 @@ mod tests {
         DamagedDefinition {
             definition: Definition {
                 id: 7,
-                name: name.to_string(),
-                settings: Settings {
-                    command: "true".to_string(),
-                    timeout_secs: 60,
-                    backoff_max_secs: 60,
-                    ..Settings::defaults("* * * * *")
-                },
-                materialized_through: 0,
-                next_fire_at: None,
-                created_at: 0,
-                updated_at: 0,
-                revision: 0,
-                paused_until: None,
+                ..Definition::fixture(
+                    name,
+                    Settings {
+                        command: "true".to_string(),
+                        timeout_secs: 60,
+                        backoff_max_secs: 60,
+                        ..Settings::defaults("* * * * *")
+                    },
+                )
             },
             problems: columns
                 .iter()

@@ -395,15 +395,10 @@ mod tests {
         settings.timezone = zone.to_string();
         settings.command = "true".to_string();
         Definition {
-            id: 1,
-            name: "job".to_string(),
-            settings,
             materialized_through: at(through),
-            next_fire_at: None,
             created_at: at(created),
             updated_at: at(created),
-            revision: 0,
-            paused_until: None,
+            ..Definition::fixture("job", settings)
         }
     }
 

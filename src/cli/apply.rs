@@ -607,14 +607,9 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     // before the transaction (stopping a job is not something a transaction can undo).
     for (_, runs) in &running {
         for run in runs {
-            if let crate::model::Steered::Done { attempt, .. } =
-                store.steer(run.id, crate::model::Steer::Cancel, now.secs(), &me)?
+            if let Some(line) = super::steer::cancel_before_removal(store.as_mut(), ctx, &me, run)?
             {
-                let how = super::steer::stop_cancelled(store.as_mut(), ctx, &me, run, attempt)?;
-                say!(
-                    "cancelled running run {} (attempt {attempt}); {how}",
-                    run.id
-                );
+                say!("{line}");
             }
         }
     }
@@ -822,17 +817,7 @@ mod tests {
         let mut same = Settings::defaults("@daily");
         same.command = "true".to_string();
         wanted.insert("same".to_string(), same.clone());
-        let definition = |name: &str, settings: Settings| Definition {
-            id: 1,
-            name: name.to_string(),
-            settings,
-            materialized_through: 0,
-            next_fire_at: None,
-            created_at: 0,
-            updated_at: 0,
-            revision: 0,
-            paused_until: None,
-        };
+        let definition = Definition::fixture;
         let mut changed = same.clone();
         changed.timeout_secs = 60;
         wanted.insert("edited".to_string(), same.clone());

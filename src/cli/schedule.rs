@@ -10,16 +10,16 @@ use clap::builder::{OsStringValueParser, TypedValueParser};
 use comfy_table::Table;
 use serde::Serialize;
 
-use super::steer::{cancel_run, Cancelled};
+use super::steer::{cancel_before_removal, cancel_run, Cancelled};
 use super::{
     actor, find_definition, find_definition_row, parse_whole_seconds, unknown_schedule, Ctx,
 };
-use crate::display::{duration_of_secs, escape_line, local_time, UtcTime};
+use crate::display::{count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::RunStatus;
 use crate::model::{
     repair_flag, CatchUp, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
-    SettingsChange, Steer, Steered,
+    SettingsChange,
 };
 use crate::schedule::{traps, Proposed, Timing, Trap};
 use crate::store::{DefinitionRow, LastResult, OpenMode, Removal, Store};
@@ -611,18 +611,8 @@ fn remove(args: RmArgs, ctx: &Ctx) -> Result<()> {
                 listed.join(", ")
             )));
         }
-        for run in runs {
-            if let Steered::Done { attempt, .. } =
-                store.steer(run.id, Steer::Cancel, ctx.clock.epoch(), &me)?
-            {
-                // Before the schedule (and so the attempt's record) is gone: if its runner died,
-                // nobody else could find and stop the job afterwards.
-                let how = super::steer::stop_cancelled(store.as_mut(), ctx, &me, &run, attempt)?;
-                cancelled.push(format!(
-                    "cancelled running run {} (attempt {attempt}); {how}",
-                    run.id
-                ));
-            }
+        for run in &runs {
+            cancelled.extend(cancel_before_removal(store.as_mut(), ctx, &me, run)?);
         }
     }
     Err(anyhow::anyhow!(
@@ -665,12 +655,11 @@ fn pause(args: PauseArgs, ctx: &Ctx) -> Result<()> {
                 cancelled += 1;
             }
         }
-        say!("cancelled {cancelled} pending run{}", plural(cancelled));
+        say!("cancelled {}", count(cancelled, "pending run"));
     } else if !pending.is_empty() {
         say!(
-            "{} pending run{} held until it resumes (`--cancel-pending` cancels them)",
-            pending.len(),
-            plural(pending.len())
+            "{} held until it resumes (`--cancel-pending` cancels them)",
+            count(pending.len(), "pending run")
         );
     }
     Ok(())
@@ -695,14 +684,6 @@ fn until_text(until: Option<i64>, zone: Tz) -> String {
             local_time(at, zone)
         )
     })
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
 }
 
 fn resume(args: Name, ctx: &Ctx) -> Result<()> {

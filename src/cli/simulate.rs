@@ -9,7 +9,7 @@ use comfy_table::Table;
 use serde::Serialize;
 
 use super::{emit, emit_json, find_definition, Ctx};
-use crate::display::{duration_of_secs, escape_line, local_time, UtcTime};
+use crate::display::{count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::CatchUp;
 use crate::schedule::{plan_catch_up, Decision, Timing};
@@ -184,7 +184,7 @@ fn render(sim: &Simulation) -> String {
         sim.timezone,
         local_time(sim.from_epoch, zone_of(sim)),
         local_time(sim.to_epoch, zone_of(sim)),
-        plural(sim.instants.len(), "fire time")
+        count(sim.instants.len(), "fire time")
     ));
     let decided = sim.instants.iter().filter(|i| i.decision.is_some()).count();
     if let (Some(policy), Some(grace)) = (sim.catch_up, sim.grace_secs) {
@@ -236,13 +236,4 @@ fn render(sim: &Simulation) -> String {
 
 fn zone_of(sim: &Simulation) -> chrono_tz::Tz {
     super::zone(&sim.timezone)
-}
-
-/// `1 fire time`, `3 fire times`.
-fn plural(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
 }

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::check::{evaluate, Thresholds};
 use super::{emit, emit_json, parse_duration, zone, Ctx};
 use crate::clock::{behind_by, CLOCK_TOLERANCE_SECS};
-use crate::display::{bytes, duration_of_secs, escape_line, local_time, utc_time, UtcTime};
+use crate::display::{bytes, count, duration_of_secs, escape_line, local_time, utc_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::{Definition, RunStatus};
 use crate::store::{DefinitionRow, Health, OpenMode, RunBrief, RunningView};
@@ -469,7 +469,7 @@ fn render(report: &Report) -> Result<String, std::fmt::Error> {
         let retries: Vec<String> = report
             .retries_in_flight
             .iter()
-            .map(|r| format!("attempt {}: {}", r.attempt, plural(r.runs, "run")))
+            .map(|r| format!("attempt {}: {}", r.attempt, count(r.runs, "run")))
             .collect();
         writeln!(out, "retries:         {}", retries.join(", "))?;
     }
@@ -481,7 +481,7 @@ fn render(report: &Report) -> Result<String, std::fmt::Error> {
         let errors: Vec<String> = recent
             .top_errors
             .iter()
-            .map(|e| format!("{} ({})", e.error_code, plural(e.attempts, "attempt")))
+            .map(|e| format!("{} ({})", e.error_code, count(e.attempts, "attempt")))
             .collect();
         writeln!(out, "errors (24h):    {}", errors.join(", "))?;
     }
@@ -537,13 +537,4 @@ fn render(report: &Report) -> Result<String, std::fmt::Error> {
         None => writeln!(out, "oldest run kept: none")?,
     }
     Ok(out)
-}
-
-/// `1 run`, `3 runs`.
-fn plural(n: i64, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
 }

@@ -5,7 +5,7 @@ use anyhow::Result;
 
 use super::show::find_run;
 use super::{actor, emit, find_definition_row, Ctx};
-use crate::display::{escape_line, local_time};
+use crate::display::{count, escape_line, local_time};
 use crate::exit::Failure;
 use crate::model::{Actor, RunStatus, Steer, Steered};
 use crate::store::{OpenMode, RunFilter, RunView, Store};
@@ -79,7 +79,7 @@ pub fn cancel(args: CancelArgs, ctx: &Ctx) -> Result<()> {
     };
     let run = find_run(store.as_ref(), run_id)?;
     match cancel_run(store.as_mut(), ctx, &me, &run)? {
-        Cancelled::Running(how) => {
+        Cancelled::Running { how, .. } => {
             emit(&format!("cancelled run {} of {}; {how}\n", run.id, run.job))
         }
         Cancelled::Pending => emit(&format!(
@@ -113,7 +113,7 @@ fn cancel_schedule(store: &mut dyn Store, ctx: &Ctx, me: &Actor, name: &str) -> 
     for run in &runs {
         match cancel_run(store, ctx, me, run)? {
             Cancelled::Pending => pending += 1,
-            Cancelled::Running(how) => running.push(format!("run {}: {how}", run.id)),
+            Cancelled::Running { how, .. } => running.push(format!("run {}: {how}", run.id)),
             Cancelled::Gone | Cancelled::Finished(_) => {}
         }
     }
@@ -121,8 +121,8 @@ fn cancel_schedule(store: &mut dyn Store, ctx: &Ctx, me: &Actor, name: &str) -> 
     let mut out = match total {
         0 => format!("schedule {name} has no pending or running runs; nothing to cancel\n"),
         _ => format!(
-            "cancelled {total} run{} of {name}: {pending} pending, {} running\n",
-            if total == 1 { "" } else { "s" },
+            "cancelled {} of {name}: {pending} pending, {} running\n",
+            count(total, "run"),
             running.len()
         ),
     };
@@ -148,8 +148,8 @@ pub fn runs_of(store: &dyn Store, definition_id: i64, status: RunStatus) -> Resu
 pub enum Cancelled {
     /// It was pending: it never runs.
     Pending,
-    /// It was running: who stops its job (see `stop_cancelled`).
-    Running(String),
+    /// It was running, on this attempt: `how` says who stops its job (see `stop_cancelled`).
+    Running { attempt: u32, how: String },
     /// It no longer exists.
     Gone,
     /// It had already finished, with this status: nothing changed.
@@ -170,7 +170,10 @@ pub fn cancel_run(
                 from: RunStatus::Running,
                 attempt,
                 ..
-            } => Cancelled::Running(stop_cancelled(store, ctx, me, run, attempt)?),
+            } => Cancelled::Running {
+                attempt,
+                how: stop_cancelled(store, ctx, me, run, attempt)?,
+            },
             Steered::Done { .. } => Cancelled::Pending,
             Steered::NotFound => Cancelled::Gone,
             Steered::Refused { status, .. } => Cancelled::Finished(status),
@@ -178,10 +181,31 @@ pub fn cancel_run(
     )
 }
 
+/// A running run of a schedule about to be removed (`schedule rm --force`, `schedule apply
+/// --prune --force`), cancelled as `cancel RUN_ID` does before the schedule and the attempt's
+/// record are gone (if its runner died, nobody could find and stop the job afterwards): what to
+/// say, or nothing when it had finished or vanished meanwhile.
+pub fn cancel_before_removal(
+    store: &mut dyn Store,
+    ctx: &Ctx,
+    me: &Actor,
+    run: &RunView,
+) -> Result<Option<String>> {
+    Ok(match cancel_run(store, ctx, me, run)? {
+        Cancelled::Running { attempt, how } => Some(format!(
+            "cancelled running run {} (attempt {attempt}); {how}",
+            run.id
+        )),
+        // It failed and went back to wait for a retry meanwhile.
+        Cancelled::Pending => Some(format!("cancelled pending run {}", run.id)),
+        Cancelled::Gone | Cancelled::Finished(_) => None,
+    })
+}
+
 /// After a running run was cancelled: say who stops its job, or, when the runner holding it is
 /// gone (same host), stop the job's processes here and close the attempt. Errors if they would
 /// not die (the attempt stays open; the next tick on this host tries again).
-pub fn stop_cancelled(
+fn stop_cancelled(
     store: &mut dyn Store,
     ctx: &Ctx,
     me: &Actor,

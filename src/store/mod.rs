@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AttemptEnd, AttemptHolder, ClaimedRun, DamagedDefinition, Definition, ExpiredLease,
-    Fenced, LeaseToken, NewEvent, NewRun, OrphanClose, RunStatus, Settings, StartRecord, Steer,
-    Steered,
+    Actor, AttemptEnd, AttemptHolder, ClaimedRun, ColumnProblem, DamagedDefinition, Definition,
+    ExpiredLease, Fenced, LeaseToken, NewEvent, NewRun, OrphanClose, RunStatus, Settings,
+    StartRecord, Steer, Steered,
 };
 
 pub use postgres::PostgresStore;
@@ -144,8 +144,32 @@ pub struct Claimed {
     pub more_due: bool,
 }
 
+/// The columns a schedule's `Settings` are stored in, in the order each backend binds them (its
+/// `SettingsParams`): the statements that insert and rewrite a schedule name them through this.
+pub(crate) const SETTINGS_COLUMNS: &str = "cron, timezone, command, workdir, max_attempts, \
+     timeout_secs, backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, \
+     leftovers";
+
 /// A `job_definitions` row as read: sound, or damaged (its problems named, the others unaffected).
 pub type DefinitionRow = std::result::Result<Definition, Box<DamagedDefinition>>;
+
+/// A `job_definitions` row as a backend read it, with the columns that did not convert: sound,
+/// or damaged, naming those columns and any setting a runner cannot act on
+/// (`Settings::problems`), so one bad row never fails a query for the others.
+pub(crate) fn definition_row(
+    definition: Definition,
+    mut problems: Vec<ColumnProblem>,
+) -> DefinitionRow {
+    problems.extend(definition.settings.problems(&problems));
+    if problems.is_empty() {
+        Ok(definition)
+    } else {
+        Err(Box::new(DamagedDefinition {
+            definition,
+            problems,
+        }))
+    }
+}
 
 /// What `schedule apply` writes in one transaction (see `Store::apply_definitions`).
 #[derive(Debug, Clone, Default)]

@@ -14,6 +14,7 @@ use rusqlite::{
 };
 
 use super::sqlite_files as files;
+use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView,
     Health, Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration, OpenMode,
@@ -23,10 +24,9 @@ use super::{
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
 use crate::model::{
-    Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, DamagedDefinition,
-    Definition, ErrorCode, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun,
-    OrphanClose, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
-    Steering,
+    Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
+    ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap, RunChange,
+    RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 
 /// `PRAGMA application_id`: marks a file as a runner database ("RUNR").
@@ -593,16 +593,7 @@ fn definition_from_row(row: &Row<'_>) -> DefinitionRow {
         revision: columns.get("revision"),
         paused_until: columns.get("paused_until"),
     };
-    let mut problems = columns.problems;
-    problems.extend(definition.settings.problems(&problems));
-    if problems.is_empty() {
-        Ok(definition)
-    } else {
-        Err(Box::new(DamagedDefinition {
-            definition,
-            problems,
-        }))
-    }
+    definition_row(definition, columns.problems)
 }
 
 /// Reads a row column by column, noting each column that does not convert (with a placeholder in
@@ -1099,6 +1090,52 @@ fn attempt_holder_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Atte
     })
 }
 
+/// A schedule's settings as parameters ?1 to ?13 (in `SETTINGS_COLUMNS` order, placeholders
+/// `SETTINGS_VALUES`), then a statement's own parameters (?14 on): the one binding of those
+/// columns, for the insert and the rewrite of a schedule.
+struct SettingsParams<'a> {
+    settings: &'a Settings,
+    /// The policies, stored as their text.
+    overlap: &'static str,
+    catch_up: &'static str,
+    leftovers: &'static str,
+}
+
+const SETTINGS_VALUES: &str = "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13";
+
+impl<'a> SettingsParams<'a> {
+    fn of(settings: &'a Settings) -> SettingsParams<'a> {
+        SettingsParams {
+            settings,
+            overlap: settings.overlap.as_str(),
+            catch_up: settings.catch_up.as_str(),
+            leftovers: settings.leftovers.as_str(),
+        }
+    }
+
+    /// The settings, then `rest`.
+    fn then(&'a self, rest: &[&'a dyn ToSql]) -> Vec<&'a dyn ToSql> {
+        let s = self.settings;
+        let mut params: Vec<&dyn ToSql> = vec![
+            &s.cron,
+            &s.timezone,
+            &s.command,
+            &s.workdir,
+            &s.max_attempts,
+            &s.timeout_secs,
+            &s.backoff_base_secs,
+            &s.backoff_max_secs,
+            &self.overlap,
+            &self.catch_up,
+            &s.grace_secs,
+            &s.paused,
+            &self.leftovers,
+        ];
+        params.extend_from_slice(rest);
+        params
+    }
+}
+
 /// Insert a schedule; 0 rows when the name is taken (`ON CONFLICT DO NOTHING`).
 fn insert_definition(
     tx: &Transaction<'_>,
@@ -1107,17 +1144,15 @@ fn insert_definition(
     now: i64,
     next_fire_at: Option<i64>,
 ) -> rusqlite::Result<usize> {
+    let settings = SettingsParams::of(s);
     tx.execute(
-        "INSERT INTO job_definitions (name, cron, timezone, command, workdir, max_attempts, timeout_secs,
-             backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused,
-             materialized_through, next_fire_at, created_at, updated_at, leftovers)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?14, ?14, ?16)
-         ON CONFLICT (name) DO NOTHING",
-        params![
-            name, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
-            s.backoff_base_secs, s.backoff_max_secs, s.overlap.as_str(), s.catch_up.as_str(),
-            s.grace_secs, s.paused, now, next_fire_at, s.leftovers.as_str()
-        ],
+        &format!(
+            "INSERT INTO job_definitions ({SETTINGS_COLUMNS}, name, materialized_through, next_fire_at,
+                 created_at, updated_at)
+             VALUES ({SETTINGS_VALUES}, ?14, ?15, ?16, ?15, ?15)
+             ON CONFLICT (name) DO NOTHING"
+        ),
+        settings.then(&[&name, &now, &next_fire_at]).as_slice(),
     )
 }
 
@@ -1131,24 +1166,28 @@ fn rewrite_definition(
     now: i64,
     expected_revision: Option<i64>,
 ) -> rusqlite::Result<usize> {
-    let s = &d.settings;
+    let settings = SettingsParams::of(&d.settings);
     tx.execute(
-        "UPDATE job_definitions SET cron = ?2, timezone = ?3, command = ?4, workdir = ?5, max_attempts = ?6,
-             timeout_secs = ?7, backoff_base_secs = ?8, backoff_max_secs = ?9, overlap = ?10, catch_up = ?11,
-             grace_secs = ?12, paused = ?13,
-             materialized_through = CASE typeof(materialized_through)
-                 WHEN 'integer' THEN max(materialized_through, ?14) ELSE ?14 END,
-             next_fire_at = ?15, updated_at = ?16, leftovers = ?17,
-             created_at = CASE typeof(created_at) WHEN 'integer' THEN created_at ELSE ?16 END,
-             revision = CASE typeof(revision) WHEN 'integer' THEN revision + 1 ELSE 1 END,
-             paused_until = ?19
-         WHERE id = ?1 AND (?18 IS NULL OR revision IS ?18)",
-        params![
-            d.id, s.cron, s.timezone, s.command, s.workdir, s.max_attempts, s.timeout_secs,
-            s.backoff_base_secs, s.backoff_max_secs, s.overlap.as_str(), s.catch_up.as_str(),
-            s.grace_secs, s.paused, d.materialized_through, d.next_fire_at, now, s.leftovers.as_str(),
-            expected_revision, d.pause_end()
-        ],
+        &format!(
+            "UPDATE job_definitions SET ({SETTINGS_COLUMNS}) = ({SETTINGS_VALUES}),
+                 materialized_through = CASE typeof(materialized_through)
+                     WHEN 'integer' THEN max(materialized_through, ?15) ELSE ?15 END,
+                 next_fire_at = ?16, updated_at = ?17,
+                 created_at = CASE typeof(created_at) WHEN 'integer' THEN created_at ELSE ?17 END,
+                 revision = CASE typeof(revision) WHEN 'integer' THEN revision + 1 ELSE 1 END,
+                 paused_until = ?19
+             WHERE id = ?14 AND (?18 IS NULL OR revision IS ?18)"
+        ),
+        settings
+            .then(&[
+                &d.id,
+                &d.materialized_through,
+                &d.next_fire_at,
+                &now,
+                &expected_revision,
+                &d.pause_end(),
+            ])
+            .as_slice(),
     )
 }
 

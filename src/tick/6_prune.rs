@@ -1,7 +1,7 @@
-//! Step 6, retention: runs finished longer ago than the retention (default 30 days, `RUNNER_RETENTION`)
-//! are deleted with their attempts and events, in batches of a few thousand runs per short
-//! transaction so ticks never wait long for the write lock. The tick does it at most once an
-//! hour, after executing; `runner prune` does it on demand.
+//! Step 6, retention: runs finished longer ago than the retention (default 30 days,
+//! `RUNNER_RETENTION`) are deleted with their attempts and events, in batches of a few thousand
+//! runs per short transaction so ticks never wait long for the write lock. The tick does it at
+//! most once an hour, after executing; `runner prune` does it on demand.
 //!
 //! Pruning cannot make a tick run an instant again: each schedule's cursor
 //! (`materialized_through`), not its run rows, remembers which instants were handled.

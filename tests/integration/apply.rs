@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::common::{stderr, stdout, wait_until, Env};
+use crate::common::{forge_running, stderr, stdout, wait_until, Env};
 use crate::sqlite_only;
 
 const T0: &str = "2026-11-23T10:00:30Z";
@@ -180,9 +180,7 @@ fn apply_changes_what_differs_from_the_next_fire_time() {
 #[test]
 fn prune_removes_what_the_file_does_not_name_and_refuses_a_running_run() {
     let env = Env::init();
-    env.ok(&[
-        "schedule", "add", "by-hand", "--cron", "@daily", "--", "true",
-    ]);
+    env.add_at(None, "by-hand", "@daily", &[], "true");
     let file = write(&env, "schedules.toml", FILE);
     let out = env.ok(&["schedule", "apply", file.to_str().expect("utf-8")]);
     assert!(
@@ -198,12 +196,8 @@ fn prune_removes_what_the_file_does_not_name_and_refuses_a_running_run() {
     );
 
     // A running run of it (forged): --prune refuses, and changes nothing.
-    env.ok(&["run", "by-hand"]);
-    env.sql.exec(
-        "UPDATE job_runs SET status = 'running', lease_token = 'forged', owner = 'elsewhere:1',
-                 lease_expires_at = 4102444800",
-        &[],
-    );
+    let run = env.enqueue("by-hand");
+    forge_running(&env, run);
     let small = write(
         &env,
         "small.toml",
@@ -256,21 +250,35 @@ fn prune_removes_what_the_file_does_not_name_and_refuses_a_running_run() {
     );
 }
 
+/// `--prune --force` cancels a running run of a schedule it removes first, as `schedule rm
+/// --force` and `runner cancel` do, then removes the schedule with its runs.
+#[test]
+fn prune_with_force_cancels_a_running_run_then_removes_its_schedule() {
+    let env = Env::init();
+    env.add("by-hand", &[], "true");
+    let run = env.enqueue("by-hand");
+    forge_running(&env, run);
+    let file = write(&env, "empty.toml", "");
+    let out = apply(&env, &file, &["--prune", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = stdout(&out);
+    assert!(
+        out.contains(&format!("cancelled running run {run} ")) && out.contains("- by-hand\n"),
+        "{out}"
+    );
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions", &[]),
+        0
+    );
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
+}
+
 #[test]
 fn dry_run_prints_the_plan_and_changes_nothing() {
     let env = Env::init();
-    env.ok(&[
-        "schedule", "add", "by-hand", "--cron", "@daily", "--", "true",
-    ]);
-    env.ok(&[
-        "schedule",
-        "add",
-        "heartbeat",
-        "--cron",
-        "* * * * *",
-        "--",
-        "echo old",
-    ]);
+    env.add_at(None, "by-hand", "@daily", &[], "true");
+    env.add_at(None, "heartbeat", "* * * * *", &[], "echo old");
     let file = write(&env, "schedules.toml", FILE);
     let before = listed(&env);
     let out = env.ok(&[
@@ -307,15 +315,7 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
 #[test]
 fn an_invalid_file_changes_nothing_and_names_file_line_and_field() {
     let env = Env::init();
-    env.ok(&[
-        "schedule",
-        "add",
-        "heartbeat",
-        "--cron",
-        "* * * * *",
-        "--",
-        "echo old",
-    ]);
+    env.add_at(None, "heartbeat", "* * * * *", &[], "echo old");
     let before = listed(&env);
     // 40 schedules, the 40th with a bad cron expression; the first would change heartbeat.
     let mut text = String::from("[heartbeat]\ncron = \"* * * * *\"\ncommand = \"echo new\"\n");
@@ -447,46 +447,38 @@ fn export_then_apply_is_a_no_op() {
     let env = Env::init();
     let workdir = env.path("work");
     std::fs::create_dir(&workdir).expect("workdir");
-    env.ok(&[
-        "schedule",
-        "add",
+    env.add_at(
+        None,
         "backup",
-        "--cron",
         "30 2 * * *",
-        "--tz",
-        "America/New_York",
-        "--timeout",
-        "90m",
-        "--",
-        "/usr/local/bin/backup",
-        "--full",
-    ]);
-    env.ok(&[
-        "schedule",
-        "add",
+        &["--tz", "America/New_York", "--timeout", "90m"],
+        "/usr/local/bin/backup --full",
+    );
+    env.add_at(
+        None,
         "odd.name-x",
-        "--cron",
         "@hourly",
-        "--overlap",
-        "allow",
-        "--catch-up",
-        "none",
-        "--grace",
-        "10m",
-        "--leftovers",
-        "keep",
-        "--paused",
-        "--max-attempts",
-        "1",
-        "--backoff-base",
-        "5s",
-        "--backoff-max",
-        "7m",
-        "--workdir",
-        workdir.to_str().expect("utf-8"),
-        "--",
+        &[
+            "--overlap",
+            "allow",
+            "--catch-up",
+            "none",
+            "--grace",
+            "10m",
+            "--leftovers",
+            "keep",
+            "--paused",
+            "--max-attempts",
+            "1",
+            "--backoff-base",
+            "5s",
+            "--backoff-max",
+            "7m",
+            "--workdir",
+            workdir.to_str().expect("utf-8"),
+        ],
         "printf '%s\\n' \"$RUNNER_JOB\" > out",
-    ]);
+    );
     let exported = env.ok(&["schedule", "export"]);
     assert!(
         exported.contains("[\"odd.name-x\"]") && exported.contains("timeout = \"1h 30m\""),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::observe::{parse_exposition, promtool_check, sample};
-use crate::common::{json, real_now, stderr, stdout, utc, wait_until, Env};
+use crate::common::{json, real_now, stderr, stdout, utc, wait_until, Env, RETRY_AT_ONCE};
 use crate::sqlite_only;
 
 /// The test-only hook in `src/clock.rs`: every clock reading adds the seconds in this file.
@@ -362,17 +362,13 @@ fn status_warns_about_a_last_tick_in_the_future_then_shows_the_real_one() {
 fn reanchor_brings_a_schedule_pushed_to_2099_back_and_the_next_real_tick_fires_it() {
     let env = Env::init();
     // Added just before 2099, so the tick there has one hour of instants to look at.
-    env.ok(&[
-        "--now",
-        "2098-12-31T23:00:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2098-12-31T23:00:00Z"),
         "minutely",
-        "--cron",
         "* * * * *",
-        "--",
+        &[],
         "true",
-    ]);
+    );
     env.add("yearly", &[], "true");
     assert_eq!(env.tick(&[]), "");
     let far = chrono::DateTime::parse_from_rfc3339("2099-01-01T00:00:30Z")
@@ -453,15 +449,7 @@ fn reanchor_brings_a_schedule_pushed_to_2099_back_and_the_next_real_tick_fires_i
 #[test]
 fn reanchor_forgets_instants_skipped_ahead_of_their_time() {
     let env = Env::init();
-    env.ok(&[
-        "schedule",
-        "add",
-        "daily",
-        "--cron",
-        "0 3 * * *",
-        "--",
-        "true",
-    ]);
+    env.add_at(None, "daily", "0 3 * * *", &[], "true");
     let now = real_now();
     assert_eq!(env.tick_at(&utc(now + 45 * DAY)), "");
     let skipped_ahead = runs(&env, "daily", "skipped");
@@ -504,41 +492,25 @@ fn a_database_restored_from_a_snapshot_catches_up_and_recovers_its_running_run()
     let base = chrono::DateTime::parse_from_rfc3339(t0)
         .expect("time")
         .timestamp();
-    env.ok(&[
-        "--now",
-        "2030-01-01T00:00:00Z",
-        "schedule",
-        "add",
+    // The retry is due the moment recovery closes attempt 1, in the same tick.
+    env.add_at(
+        Some("2030-01-01T00:00:00Z"),
         "every5",
-        "--cron",
         "*/5 * * * *",
-        "--max-attempts",
-        "2",
-        // The retry is due the moment recovery closes attempt 1, in the same tick.
-        "--backoff-base",
-        "0s",
-        "--backoff-max",
-        "0s",
-        "--",
+        &RETRY_AT_ONCE,
         &format!(
             "touch '{}'; [ \"$RUNNER_ATTEMPT\" = 2 ] || while [ ! -e '{}' ]; do sleep 0.05; done",
             started.display(),
             release.display()
         ),
-    ]);
-    env.ok(&[
-        "--now",
-        "2030-01-01T00:00:00Z",
-        "schedule",
-        "add",
+    );
+    env.add_at(
+        Some("2030-01-01T00:00:00Z"),
         "all-of-them",
-        "--cron",
         "*/5 * * * *",
-        "--catch-up",
-        "all",
-        "--",
+        &["--catch-up", "all"],
         "true",
-    ]);
+    );
     // The tick at 00:05:30 runs both 00:05 instants; the snapshot is taken while every5 runs.
     let first = env
         .cmd()

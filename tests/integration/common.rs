@@ -175,18 +175,37 @@ pub fn processes_of_run(env: &Env, run_id: i64) -> Vec<u32> {
         .collect()
 }
 
+/// `schedule add` flags for a job with one retry, due the moment its first attempt ends.
+pub const RETRY_AT_ONCE: [&str; 6] = [
+    "--max-attempts",
+    "2",
+    "--backoff-base",
+    "0s",
+    "--backoff-max",
+    "0s",
+];
+
 /// A cron expression that never fires during a test (1 January, at least weeks away): runs come
 /// from `runner run`.
 pub const NEVER: &str = "0 0 1 1 *";
 
 impl Env {
     /// `runner schedule add NAME --cron NEVER FLAGS -- COMMAND`: runs come from `runner run`.
-    pub fn add(&self, name: &str, flags: &[&str], command: &str) {
-        self.add_at(None, name, NEVER, flags, command);
+    /// Returns what it printed.
+    pub fn add(&self, name: &str, flags: &[&str], command: &str) -> String {
+        self.add_at(None, name, NEVER, flags, command)
     }
 
-    /// `runner [--now NOW] schedule add NAME --cron CRON FLAGS -- COMMAND`.
-    pub fn add_at(&self, now: Option<&str>, name: &str, cron: &str, flags: &[&str], command: &str) {
+    /// `runner [--now NOW] schedule add NAME --cron CRON FLAGS -- COMMAND`, which must succeed;
+    /// returns what it printed.
+    pub fn add_at(
+        &self,
+        now: Option<&str>,
+        name: &str,
+        cron: &str,
+        flags: &[&str],
+        command: &str,
+    ) -> String {
         let mut args = Vec::new();
         if let Some(now) = now {
             args.extend(["--now", now]);
@@ -194,7 +213,7 @@ impl Env {
         args.extend(["schedule", "add", name, "--cron", cron]);
         args.extend_from_slice(flags);
         args.extend(["--", command]);
-        self.ok(&args);
+        self.ok(&args)
     }
 
     /// `runner run NAME`; returns the run id it printed.
@@ -317,6 +336,17 @@ pub fn last_run_id(env: &Env, name: &str) -> i64 {
     *run_ids(env, name)
         .last()
         .unwrap_or_else(|| panic!("no run of {name}"))
+}
+
+/// Forge run `run_id` as running under another host's runner (`elsewhere:1`), its lease valid
+/// for years: nothing here can stop its job, only say who does.
+pub fn forge_running(env: &Env, run_id: i64) {
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'running', attempt = 1, owner = 'elsewhere:1',
+                 lease_token = 'forged', lease_expires_at = 4102444800, heartbeat_at = started_at
+         WHERE id = $1",
+        &[&run_id],
+    );
 }
 
 /// Insert `count` runs of schedule `job` that finished (succeeded) `age_secs` before `now`, each

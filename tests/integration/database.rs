@@ -328,17 +328,13 @@ fn a_file_of_garbage_is_refused_untouched() {
 fn a_runner_database_with_corrupt_pages_is_refused_without_a_panic() {
     sqlite_only!("a damaged database file");
     let env = Env::init();
-    env.ok(&[
-        "--now",
-        "2026-01-01T00:00:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
         "job",
-        "--cron",
         "* * * * *",
-        "--",
+        &[],
         "true",
-    ]);
+    );
     env.ok(&["--now", "2026-01-01T00:30:00Z", "tick"]);
     let mut bytes = fs::read(&env.db).expect("read");
     assert!(bytes.len() > 3 * 4096, "{} bytes", bytes.len());
@@ -377,7 +373,7 @@ fn a_directory_as_the_database_is_refused() {
 fn a_database_from_a_newer_runner_is_refused() {
     sqlite_only!("PRAGMA user_version");
     let env = Env::init();
-    env.ok(&["schedule", "add", "job", "--cron", "@daily", "--", "true"]);
+    env.add_at(None, "job", "@daily", &[], "true");
     Connection::open(&env.db)
         .expect("open")
         .execute_batch("PRAGMA user_version = 99")
@@ -468,7 +464,7 @@ fn init_is_idempotent_and_keeps_data() {
     let version = env.sql.query_i64("PRAGMA user_version", &[]);
     assert!(version >= 1, "user_version {version}");
     assert!(first.iter().any(|(_, name, _, _)| name == "job_runs"));
-    env.ok(&["schedule", "add", "job", "--cron", "@daily", "--", "true"]);
+    env.add_at(None, "job", "@daily", &[], "true");
     for _ in 0..2 {
         env.ok(&["init"]);
     }
@@ -627,17 +623,7 @@ fn assert_names(args: &[&str], err: &str, wants: &[&str]) {
 #[test]
 fn bad_schedule_add_input_exits_2_and_writes_nothing() {
     let env = Env::init();
-    env.ok(&[
-        "--now",
-        "2026-01-01T00:00:00Z",
-        "schedule",
-        "add",
-        "taken",
-        "--cron",
-        "@daily",
-        "--",
-        "true",
-    ]);
+    env.add_at(Some("2026-01-01T00:00:00Z"), "taken", "@daily", &[], "true");
     let taken = env.sql.query_strings(
         "SELECT name || cron || command || updated_at FROM job_definitions",
         &[],

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{
     json, last_run_id, process_alive, read_pid, sh_quote, status_of, stderr, stdout, wait_until,
-    Bg, Env, Strays, Val, NEVER,
+    Bg, Env, Strays, Val, NEVER, RETRY_AT_ONCE,
 };
 
 // ---------------------------------------------------------------------------
@@ -58,17 +58,7 @@ fn two_thousand_runs_drained_by_four_concurrent_ticks_each_run_exactly_once() {
     let env = Env::init();
     let file = env.path("ids");
     let command = format!("echo $RUNNER_RUN_ID >> {}", sh_quote(&file));
-    env.ok(&[
-        "schedule",
-        "add",
-        "drain",
-        "--cron",
-        NEVER,
-        "--overlap",
-        "allow",
-        "--",
-        &command,
-    ]);
+    env.add("drain", &["--overlap", "allow"], &command);
     let past: i64 = 1_600_000_000; // 2020: long due
     let inserted = env.sql.exec(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $2)
@@ -178,19 +168,11 @@ fn timeout_kills_a_job_ignoring_sigterm_and_its_grandchild() {
         "trap '' TERM; sleep 60 & echo $! > {}; wait",
         sh_quote(&pidfile)
     );
-    env.ok(&[
-        "schedule",
-        "add",
+    env.add(
         "stubborn",
-        "--cron",
-        NEVER,
-        "--timeout",
-        "2s",
-        "--max-attempts",
-        "1",
-        "--",
+        &["--timeout", "2s", "--max-attempts", "1"],
         &command,
-    ]);
+    );
     env.ok(&["run", "stubborn"]);
     let run_id = last_run_id(&env, "stubborn");
     let started = Instant::now();
@@ -269,21 +251,18 @@ fn failing_job_retries_within_jitter_bounds_then_goes_dead_with_one_stderr_line(
         "echo \"$RUNNER_ATTEMPT $(date +%s.%N)\" >> {}; exit 3",
         sh_quote(&stamps)
     );
-    env.ok(&[
-        "schedule",
-        "add",
+    env.add(
         "flaky",
-        "--cron",
-        NEVER,
-        "--max-attempts",
-        "3",
-        "--backoff-base",
-        "1s",
-        "--backoff-max",
-        "2s",
-        "--",
+        &[
+            "--max-attempts",
+            "3",
+            "--backoff-base",
+            "1s",
+            "--backoff-max",
+            "2s",
+        ],
         &command,
-    ]);
+    );
     env.ok(&["run", "flaky"]);
     let run_id = last_run_id(&env, "flaky");
     let errs = tick_until(
@@ -426,23 +405,20 @@ fn failing_job_retries_within_jitter_bounds_then_goes_dead_with_one_stderr_line(
 fn simultaneous_failures_retry_spread_over_half_to_full_delay() {
     const RUNS: usize = 20;
     let env = Env::init();
-    env.ok(&[
-        "schedule",
-        "add",
+    env.add(
         "herd",
-        "--cron",
-        NEVER,
-        "--overlap",
-        "allow",
-        "--max-attempts",
-        "2",
-        "--backoff-base",
-        "4s",
-        "--backoff-max",
-        "4s",
-        "--",
+        &[
+            "--overlap",
+            "allow",
+            "--max-attempts",
+            "2",
+            "--backoff-base",
+            "4s",
+            "--backoff-max",
+            "4s",
+        ],
         "exit 3",
-    ]);
+    );
     for _ in 0..RUNS {
         env.ok(&["run", "herd"]);
     }
@@ -544,7 +520,7 @@ fn completion_with_a_stale_lease_token_is_refused() {
         sh_quote(&release),
         sh_quote(&finished)
     );
-    env.ok(&["schedule", "add", "fenced", "--cron", NEVER, "--", &command]);
+    env.add("fenced", &[], &command);
     env.ok(&["run", "fenced"]);
     let run_id = last_run_id(&env, "fenced");
     // A long lease: the first heartbeat (lease/3 = 20 s) comes long after the job ends, so it
@@ -571,7 +547,7 @@ fn heartbeat_that_finds_its_lease_taken_over_kills_the_job() {
     let mut strays = Strays::default();
     let pidfile = env.path("sleep.pid");
     let command = format!("sleep 30 & echo $! > {}; wait", sh_quote(&pidfile));
-    env.ok(&["schedule", "add", "hb", "--cron", NEVER, "--", &command]);
+    env.add("hb", &[], &command);
     env.ok(&["run", "hb"]);
     let run_id = last_run_id(&env, "hb");
     let started = Instant::now();
@@ -605,15 +581,11 @@ fn heartbeat_that_finds_its_lease_taken_over_kills_the_job() {
 #[test]
 fn fifty_megabytes_of_stdout_finish_and_the_last_64_kib_are_kept() {
     let env = Env::init();
-    env.ok(&[
-        "schedule",
-        "add",
+    env.add(
         "loud",
-        "--cron",
-        NEVER,
-        "--",
+        &[],
         r"head -c 50000000 /dev/zero | tr '\0' x; printf END",
-    ]);
+    );
     env.ok(&["run", "loud"]);
     let run_id = last_run_id(&env, "loud");
     let out = Bg::spawn(&env, "tick", &["tick"]).finish(Duration::from_secs(60));
@@ -642,17 +614,11 @@ fn fifty_megabytes_of_stdout_finish_and_the_last_64_kib_are_kept() {
 #[test]
 fn missing_command_is_exit_127_and_missing_workdir_is_spawn_not_found() {
     let env = Env::init();
-    env.ok(&[
-        "schedule",
-        "add",
+    env.add(
         "typo",
-        "--cron",
-        NEVER,
-        "--max-attempts",
-        "1",
-        "--",
+        &["--max-attempts", "1"],
         "no-such-command-for-runner-tests --flag",
-    ]);
+    );
     env.ok(&["run", "typo"]);
     let typo = last_run_id(&env, "typo");
     let out = env.run(&["tick"]);
@@ -698,19 +664,16 @@ fn missing_command_is_exit_127_and_missing_workdir_is_spawn_not_found() {
     // A workdir removed after the schedule was defined: /bin/sh cannot start there.
     let gone = env.path("gone");
     fs::create_dir(&gone).expect("mkdir");
-    env.ok(&[
-        "schedule",
-        "add",
+    env.add(
         "moved",
-        "--cron",
-        NEVER,
-        "--max-attempts",
-        "1",
-        "--workdir",
-        gone.to_str().expect("utf-8"),
-        "--",
+        &[
+            "--max-attempts",
+            "1",
+            "--workdir",
+            gone.to_str().expect("utf-8"),
+        ],
         "true",
-    ]);
+    );
     fs::remove_dir(&gone).expect("rmdir");
     env.ok(&["run", "moved"]);
     let moved = last_run_id(&env, "moved");
@@ -759,25 +722,17 @@ fn job_sees_its_environment_and_workdir_across_attempts() {
     let work = env.path("work");
     fs::create_dir(&work).expect("mkdir");
     let command = r#"{ echo "job=$RUNNER_JOB"; echo "run=$RUNNER_RUN_ID"; echo "attempt=$RUNNER_ATTEMPT"; echo "at=$RUNNER_SCHEDULED_AT"; echo "key=$RUNNER_IDEMPOTENCY_KEY"; echo "token=$RUNNER_LEASE_TOKEN"; echo "inherited=$RUNNER_TEST_INHERITED"; echo "pwd=$(pwd -P)"; } > "env.$RUNNER_ATTEMPT"; [ "$RUNNER_ATTEMPT" -ge 2 ]"#;
-    env.ok(&[
-        "--now",
-        "2030-01-01T11:59:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2030-01-01T11:59:00Z"),
         "envjob",
-        "--cron",
         "0 12 * * *",
-        "--workdir",
-        work.to_str().expect("utf-8"),
-        "--max-attempts",
-        "2",
-        "--backoff-base",
-        "0s",
-        "--backoff-max",
-        "0s",
-        "--",
+        &[
+            &["--workdir", work.to_str().expect("utf-8")][..],
+            &RETRY_AT_ONCE,
+        ]
+        .concat(),
         command,
-    ]);
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     while !work.join("env.2").exists() {
         assert!(Instant::now() < deadline, "attempt 2 never ran");
@@ -858,19 +813,13 @@ fn overlap_job(env: &Env, policy: &str) {
         sh_quote(&env.path("started")),
         sh_quote(&env.path("release"))
     );
-    env.ok(&[
-        "--now",
-        T0,
-        "schedule",
-        "add",
+    env.add_at(
+        Some(T0),
         "every-minute",
-        "--cron",
         "* * * * *",
-        "--overlap",
-        policy,
-        "--",
+        &["--overlap", policy],
         &command,
-    ]);
+    );
 }
 
 fn started_lines(env: &Env) -> usize {
@@ -955,24 +904,8 @@ fn overlap_allow_runs_both_at_once() {
 #[test]
 fn run_wait_streams_output_and_exits_with_the_job_code() {
     let env = Env::init();
-    env.ok(&[
-        "schedule",
-        "add",
-        "seven",
-        "--cron",
-        NEVER,
-        "--",
-        "echo out-line; echo err-line >&2; exit 7",
-    ]);
-    env.ok(&[
-        "schedule",
-        "add",
-        "fine",
-        "--cron",
-        NEVER,
-        "--",
-        "echo all-good",
-    ]);
+    env.add("seven", &[], "echo out-line; echo err-line >&2; exit 7");
+    env.add("fine", &[], "echo all-good");
 
     let out = env.run(&["run", "seven", "--wait"]);
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
@@ -1013,7 +946,7 @@ fn idle_tick_exits_zero_and_prints_nothing() {
         "an idle tick returns at once, took {:?}",
         started.elapsed()
     );
-    env.ok(&["schedule", "add", "later", "--cron", NEVER, "--", "true"]);
+    env.add("later", &[], "true");
     let out = env.run(&["tick"]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(stdout(&out), "");

@@ -3,6 +3,7 @@
 //! Each test gets a database of its own on the server at `RUNNER_TEST_PG` (`./test` starts one);
 //! without it these tests say so and pass.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -563,4 +564,219 @@ fn a_server_restart_during_a_tick_fails_cleanly_and_nothing_is_lost() {
         0,
         "attempts overlap"
     );
+}
+
+/// A backend's schema, in the terms both can report: each table's columns (type and
+/// nullability, by name) and each index made by `CREATE INDEX` (not those behind a primary key
+/// or UNIQUE constraint, which each backend names its own way).
+#[derive(Debug, Default)]
+struct Schema {
+    tables: BTreeMap<String, BTreeMap<String, Column>>,
+    indexes: BTreeMap<String, Index>,
+}
+
+#[derive(Debug, PartialEq)]
+struct Column {
+    /// `integer`, `text` or `blob`, from SQLite's INTEGER, TEXT and BLOB and PostgreSQL's
+    /// bigint, text and bytea; any other type as the backend names it (which fails the match).
+    ty: String,
+    not_null: bool,
+}
+
+#[derive(Debug, PartialEq)]
+struct Index {
+    table: String,
+    unique: bool,
+    /// Whether it has a WHERE clause.
+    partial: bool,
+    /// Its key columns in order, each followed by ` DESC` when descending.
+    columns: Vec<String>,
+}
+
+/// The SQLite schema: `PRAGMA table_info` per table, and `PRAGMA index_list`/`index_xinfo` for
+/// the indexes made by `CREATE INDEX` (origin `c`).
+fn sqlite_schema(conn: &rusqlite::Connection) -> Schema {
+    let rows = |sql: &str| -> Vec<Vec<rusqlite::types::Value>> {
+        let mut stmt = conn.prepare(sql).expect(sql);
+        let width = stmt.column_count();
+        stmt.query_map([], |r| (0..width).map(|i| r.get(i)).collect())
+            .expect(sql)
+            .map(|row| row.expect(sql))
+            .collect()
+    };
+    let text = |value: &rusqlite::types::Value| match value {
+        rusqlite::types::Value::Text(text) => text.clone(),
+        other => panic!("expected text, got {other:?}"),
+    };
+    let integer = |value: &rusqlite::types::Value| match value {
+        rusqlite::types::Value::Integer(n) => *n,
+        other => panic!("expected an integer, got {other:?}"),
+    };
+    let mut schema = Schema::default();
+    // A primary key column is never NULL here (INTEGER PRIMARY KEY is the rowid; the others are
+    // in WITHOUT ROWID tables), though `table_info` reports only the declared NOT NULL.
+    for row in rows(
+        "SELECT m.name, c.name, c.type, c.\"notnull\" OR c.pk > 0
+         FROM sqlite_master m, pragma_table_info(m.name) c
+         WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%'",
+    ) {
+        let ty = match text(&row[2]).to_ascii_uppercase().as_str() {
+            "INTEGER" => "integer".to_string(),
+            "TEXT" => "text".to_string(),
+            "BLOB" => "blob".to_string(),
+            other => format!("SQLite {other}"),
+        };
+        let column = Column {
+            ty,
+            not_null: integer(&row[3]) != 0,
+        };
+        schema
+            .tables
+            .entry(text(&row[0]))
+            .or_default()
+            .insert(text(&row[1]), column);
+    }
+    for row in rows(
+        "SELECT l.name, m.name, l.\"unique\", l.partial,
+                (SELECT group_concat(name, ',') FROM
+                    (SELECT i.name || CASE i.\"desc\" WHEN 1 THEN ' DESC' ELSE '' END AS name
+                     FROM pragma_index_xinfo(l.name) i WHERE i.key = 1 ORDER BY i.seqno))
+         FROM sqlite_master m, pragma_index_list(m.name) l
+         WHERE m.type = 'table' AND l.origin = 'c'",
+    ) {
+        let index = Index {
+            table: text(&row[1]),
+            unique: integer(&row[2]) != 0,
+            partial: integer(&row[3]) != 0,
+            columns: text(&row[4]).split(',').map(str::to_string).collect(),
+        };
+        schema.indexes.insert(text(&row[0]), index);
+    }
+    schema
+}
+
+/// The PostgreSQL schema (the current schema of the database): `information_schema.columns`,
+/// and `pg_index` for the indexes that back no primary key, UNIQUE or exclusion constraint.
+fn postgres_schema(client: &mut Client) -> Schema {
+    let mut schema = Schema::default();
+    for row in client
+        .query(
+            "SELECT table_name::text, column_name::text, data_type::text, is_nullable = 'NO'
+             FROM information_schema.columns WHERE table_schema = current_schema()",
+            &[],
+        )
+        .expect("columns")
+    {
+        let ty = match row.get::<_, &str>(2) {
+            "bigint" => "integer".to_string(),
+            "text" => "text".to_string(),
+            "bytea" => "blob".to_string(),
+            other => format!("PostgreSQL {other}"),
+        };
+        let column = Column {
+            ty,
+            not_null: row.get(3),
+        };
+        schema
+            .tables
+            .entry(row.get(0))
+            .or_default()
+            .insert(row.get(1), column);
+    }
+    for row in client
+        .query(
+            "SELECT i.relname::text, t.relname::text, x.indisunique, x.indpred IS NOT NULL,
+                    array(SELECT pg_get_indexdef(x.indexrelid, k, true)
+                                 || CASE WHEN x.indoption[k - 1] & 1 = 1 THEN ' DESC' ELSE '' END
+                          FROM generate_series(1, x.indnkeyatts::int) k ORDER BY k)
+             FROM pg_index x
+             JOIN pg_class i ON i.oid = x.indexrelid
+             JOIN pg_class t ON t.oid = x.indrelid
+             JOIN pg_namespace n ON n.oid = t.relnamespace
+             WHERE n.nspname = current_schema()
+               AND NOT EXISTS (SELECT 1 FROM pg_constraint c
+                               WHERE c.conindid = x.indexrelid AND c.contype IN ('p', 'u', 'x'))",
+            &[],
+        )
+        .expect("indexes")
+    {
+        let index = Index {
+            table: row.get(1),
+            unique: row.get(2),
+            partial: row.get(3),
+            columns: row.get(4),
+        };
+        schema.indexes.insert(row.get(0), index);
+    }
+    schema
+}
+
+/// The two backends cannot drift apart: the schema `runner init` makes on PostgreSQL (its
+/// migrations/postgres/*.sql) has the tables, columns (type, nullability) and indexes (table,
+/// uniqueness, partial or not, columns) of the one it makes on SQLite (migrations/*.sql, which
+/// schema.sql shows). Both are read from the databases, so a column or index added to one
+/// backend's migrations and not the other's fails here.
+#[test]
+fn the_postgres_schema_matches_the_sqlite_schema() {
+    let Some(env) = PgEnv::init() else { return };
+    let sqlite_db = env.dir.path().join("runner.db");
+    let out = Command::new(BIN)
+        .env("RUNNER_DB", &sqlite_db)
+        .env("HOME", env.dir.path())
+        .env_remove("XDG_STATE_HOME")
+        .arg("init")
+        .output()
+        .expect("spawn runner");
+    assert!(out.status.success(), "sqlite init: {}", stderr(&out));
+    let sqlite = sqlite_schema(&rusqlite::Connection::open(&sqlite_db).expect("open"));
+    let mut postgres = postgres_schema(&mut env.client());
+
+    // Each backend's own bookkeeping: SQLite counts its migrations in PRAGMA user_version.
+    assert!(
+        postgres.tables.remove("runner_schema_version").is_some(),
+        "{postgres:#?}"
+    );
+    assert!(
+        sqlite.tables.len() >= 5 && sqlite.indexes.len() >= 10,
+        "{sqlite:#?}"
+    );
+    let mut differences = Vec::new();
+    let tables: BTreeSet<&String> = sqlite.tables.keys().chain(postgres.tables.keys()).collect();
+    for table in tables {
+        let (lite, pg) = (sqlite.tables.get(table), postgres.tables.get(table));
+        let (Some(lite), Some(pg)) = (lite, pg) else {
+            differences.push(format!(
+                "table {table}: in SQLite {}, in PostgreSQL {}",
+                lite.is_some(),
+                pg.is_some()
+            ));
+            continue;
+        };
+        differences.extend(differ(table, lite, pg));
+    }
+    differences.extend(differ("index", &sqlite.indexes, &postgres.indexes));
+    assert!(
+        differences.is_empty(),
+        "the schemas differ:\n{}",
+        differences.join("\n")
+    );
+}
+
+/// `what.key: SQLite ..., PostgreSQL ...` for each key whose entries differ (`None`: missing).
+fn differ<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    sqlite: &BTreeMap<String, T>,
+    postgres: &BTreeMap<String, T>,
+) -> Vec<String> {
+    let keys: BTreeSet<&String> = sqlite.keys().chain(postgres.keys()).collect();
+    keys.into_iter()
+        .filter(|key| sqlite.get(*key) != postgres.get(*key))
+        .map(|key| {
+            format!(
+                "{what}.{key}: SQLite {:?}, PostgreSQL {:?}",
+                sqlite.get(key),
+                postgres.get(key)
+            )
+        })
+        .collect()
 }

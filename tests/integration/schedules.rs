@@ -93,21 +93,13 @@ fn add_prints_the_next_five_fire_times_in_the_schedules_zone() {
     let env = Env::init();
     // New York springs forward on 2026-03-08: 02:30 does not exist that day, so the fixed-time
     // job runs once at 03:00 EDT, then at 02:30 EDT on the following days.
-    let out = env.ok(&[
-        "--now",
-        "2026-03-07T12:00:00Z",
-        "schedule",
-        "add",
+    let out = env.add_at(
+        Some("2026-03-07T12:00:00Z"),
         "backup",
-        "--cron",
         "30 2 * * *",
-        "--tz",
-        "America/New_York",
-        "--",
-        "echo",
-        "hello",
-        "world",
-    ]);
+        &["--tz", "America/New_York"],
+        "echo hello world",
+    );
     assert!(out.contains("backup"), "{out}");
     assert!(out.contains("America/New_York"), "names the zone:\n{out}");
     assert_eq!(
@@ -123,19 +115,13 @@ fn add_prints_the_next_five_fire_times_in_the_schedules_zone() {
     );
 
     // Berlin crosses its own transition inside the five: the offset in the output follows it.
-    let out = env.ok(&[
-        "--now",
-        "2026-03-27T00:00:00Z",
-        "schedule",
-        "add",
+    let out = env.add_at(
+        Some("2026-03-27T00:00:00Z"),
         "noon",
-        "--cron",
         "0 12 * * *",
-        "--tz",
-        "Europe/Berlin",
-        "--",
+        &["--tz", "Europe/Berlin"],
         "true",
-    ]);
+    );
     assert_eq!(
         time_lines(&out),
         [
@@ -168,37 +154,33 @@ fn add_stores_every_flag_and_show_reports_it() {
     let env = Env::init();
     let workdir = env.path("work");
     std::fs::create_dir(&workdir).expect("mkdir");
-    env.ok(&[
-        "--now",
-        "2026-01-01T00:00:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
         "tuned",
-        "--cron",
         "*/5 * * * *",
-        "--tz",
-        "Asia/Tokyo",
-        "--max-attempts",
-        "5",
-        "--timeout",
-        "90s",
-        "--backoff-base",
-        "10s",
-        "--backoff-max",
-        "5m",
-        "--overlap",
-        "allow",
-        "--catch-up",
-        "all",
-        "--grace",
-        "2m",
-        "--workdir",
-        workdir.to_str().expect("utf-8 path"),
-        "--paused",
-        "--",
-        "make",
-        "report",
-    ]);
+        &[
+            "--tz",
+            "Asia/Tokyo",
+            "--max-attempts",
+            "5",
+            "--timeout",
+            "90s",
+            "--backoff-base",
+            "10s",
+            "--backoff-max",
+            "5m",
+            "--overlap",
+            "allow",
+            "--catch-up",
+            "all",
+            "--grace",
+            "2m",
+            "--workdir",
+            workdir.to_str().expect("utf-8 path"),
+            "--paused",
+        ],
+        "make report",
+    );
     let show = parse_json(&env.ok(&["schedule", "show", "tuned", "--json"]));
     let canonical = workdir.canonicalize().expect("canonical");
     for (key, want) in [
@@ -261,22 +243,14 @@ fn list_and_show_in_text_and_json() {
     );
 
     let t0 = "2026-03-07T12:00:00Z";
-    env.ok(&[
-        "--now",
-        t0,
-        "schedule",
-        "add",
+    env.add_at(
+        Some(t0),
         "nightly",
-        "--cron",
         "30 2 * * *",
-        "--tz",
-        "America/New_York",
-        "--",
+        &["--tz", "America/New_York"],
         "true",
-    ]);
-    env.ok(&[
-        "--now", t0, "schedule", "add", "hourly", "--cron", "@hourly", "--", "true",
-    ]);
+    );
+    env.add_at(Some(t0), "hourly", "@hourly", &[], "true");
 
     // Text: a table with a header and one row per schedule, times in the schedule's zone.
     let list = env.ok(&["--now", t0, "schedule", "list"]);
@@ -493,19 +467,13 @@ fn next_previews_an_expression_without_a_database() {
 #[test]
 fn next_for_a_schedule_follows_its_zone_and_now() {
     let env = Env::init();
-    env.ok(&[
-        "--now",
-        "2026-03-07T12:00:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2026-03-07T12:00:00Z"),
         "nightly",
-        "--cron",
         "30 2 * * *",
-        "--tz",
-        "America/New_York",
-        "--",
+        &["--tz", "America/New_York"],
         "true",
-    ]);
+    );
     let out = env.ok(&[
         "--now",
         "2026-03-08T06:00:00Z",
@@ -547,18 +515,13 @@ fn next_for_a_schedule_follows_its_zone_and_now() {
 #[test]
 fn edit_takes_effect_from_the_next_fire_time() {
     let env = Env::init();
-    env.ok(&[
-        "--now",
-        "2026-01-01T00:00:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
         "job",
-        "--cron",
         "0 * * * *",
-        "--",
-        "echo",
-        "old",
-    ]);
+        &[],
+        "echo old",
+    );
     env.ok(&["--now", "2026-01-01T01:00:00Z", "tick"]);
     assert_eq!(
         runs_of(&env, "job"),
@@ -632,18 +595,13 @@ fn edit_takes_effect_from_the_next_fire_time() {
 #[test]
 fn edit_settles_instants_already_due_with_the_old_settings() {
     let env = Env::init();
-    env.ok(&[
-        "--now",
-        "2026-01-01T00:00:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
         "daily",
-        "--cron",
         "0 3 * * *",
-        "--",
-        "echo",
-        "old",
-    ]);
+        &[],
+        "echo old",
+    );
     // 03:00 came due, but no tick has seen it yet when the command is changed at 03:00:20.
     env.ok(&[
         "--now",
@@ -674,17 +632,13 @@ fn edit_settles_instants_already_due_with_the_old_settings() {
 #[test]
 fn edit_rejects_bad_input_and_changes_nothing() {
     let env = Env::init();
-    env.ok(&[
-        "--now",
-        "2026-01-01T00:00:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
         "job",
-        "--cron",
         "0 * * * *",
-        "--",
+        &[],
         "true",
-    ]);
+    );
     let before = definition_row(&env, "job");
     assert_eq!(before.len(), 1);
     let cases: &[(&[&str], &str)] = &[
@@ -719,19 +673,13 @@ fn edit_rejects_bad_input_and_changes_nothing() {
 fn rm_deletes_the_schedule_with_its_runs() {
     let env = Env::init();
     for name in ["keep", "drop"] {
-        env.ok(&[
-            "--now",
-            "2026-01-01T00:00:00Z",
-            "schedule",
-            "add",
+        env.add_at(
+            Some("2026-01-01T00:00:00Z"),
             name,
-            "--cron",
             "0 * * * *",
-            "--catch-up",
-            "all",
-            "--",
+            &["--catch-up", "all"],
             "true",
-        ]);
+        );
     }
     env.ok(&["--now", "2026-01-01T03:00:00Z", "tick"]);
     assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 6);
@@ -768,7 +716,7 @@ fn rm_deletes_the_schedule_with_its_runs() {
     assert!(err.contains("drop"), "{err}");
     env.fails(3, &["schedule", "show", "drop"]);
     // The name is free again.
-    env.ok(&["schedule", "add", "drop", "--cron", "@daily", "--", "true"]);
+    env.add_at(None, "drop", "@daily", &[], "true");
 }
 
 // ---------------------------------------------------------------------------
@@ -778,19 +726,13 @@ fn rm_deletes_the_schedule_with_its_runs() {
 #[test]
 fn pause_stops_materialising_and_resume_does_not_replay_the_paused_period() {
     let env = Env::init();
-    env.ok(&[
-        "--now",
-        "2026-01-01T00:00:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
         "hourly",
-        "--cron",
         "0 * * * *",
-        "--catch-up",
-        "all",
-        "--",
+        &["--catch-up", "all"],
         "true",
-    ]);
+    );
     env.ok(&["--now", "2026-01-01T01:00:00Z", "tick"]);
     assert_eq!(runs_of(&env, "hourly").len(), 1);
 
@@ -878,20 +820,13 @@ fn pause_stops_materialising_and_resume_does_not_replay_the_paused_period() {
 #[test]
 fn edit_can_pause_and_reactivate_without_replaying() {
     let env = Env::init();
-    env.ok(&[
-        "--now",
-        "2026-01-01T00:00:00Z",
-        "schedule",
-        "add",
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
         "job",
-        "--cron",
         "*/10 * * * *",
-        "--catch-up",
-        "all",
-        "--paused",
-        "--",
+        &["--catch-up", "all", "--paused"],
         "true",
-    ]);
+    );
     assert!(stderr(&env.run(&["schedule", "list"])).is_empty());
     env.ok(&["--now", "2026-01-01T01:00:00Z", "tick"]);
     assert_eq!(runs_of(&env, "job").len(), 0, "created paused");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::{
-    epoch, json, process_alive, run_ids, status_of, stderr, utc, wait_until, Bg, Env,
+    epoch, json, process_alive, run_ids, status_of, stderr, utc, wait_until, Bg, Env, RETRY_AT_ONCE,
 };
 
 #[test]
@@ -165,14 +165,7 @@ fn retry_of_a_dead_run_allows_one_more_attempt_and_keeps_counting() {
         Some("2026-07-01T11:00:00Z"),
         "fragile",
         "0 0 1 1 *",
-        &[
-            "--max-attempts",
-            "2",
-            "--backoff-base",
-            "0s",
-            "--backoff-max",
-            "0s",
-        ],
+        &RETRY_AT_ONCE,
         &command,
     );
     env.ok(&["--now", "2026-07-01T12:00:00Z", "run", "fragile"]);

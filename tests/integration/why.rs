@@ -1,7 +1,7 @@
 //! `runner why NAME [--at TIME]`: one test per cause, each on state made by real ticks under
 //! `--now` or forged through `env.sql`, so time is deterministic.
 
-use crate::common::{epoch, json, Env};
+use crate::common::{epoch, forge_running, json, Env};
 use serde_json::Value;
 
 /// `runner --now NOW why ARGS --json`.
@@ -105,16 +105,6 @@ fn an_instant_catch_up_skipped_says_so_with_the_recorded_reason() {
     let report = why(&env, "2026-11-23T11:30:00Z", &["late"]);
     assert_eq!(report["cause"], "skipped_catch_up", "{report}");
     assert_eq!(report["instant"], "2026-11-23T10:00:00Z");
-}
-
-/// Forge run `run_id` as running under another runner's lease, valid for years.
-fn forge_running(env: &Env, run_id: i64) {
-    env.sql.exec(
-        "UPDATE job_runs SET status = 'running', attempt = 1, owner = 'elsewhere:1',
-                 lease_token = 'forged', lease_expires_at = 4102444800, heartbeat_at = started_at
-         WHERE id = $1",
-        &[&run_id],
-    );
 }
 
 #[test]

@@ -23,6 +23,7 @@ use postgres::{Client, IsolationLevel, Row, Transaction};
 
 use self::connect::Server;
 use super::JobRunStats;
+use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView,
     Health, Imported, LastResult, MigratedOut, Migration, OpenMode, PruneCounts, Reanchored,
@@ -32,10 +33,9 @@ use super::{
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
 use crate::model::{
-    Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, DamagedDefinition,
-    Definition, ErrorCode, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun,
-    OrphanClose, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
-    Steering,
+    Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
+    ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap, RunChange,
+    RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 
 /// What the `Store` trait's methods return: errors already classified (`Failure`), the server
@@ -402,16 +402,7 @@ fn definition_from_row(row: &Row) -> DefinitionRow {
         revision: columns.get("revision"),
         paused_until: columns.get("paused_until"),
     };
-    let mut problems = columns.problems;
-    problems.extend(definition.settings.problems(&problems));
-    if problems.is_empty() {
-        Ok(definition)
-    } else {
-        Err(Box::new(DamagedDefinition {
-            definition,
-            problems,
-        }))
-    }
+    definition_row(definition, columns.problems)
 }
 
 /// Reads a row column by column, noting each column that does not convert instead of failing
@@ -466,6 +457,56 @@ impl Columns<'_> {
     }
 }
 
+/// A schedule's settings as parameters $1 to $13 (in `SETTINGS_COLUMNS` order, placeholders
+/// `SETTINGS_VALUES`), then a statement's own parameters ($14 on): the one binding of those
+/// columns, for the insert and the rewrite of a schedule.
+struct SettingsParams<'a> {
+    settings: &'a Settings,
+    /// Counts and flags are bigint columns; policies are stored as their text.
+    max_attempts: i64,
+    paused: i64,
+    overlap: &'static str,
+    catch_up: &'static str,
+    leftovers: &'static str,
+}
+
+const SETTINGS_VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13";
+
+impl<'a> SettingsParams<'a> {
+    fn of(settings: &'a Settings) -> SettingsParams<'a> {
+        SettingsParams {
+            settings,
+            max_attempts: i64::from(settings.max_attempts),
+            paused: i64::from(settings.paused),
+            overlap: settings.overlap.as_str(),
+            catch_up: settings.catch_up.as_str(),
+            leftovers: settings.leftovers.as_str(),
+        }
+    }
+
+    /// The settings, then `rest`.
+    fn then(&'a self, rest: &[&'a (dyn ToSql + Sync)]) -> Params<'a> {
+        let s = self.settings;
+        let mut params: Params<'a> = vec![
+            &s.cron,
+            &s.timezone,
+            &s.command,
+            &s.workdir,
+            &self.max_attempts,
+            &s.timeout_secs,
+            &s.backoff_base_secs,
+            &s.backoff_max_secs,
+            &self.overlap,
+            &self.catch_up,
+            &s.grace_secs,
+            &self.paused,
+            &self.leftovers,
+        ];
+        params.extend_from_slice(rest);
+        params
+    }
+}
+
 /// Insert a schedule with its cursor at `now`; `None` when the name is taken.
 fn insert_definition(
     tx: &mut Transaction<'_>,
@@ -474,33 +515,16 @@ fn insert_definition(
     now: i64,
     next_fire_at: Option<i64>,
 ) -> Result<Option<Row>> {
+    let settings = SettingsParams::of(s);
     Ok(tx.query_opt(
         &format!(
-            "INSERT INTO job_definitions (name, cron, timezone, command, workdir, max_attempts, timeout_secs,
-                 backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused,
-                 materialized_through, next_fire_at, created_at, updated_at, leftovers)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $14, $14, $16)
+            "INSERT INTO job_definitions ({SETTINGS_COLUMNS}, name, materialized_through, next_fire_at,
+                 created_at, updated_at)
+             VALUES ({SETTINGS_VALUES}, $14, $15, $16, $15, $15)
              ON CONFLICT (name) DO NOTHING
              RETURNING {DEFINITION_COLUMNS}"
         ),
-        &[
-            &name,
-            &s.cron,
-            &s.timezone,
-            &s.command,
-            &s.workdir,
-            &i64::from(s.max_attempts),
-            &s.timeout_secs,
-            &s.backoff_base_secs,
-            &s.backoff_max_secs,
-            &s.overlap.as_str(),
-            &s.catch_up.as_str(),
-            &s.grace_secs,
-            &i64::from(s.paused),
-            &now,
-            &next_fire_at,
-            &s.leftovers.as_str(),
-        ],
+        &settings.then(&[&name, &now, &next_fire_at]),
     )?)
 }
 
@@ -512,36 +536,22 @@ fn rewrite_definition(
     now: i64,
     expected_revision: Option<i64>,
 ) -> Result<u64> {
-    let s = &d.settings;
+    let settings = SettingsParams::of(&d.settings);
     Ok(tx.execute(
-        "UPDATE job_definitions SET cron = $2, timezone = $3, command = $4, workdir = $5, max_attempts = $6,
-             timeout_secs = $7, backoff_base_secs = $8, backoff_max_secs = $9, overlap = $10, catch_up = $11,
-             grace_secs = $12, paused = $13,
-             materialized_through = greatest(materialized_through, $14),
-             next_fire_at = $15, updated_at = $16, leftovers = $17, revision = revision + 1,
-             paused_until = $19
-         WHERE id = $1 AND revision = coalesce($18, revision)",
-        &[
+        &format!(
+            "UPDATE job_definitions SET ({SETTINGS_COLUMNS}) = ({SETTINGS_VALUES}),
+                 materialized_through = greatest(materialized_through, $15),
+                 next_fire_at = $16, updated_at = $17, revision = revision + 1, paused_until = $19
+             WHERE id = $14 AND revision = coalesce($18, revision)"
+        ),
+        &settings.then(&[
             &d.id,
-            &s.cron,
-            &s.timezone,
-            &s.command,
-            &s.workdir,
-            &i64::from(s.max_attempts),
-            &s.timeout_secs,
-            &s.backoff_base_secs,
-            &s.backoff_max_secs,
-            &s.overlap.as_str(),
-            &s.catch_up.as_str(),
-            &s.grace_secs,
-            &i64::from(s.paused),
             &d.materialized_through,
             &d.next_fire_at,
             &now,
-            &s.leftovers.as_str(),
             &expected_revision,
             &d.pause_end(),
-        ],
+        ]),
     )?)
 }
 
