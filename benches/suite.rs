@@ -15,9 +15,16 @@
 //! - S6 peak RSS of the S1 and S2 ticks (needs GNU time at /usr/bin/time);
 //! - S7 `history --limit 50`, `status`, `metrics` with 1,000,000 runs and with 1,000.
 //!
+//! S1 and S5 have PostgreSQL rows too, the tick given `--db postgres://...`, when a server is at
+//! hand: `RUNNER_BENCH_PG` (or `--db URL`) names one on which the suite may CREATE DATABASE
+//! (`./bench` starts a private one with PostgreSQL's default durability); beside S1's the peer
+//! pgqueuer drains the same jobs on the same server. Without a server those rows are skipped,
+//! with a note.
+//!
 //! Large histories are seeded with SQL straight into a database `runner init` created (one
 //! INSERT ... SELECT per table), not by running jobs. Asserts correctness, never speed.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -71,6 +78,8 @@ struct Options {
     only: Option<Vec<String>>,
     /// Another runner binary to measure (an older build, for before/after figures).
     runner: Option<PathBuf>,
+    /// A PostgreSQL server URL on which the suite may create databases: the PostgreSQL rows.
+    postgres: Option<String>,
 }
 
 fn main() {
@@ -99,6 +108,9 @@ fn run() -> Result<()> {
     if suite.wants("S1") || suite.wants("S6") {
         suite.s1()?;
     }
+    if suite.wants("S1") {
+        suite.s1_postgres()?;
+    }
     if suite.wants("S2") || suite.wants("S6") {
         suite.s2()?;
     }
@@ -107,6 +119,7 @@ fn run() -> Result<()> {
     }
     if suite.wants("S5") {
         suite.s5()?;
+        suite.s5_postgres()?;
     }
     suite.print_summary();
     Ok(())
@@ -119,6 +132,9 @@ fn parse_args() -> Result<Options> {
     let mut only = None;
     let mut repeats = None;
     let mut runner = None;
+    let mut postgres = std::env::var("RUNNER_BENCH_PG")
+        .ok()
+        .filter(|url| !url.is_empty());
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -136,14 +152,18 @@ fn parse_args() -> Result<Options> {
             }
             "--runner" => runner = Some(PathBuf::from(args.next().context("--runner needs a path")?)),
             "--db" => {
-                let url = args.next().context("--db needs a URL")?;
-                // The scenarios that exercise the store (S1, S5) are written against a database
-                // location; a PostgreSQL target is for when runner has that backend.
-                bail!("--db {url}: runner has no PostgreSQL backend yet; the suite runs on temporary SQLite files");
+                let url = args.next().context("--db needs a postgres:// URL")?;
+                ensure!(
+                    url.starts_with("postgres://") || url.starts_with("postgresql://"),
+                    "--db {url}: give a PostgreSQL server URL (postgres://USER@HOST:PORT/DB) on \
+                     which the suite may create databases; SQLite rows use temporary files"
+                );
+                postgres = Some(url);
             }
+            "--no-postgres" => postgres = None,
             // What cargo passes to bench targets.
             "--bench" => {}
-            other => bail!("unknown argument {other:?} (try --full, --quick, --only S1,S2, --repeats N, --peers, --no-peers, --runner PATH)"),
+            other => bail!("unknown argument {other:?} (try --full, --quick, --only S1,S2, --repeats N, --peers, --no-peers, --runner PATH, --db URL, --no-postgres)"),
         }
     }
     let mut sizes = if quick { QUICK } else { FULL };
@@ -158,6 +178,7 @@ fn parse_args() -> Result<Options> {
         peers: peers.unwrap_or(!quick),
         only,
         runner,
+        postgres,
     })
 }
 
@@ -224,7 +245,8 @@ impl Suite {
         Ok(())
     }
 
-    fn runner_cmd(&self, db: &Path) -> Command {
+    /// The runner with `RUNNER_DB` set: a SQLite path, or a postgres:// URL.
+    fn runner_cmd(&self, db: impl AsRef<OsStr>) -> Command {
         let mut c = Command::new(&self.runner);
         c.env("RUNNER_DB", db)
             .env_remove("RUNNER_RETENTION")
@@ -233,7 +255,7 @@ impl Suite {
         c
     }
 
-    fn runner_ok(&self, db: &Path, args: &[&str]) -> Result<()> {
+    fn runner_ok(&self, db: impl AsRef<OsStr>, args: &[&str]) -> Result<()> {
         let output = self
             .runner_cmd(db)
             .args(args)
@@ -361,7 +383,7 @@ impl Suite {
 
     /// Run one runner command to its end: its wall time, and its peak RSS in MB when GNU time
     /// is there to tell.
-    fn timed_tick(&self, db: &Path, args: &[&str]) -> Result<(Duration, Option<f64>)> {
+    fn timed_tick(&self, db: impl AsRef<OsStr>, args: &[&str]) -> Result<(Duration, Option<f64>)> {
         let gnu_time = Path::new("/usr/bin/time");
         let rss_file = self.work.join("rss");
         let mut cmd = if gnu_time.exists() {
@@ -371,7 +393,7 @@ impl Suite {
                 .arg("-o")
                 .arg(&rss_file)
                 .arg(&self.runner)
-                .env("RUNNER_DB", db)
+                .env("RUNNER_DB", db.as_ref())
                 .env_remove("RUNNER_RETENTION")
                 .stdout(Stdio::null());
             c
@@ -395,7 +417,7 @@ impl Suite {
     }
 
     fn peers(&mut self, n: usize, runner_rate: f64) -> Result<()> {
-        match huey_python(&runner_binary()?) {
+        match peer_python(&runner_binary()?, "huey", &["huey>=2.5,<3"]) {
             Err(why) => println!("    huey: not installed ({why}); skipped"),
             Ok(python) => {
                 let script =
@@ -744,6 +766,215 @@ impl Suite {
         Ok(())
     }
 
+    // ---- the PostgreSQL rows of S1 and S5 ----
+
+    /// The PostgreSQL server, or `None` after saying the rows of `scenario` are skipped.
+    fn postgres_server(&self, scenario: &str) -> Option<String> {
+        let server = self.options.postgres.clone();
+        if server.is_none() {
+            println!(
+                "\n{scenario} on PostgreSQL: skipped, no server (./bench starts one; or set \
+                 RUNNER_BENCH_PG or give --db postgres://...)"
+            );
+        }
+        server
+    }
+
+    /// A fresh database `name` on the server, its schema made by `runner init`; its URL.
+    fn pg_fresh_db(&self, server: &str, name: &str) -> Result<String> {
+        let url = pg_recreate(server, name)?;
+        self.runner_ok(&url, &["--db", &url, "init"])?;
+        Ok(url)
+    }
+
+    /// As `drain_db`, on PostgreSQL.
+    fn pg_drain_db(&self, server: &str, name: &str, n: usize, command: &str) -> Result<String> {
+        let url = self.pg_fresh_db(server, name)?;
+        self.runner_ok(
+            &url,
+            &[
+                "--db",
+                &url,
+                "schedule",
+                "add",
+                "bench",
+                "--cron",
+                "0 0 1 1 *",
+                "--overlap",
+                "allow",
+                "--",
+                command,
+            ],
+        )?;
+        let mut client = postgres::Client::connect(&url, postgres::NoTls)?;
+        client.execute(
+            "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
+                 workdir, max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs,
+                 idempotency_key, created_at)
+             SELECT d.id, 'manual', $2, 'pending', $2, d.command, d.workdir, d.max_attempts,
+                 d.timeout_secs, d.backoff_base_secs, d.backoff_max_secs, 'bench:' || i, $2
+             FROM generate_series(1, $1) i, job_definitions d WHERE d.name = 'bench'",
+            &[&(n as i64), &(epoch_now() - 5)],
+        )?;
+        Ok(url)
+    }
+
+    fn s1_postgres(&mut self) -> Result<()> {
+        let Some(server) = self.postgres_server("S1") else {
+            return Ok(());
+        };
+        let n = self.options.sizes.drain;
+        println!(
+            "\nS1 on PostgreSQL ({}): drain {n} due runs of `true`, 8 at a time",
+            pg_settings(&server)?
+        );
+        let mut runner = Vec::new();
+        for _ in 0..self.options.sizes.repeats {
+            let url = self.pg_drain_db(&server, "runner_bench_s1", n, "true")?;
+            let (elapsed, _) = self.timed_tick(
+                &url,
+                &[
+                    "--db",
+                    &url,
+                    "tick",
+                    "--concurrency",
+                    "8",
+                    "--max-tick",
+                    "1h",
+                ],
+            )?;
+            pg_check_drained(&url, n)?;
+            runner.push(rate(n, elapsed));
+        }
+        pg_drop(&server, "runner_bench_s1")?;
+        let runner_rate = median(&runner);
+        self.add_line(Line {
+            scenario: "S1",
+            label: "runner tick --concurrency 8, PostgreSQL".into(),
+            samples: runner,
+            unit: "jobs/s",
+            ratio: None,
+        });
+        if self.options.peers {
+            self.pgqueuer(&server, n, runner_rate)?;
+        }
+        Ok(())
+    }
+
+    /// The peer pgqueuer on the same server: the same `n` jobs of `sh -c true`, 8 at a time.
+    fn pgqueuer(&mut self, server: &str, n: usize, runner_rate: f64) -> Result<()> {
+        let python = match peer_python(&runner_binary()?, "pgqueuer", &["pgqueuer>=1,<2", "asyncpg"]) {
+            Ok(python) => python,
+            Err(why) => {
+                println!("    pgqueuer: not installed ({why}); skipped");
+                return Ok(());
+            }
+        };
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/pgqueuer_drain.py");
+        let mut samples = Vec::new();
+        for _ in 0..self.options.sizes.repeats {
+            let url = pg_recreate(server, "runner_bench_pgqueuer")?;
+            let output = Command::new(&python)
+                .arg(&script)
+                .arg(&url)
+                .arg(n.to_string())
+                .arg("8")
+                .output()
+                .context("running the pgqueuer peer")?;
+            ensure!(
+                output.status.success(),
+                "the pgqueuer peer failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let secs: f64 = String::from_utf8_lossy(&output.stdout)
+                .trim()
+                .parse()
+                .context("reading the pgqueuer peer's time")?;
+            samples.push(n as f64 / secs);
+        }
+        pg_drop(server, "runner_bench_pgqueuer")?;
+        let ratio = runner_rate / median(&samples);
+        self.add_line(Line {
+            scenario: "S1",
+            label: "peer: pgqueuer 1.x, same server, 8 at a time".into(),
+            samples,
+            unit: "jobs/s",
+            ratio: None,
+        });
+        println!("    runner / pgqueuer: {ratio:.2}");
+        Ok(())
+    }
+
+    fn s5_postgres(&mut self) -> Result<()> {
+        let Some(server) = self.postgres_server("S5") else {
+            return Ok(());
+        };
+        let n = self.options.sizes.drain;
+        println!(
+            "\nS5 on PostgreSQL ({}): 4 concurrent ticks (--concurrency 2 each) draining {n} runs",
+            pg_settings(&server)?
+        );
+        let mut four = Vec::new();
+        let mut one = Vec::new();
+        for i in 0..self.options.sizes.repeats {
+            let log = self.work.join(format!("s5-pg-{i}.log"));
+            let command = format!("echo $RUNNER_RUN_ID >> {}", log.display());
+            let url = self.pg_drain_db(&server, "runner_bench_s5", n, &command)?;
+            let elapsed = time(|| {
+                let ticks = (0..4)
+                    .map(|host| {
+                        self.runner_cmd(&url)
+                            .args(["--db", &url, "tick", "--owner", &format!("host-{host}")])
+                            .args(["--concurrency", "2", "--max-tick", "1h"])
+                            .stderr(Stdio::piped())
+                            .spawn()
+                            .context("starting a tick")
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                for t in ticks {
+                    let output = t.wait_with_output()?;
+                    ensure!(
+                        output.status.success(),
+                        "a tick failed: {}",
+                        String::from_utf8_lossy(&output.stderr)
+                    );
+                }
+                Ok(())
+            })?;
+            pg_check_drained(&url, n)?;
+            check_executed_once(&log, n)?;
+            four.push(rate(n, elapsed));
+            let _ = std::fs::remove_file(&log);
+            let url = self.pg_drain_db(&server, "runner_bench_s5", n, &command)?;
+            let elapsed = time(|| {
+                self.runner_ok(
+                    &url,
+                    &["--db", &url, "tick", "--concurrency", "8", "--max-tick", "1h"],
+                )
+            })?;
+            pg_check_drained(&url, n)?;
+            check_executed_once(&log, n)?;
+            one.push(rate(n, elapsed));
+        }
+        pg_drop(&server, "runner_bench_s5")?;
+        let ratio = Some((median(&four) / median(&one), "one tick".into()));
+        self.add_line(Line {
+            scenario: "S5",
+            label: "PostgreSQL: 4 ticks x --concurrency 2, 0 duplicates".into(),
+            samples: four,
+            unit: "jobs/s",
+            ratio,
+        });
+        self.add_line(Line {
+            scenario: "S5",
+            label: "PostgreSQL: 1 tick x --concurrency 8 (same jobs)".into(),
+            samples: one,
+            unit: "jobs/s",
+            ratio: None,
+        });
+        Ok(())
+    }
+
     fn print_summary(&self) {
         println!("\nsummary (median, min-max; ratio against the named line of the same run)");
         println!("| id | measurement | median | min-max | ratio |\n|---|---|---|---|---|");
@@ -1027,23 +1258,28 @@ fn claim_latencies(db: &Path, n: usize) -> Result<Vec<f64>> {
     Ok(latencies)
 }
 
-/// A Python with huey installed, in a virtual environment under target/ (installed from PyPI on
-/// first use).
-fn huey_python(runner: &Path) -> std::result::Result<PathBuf, String> {
+/// A Python with `module` installed, in a virtual environment of its own under
+/// target/bench-peers/ (`requirements` installed from PyPI on first use).
+fn peer_python(
+    runner: &Path,
+    module: &str,
+    requirements: &[&str],
+) -> std::result::Result<PathBuf, String> {
     let venv = runner
         .parent()
         .and_then(Path::parent)
         .ok_or("no target directory")?
-        .join("bench-peers/huey");
+        .join("bench-peers")
+        .join(module);
     let python = venv.join("bin/python");
-    let has_huey = |python: &Path| {
+    let has_module = |python: &Path| {
         Command::new(python)
-            .args(["-c", "import huey"])
+            .args(["-c", &format!("import {module}")])
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
     };
-    if python.exists() && has_huey(&python) {
+    if python.exists() && has_module(&python) {
         return Ok(python);
     }
     let quiet = |c: &mut Command| c.stdout(Stdio::null()).stderr(Stdio::piped()).output();
@@ -1055,14 +1291,75 @@ fn huey_python(runner: &Path) -> std::result::Result<PathBuf, String> {
             String::from_utf8_lossy(&made.stderr).trim()
         ));
     }
-    let pip =
-        quiet(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "huey>=2.5,<3"]))
-            .map_err(|e| format!("pip: {e}"))?;
-    if !pip.status.success() || !has_huey(&python) {
+    let pip = quiet(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet"])
+            .args(requirements),
+    )
+    .map_err(|e| format!("pip: {e}"))?;
+    if !pip.status.success() || !has_module(&python) {
         return Err(format!(
-            "pip install huey failed: {}",
+            "pip install {} failed: {}",
+            requirements.join(" "),
             String::from_utf8_lossy(&pip.stderr).trim()
         ));
     }
     Ok(python)
+}
+
+/// (Re)create database `name` on the PostgreSQL server, empty; its URL.
+fn pg_recreate(server: &str, name: &str) -> Result<String> {
+    pg_drop(server, name)?;
+    let mut admin = postgres::Client::connect(server, postgres::NoTls)
+        .context("connecting to the PostgreSQL server")?;
+    admin.batch_execute(&format!("CREATE DATABASE {name}"))?;
+    Ok(with_database(server, name))
+}
+
+fn pg_drop(server: &str, name: &str) -> Result<()> {
+    let mut admin = postgres::Client::connect(server, postgres::NoTls)
+        .context("connecting to the PostgreSQL server")?;
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))?;
+    Ok(())
+}
+
+/// The server URL with its database replaced by `name`.
+fn with_database(server: &str, name: &str) -> String {
+    let (base, query) = match server.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (server, String::new()),
+    };
+    let (scheme, rest) = base.split_once("://").unwrap_or(("postgres", base));
+    let authority = rest.split('/').next().unwrap_or(rest);
+    format!("{scheme}://{authority}/{name}{query}")
+}
+
+/// "PostgreSQL 15.x, fsync on, synchronous_commit on": what the numbers were measured with.
+fn pg_settings(server: &str) -> Result<String> {
+    let mut client = postgres::Client::connect(server, postgres::NoTls)
+        .context("connecting to the PostgreSQL server")?;
+    let show = |client: &mut postgres::Client, what: &str| -> Result<String> {
+        Ok(client.query_one(&format!("SHOW {what}"), &[])?.get(0))
+    };
+    let version = show(&mut client, "server_version")?;
+    let fsync = show(&mut client, "fsync")?;
+    let sync = show(&mut client, "synchronous_commit")?;
+    Ok(format!("PostgreSQL {version}, fsync {fsync}, synchronous_commit {sync}"))
+}
+
+/// As `check_drained`, on PostgreSQL.
+fn pg_check_drained(url: &str, n: usize) -> Result<()> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+    let row = client.query_one(
+        "SELECT (SELECT count(*) FROM job_runs WHERE status = 'succeeded' AND attempt = 1),
+                (SELECT count(*) FROM job_attempts),
+                (SELECT count(*) FROM job_runs WHERE status <> 'succeeded')",
+        &[],
+    )?;
+    let (succeeded, attempts, other): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    ensure!(
+        succeeded == n as i64 && attempts == n as i64 && other == 0,
+        "expected {n} runs succeeded at their first attempt; found {succeeded}, {attempts} attempts, {other} runs not succeeded"
+    );
+    Ok(())
 }
