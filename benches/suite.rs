@@ -863,7 +863,11 @@ impl Suite {
 
     /// The peer pgqueuer on the same server: the same `n` jobs of `sh -c true`, 8 at a time.
     fn pgqueuer(&mut self, server: &str, n: usize, runner_rate: f64) -> Result<()> {
-        let python = match peer_python(&runner_binary()?, "pgqueuer", &["pgqueuer>=1,<2", "asyncpg"]) {
+        let python = match peer_python(
+            &runner_binary()?,
+            "pgqueuer",
+            &["pgqueuer>=1,<2", "asyncpg"],
+        ) {
             Ok(python) => python,
             Err(why) => {
                 println!("    pgqueuer: not installed ({why}); skipped");
@@ -949,7 +953,15 @@ impl Suite {
             let elapsed = time(|| {
                 self.runner_ok(
                     &url,
-                    &["--db", &url, "tick", "--concurrency", "8", "--max-tick", "1h"],
+                    &[
+                        "--db",
+                        &url,
+                        "tick",
+                        "--concurrency",
+                        "8",
+                        "--max-tick",
+                        "1h",
+                    ],
                 )
             })?;
             pg_check_drained(&url, n)?;
@@ -1344,7 +1356,9 @@ fn pg_settings(server: &str) -> Result<String> {
     let version = show(&mut client, "server_version")?;
     let fsync = show(&mut client, "fsync")?;
     let sync = show(&mut client, "synchronous_commit")?;
-    Ok(format!("PostgreSQL {version}, fsync {fsync}, synchronous_commit {sync}"))
+    Ok(format!(
+        "PostgreSQL {version}, fsync {fsync}, synchronous_commit {sync}"
+    ))
 }
 
 /// As `check_drained`, on PostgreSQL.

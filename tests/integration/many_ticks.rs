@@ -263,7 +263,11 @@ fn four_ticks_drain_10000_runs_each_exactly_once() {
     let log = read_log(&env.path("ran.log"));
     let per_run = attempts_in_log(&log, &BTreeSet::new());
     let ran: Vec<i64> = per_run.keys().copied().collect();
-    assert_eq!(ran.len() as i64, RUNS, "runs executed, by the jobs' own log");
+    assert_eq!(
+        ran.len() as i64,
+        RUNS,
+        "runs executed, by the jobs' own log"
+    );
     assert_eq!(
         ran,
         env.sql
@@ -274,7 +278,11 @@ fn four_ticks_drain_10000_runs_each_exactly_once() {
         per_run.values().all(|attempts| attempts == &[1]),
         "each run executed once, as its attempt 1"
     );
-    assert_eq!(log.len() as i64, 2 * RUNS, "each job started and ended once");
+    assert_eq!(
+        log.len() as i64,
+        2 * RUNS,
+        "each job started and ended once"
+    );
     let mut by_host: BTreeMap<&str, usize> = BTreeMap::new();
     for line in log.iter().filter(|l| l.start) {
         *by_host.entry(&line.host).or_default() += 1;
@@ -282,7 +290,10 @@ fn four_ticks_drain_10000_runs_each_exactly_once() {
     println!("jobs per host: {by_host:?}");
 
     assert_eq!(
-        count(&env, "SELECT count(*) FROM job_runs WHERE status = 'succeeded'"),
+        count(
+            &env,
+            "SELECT count(*) FROM job_runs WHERE status = 'succeeded'"
+        ),
         RUNS
     );
     assert_eq!(
@@ -355,7 +366,10 @@ fn four_ticks_drain_10000_runs_and_one_killed_mid_drain_is_recovered() {
     }
 
     assert_eq!(
-        count(&env, "SELECT count(*) FROM job_runs WHERE status = 'succeeded'"),
+        count(
+            &env,
+            "SELECT count(*) FROM job_runs WHERE status = 'succeeded'"
+        ),
         RUNS,
         "every run ends succeeded"
     );
@@ -364,7 +378,10 @@ fn four_ticks_drain_10000_runs_and_one_killed_mid_drain_is_recovered() {
         "SELECT DISTINCT run_id FROM job_events WHERE kind = 'RECOVERED' ORDER BY run_id",
         &[],
     );
-    assert_eq!(recovered, held, "exactly the dead tick's runs were recovered");
+    assert_eq!(
+        recovered, held,
+        "exactly the dead tick's runs were recovered"
+    );
     for &run in &held {
         assert!(
             processes_of_run(&env, run).is_empty(),
@@ -385,9 +402,17 @@ fn four_ticks_drain_10000_runs_and_one_killed_mid_drain_is_recovered() {
     // of its run was still going, except the stalled jobs the recovery killed.
     let log = read_log(&env.path("ran.log"));
     let per_run = attempts_in_log(&log, &held.iter().copied().collect());
-    assert_eq!(per_run.len() as i64, RUNS, "runs executed, by the jobs' own log");
+    assert_eq!(
+        per_run.len() as i64,
+        RUNS,
+        "runs executed, by the jobs' own log"
+    );
     let ended: BTreeSet<i64> = log.iter().filter(|l| !l.start).map(|l| l.run).collect();
-    assert_eq!(ended.len() as i64, RUNS, "every run had an attempt that ran to its end");
+    assert_eq!(
+        ended.len() as i64,
+        RUNS,
+        "every run had an attempt that ran to its end"
+    );
     println!(
         "host-0 died holding runs {held:?}; {} runs took a second attempt",
         per_run.values().filter(|a| a.len() > 1).count()
