@@ -813,7 +813,7 @@ impl Suite {
                  idempotency_key, created_at)
              SELECT d.id, 'manual', $2, 'pending', $2, d.command, d.workdir, d.max_attempts,
                  d.timeout_secs, d.backoff_base_secs, d.backoff_max_secs, 'bench:' || i, $2
-             FROM generate_series(1, $1) i, job_definitions d WHERE d.name = 'bench'",
+             FROM generate_series(1, $1::bigint) i, job_definitions d WHERE d.name = 'bench'",
             &[&(n as i64), &(epoch_now() - 5)],
         )?;
         Ok(url)
@@ -972,14 +972,14 @@ impl Suite {
         let ratio = Some((median(&four) / median(&one), "one tick".into()));
         self.add_line(Line {
             scenario: "S5",
-            label: "PostgreSQL: 4 ticks x --concurrency 2, 0 duplicates".into(),
+            label: "PostgreSQL: 4 ticks x --concurrency 2, no dups".into(),
             samples: four,
             unit: "jobs/s",
             ratio,
         });
         self.add_line(Line {
             scenario: "S5",
-            label: "PostgreSQL: 1 tick x --concurrency 8 (same jobs)".into(),
+            label: "PostgreSQL: 1 tick x --concurrency 8".into(),
             samples: one,
             unit: "jobs/s",
             ratio: None,
