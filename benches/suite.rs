@@ -119,7 +119,6 @@ fn run() -> Result<()> {
     }
     if suite.wants("S5") {
         suite.s5()?;
-        suite.s5_postgres()?;
     }
     suite.print_summary();
     Ok(())
@@ -198,6 +197,32 @@ fn runner_binary() -> Result<PathBuf> {
     Ok(runner)
 }
 
+/// A peer: a Python script in benches/peers/ that drains N jobs of `sh -c true`, WORKERS at a
+/// time, from a queue it is given (`SCRIPT QUEUE N WORKERS`), and prints the seconds it took.
+struct Peer {
+    /// The module to import, and the name of its virtual environment.
+    module: &'static str,
+    /// What pip installs there.
+    requirements: &'static [&'static str],
+    script: &'static str,
+    label: &'static str,
+}
+
+const HUEY: Peer = Peer {
+    module: "huey",
+    requirements: &["huey>=2.5,<3"],
+    script: "huey_drain.py",
+    label: "peer: huey 2.x, SQLite storage, 8 threads",
+};
+
+/// On the PostgreSQL server of the PostgreSQL rows, in a database of its own.
+const PGQUEUER: Peer = Peer {
+    module: "pgqueuer",
+    requirements: &["pgqueuer>=1,<2", "asyncpg"],
+    script: "pgqueuer_drain.py",
+    label: "peer: pgqueuer 1.x, same PostgreSQL, 8 at a time",
+};
+
 /// One measured line of the report.
 struct Line {
     scenario: &'static str,
@@ -214,6 +239,40 @@ struct Suite {
     work: PathBuf,
     options: Options,
     report: Vec<Line>,
+}
+
+/// A drained database: a temporary SQLite file, or a database on the PostgreSQL server, which
+/// the runner is given with `--db URL`.
+enum DrainDb {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl DrainDb {
+    /// What `RUNNER_DB` names.
+    fn location(&self) -> &OsStr {
+        match self {
+            DrainDb::Sqlite(path) => path.as_os_str(),
+            DrainDb::Postgres(url) => OsStr::new(url),
+        }
+    }
+
+    /// A runner command line on it: `--db URL` first for PostgreSQL.
+    fn args<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
+        let mut all = match self {
+            DrainDb::Sqlite(_) => Vec::new(),
+            DrainDb::Postgres(url) => vec!["--db", url.as_str()],
+        };
+        all.extend_from_slice(args);
+        all
+    }
+
+    fn check_drained(&self, n: usize) -> Result<()> {
+        match self {
+            DrainDb::Sqlite(path) => check_drained(path, n),
+            DrainDb::Postgres(url) => pg_check_drained(url, n),
+        }
+    }
 }
 
 impl Suite {
@@ -417,43 +476,61 @@ impl Suite {
     }
 
     fn peers(&mut self, n: usize, runner_rate: f64) -> Result<()> {
-        match peer_python(&runner_binary()?, "huey", &["huey>=2.5,<3"]) {
-            Err(why) => println!("    huey: not installed ({why}); skipped"),
-            Ok(python) => {
-                let script =
-                    Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/huey_drain.py");
-                let mut samples = Vec::new();
-                for i in 0..self.options.sizes.repeats {
-                    let queue = self.work.join(format!("huey-{i}.db"));
-                    let output = Command::new(&python)
-                        .arg(&script)
-                        .arg(&queue)
-                        .arg(n.to_string())
-                        .arg("8")
-                        .output()
-                        .context("running the huey peer")?;
-                    ensure!(
-                        output.status.success(),
-                        "the huey peer failed: {}",
-                        String::from_utf8_lossy(&output.stderr)
-                    );
-                    let secs: f64 = String::from_utf8_lossy(&output.stdout)
-                        .trim()
-                        .parse()
-                        .context("reading the huey peer's time")?;
-                    samples.push(n as f64 / secs);
-                }
-                let ratio = runner_rate / median(&samples);
-                self.add_line(Line {
-                    scenario: "S1",
-                    label: "peer: huey 2.x, SQLite storage, 8 threads".into(),
-                    samples,
-                    unit: "jobs/s",
-                    ratio: None,
-                });
-                println!("    runner / huey: {ratio:.2}");
+        let work = self.work.clone();
+        self.peer(&HUEY, n, runner_rate, |i| {
+            Ok(work.join(format!("huey-{i}.db")).display().to_string())
+        })
+    }
+
+    /// Run `peer` `repeats` times on `n` jobs, 8 at a time, its queue (a file, a database URL)
+    /// given by `queue(repetition)`; report its rate and runner's against it.
+    fn peer(
+        &mut self,
+        peer: &Peer,
+        n: usize,
+        runner_rate: f64,
+        queue: impl Fn(usize) -> Result<String>,
+    ) -> Result<()> {
+        let python = match peer_python(&runner_binary()?, peer.module, peer.requirements) {
+            Ok(python) => python,
+            Err(why) => {
+                println!("    {}: not installed ({why}); skipped", peer.module);
+                return Ok(());
             }
+        };
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("benches/peers")
+            .join(peer.script);
+        let mut samples = Vec::new();
+        for i in 0..self.options.sizes.repeats {
+            let output = Command::new(&python)
+                .arg(&script)
+                .arg(queue(i)?)
+                .arg(n.to_string())
+                .arg("8")
+                .output()
+                .with_context(|| format!("running the {} peer", peer.module))?;
+            ensure!(
+                output.status.success(),
+                "the {} peer failed: {}",
+                peer.module,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let secs: f64 = String::from_utf8_lossy(&output.stdout)
+                .trim()
+                .parse()
+                .with_context(|| format!("reading the {} peer's time", peer.module))?;
+            samples.push(n as f64 / secs);
         }
+        let ratio = runner_rate / median(&samples);
+        self.add_line(Line {
+            scenario: "S1",
+            label: peer.label.into(),
+            samples,
+            unit: "jobs/s",
+            ratio: None,
+        });
+        println!("    runner / {}: {ratio:.2}", peer.module);
         Ok(())
     }
 
@@ -708,19 +785,40 @@ impl Suite {
     // ---- S5 ----
 
     fn s5(&mut self) -> Result<()> {
+        self.s5_on(None)?;
+        if let Some(server) = self.postgres_server("S5") {
+            self.s5_on(Some(&server))?;
+            pg_drop(&server, "runner_bench_s5")?;
+            pg_drop(&server, "runner_bench_s5_one")?;
+        }
+        Ok(())
+    }
+
+    /// S5 on a SQLite file (`server` None), or on a database of the PostgreSQL server.
+    fn s5_on(&mut self, server: Option<&str>) -> Result<()> {
         let n = self.options.sizes.drain;
-        println!("\nS5: 4 concurrent ticks (--concurrency 2 each) draining {n} runs");
+        let (on, suffix) = match server {
+            None => (String::new(), ""),
+            Some(server) => (
+                format!(" on PostgreSQL ({})", pg_settings(server)?),
+                ", PostgreSQL",
+            ),
+        };
+        println!("\nS5{on}: 4 concurrent ticks (--concurrency 2 each) draining {n} runs");
         let mut four = Vec::new();
         let mut one = Vec::new();
         for i in 0..self.options.sizes.repeats {
             let log = self.work.join(format!("s5-{i}.log"));
+            let _ = std::fs::remove_file(&log);
             let command = format!("echo $RUNNER_RUN_ID >> {}", log.display());
-            let db = self.drain_db("s5", n, &command)?;
+            let db = self.drain(server, "s5", n, &command)?;
             let elapsed = time(|| {
                 let ticks = (0..4)
-                    .map(|_| {
-                        self.runner_cmd(&db)
-                            .args(["tick", "--concurrency", "2", "--max-tick", "1h"])
+                    .map(|host| {
+                        let owner = format!("host-{host}");
+                        self.runner_cmd(db.location())
+                            .args(db.args(&["tick", "--owner", &owner, "--concurrency", "2"]))
+                            .args(["--max-tick", "1h"])
                             .stderr(Stdio::piped())
                             .spawn()
                             .context("starting a tick")
@@ -736,34 +834,45 @@ impl Suite {
                 }
                 Ok(())
             })?;
-            check_drained(&db, n)?;
+            db.check_drained(n)?;
             check_executed_once(&log, n)?;
             four.push(rate(n, elapsed));
             // The single-tick reference, on the same command.
             let _ = std::fs::remove_file(&log);
-            let db = self.drain_db("s5-one", n, &command)?;
-            let elapsed =
-                time(|| self.runner_ok(&db, &["tick", "--concurrency", "8", "--max-tick", "1h"]))?;
-            check_drained(&db, n)?;
+            let db = self.drain(server, "s5-one", n, &command)?;
+            let args = db.args(&["tick", "--concurrency", "8", "--max-tick", "1h"]);
+            let elapsed = time(|| self.runner_ok(db.location(), &args))?;
+            db.check_drained(n)?;
             check_executed_once(&log, n)?;
             one.push(rate(n, elapsed));
         }
         let ratio = Some((median(&four) / median(&one), "one tick".into()));
         self.add_line(Line {
             scenario: "S5",
-            label: "4 ticks x --concurrency 2, 0 duplicates".into(),
+            label: format!("4 ticks x --concurrency 2, 0 duplicates{suffix}"),
             samples: four,
             unit: "jobs/s",
             ratio,
         });
         self.add_line(Line {
             scenario: "S5",
-            label: "1 tick x --concurrency 8 (same jobs)".into(),
+            label: format!("1 tick x --concurrency 8 (same jobs){suffix}"),
             samples: one,
             unit: "jobs/s",
             ratio: None,
         });
         Ok(())
+    }
+
+    /// `drain_db` on a SQLite file (`server` None), or `pg_drain_db` on the server.
+    fn drain(&self, server: Option<&str>, name: &str, n: usize, command: &str) -> Result<DrainDb> {
+        Ok(match server {
+            None => DrainDb::Sqlite(self.drain_db(name, n, command)?),
+            Some(server) => {
+                let name = format!("runner_bench_{}", name.replace('-', "_"));
+                DrainDb::Postgres(self.pg_drain_db(server, &name, n, command)?)
+            }
+        })
     }
 
     // ---- the PostgreSQL rows of S1 and S5 ----
@@ -830,20 +939,10 @@ impl Suite {
         );
         let mut runner = Vec::new();
         for _ in 0..self.options.sizes.repeats {
-            let url = self.pg_drain_db(&server, "runner_bench_s1", n, "true")?;
-            let (elapsed, _) = self.timed_tick(
-                &url,
-                &[
-                    "--db",
-                    &url,
-                    "tick",
-                    "--concurrency",
-                    "8",
-                    "--max-tick",
-                    "1h",
-                ],
-            )?;
-            pg_check_drained(&url, n)?;
+            let db = self.drain(Some(&server), "s1", n, "true")?;
+            let args = db.args(&["tick", "--concurrency", "8", "--max-tick", "1h"]);
+            let (elapsed, _) = self.timed_tick(db.location(), &args)?;
+            db.check_drained(n)?;
             runner.push(rate(n, elapsed));
         }
         pg_drop(&server, "runner_bench_s1")?;
@@ -856,134 +955,11 @@ impl Suite {
             ratio: None,
         });
         if self.options.peers {
-            self.pgqueuer(&server, n, runner_rate)?;
-        }
-        Ok(())
-    }
-
-    /// The peer pgqueuer on the same server: the same `n` jobs of `sh -c true`, 8 at a time.
-    fn pgqueuer(&mut self, server: &str, n: usize, runner_rate: f64) -> Result<()> {
-        let python = match peer_python(
-            &runner_binary()?,
-            "pgqueuer",
-            &["pgqueuer>=1,<2", "asyncpg"],
-        ) {
-            Ok(python) => python,
-            Err(why) => {
-                println!("    pgqueuer: not installed ({why}); skipped");
-                return Ok(());
-            }
-        };
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/pgqueuer_drain.py");
-        let mut samples = Vec::new();
-        for _ in 0..self.options.sizes.repeats {
-            let url = pg_recreate(server, "runner_bench_pgqueuer")?;
-            let output = Command::new(&python)
-                .arg(&script)
-                .arg(&url)
-                .arg(n.to_string())
-                .arg("8")
-                .output()
-                .context("running the pgqueuer peer")?;
-            ensure!(
-                output.status.success(),
-                "the pgqueuer peer failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            let secs: f64 = String::from_utf8_lossy(&output.stdout)
-                .trim()
-                .parse()
-                .context("reading the pgqueuer peer's time")?;
-            samples.push(n as f64 / secs);
-        }
-        pg_drop(server, "runner_bench_pgqueuer")?;
-        let ratio = runner_rate / median(&samples);
-        self.add_line(Line {
-            scenario: "S1",
-            label: "peer: pgqueuer 1.x, same server, 8 at a time".into(),
-            samples,
-            unit: "jobs/s",
-            ratio: None,
-        });
-        println!("    runner / pgqueuer: {ratio:.2}");
-        Ok(())
-    }
-
-    fn s5_postgres(&mut self) -> Result<()> {
-        let Some(server) = self.postgres_server("S5") else {
-            return Ok(());
-        };
-        let n = self.options.sizes.drain;
-        println!(
-            "\nS5 on PostgreSQL ({}): 4 concurrent ticks (--concurrency 2 each) draining {n} runs",
-            pg_settings(&server)?
-        );
-        let mut four = Vec::new();
-        let mut one = Vec::new();
-        for i in 0..self.options.sizes.repeats {
-            let log = self.work.join(format!("s5-pg-{i}.log"));
-            let command = format!("echo $RUNNER_RUN_ID >> {}", log.display());
-            let url = self.pg_drain_db(&server, "runner_bench_s5", n, &command)?;
-            let elapsed = time(|| {
-                let ticks = (0..4)
-                    .map(|host| {
-                        self.runner_cmd(&url)
-                            .args(["--db", &url, "tick", "--owner", &format!("host-{host}")])
-                            .args(["--concurrency", "2", "--max-tick", "1h"])
-                            .stderr(Stdio::piped())
-                            .spawn()
-                            .context("starting a tick")
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                for t in ticks {
-                    let output = t.wait_with_output()?;
-                    ensure!(
-                        output.status.success(),
-                        "a tick failed: {}",
-                        String::from_utf8_lossy(&output.stderr)
-                    );
-                }
-                Ok(())
+            self.peer(&PGQUEUER, n, runner_rate, |_| {
+                pg_recreate(&server, "runner_bench_pgqueuer")
             })?;
-            pg_check_drained(&url, n)?;
-            check_executed_once(&log, n)?;
-            four.push(rate(n, elapsed));
-            let _ = std::fs::remove_file(&log);
-            let url = self.pg_drain_db(&server, "runner_bench_s5", n, &command)?;
-            let elapsed = time(|| {
-                self.runner_ok(
-                    &url,
-                    &[
-                        "--db",
-                        &url,
-                        "tick",
-                        "--concurrency",
-                        "8",
-                        "--max-tick",
-                        "1h",
-                    ],
-                )
-            })?;
-            pg_check_drained(&url, n)?;
-            check_executed_once(&log, n)?;
-            one.push(rate(n, elapsed));
+            pg_drop(&server, "runner_bench_pgqueuer")?;
         }
-        pg_drop(&server, "runner_bench_s5")?;
-        let ratio = Some((median(&four) / median(&one), "one tick".into()));
-        self.add_line(Line {
-            scenario: "S5",
-            label: "PostgreSQL: 4 ticks x --concurrency 2, no dups".into(),
-            samples: four,
-            unit: "jobs/s",
-            ratio,
-        });
-        self.add_line(Line {
-            scenario: "S5",
-            label: "PostgreSQL: 1 tick x --concurrency 8".into(),
-            samples: one,
-            unit: "jobs/s",
-            ratio: None,
-        });
         Ok(())
     }
 
@@ -1017,7 +993,7 @@ fn print_line(line: &Line) {
         .as_ref()
         .map_or(String::new(), |(r, of)| format!("  {r:.2} x {of}"));
     println!(
-        "  {:<46} {:>10} {:<6} ({}-{}){}",
+        "  {:<52} {:>10} {:<6} ({}-{}){}",
         line.label,
         fmt(median(&line.samples)),
         line.unit,
