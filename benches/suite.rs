@@ -223,6 +223,19 @@ const PGQUEUER: Peer = Peer {
     label: "peer: pgqueuer 1.x, same PostgreSQL, 8 at a time",
 };
 
+/// `runner schedule add` of the drains' schedule `bench`, which never fires by itself (its runs
+/// are seeded); the command follows.
+const ADD_BENCH: [&str; 8] = [
+    "schedule",
+    "add",
+    "bench",
+    "--cron",
+    "0 0 1 1 *",
+    "--overlap",
+    "allow",
+    "--",
+];
+
 /// One measured line of the report.
 struct Line {
     scenario: &'static str,
@@ -412,20 +425,9 @@ impl Suite {
     /// whose command is `command`.
     fn drain_db(&self, name: &str, n: usize, command: &str) -> Result<PathBuf> {
         let db = self.fresh_db(name)?;
-        self.runner_ok(
-            &db,
-            &[
-                "schedule",
-                "add",
-                "bench",
-                "--cron",
-                "0 0 1 1 *",
-                "--overlap",
-                "allow",
-                "--",
-                command,
-            ],
-        )?;
+        let mut add = ADD_BENCH.to_vec();
+        add.push(command);
+        self.runner_ok(&db, &add)?;
         let conn = Connection::open(&db)?;
         conn.execute(
             "WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < ?1)
@@ -899,22 +901,10 @@ impl Suite {
     /// As `drain_db`, on PostgreSQL.
     fn pg_drain_db(&self, server: &str, name: &str, n: usize, command: &str) -> Result<String> {
         let url = self.pg_fresh_db(server, name)?;
-        self.runner_ok(
-            &url,
-            &[
-                "--db",
-                &url,
-                "schedule",
-                "add",
-                "bench",
-                "--cron",
-                "0 0 1 1 *",
-                "--overlap",
-                "allow",
-                "--",
-                command,
-            ],
-        )?;
+        let mut add = vec!["--db", url.as_str()];
+        add.extend(ADD_BENCH);
+        add.push(command);
+        self.runner_ok(&url, &add)?;
         let mut client = postgres::Client::connect(&url, postgres::NoTls)?;
         client.execute(
             "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,

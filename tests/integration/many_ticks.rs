@@ -13,7 +13,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{kill9, processes_of_run, real_now, sh_quote, stderr, utc, wait_until, Env};
+use crate::common::{
+    kill9, on_other_host, processes_of_run, real_now, sh_quote, stderr, unshare_allowed, utc,
+    wait_until, Env,
+};
 
 const RUNS: i64 = 10_000;
 const TICKS: usize = 4;
@@ -23,14 +26,9 @@ const DRAIN_GUARD: Duration = Duration::from_secs(30 * 60);
 /// (a start and an end per job): its next job stalls so that it dies holding a running run.
 const STALL_AFTER_LINES: usize = 40;
 
-/// Whether `unshare -u` (a host name of its own per tick) is allowed here; said once per test.
+/// Whether each tick may have a host name of its own; said once per test when not.
 fn namespaces_allowed() -> bool {
-    let allowed = Command::new("unshare")
-        .args(["-u", "true"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
+    let allowed = unshare_allowed();
     if !allowed {
         println!(
             "note: `unshare -u` is not allowed here (it needs root): the ticks run as plain \
@@ -41,42 +39,18 @@ fn namespaces_allowed() -> bool {
 }
 
 /// `runner ARGS` as a tick on host `host`: with `namespaces`, in a UTS namespace whose host name
-/// is `host` (`unshare -u`, then `exec`: the child's pid is the runner's); else a plain process.
-/// `MANY_TICKS_HOST` tells its jobs which host they run on either way.
+/// is `host` (the child's pid is the runner's); else a plain process. `MANY_TICKS_HOST` tells
+/// its jobs which host they run on either way.
 fn on_host(env: &Env, namespaces: bool, host: &str, args: &[&str]) -> Command {
     let mut cmd = env.cmd();
-    cmd.env("MANY_TICKS_HOST", host)
-        .stdin(Stdio::null())
+    cmd.env("MANY_TICKS_HOST", host).args(args);
+    if namespaces {
+        cmd = on_other_host(&cmd, host);
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    if !namespaces {
-        cmd.args(args);
-        return cmd;
-    }
-    let mut wrapped = Command::new("unshare");
-    wrapped
-        .args([
-            "-u",
-            "sh",
-            "-c",
-            r#"hostname "$1" && shift && exec "$@""#,
-            "sh",
-            host,
-        ])
-        .arg(cmd.get_program())
-        .args(args);
-    for (key, value) in cmd.get_envs() {
-        match value {
-            Some(value) => wrapped.env(key, value),
-            None => wrapped.env_remove(key),
-        };
-    }
-    wrapped
-        .current_dir(env.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    wrapped
+    cmd
 }
 
 /// A schedule `many` that never fires by itself, whose job appends `start RUN ATTEMPT HOST` and
