@@ -15,9 +15,16 @@
 //! - S6 peak RSS of the S1 and S2 ticks (needs GNU time at /usr/bin/time);
 //! - S7 `history --limit 50`, `status`, `metrics` with 1,000,000 runs and with 1,000.
 //!
+//! S1 and S5 have PostgreSQL rows too, the tick given `--db postgres://...`, when a server is at
+//! hand: `RUNNER_BENCH_PG` (or `--db URL`) names one on which the suite may CREATE DATABASE
+//! (`./bench` starts a private one with PostgreSQL's default durability); beside S1's the peer
+//! pgqueuer drains the same jobs on the same server. Without a server those rows are skipped,
+//! with a note.
+//!
 //! Large histories are seeded with SQL straight into a database `runner init` created (one
 //! INSERT ... SELECT per table), not by running jobs. Asserts correctness, never speed.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -71,6 +78,8 @@ struct Options {
     only: Option<Vec<String>>,
     /// Another runner binary to measure (an older build, for before/after figures).
     runner: Option<PathBuf>,
+    /// A PostgreSQL server URL on which the suite may create databases: the PostgreSQL rows.
+    postgres: Option<String>,
 }
 
 fn main() {
@@ -99,6 +108,9 @@ fn run() -> Result<()> {
     if suite.wants("S1") || suite.wants("S6") {
         suite.s1()?;
     }
+    if suite.wants("S1") {
+        suite.s1_postgres()?;
+    }
     if suite.wants("S2") || suite.wants("S6") {
         suite.s2()?;
     }
@@ -119,6 +131,9 @@ fn parse_args() -> Result<Options> {
     let mut only = None;
     let mut repeats = None;
     let mut runner = None;
+    let mut postgres = std::env::var("RUNNER_BENCH_PG")
+        .ok()
+        .filter(|url| !url.is_empty());
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -136,14 +151,18 @@ fn parse_args() -> Result<Options> {
             }
             "--runner" => runner = Some(PathBuf::from(args.next().context("--runner needs a path")?)),
             "--db" => {
-                let url = args.next().context("--db needs a URL")?;
-                // The scenarios that exercise the store (S1, S5) are written against a database
-                // location; a PostgreSQL target is for when runner has that backend.
-                bail!("--db {url}: runner has no PostgreSQL backend yet; the suite runs on temporary SQLite files");
+                let url = args.next().context("--db needs a postgres:// URL")?;
+                ensure!(
+                    url.starts_with("postgres://") || url.starts_with("postgresql://"),
+                    "--db {url}: give a PostgreSQL server URL (postgres://USER@HOST:PORT/DB) on \
+                     which the suite may create databases; SQLite rows use temporary files"
+                );
+                postgres = Some(url);
             }
+            "--no-postgres" => postgres = None,
             // What cargo passes to bench targets.
             "--bench" => {}
-            other => bail!("unknown argument {other:?} (try --full, --quick, --only S1,S2, --repeats N, --peers, --no-peers, --runner PATH)"),
+            other => bail!("unknown argument {other:?} (try --full, --quick, --only S1,S2, --repeats N, --peers, --no-peers, --runner PATH, --db URL, --no-postgres)"),
         }
     }
     let mut sizes = if quick { QUICK } else { FULL };
@@ -158,6 +177,7 @@ fn parse_args() -> Result<Options> {
         peers: peers.unwrap_or(!quick),
         only,
         runner,
+        postgres,
     })
 }
 
@@ -177,6 +197,45 @@ fn runner_binary() -> Result<PathBuf> {
     Ok(runner)
 }
 
+/// A peer: a Python script in benches/peers/ that drains N jobs of `sh -c true`, WORKERS at a
+/// time, from a queue it is given (`SCRIPT QUEUE N WORKERS`), and prints the seconds it took.
+struct Peer {
+    /// The module to import, and the name of its virtual environment.
+    module: &'static str,
+    /// What pip installs there.
+    requirements: &'static [&'static str],
+    script: &'static str,
+    label: &'static str,
+}
+
+const HUEY: Peer = Peer {
+    module: "huey",
+    requirements: &["huey>=2.5,<3"],
+    script: "huey_drain.py",
+    label: "peer: huey 2.x, SQLite storage, 8 threads",
+};
+
+/// On the PostgreSQL server of the PostgreSQL rows, in a database of its own.
+const PGQUEUER: Peer = Peer {
+    module: "pgqueuer",
+    requirements: &["pgqueuer>=1,<2", "asyncpg"],
+    script: "pgqueuer_drain.py",
+    label: "peer: pgqueuer 1.x, same PostgreSQL, 8 at a time",
+};
+
+/// `runner schedule add` of the drains' schedule `bench`, which never fires by itself (its runs
+/// are seeded); the command follows.
+const ADD_BENCH: [&str; 8] = [
+    "schedule",
+    "add",
+    "bench",
+    "--cron",
+    "0 0 1 1 *",
+    "--overlap",
+    "allow",
+    "--",
+];
+
 /// One measured line of the report.
 struct Line {
     scenario: &'static str,
@@ -193,6 +252,40 @@ struct Suite {
     work: PathBuf,
     options: Options,
     report: Vec<Line>,
+}
+
+/// A drained database: a temporary SQLite file, or a database on the PostgreSQL server, which
+/// the runner is given with `--db URL`.
+enum DrainDb {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl DrainDb {
+    /// What `RUNNER_DB` names.
+    fn location(&self) -> &OsStr {
+        match self {
+            DrainDb::Sqlite(path) => path.as_os_str(),
+            DrainDb::Postgres(url) => OsStr::new(url),
+        }
+    }
+
+    /// A runner command line on it: `--db URL` first for PostgreSQL.
+    fn args<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
+        let mut all = match self {
+            DrainDb::Sqlite(_) => Vec::new(),
+            DrainDb::Postgres(url) => vec!["--db", url.as_str()],
+        };
+        all.extend_from_slice(args);
+        all
+    }
+
+    fn check_drained(&self, n: usize) -> Result<()> {
+        match self {
+            DrainDb::Sqlite(path) => check_drained(path, n),
+            DrainDb::Postgres(url) => pg_check_drained(url, n),
+        }
+    }
 }
 
 impl Suite {
@@ -224,7 +317,8 @@ impl Suite {
         Ok(())
     }
 
-    fn runner_cmd(&self, db: &Path) -> Command {
+    /// The runner with `RUNNER_DB` set: a SQLite path, or a postgres:// URL.
+    fn runner_cmd(&self, db: impl AsRef<OsStr>) -> Command {
         let mut c = Command::new(&self.runner);
         c.env("RUNNER_DB", db)
             .env_remove("RUNNER_RETENTION")
@@ -233,7 +327,7 @@ impl Suite {
         c
     }
 
-    fn runner_ok(&self, db: &Path, args: &[&str]) -> Result<()> {
+    fn runner_ok(&self, db: impl AsRef<OsStr>, args: &[&str]) -> Result<()> {
         let output = self
             .runner_cmd(db)
             .args(args)
@@ -331,20 +425,9 @@ impl Suite {
     /// whose command is `command`.
     fn drain_db(&self, name: &str, n: usize, command: &str) -> Result<PathBuf> {
         let db = self.fresh_db(name)?;
-        self.runner_ok(
-            &db,
-            &[
-                "schedule",
-                "add",
-                "bench",
-                "--cron",
-                "0 0 1 1 *",
-                "--overlap",
-                "allow",
-                "--",
-                command,
-            ],
-        )?;
+        let mut add = ADD_BENCH.to_vec();
+        add.push(command);
+        self.runner_ok(&db, &add)?;
         let conn = Connection::open(&db)?;
         conn.execute(
             "WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < ?1)
@@ -361,7 +444,7 @@ impl Suite {
 
     /// Run one runner command to its end: its wall time, and its peak RSS in MB when GNU time
     /// is there to tell.
-    fn timed_tick(&self, db: &Path, args: &[&str]) -> Result<(Duration, Option<f64>)> {
+    fn timed_tick(&self, db: impl AsRef<OsStr>, args: &[&str]) -> Result<(Duration, Option<f64>)> {
         let gnu_time = Path::new("/usr/bin/time");
         let rss_file = self.work.join("rss");
         let mut cmd = if gnu_time.exists() {
@@ -371,7 +454,7 @@ impl Suite {
                 .arg("-o")
                 .arg(&rss_file)
                 .arg(&self.runner)
-                .env("RUNNER_DB", db)
+                .env("RUNNER_DB", db.as_ref())
                 .env_remove("RUNNER_RETENTION")
                 .stdout(Stdio::null());
             c
@@ -395,43 +478,61 @@ impl Suite {
     }
 
     fn peers(&mut self, n: usize, runner_rate: f64) -> Result<()> {
-        match huey_python(&runner_binary()?) {
-            Err(why) => println!("    huey: not installed ({why}); skipped"),
-            Ok(python) => {
-                let script =
-                    Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers/huey_drain.py");
-                let mut samples = Vec::new();
-                for i in 0..self.options.sizes.repeats {
-                    let queue = self.work.join(format!("huey-{i}.db"));
-                    let output = Command::new(&python)
-                        .arg(&script)
-                        .arg(&queue)
-                        .arg(n.to_string())
-                        .arg("8")
-                        .output()
-                        .context("running the huey peer")?;
-                    ensure!(
-                        output.status.success(),
-                        "the huey peer failed: {}",
-                        String::from_utf8_lossy(&output.stderr)
-                    );
-                    let secs: f64 = String::from_utf8_lossy(&output.stdout)
-                        .trim()
-                        .parse()
-                        .context("reading the huey peer's time")?;
-                    samples.push(n as f64 / secs);
-                }
-                let ratio = runner_rate / median(&samples);
-                self.add_line(Line {
-                    scenario: "S1",
-                    label: "peer: huey 2.x, SQLite storage, 8 threads".into(),
-                    samples,
-                    unit: "jobs/s",
-                    ratio: None,
-                });
-                println!("    runner / huey: {ratio:.2}");
+        let work = self.work.clone();
+        self.peer(&HUEY, n, runner_rate, |i| {
+            Ok(work.join(format!("huey-{i}.db")).display().to_string())
+        })
+    }
+
+    /// Run `peer` `repeats` times on `n` jobs, 8 at a time, its queue (a file, a database URL)
+    /// given by `queue(repetition)`; report its rate and runner's against it.
+    fn peer(
+        &mut self,
+        peer: &Peer,
+        n: usize,
+        runner_rate: f64,
+        queue: impl Fn(usize) -> Result<String>,
+    ) -> Result<()> {
+        let python = match peer_python(&runner_binary()?, peer.module, peer.requirements) {
+            Ok(python) => python,
+            Err(why) => {
+                println!("    {}: not installed ({why}); skipped", peer.module);
+                return Ok(());
             }
+        };
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("benches/peers")
+            .join(peer.script);
+        let mut samples = Vec::new();
+        for i in 0..self.options.sizes.repeats {
+            let output = Command::new(&python)
+                .arg(&script)
+                .arg(queue(i)?)
+                .arg(n.to_string())
+                .arg("8")
+                .output()
+                .with_context(|| format!("running the {} peer", peer.module))?;
+            ensure!(
+                output.status.success(),
+                "the {} peer failed: {}",
+                peer.module,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let secs: f64 = String::from_utf8_lossy(&output.stdout)
+                .trim()
+                .parse()
+                .with_context(|| format!("reading the {} peer's time", peer.module))?;
+            samples.push(n as f64 / secs);
         }
+        let ratio = runner_rate / median(&samples);
+        self.add_line(Line {
+            scenario: "S1",
+            label: peer.label.into(),
+            samples,
+            unit: "jobs/s",
+            ratio: None,
+        });
+        println!("    runner / {}: {ratio:.2}", peer.module);
         Ok(())
     }
 
@@ -686,19 +787,40 @@ impl Suite {
     // ---- S5 ----
 
     fn s5(&mut self) -> Result<()> {
+        self.s5_on(None)?;
+        if let Some(server) = self.postgres_server("S5") {
+            self.s5_on(Some(&server))?;
+            pg_drop(&server, "runner_bench_s5")?;
+            pg_drop(&server, "runner_bench_s5_one")?;
+        }
+        Ok(())
+    }
+
+    /// S5 on a SQLite file (`server` None), or on a database of the PostgreSQL server.
+    fn s5_on(&mut self, server: Option<&str>) -> Result<()> {
         let n = self.options.sizes.drain;
-        println!("\nS5: 4 concurrent ticks (--concurrency 2 each) draining {n} runs");
+        let (on, suffix) = match server {
+            None => (String::new(), ""),
+            Some(server) => (
+                format!(" on PostgreSQL ({})", pg_settings(server)?),
+                ", PostgreSQL",
+            ),
+        };
+        println!("\nS5{on}: 4 concurrent ticks (--concurrency 2 each) draining {n} runs");
         let mut four = Vec::new();
         let mut one = Vec::new();
         for i in 0..self.options.sizes.repeats {
             let log = self.work.join(format!("s5-{i}.log"));
+            let _ = std::fs::remove_file(&log);
             let command = format!("echo $RUNNER_RUN_ID >> {}", log.display());
-            let db = self.drain_db("s5", n, &command)?;
+            let db = self.drain(server, "s5", n, &command)?;
             let elapsed = time(|| {
                 let ticks = (0..4)
-                    .map(|_| {
-                        self.runner_cmd(&db)
-                            .args(["tick", "--concurrency", "2", "--max-tick", "1h"])
+                    .map(|host| {
+                        let owner = format!("host-{host}");
+                        self.runner_cmd(db.location())
+                            .args(db.args(&["tick", "--owner", &owner, "--concurrency", "2"]))
+                            .args(["--max-tick", "1h"])
                             .stderr(Stdio::piped())
                             .spawn()
                             .context("starting a tick")
@@ -714,33 +836,120 @@ impl Suite {
                 }
                 Ok(())
             })?;
-            check_drained(&db, n)?;
+            db.check_drained(n)?;
             check_executed_once(&log, n)?;
             four.push(rate(n, elapsed));
             // The single-tick reference, on the same command.
             let _ = std::fs::remove_file(&log);
-            let db = self.drain_db("s5-one", n, &command)?;
-            let elapsed =
-                time(|| self.runner_ok(&db, &["tick", "--concurrency", "8", "--max-tick", "1h"]))?;
-            check_drained(&db, n)?;
+            let db = self.drain(server, "s5-one", n, &command)?;
+            let args = db.args(&["tick", "--concurrency", "8", "--max-tick", "1h"]);
+            let elapsed = time(|| self.runner_ok(db.location(), &args))?;
+            db.check_drained(n)?;
             check_executed_once(&log, n)?;
             one.push(rate(n, elapsed));
         }
         let ratio = Some((median(&four) / median(&one), "one tick".into()));
         self.add_line(Line {
             scenario: "S5",
-            label: "4 ticks x --concurrency 2, 0 duplicates".into(),
+            label: format!("4 ticks x --concurrency 2, 0 duplicates{suffix}"),
             samples: four,
             unit: "jobs/s",
             ratio,
         });
         self.add_line(Line {
             scenario: "S5",
-            label: "1 tick x --concurrency 8 (same jobs)".into(),
+            label: format!("1 tick x --concurrency 8 (same jobs){suffix}"),
             samples: one,
             unit: "jobs/s",
             ratio: None,
         });
+        Ok(())
+    }
+
+    /// `drain_db` on a SQLite file (`server` None), or `pg_drain_db` on the server.
+    fn drain(&self, server: Option<&str>, name: &str, n: usize, command: &str) -> Result<DrainDb> {
+        Ok(match server {
+            None => DrainDb::Sqlite(self.drain_db(name, n, command)?),
+            Some(server) => {
+                let name = format!("runner_bench_{}", name.replace('-', "_"));
+                DrainDb::Postgres(self.pg_drain_db(server, &name, n, command)?)
+            }
+        })
+    }
+
+    // ---- the PostgreSQL rows of S1 and S5 ----
+
+    /// The PostgreSQL server, or `None` after saying the rows of `scenario` are skipped.
+    fn postgres_server(&self, scenario: &str) -> Option<String> {
+        let server = self.options.postgres.clone();
+        if server.is_none() {
+            println!(
+                "\n{scenario} on PostgreSQL: skipped, no server (./bench starts one; or set \
+                 RUNNER_BENCH_PG or give --db postgres://...)"
+            );
+        }
+        server
+    }
+
+    /// A fresh database `name` on the server, its schema made by `runner init`; its URL.
+    fn pg_fresh_db(&self, server: &str, name: &str) -> Result<String> {
+        let url = pg_recreate(server, name)?;
+        self.runner_ok(&url, &["--db", &url, "init"])?;
+        Ok(url)
+    }
+
+    /// As `drain_db`, on PostgreSQL.
+    fn pg_drain_db(&self, server: &str, name: &str, n: usize, command: &str) -> Result<String> {
+        let url = self.pg_fresh_db(server, name)?;
+        let mut add = vec!["--db", url.as_str()];
+        add.extend(ADD_BENCH);
+        add.push(command);
+        self.runner_ok(&url, &add)?;
+        let mut client = postgres::Client::connect(&url, postgres::NoTls)?;
+        client.execute(
+            "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
+                 workdir, max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs,
+                 idempotency_key, created_at)
+             SELECT d.id, 'manual', $2, 'pending', $2, d.command, d.workdir, d.max_attempts,
+                 d.timeout_secs, d.backoff_base_secs, d.backoff_max_secs, 'bench:' || i, $2
+             FROM generate_series(1, $1::bigint) i, job_definitions d WHERE d.name = 'bench'",
+            &[&(n as i64), &(epoch_now() - 5)],
+        )?;
+        Ok(url)
+    }
+
+    fn s1_postgres(&mut self) -> Result<()> {
+        let Some(server) = self.postgres_server("S1") else {
+            return Ok(());
+        };
+        let n = self.options.sizes.drain;
+        println!(
+            "\nS1 on PostgreSQL ({}): drain {n} due runs of `true`, 8 at a time",
+            pg_settings(&server)?
+        );
+        let mut runner = Vec::new();
+        for _ in 0..self.options.sizes.repeats {
+            let db = self.drain(Some(&server), "s1", n, "true")?;
+            let args = db.args(&["tick", "--concurrency", "8", "--max-tick", "1h"]);
+            let (elapsed, _) = self.timed_tick(db.location(), &args)?;
+            db.check_drained(n)?;
+            runner.push(rate(n, elapsed));
+        }
+        pg_drop(&server, "runner_bench_s1")?;
+        let runner_rate = median(&runner);
+        self.add_line(Line {
+            scenario: "S1",
+            label: "runner tick --concurrency 8, PostgreSQL".into(),
+            samples: runner,
+            unit: "jobs/s",
+            ratio: None,
+        });
+        if self.options.peers {
+            self.peer(&PGQUEUER, n, runner_rate, |_| {
+                pg_recreate(&server, "runner_bench_pgqueuer")
+            })?;
+            pg_drop(&server, "runner_bench_pgqueuer")?;
+        }
         Ok(())
     }
 
@@ -774,7 +983,7 @@ fn print_line(line: &Line) {
         .as_ref()
         .map_or(String::new(), |(r, of)| format!("  {r:.2} x {of}"));
     println!(
-        "  {:<46} {:>10} {:<6} ({}-{}){}",
+        "  {:<52} {:>10} {:<6} ({}-{}){}",
         line.label,
         fmt(median(&line.samples)),
         line.unit,
@@ -1027,23 +1236,28 @@ fn claim_latencies(db: &Path, n: usize) -> Result<Vec<f64>> {
     Ok(latencies)
 }
 
-/// A Python with huey installed, in a virtual environment under target/ (installed from PyPI on
-/// first use).
-fn huey_python(runner: &Path) -> std::result::Result<PathBuf, String> {
+/// A Python with `module` installed, in a virtual environment of its own under
+/// target/bench-peers/ (`requirements` installed from PyPI on first use).
+fn peer_python(
+    runner: &Path,
+    module: &str,
+    requirements: &[&str],
+) -> std::result::Result<PathBuf, String> {
     let venv = runner
         .parent()
         .and_then(Path::parent)
         .ok_or("no target directory")?
-        .join("bench-peers/huey");
+        .join("bench-peers")
+        .join(module);
     let python = venv.join("bin/python");
-    let has_huey = |python: &Path| {
+    let has_module = |python: &Path| {
         Command::new(python)
-            .args(["-c", "import huey"])
+            .args(["-c", &format!("import {module}")])
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
     };
-    if python.exists() && has_huey(&python) {
+    if python.exists() && has_module(&python) {
         return Ok(python);
     }
     let quiet = |c: &mut Command| c.stdout(Stdio::null()).stderr(Stdio::piped()).output();
@@ -1055,14 +1269,77 @@ fn huey_python(runner: &Path) -> std::result::Result<PathBuf, String> {
             String::from_utf8_lossy(&made.stderr).trim()
         ));
     }
-    let pip =
-        quiet(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "huey>=2.5,<3"]))
-            .map_err(|e| format!("pip: {e}"))?;
-    if !pip.status.success() || !has_huey(&python) {
+    let pip = quiet(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet"])
+            .args(requirements),
+    )
+    .map_err(|e| format!("pip: {e}"))?;
+    if !pip.status.success() || !has_module(&python) {
         return Err(format!(
-            "pip install huey failed: {}",
+            "pip install {} failed: {}",
+            requirements.join(" "),
             String::from_utf8_lossy(&pip.stderr).trim()
         ));
     }
     Ok(python)
+}
+
+/// (Re)create database `name` on the PostgreSQL server, empty; its URL.
+fn pg_recreate(server: &str, name: &str) -> Result<String> {
+    pg_drop(server, name)?;
+    let mut admin = postgres::Client::connect(server, postgres::NoTls)
+        .context("connecting to the PostgreSQL server")?;
+    admin.batch_execute(&format!("CREATE DATABASE {name}"))?;
+    Ok(with_database(server, name))
+}
+
+fn pg_drop(server: &str, name: &str) -> Result<()> {
+    let mut admin = postgres::Client::connect(server, postgres::NoTls)
+        .context("connecting to the PostgreSQL server")?;
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))?;
+    Ok(())
+}
+
+/// The server URL with its database replaced by `name`.
+fn with_database(server: &str, name: &str) -> String {
+    let (base, query) = match server.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (server, String::new()),
+    };
+    let (scheme, rest) = base.split_once("://").unwrap_or(("postgres", base));
+    let authority = rest.split('/').next().unwrap_or(rest);
+    format!("{scheme}://{authority}/{name}{query}")
+}
+
+/// "PostgreSQL 15.x, fsync on, synchronous_commit on": what the numbers were measured with.
+fn pg_settings(server: &str) -> Result<String> {
+    let mut client = postgres::Client::connect(server, postgres::NoTls)
+        .context("connecting to the PostgreSQL server")?;
+    let show = |client: &mut postgres::Client, what: &str| -> Result<String> {
+        Ok(client.query_one(&format!("SHOW {what}"), &[])?.get(0))
+    };
+    let version = show(&mut client, "server_version")?;
+    let fsync = show(&mut client, "fsync")?;
+    let sync = show(&mut client, "synchronous_commit")?;
+    Ok(format!(
+        "PostgreSQL {version}, fsync {fsync}, synchronous_commit {sync}"
+    ))
+}
+
+/// As `check_drained`, on PostgreSQL.
+fn pg_check_drained(url: &str, n: usize) -> Result<()> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+    let row = client.query_one(
+        "SELECT (SELECT count(*) FROM job_runs WHERE status = 'succeeded' AND attempt = 1),
+                (SELECT count(*) FROM job_attempts),
+                (SELECT count(*) FROM job_runs WHERE status <> 'succeeded')",
+        &[],
+    )?;
+    let (succeeded, attempts, other): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    ensure!(
+        succeeded == n as i64 && attempts == n as i64 && other == 0,
+        "expected {n} runs succeeded at their first attempt; found {succeeded}, {attempts} attempts, {other} runs not succeeded"
+    );
+    Ok(())
 }

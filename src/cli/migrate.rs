@@ -65,6 +65,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         &mut |migration| match target.import_migration(migration)? {
             Imported::Done => {
                 written.set(true);
+                if crate::tick::test_fault("migrated") {
+                    anyhow::bail!("RUNNER_TEST_HOOK=migrated:fail");
+                }
                 Ok(())
             }
             Imported::NamesTaken(names) => Err(Failure::usage(format!(

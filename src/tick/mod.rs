@@ -167,8 +167,10 @@ pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: 
 /// sleep wins them. `RUNNER_TEST_HOOK=POINT:kill` SIGKILLs this process at POINT;
 /// `RUNNER_TEST_HOOK=POINT:wait=PATH` stalls there until PATH exists. Points: `claimed` (after a
 /// claim committed, before any job is spawned), `spawned` (jobs spawned at their gate, before
-/// their start is recorded), `recorded` (starts recorded, before the gates open). Unset in real
-/// use; nothing else reads it.
+/// their start is recorded), `recorded` (starts recorded, before the gates open),
+/// `apply-commit` (`schedule apply`, planned, before its commit), `migrated` (`migrate`: the
+/// target committed, the source not yet; `POINT:fail` fails there, see [`test_fault`]). Unset in
+/// real use; nothing else reads it.
 pub fn test_hook(point: &str) {
     let Ok(hook) = std::env::var("RUNNER_TEST_HOOK") else {
         return;
@@ -186,4 +188,12 @@ pub fn test_hook(point: &str) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// [`test_hook`] at a point that can also fail: true when `RUNNER_TEST_HOOK=POINT:fail`, and the
+/// caller then fails as if its database had (how a test reaches an error path no real database
+/// can be made to take on cue).
+pub fn test_fault(point: &str) -> bool {
+    test_hook(point);
+    std::env::var("RUNNER_TEST_HOOK").is_ok_and(|hook| hook == format!("{point}:fail"))
 }

@@ -603,6 +603,44 @@ pub fn read_pid(path: &Path, timeout: Duration) -> u32 {
     pid
 }
 
+/// Whether `unshare -u` (a UTS namespace: a host name of its own) is allowed here (root only).
+pub fn unshare_allowed() -> bool {
+    Command::new("unshare")
+        .args(["-u", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `cmd` as if on another host: in a UTS namespace of its own whose host name is `host`
+/// (`unshare -u`; check [`unshare_allowed`] first), then `exec`ed, so the child's pid is the
+/// command's own. Program, arguments, environment and directory are `cmd`'s.
+pub fn on_other_host(cmd: &Command, host: &str) -> Command {
+    let mut wrapped = Command::new("unshare");
+    wrapped
+        .args([
+            "-u",
+            "sh",
+            "-c",
+            r#"hostname "$1" && shift && exec "$@""#,
+            "sh",
+            host,
+        ])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    wrapped
+}
+
 /// Shell-quote a path for use inside a job command.
 pub fn sh_quote(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))

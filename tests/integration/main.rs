@@ -16,6 +16,7 @@ mod execution;
 mod harness;
 mod help;
 mod hostile_jobs;
+mod many_ticks;
 mod materialize;
 mod migrate;
 mod never_twice;

@@ -455,3 +455,91 @@ fn a_refused_migration_creates_no_target_file() {
     assert!(err.contains("a tick is at work"), "{err}");
     assert!(!target.created(), "the refused target was created");
 }
+
+/// The target committed, then the source failed before its own commit (`RUNNER_TEST_HOOK`
+/// point `migrated`, after the target's commit): with `fail`, exit 1 and the message that both
+/// databases hold the schedules and what to do; with `kill`, the process dies there. Either
+/// way nothing is lost: the target holds every schedule, the source is exactly as it was (its
+/// schedules unpaused, its pending runs pending), and migrating again to that target is refused
+/// by the name clash, changing nothing.
+fn a_source_failing_after_the_target_committed_loses_nothing(
+    env: &Env,
+    killed: &TestDb,
+    failed: &TestDb,
+) {
+    source_with_cursors_and_pending_runs(env);
+    let source_before = env.sql.snapshot();
+    let migrate = |target: &TestDb, hook: &str| {
+        env.cmd()
+            .env("RUNNER_TEST_HOOK", hook)
+            .args(["--now", MIGRATE_AT, "migrate", "--to", target.location()])
+            .output()
+            .expect("runner migrate")
+    };
+    let moved = |target: &TestDb| {
+        target.query_strings("SELECT name FROM job_definitions ORDER BY name", &[])
+    };
+    let all = ["doomed", "every5", "failing", "manual"];
+
+    let out = migrate(killed, "migrated:kill");
+    assert_eq!(out.status.code(), None, "killed: {}", stderr(&out));
+    assert_eq!(moved(killed), all);
+    assert_eq!(env.sql.snapshot(), source_before, "the source changed");
+
+    let out = migrate(failed, "migrated:fail");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(stdout(&out), "", "no summary of a move that did not finish");
+    for said in [
+        format!("the schedules were written to {}", failed.location()),
+        "but pausing them in".to_string(),
+        "Both databases now hold them: stop ticking".to_string(),
+        "schedule pause NAME".to_string(),
+    ] {
+        assert!(err.contains(&said), "{said:?} missing: {err}");
+    }
+    assert_eq!(moved(failed), all);
+    assert_eq!(
+        statuses(failed),
+        statuses(&env.sql)
+            .into_iter()
+            .filter(|(_, status, _)| status == "pending")
+            .collect::<Vec<_>>(),
+        "the pending runs arrived"
+    );
+    assert_eq!(env.sql.snapshot(), source_before, "the source changed");
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions WHERE paused = 0", &[]),
+        4,
+        "the source's schedules stay unpaused"
+    );
+
+    // Migrating again is refused by name: nothing changes on either side.
+    let target_before = failed.snapshot();
+    let err = env.fails(
+        2,
+        &["--now", MIGRATE_AT, "migrate", "--to", failed.location()],
+    );
+    assert!(err.contains("already has schedules named"), "{err}");
+    assert!(err.contains("nothing was moved or changed"), "{err}");
+    assert_eq!(env.sql.snapshot(), source_before);
+    assert_eq!(failed.snapshot(), target_before);
+}
+
+#[test]
+fn to_postgres_a_source_failing_after_the_target_committed_loses_nothing() {
+    let (Some(killed), Some(failed)) = (postgres_target(), postgres_target()) else {
+        return;
+    };
+    let env = Env::init();
+    a_source_failing_after_the_target_committed_loses_nothing(&env, &killed, &failed);
+}
+
+#[test]
+fn to_sqlite_a_source_failing_after_the_target_committed_loses_nothing() {
+    let env = Env::init();
+    let killed = TestDb::sqlite_file(env.path("killed.db"));
+    let failed = sqlite_target(&env);
+    a_source_failing_after_the_target_committed_loses_nothing(&env, &killed, &failed);
+}

@@ -349,37 +349,13 @@ fn tls_when_the_url_asks_for_it() {
 /// `runner ARGS` as a tick on another host: in a UTS namespace of its own whose host name is
 /// `host` (`unshare -u`, root only). `None` (after saying why) where namespaces are not allowed.
 fn on_host(env: &PgEnv, host: &str, args: &[&str]) -> Option<Command> {
-    let allowed = Command::new("unshare")
-        .args(["-u", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !allowed {
+    if !super::common::unshare_allowed() {
         eprintln!("skipped: `unshare -u` is not allowed here (it needs root)");
         return None;
     }
     let mut cmd = env.cmd();
-    let program = cmd.get_program().to_owned();
-    let mut wrapped = Command::new("unshare");
-    wrapped
-        .args([
-            "-u",
-            "sh",
-            "-c",
-            r#"hostname "$1" && shift && exec "$@""#,
-            "sh",
-            host,
-        ])
-        .arg(program)
-        .args(args);
-    for (key, value) in cmd.get_envs() {
-        match value {
-            Some(value) => wrapped.env(key, value),
-            None => wrapped.env_remove(key),
-        };
-    }
-    wrapped.current_dir(env.dir.path());
-    let _ = cmd.args(args);
-    Some(wrapped)
+    cmd.args(args);
+    Some(super::common::on_other_host(&cmd, host))
 }
 
 /// The database's clock, `ahead` seconds on, as `--now` wants it.

@@ -5,6 +5,9 @@
 #                    user (PostgreSQL refuses to run as root; under root that is `nobody`), and
 #                    export RUNNER_TEST_PG (a superuser URL on it: tests create their databases)
 #                    and RUNNER_TEST_PG_PASSWORD_USER (a role that must log in with a password).
+#                    `postgres_start durable` keeps PostgreSQL's durability (fsync, synchronous
+#                    commit, full-page writes: its defaults), for ./bench's honest numbers; without
+#                    it (./test) they are off.
 #   postgres_stop    stop it and delete its directory (./test calls it from an EXIT trap).
 #
 # Local connections trust everyone (the server listens on 127.0.0.1 only and lives for one test
@@ -78,8 +81,11 @@ HBA
         export RUNNER_TEST_PG_TLS=1
     fi
     # fsync off: a test server that is thrown away needs no durability, and the machine is slow.
+    # A benchmark measures what users get: the defaults.
+    local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    [ "${1:-}" = durable ] && durability=""
     postgres_as_owner "$POSTGRES_BIN/pg_ctl" -D "$POSTGRES_DIR/data" -l "$POSTGRES_DIR/server.log" -w -t 120 \
-        -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$POSTGRES_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 $ssl" \
+        -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$POSTGRES_DIR $durability -c max_connections=300 $ssl" \
         start >/dev/null || { cat "$POSTGRES_DIR/server.log" >&2; return 1; }
     "$POSTGRES_BIN/psql" -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
         -c "CREATE ROLE runner_pw LOGIN CREATEDB PASSWORD 'right-password'" >/dev/null || return 1
