@@ -16,10 +16,11 @@ mod connect;
 pub mod pgpass;
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 use anyhow::Result;
 use postgres::types::{ToSql, Type};
-use postgres::{Client, IsolationLevel, Row, Transaction};
+use postgres::{Client, IsolationLevel, Row, Statement, Transaction};
 
 use self::connect::Server;
 use super::JobRunStats;
@@ -69,6 +70,36 @@ pub struct PostgresStore {
     found_version: i64,
     /// A deferred commit may have come after the last durable one: `sync` has work to do.
     unsynced: std::cell::Cell<bool>,
+    /// Which connection `client` holds (see `prepared`).
+    connection: std::cell::Cell<u64>,
+}
+
+/// Connections made by this process, numbered so a prepared statement is only ever used on the
+/// connection that prepared it.
+static CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn next_connection() -> u64 {
+    CONNECTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+thread_local! {
+    /// The connection the current `read`/`write` works on.
+    static CURRENT_CONNECTION: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Statements prepared so far, by connection and SQL text.
+    static PREPARED: RefCell<HashMap<(u64, String), Statement>> = RefCell::default();
+}
+
+/// `sql` prepared once per connection. A statement given as text is prepared at every use (a
+/// round trip of its own before it runs); the statements a tick runs per job are prepared once,
+/// which halves the round trips per job.
+fn prepared(tx: &mut Transaction<'_>, sql: &str) -> Result<Statement> {
+    let key = (CURRENT_CONNECTION.with(|c| c.get()), sql.to_string());
+    if let Some(statement) = PREPARED.with(|p| p.borrow().get(&key).cloned()) {
+        return Ok(statement);
+    }
+    let statement = tx.prepare(sql)?;
+    PREPARED.with(|p| p.borrow_mut().insert(key, statement.clone()));
+    Ok(statement)
 }
 
 impl PostgresStore {
@@ -81,6 +112,7 @@ impl PostgresStore {
             shown: shown.to_string(),
             found_version: 0,
             unsynced: std::cell::Cell::new(false),
+            connection: std::cell::Cell::new(next_connection()),
         };
         store.found_version = store.migrate(mode)?;
         store.measure_clock_skew()?;
@@ -178,7 +210,9 @@ impl PostgresStore {
         if client.is_closed() {
             let (fresh, _) = connect::connect(&self.url, &self.shown)?;
             *client = fresh;
+            self.connection.set(next_connection());
         }
+        CURRENT_CONNECTION.with(|c| c.set(self.connection.get()));
         Ok(client)
     }
 
@@ -253,8 +287,9 @@ impl PostgresStore {
             if let Some(run_id) = &only {
                 params.push(run_id);
             }
+            let claim = prepared(tx, &sql)?;
             let mut runs = tx
-                .query(&sql, &params)?
+                .query(&claim, &params)?
                 .iter()
                 .map(|r| {
                     let leftovers: String = r.try_get(13)?;
@@ -281,10 +316,14 @@ impl PostgresStore {
             // RETURNING gives no order: claim order is due order, ids break ties.
             runs.sort_by_key(|run| run.run_id);
             for run in &runs {
-                tx.execute(
+                let open_attempt = prepared(
+                    tx,
                     "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time,
                          lease_token, started_at)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )?;
+                tx.execute(
+                    &open_attempt,
                     &[
                         &run.run_id,
                         &i64::from(run.attempt),
@@ -299,7 +338,8 @@ impl PostgresStore {
                 let event = NewEvent::claimed(run.attempt, &actor.host);
                 insert_event(tx, run.run_id, now, actor, &event)?;
             }
-            let more_due: bool = tx.query_one(MORE_DUE_SQL, &[&now])?.try_get(0)?;
+            let more_due = prepared(tx, MORE_DUE_SQL)?;
+            let more_due: bool = tx.query_one(&more_due, &[&now])?.try_get(0)?;
             Ok(Claimed { runs, more_due })
         })
     }
@@ -590,11 +630,15 @@ fn lock_dead_schedules(tx: &mut Transaction<'_>, ends: &[AttemptEnd]) -> Result<
 /// One attempt's end within a group commit (see `Store::finish_attempt`).
 fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
     let (result, run) = (&end.result, &end.run);
-    let changed = tx.execute(
+    let finish_run = prepared(
+        tx,
         "UPDATE job_runs SET status = $3, run_at = coalesce($4, run_at), owner = NULL, lease_token = NULL,
              lease_expires_at = NULL, heartbeat_at = NULL, error_code = $5, error_detail = $6,
              finished_at = $7
          WHERE id = $1 AND lease_token = $2 AND status = 'running'",
+    )?;
+    let changed = tx.execute(
+        &finish_run,
         &[
             &result.run_id,
             &result.lease_token.as_str(),
@@ -607,12 +651,16 @@ fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Resul
     )?;
     let applied = changed == 1;
     // The attempt row is fenced by the same token (see `Store::finish_attempt`).
-    tx.execute(
+    let finish_attempt = prepared(
+        tx,
         "UPDATE job_attempts SET finished_at = $4, duration_ms = $5, outcome = $6, exit_code = $7,
              error_code = $8, error_detail = $9, stdout_tail = $10, stderr_tail = $11,
              stdout_bytes = $12, stderr_bytes = $13
          WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL
            AND (($14 AND NOT $15) OR EXISTS (SELECT 1 FROM job_runs WHERE id = $1 AND status = 'cancelled'))",
+    )?;
+    tx.execute(
+        &finish_attempt,
         &[
             &result.run_id,
             &i64::from(result.attempt),
@@ -664,8 +712,12 @@ fn insert_event(
     actor: &Actor,
     event: &NewEvent,
 ) -> Result<()> {
-    tx.execute(
+    let insert = prepared(
+        tx,
         "INSERT INTO job_events (run_id, at, kind, actor, detail) VALUES ($1, $2, $3, $4, $5)",
+    )?;
+    tx.execute(
+        &insert,
         &[
             &run_id,
             &at,
@@ -1307,15 +1359,23 @@ impl Store for PostgresStore {
             let mut landed = Vec::with_capacity(starts.len());
             for start in starts {
                 // The lease must still be ours and unexpired (see the SQLite backend).
-                let held = tx.execute(
+                let extend = prepared(
+                    tx,
                     "UPDATE job_runs SET lease_expires_at = $3, heartbeat_at = $4
                      WHERE id = $1 AND lease_token = $2 AND status = 'running' AND lease_expires_at >= $4",
+                )?;
+                let held = tx.execute(
+                    &extend,
                     &[&start.run_id, &start.lease_token.as_str(), &lease_expires_at, &now],
+                )?;
+                let record = prepared(
+                    tx,
+                    "UPDATE job_attempts SET child_pid = $4, child_start_time = $5
+                     WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL",
                 )?;
                 let recorded = held == 1
                     && tx.execute(
-                        "UPDATE job_attempts SET child_pid = $4, child_start_time = $5
-                         WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL",
+                        &record,
                         &[
                             &start.run_id,
                             &i64::from(start.attempt),
