@@ -27,9 +27,9 @@ use super::JobRunStats;
 use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView,
-    Health, Imported, LastResult, MigratedOut, Migration, OpenMode, PruneCounts, Reanchored,
-    Removal, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store,
-    Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    Health, Imported, LastResult, Materialization, MigratedOut, Migration, OpenMode, PruneCounts,
+    Reanchored, Removal, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage,
+    Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -731,6 +731,53 @@ fn insert_event(
 
 /// Insert a run of definition `definition_id`, copying the schedule's command and policies, as
 /// `run` says; `None` when its instant already has a schedule run (one run per instant).
+/// `Store::materialize` within `tx`: the compare-and-swap on the cursor, then the runs `plan`
+/// returns, each with its event.
+fn materialize_in(
+    tx: &mut Transaction<'_>,
+    cursor: CursorMove,
+    now: i64,
+    actor: &Actor,
+    plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
+) -> Result<usize> {
+    // The compare-and-swap: a racing tick waits for this row's lock, then finds the cursor moved
+    // and changes nothing.
+    let move_cursor = prepared(
+        tx,
+        "UPDATE job_definitions SET materialized_through = $4, next_fire_at = $5
+         WHERE id = $1 AND materialized_through = $2 AND revision = $3 AND paused = 0",
+    )?;
+    let moved = tx.execute(
+        &move_cursor,
+        &[
+            &cursor.definition_id,
+            &cursor.expected_through,
+            &cursor.expected_revision,
+            &cursor.new_through,
+            &cursor.next_fire_at,
+        ],
+    )?;
+    if moved == 0 {
+        return Ok(0);
+    }
+    let running_run = prepared(
+        tx,
+        "SELECT id FROM job_runs WHERE definition_id = $1 AND status = 'running' ORDER BY id LIMIT 1",
+    )?;
+    let running: Option<i64> = tx
+        .query_opt(&running_run, &[&cursor.definition_id])?
+        .map(|r| r.try_get(0))
+        .transpose()?;
+    let mut inserted = 0;
+    for run in plan(running) {
+        if let Some(run_id) = insert_run(tx, cursor.definition_id, &run, now)? {
+            inserted += 1;
+            insert_event(tx, run_id, now, actor, &run.event())?;
+        }
+    }
+    Ok(inserted)
+}
+
 fn insert_run(
     tx: &mut Transaction<'_>,
     definition_id: i64,
@@ -739,7 +786,8 @@ fn insert_run(
 ) -> Result<Option<i64>> {
     let status = run.status();
     let finished_at = status.is_final().then_some(now);
-    let row = tx.query_opt(
+    let insert = prepared(
+        tx,
         "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
              max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
              skip_reason, created_at, finished_at, leftovers, timezone)
@@ -748,6 +796,9 @@ fn insert_run(
          FROM job_definitions WHERE id = $8
          ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
          RETURNING id",
+    )?;
+    let row = tx.query_opt(
+        &insert,
         &[
             &run.trigger.as_str(),
             &run.scheduled_for,
@@ -1254,38 +1305,32 @@ impl Store for PostgresStore {
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> StoreResult<usize> {
         self.write_with(Commit::Deferred, |tx| {
-            // The compare-and-swap: a racing tick waits for this row's lock, then finds the
-            // cursor moved and changes nothing.
-            let moved = tx.execute(
-                "UPDATE job_definitions SET materialized_through = $4, next_fire_at = $5
-                 WHERE id = $1 AND materialized_through = $2 AND revision = $3 AND paused = 0",
-                &[
-                    &cursor.definition_id,
-                    &cursor.expected_through,
-                    &cursor.expected_revision,
-                    &cursor.new_through,
-                    &cursor.next_fire_at,
-                ],
-            )?;
-            if moved == 0 {
-                return Ok(0);
-            }
-            let running: Option<i64> = tx
-                .query_opt(
-                    "SELECT id FROM job_runs WHERE definition_id = $1 AND status = 'running' ORDER BY id LIMIT 1",
-                    &[&cursor.definition_id],
-                )?
-                .map(|r| r.try_get(0))
-                .transpose()?;
-            let mut inserted = 0;
-            for run in plan(running) {
-                if let Some(run_id) = insert_run(tx, cursor.definition_id, &run, now)? {
-                    inserted += 1;
-                    insert_event(tx, run_id, now, actor, &run.event())?;
-                }
-            }
-            Ok(inserted)
+            materialize_in(tx, cursor, now, actor, plan)
         })
+    }
+
+    fn materialize_batch(
+        &mut self,
+        mut batch: Vec<Materialization>,
+        now: i64,
+        actor: &Actor,
+    ) -> StoreResult<Vec<StoreResult<usize>>> {
+        // All in one transaction. Should any schedule fail (or the batch meet a racing
+        // transaction in a deadlock), nothing of the batch is kept and each schedule is written
+        // again in its own transaction, so only the failing one fails.
+        let all = self.write_with(Commit::Deferred, |tx| {
+            batch
+                .iter_mut()
+                .map(|m| materialize_in(tx, m.cursor, now, actor, &mut m.plan))
+                .collect::<Result<Vec<_>>>()
+        });
+        if let Ok(inserted) = all {
+            return Ok(inserted.into_iter().map(Ok).collect());
+        }
+        Ok(batch
+            .into_iter()
+            .map(|mut m| self.materialize(m.cursor, now, actor, &mut m.plan))
+            .collect())
     }
 
     fn expired_leases(&self, now: i64, limit: usize) -> StoreResult<Vec<ExpiredLease>> {
