@@ -89,6 +89,33 @@ thread_local! {
     static PREPARED: RefCell<HashMap<(u64, String), Statement>> = RefCell::default();
 }
 
+/// The connection, held for one `read`, `write` or `snapshot`: `prepared` works on it until it
+/// is dropped, and then on the one held before again (another store's `write` may run inside
+/// this one's, as `migrate` does with its source and target).
+struct Held<'a> {
+    client: std::cell::RefMut<'a, Client>,
+    outer: u64,
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        CURRENT_CONNECTION.with(|c| c.set(self.outer));
+    }
+}
+
 /// `sql` prepared once per connection. A statement given as text is prepared at every use (a
 /// round trip of its own before it runs); the statements a tick runs per job are prepared once,
 /// which halves the round trips per job.
@@ -205,15 +232,15 @@ impl PostgresStore {
     /// network blip): a tick outlives both, and its next heartbeat or result should land. Only a
     /// connection known closed is replaced, before anything is sent on it, so nothing is sent
     /// twice; the statement that met the loss failed and said so.
-    fn client(&self) -> StoreResult<std::cell::RefMut<'_, Client>> {
+    fn client(&self) -> StoreResult<Held<'_>> {
         let mut client = self.client.borrow_mut();
         if client.is_closed() {
             let (fresh, _) = connect::connect(&self.url, &self.shown)?;
             *client = fresh;
             self.connection.set(next_connection());
         }
-        CURRENT_CONNECTION.with(|c| c.set(self.connection.get()));
-        Ok(client)
+        let outer = CURRENT_CONNECTION.with(|c| c.replace(self.connection.get()));
+        Ok(Held { client, outer })
     }
 
     /// Run `work` on the connection, outside any transaction, with errors mapped to `Failure`.
