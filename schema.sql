@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 6.
+-- Schema version 7.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -98,8 +98,9 @@ CREATE INDEX job_runs_history ON job_runs (scheduled_for DESC, id DESC);
 CREATE INDEX job_runs_status ON job_runs (status, finished_at);
 -- history --status S [NAME]: newest first within one status (and one schedule). (0002)
 CREATE INDEX job_runs_status_history ON job_runs (status, scheduled_for DESC, id DESC);
+-- metrics: runs per status and the latest finish, per schedule (finished_at makes it covering).
 CREATE INDEX job_runs_definition_status_history
-    ON job_runs (definition_id, status, scheduled_for DESC, id DESC);
+    ON job_runs (definition_id, status, scheduled_for DESC, id DESC, finished_at);
 
 -- One row per attempt to execute a run.
 CREATE TABLE job_attempts (

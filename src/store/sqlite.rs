@@ -39,6 +39,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0004_run_zone.sql"),
     include_str!("../../migrations/0005_pause_until.sql"),
     include_str!("../../migrations/0006_dead_per_job.sql"),
+    include_str!("../../migrations/0007_metrics_covering.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -977,6 +978,8 @@ JOIN job_runs r ON r.id = a.run_id
 JOIN job_definitions d ON d.id = r.definition_id
 WHERE a.finished_at >= ?1 AND a.duration_ms IS NOT NULL";
 
+/// Per schedule and status: how many runs, when the latest finished. An index-only scan of
+/// `job_runs_definition_status_history` (its trailing finished_at is there for this query).
 const JOB_RUN_STATS: &str = "
 SELECT d.name, r.status, count(r.id), max(r.finished_at), d.dead_runs_total
 FROM job_definitions d
