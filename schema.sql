@@ -148,8 +148,8 @@ CREATE TABLE job_events (
 CREATE INDEX job_events_run ON job_events (run_id, id);
 
 -- Small facts about the runner itself: last tick, last automatic prune, the clock high-water
--- mark, and syncs (how many commits were made only to sync the WAL after deferred ones; see
--- Store::sync).
+-- mark, and syncs (how many commits were made only to sync the WAL after deferred ones, where
+-- the -wal file could not be synced directly; see SqliteStore::sync_wal).
 CREATE TABLE runner_state (
     key   TEXT PRIMARY KEY,
     value INTEGER NOT NULL
