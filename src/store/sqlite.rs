@@ -1050,11 +1050,14 @@ const CLOCK_HIGH_WATER: &str = "
 SELECT coalesce((SELECT value FROM runner_state WHERE key = 'clock_high_water'),
                 (SELECT value FROM runner_state WHERE key = 'last_tick_at'))";
 /// The oldest run kept (`job_runs_history`, read backwards).
+/// The run first in `job_runs_history`'s order, found before the join: written as a plain join,
+/// SQLite planned it, once `ANALYZE` had counted a large history, as a scan of every run per
+/// schedule and a sort (0.2 s at a million runs).
 const OLDEST_RUN: &str = concat!(
     run_brief!(),
     "
 FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-ORDER BY r.scheduled_for, r.id LIMIT 1"
+WHERE r.id = (SELECT id FROM job_runs ORDER BY scheduled_for, id LIMIT 1)"
 );
 /// Durations of recently finished attempts with their job (`job_attempts_finished`).
 const ATTEMPT_DURATIONS: &str = "
@@ -2440,6 +2443,54 @@ mod tests {
             syncs, None,
             "synced by a commit, not by an fsync of the WAL"
         );
+    }
+
+    /// The same, with the statistics `ANALYZE` gathers on a large history (a million runs, a
+    /// thousand schedules), which SQLite's planner weighs: no query may turn into a scan of every
+    /// run.
+    #[test]
+    fn observation_queries_use_indexes_on_an_analyzed_large_history() {
+        let (_dir, store) = store();
+        store
+            .conn
+            .execute_batch(
+                "ANALYZE;
+                 DELETE FROM sqlite_stat1;
+                 INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES
+                   ('job_definitions', 'job_definitions_due', '1000 1000'),
+                   ('job_definitions', 'sqlite_autoindex_job_definitions_1', '1000 1'),
+                   ('job_runs', 'job_runs_definition_status_history', '1000000 1000 1000 1 1 1'),
+                   ('job_runs', 'job_runs_status_history', '1000000 333334 1 1'),
+                   ('job_runs', 'job_runs_status', '1000000 333334 1'),
+                   ('job_runs', 'job_runs_history', '1000000 1 1'),
+                   ('job_runs', 'job_runs_definition_history', '1000000 1000 1'),
+                   ('job_runs', 'job_runs_one_per_instant', '1000000 1000 1'),
+                   ('job_runs', 'sqlite_autoindex_job_runs_1', '1000000 1');
+                 ANALYZE sqlite_schema;",
+            )
+            .expect("forge statistics");
+        for (name, sql) in [
+            ("oldest run", OLDEST_RUN),
+            ("oldest due", OLDEST_DUE),
+            ("running", RUNNING_RUNS),
+            ("dead recent", DEAD_RECENT),
+            ("job run stats", JOB_RUN_STATS),
+        ] {
+            let lines = plan(&store, sql);
+            assert!(
+                !lines.iter().any(|l| {
+                    l.contains("TEMP B-TREE FOR ORDER BY")
+                        && lines.iter().any(|l| {
+                            l.starts_with("SEARCH r USING INDEX job_runs_definition_history")
+                        })
+                }),
+                "{name}: reads every run of every schedule and sorts them: {lines:#?}"
+            );
+            assert!(
+                full_scans(&lines).iter().all(|l| l.starts_with("SCAN d")),
+                "{name}: full scan in {lines:#?}"
+            );
+        }
     }
 
     #[test]
