@@ -394,8 +394,9 @@ impl SqliteStore {
     /// same fsync, but holding the write lock). Every commit of this connection so far is then on
     /// disk: its frames are in the WAL, or a checkpoint copied them to the database file, and a
     /// checkpoint syncs the WAL before and the database file after. The directory is synced once
-    /// too, as SQLite does for a new WAL file. Without a WAL file to sync (it never is, while
-    /// this connection is open), a FULL commit does it.
+    /// too, as SQLite does for a new WAL file. Should the WAL file be missing (SQLite removes it
+    /// only when the last connection closes, so never while this one is open), a FULL commit
+    /// does it.
     fn sync_wal(&mut self) -> Result<()> {
         let Some(wal) = self.wal.as_mut() else {
             return self.sync_by_commit();
@@ -1049,10 +1050,9 @@ WHERE key IN ('last_tick_at', 'last_prune_at')";
 const CLOCK_HIGH_WATER: &str = "
 SELECT coalesce((SELECT value FROM runner_state WHERE key = 'clock_high_water'),
                 (SELECT value FROM runner_state WHERE key = 'last_tick_at'))";
-/// The oldest run kept (`job_runs_history`, read backwards).
-/// The run first in `job_runs_history`'s order, found before the join: written as a plain join,
-/// SQLite planned it, once `ANALYZE` had counted a large history, as a scan of every run per
-/// schedule and a sort (0.2 s at a million runs).
+/// The oldest run kept: the first in `job_runs_history`'s order, found before the join. As a
+/// plain join ordered and limited, SQLite planned it, once `ANALYZE` had counted a large
+/// history, as a scan of every run per schedule and a sort (0.2 s at a million runs).
 const OLDEST_RUN: &str = concat!(
     run_brief!(),
     "
