@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use anyhow::Result;
 use postgres::types::{ToSql, Type};
-use postgres::{Client, IsolationLevel, Row, Statement, Transaction};
+use postgres::{Client, GenericClient, IsolationLevel, Row, Statement, Transaction};
 
 use self::connect::Server;
 use super::JobRunStats;
@@ -119,12 +119,13 @@ impl Drop for Held<'_> {
 /// `sql` prepared once per connection. A statement given as text is prepared at every use (a
 /// round trip of its own before it runs); the statements a tick runs per job are prepared once,
 /// which halves the round trips per job.
-fn prepared(tx: &mut Transaction<'_>, sql: &str) -> Result<Statement> {
+/// Works in a transaction or on the connection itself (a statement alone is its own transaction).
+fn prepared(client: &mut impl GenericClient, sql: &str) -> Result<Statement> {
     let key = (CURRENT_CONNECTION.with(|c| c.get()), sql.to_string());
     if let Some(statement) = PREPARED.with(|p| p.borrow().get(&key).cloned()) {
         return Ok(statement);
     }
-    let statement = tx.prepare(sql)?;
+    let statement = client.prepare(sql)?;
     PREPARED.with(|p| p.borrow_mut().insert(key, statement.clone()));
     Ok(statement)
 }
@@ -1022,6 +1023,29 @@ WHERE r.id = picked.id AND d.id = r.definition_id AND r.status = 'pending'
 RETURNING r.id, r.definition_id, d.name, r.attempt, r.max_attempts, r.scheduled_for, r.command, r.workdir,
           r.timeout_secs, r.backoff_base_secs, r.backoff_max_secs, r.idempotency_key, r.lease_token, r.leftovers";
 
+/// `Store::record_starts` in one statement: each start's lease is extended if it is still held
+/// under its token and unexpired at `$7` (see the SQLite backend), and its attempt's process
+/// recorded only then; returns the runs whose start landed (both written). The attempt update
+/// reads `held`, so it runs after every lease is checked.
+const RECORD_STARTS_SQL: &str = "
+WITH s AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[])
+        AS s(run_id, lease_token, attempt, child_pid, child_start_time)
+), held AS (
+    UPDATE job_runs r SET lease_expires_at = $6, heartbeat_at = $7
+    FROM s
+    WHERE r.id = s.run_id AND r.lease_token = s.lease_token AND r.status = 'running'
+      AND r.lease_expires_at >= $7
+    RETURNING r.id
+), recorded AS (
+    UPDATE job_attempts a SET child_pid = s.child_pid, child_start_time = s.child_start_time
+    FROM s JOIN held ON held.id = s.run_id
+    WHERE a.run_id = s.run_id AND a.attempt = s.attempt AND a.lease_token = s.lease_token
+      AND a.finished_at IS NULL
+    RETURNING a.run_id
+)
+SELECT ARRAY(SELECT run_id FROM recorded)";
+
 /// Runs held by a paused schedule are not due work: a tick must not keep claiming for them.
 const MORE_DUE_SQL: &str = "
 SELECT EXISTS (SELECT 1 FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
@@ -1427,45 +1451,47 @@ impl Store for PostgresStore {
         if starts.is_empty() {
             return Ok(Vec::new());
         }
-        let landed = self.write(|tx| {
-            let mut landed = Vec::with_capacity(starts.len());
-            for start in starts {
-                // The lease must still be ours and unexpired (see the SQLite backend).
-                let extend = prepared(
-                    tx,
-                    "UPDATE job_runs SET lease_expires_at = $3, heartbeat_at = $4
-                     WHERE id = $1 AND lease_token = $2 AND status = 'running' AND lease_expires_at >= $4",
-                )?;
-                let held = tx.execute(
-                    &extend,
-                    &[&start.run_id, &start.lease_token.as_str(), &lease_expires_at, &now],
-                )?;
-                let record = prepared(
-                    tx,
-                    "UPDATE job_attempts SET child_pid = $4, child_start_time = $5
-                     WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL",
-                )?;
-                let recorded = held == 1
-                    && tx.execute(
-                        &record,
-                        &[
-                            &start.run_id,
-                            &i64::from(start.attempt),
-                            &start.lease_token.as_str(),
-                            &i64::from(start.child_pid),
-                            &start.child_start_time.map(|t| t as i64),
-                        ],
-                    )? == 1;
-                landed.push(if recorded {
+        let run_ids: Vec<i64> = starts.iter().map(|s| s.run_id).collect();
+        let tokens: Vec<&str> = starts.iter().map(|s| s.lease_token.as_str()).collect();
+        let attempts: Vec<i64> = starts.iter().map(|s| i64::from(s.attempt)).collect();
+        let pids: Vec<i64> = starts.iter().map(|s| i64::from(s.child_pid)).collect();
+        let start_times: Vec<Option<i64>> = starts
+            .iter()
+            .map(|s| s.child_start_time.map(|t| t as i64))
+            .collect();
+        // One statement, so one implicit transaction: committed synchronously, in one round
+        // trip whatever the number of starts.
+        let recorded: Vec<i64> = self.read(|client| {
+            let record = prepared(client, RECORD_STARTS_SQL)?;
+            let row = client.query_one(
+                &record,
+                &[
+                    &run_ids,
+                    &tokens,
+                    &attempts,
+                    &pids,
+                    &start_times,
+                    &lease_expires_at,
+                    &now,
+                ],
+            )?;
+            Ok(row.try_get(0)?)
+        })?;
+        let landed: Vec<Fenced> = run_ids
+            .iter()
+            .map(|id| {
+                if recorded.contains(id) {
                     Fenced::Applied
                 } else {
                     Fenced::LeaseLost
-                });
-            }
-            Ok(landed)
-        })?;
-        // Synchronous: every asynchronous commit before it is flushed too.
-        self.unsynced.set(false);
+                }
+            })
+            .collect();
+        // Synchronous: every asynchronous commit before it is flushed too, if it wrote (a
+        // transaction that changed nothing has no commit record to flush up to).
+        if !recorded.is_empty() {
+            self.unsynced.set(false);
+        }
         Ok(landed)
     }
 
