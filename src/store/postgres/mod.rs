@@ -35,8 +35,8 @@ use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
-    ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap, RunChange,
-    RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
+    EventKind, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap,
+    RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 
 /// What the `Store` trait's methods return: errors already classified (`Failure`), the server
@@ -299,7 +299,8 @@ impl PostgresStore {
         result.map_err(|e| self.classify(e).into())
     }
 
-    /// `claim`, or `claim_run` when `only` names the run: one claim, one statement.
+    /// `claim`, or `claim_run` when `only` names the run: one claim, one statement (its own
+    /// transaction, committed asynchronously: see `CLAIM_SQL`), one round trip.
     fn claim_where(
         &self,
         only: Option<i64>,
@@ -308,66 +309,59 @@ impl PostgresStore {
         lease_secs: i64,
         batch: usize,
     ) -> StoreResult<Claimed> {
-        let sql = CLAIM_SQL.replace("{only}", if only.is_some() { "AND r.id = $5" } else { "" });
-        self.write_with(Commit::Deferred, |tx| {
+        let sql = CLAIM_SQL.replace("{only}", if only.is_some() { "AND r.id = $11" } else { "" });
+        let (prefix, suffix) = claimed_detail(&actor.host);
+        // Set before: a failure leaves `sync` one needless commit, never a missed one.
+        self.unsynced.set(true);
+        self.read(|client| {
             let (lease_expires_at, batch) = (now + lease_secs, batch as i64);
-            let mut params: Params<'_> = vec![&actor.owner, &lease_expires_at, &now, &batch];
+            let (pid, start_time) = (i64::from(actor.pid), actor.start_time.map(|t| t as i64));
+            let kind = EventKind::Claimed.as_str();
+            let mut params: Params<'_> = vec![
+                &actor.owner,
+                &lease_expires_at,
+                &now,
+                &batch,
+                &actor.host,
+                &pid,
+                &start_time,
+                &kind,
+                &prefix,
+                &suffix,
+            ];
             if let Some(run_id) = &only {
                 params.push(run_id);
             }
-            let claim = prepared(tx, &sql)?;
-            let mut runs = tx
-                .query(&claim, &params)?
+            let claim = prepared(client, &sql)?;
+            let rows = client.query(&claim, &params)?;
+            let more_due = match rows.first() {
+                Some(row) => row.try_get(0)?,
+                None => anyhow::bail!("the claim returned no row"),
+            };
+            let mut runs = Vec::with_capacity(rows.len());
+            // The first row carries `more_due` alone when nothing was claimed.
+            for r in rows
                 .iter()
-                .map(|r| {
-                    let leftovers: String = r.try_get(13)?;
-                    Ok(ClaimedRun {
-                        run_id: r.try_get(0)?,
-                        definition_id: r.try_get(1)?,
-                        job_name: r.try_get(2)?,
-                        attempt: u32_at(r, 3)?,
-                        retry: RetryPolicy::from_secs(
-                            u32_at(r, 4)?,
-                            r.try_get(9)?,
-                            r.try_get(10)?,
-                        ),
-                        scheduled_for: r.try_get(5)?,
-                        command: r.try_get(6)?,
-                        workdir: r.try_get(7)?,
-                        timeout_secs: r.try_get(8)?,
-                        idempotency_key: r.try_get(11)?,
-                        lease_token: token_at(r, 12)?,
-                        leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
+                .filter(|r| matches!(r.try_get(1), Ok(Some::<i64>(_))))
+            {
+                let leftovers: String = r.try_get(14)?;
+                runs.push(ClaimedRun {
+                    run_id: r.try_get(1)?,
+                    definition_id: r.try_get(2)?,
+                    job_name: r.try_get(3)?,
+                    attempt: u32_at(r, 4)?,
+                    retry: RetryPolicy::from_secs(u32_at(r, 5)?, r.try_get(10)?, r.try_get(11)?),
+                    scheduled_for: r.try_get(6)?,
+                    command: r.try_get(7)?,
+                    workdir: r.try_get(8)?,
+                    timeout_secs: r.try_get(9)?,
+                    idempotency_key: r.try_get(12)?,
+                    lease_token: token_at(r, 13)?,
+                    leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
+                });
+            }
             // RETURNING gives no order: claim order is due order, ids break ties.
             runs.sort_by_key(|run| run.run_id);
-            for run in &runs {
-                let open_attempt = prepared(
-                    tx,
-                    "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time,
-                         lease_token, started_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )?;
-                tx.execute(
-                    &open_attempt,
-                    &[
-                        &run.run_id,
-                        &i64::from(run.attempt),
-                        &actor.owner,
-                        &actor.host,
-                        &i64::from(actor.pid),
-                        &actor.start_time.map(|t| t as i64),
-                        &run.lease_token.as_str(),
-                        &now,
-                    ],
-                )?;
-                let event = NewEvent::claimed(run.attempt, &actor.host);
-                insert_event(tx, run.run_id, now, actor, &event)?;
-            }
-            let more_due = prepared(tx, MORE_DUE_SQL)?;
-            let more_due: bool = tx.query_one(&more_due, &[&now])?.try_get(0)?;
             Ok(Claimed { runs, more_due })
         })
     }
@@ -1009,19 +1003,48 @@ WITH picked AS (
     ORDER BY r.run_at, r.id
     LIMIT $4
     FOR UPDATE OF r SKIP LOCKED
+), claimed AS (
+    UPDATE job_runs AS r
+    SET status = 'running',
+        owner = $1,
+        lease_token = replace(gen_random_uuid()::text, '-', ''),
+        lease_expires_at = $2,
+        heartbeat_at = $3,
+        attempt = r.attempt + 1,
+        started_at = coalesce(r.started_at, $3)
+    FROM picked, job_definitions d
+    WHERE r.id = picked.id AND d.id = r.definition_id AND r.status = 'pending'
+    RETURNING r.id, r.definition_id, d.name, r.attempt, r.max_attempts, r.scheduled_for, r.command, r.workdir,
+              r.timeout_secs, r.backoff_base_secs, r.backoff_max_secs, r.idempotency_key, r.lease_token, r.leftovers
+), attempts AS (
+    INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time, lease_token, started_at)
+    SELECT id, attempt, $1, $5, $6, $7, lease_token, $3 FROM claimed ORDER BY id
+), events AS (
+    INSERT INTO job_events (run_id, at, kind, actor, detail)
+    SELECT id, $3, $8, $1, $9::text || attempt || $10::text FROM claimed ORDER BY id
 )
-UPDATE job_runs AS r
-SET status = 'running',
-    owner = $1,
-    lease_token = replace(gen_random_uuid()::text, '-', ''),
-    lease_expires_at = $2,
-    heartbeat_at = $3,
-    attempt = r.attempt + 1,
-    started_at = coalesce(r.started_at, $3)
-FROM picked, job_definitions d
-WHERE r.id = picked.id AND d.id = r.definition_id AND r.status = 'pending'
-RETURNING r.id, r.definition_id, d.name, r.attempt, r.max_attempts, r.scheduled_for, r.command, r.workdir,
-          r.timeout_secs, r.backoff_base_secs, r.backoff_max_secs, r.idempotency_key, r.lease_token, r.leftovers";
+SELECT due.more, c.*
+FROM (SELECT set_config('synchronous_commit', 'off', true) AS deferred,
+             -- Runs held by a paused schedule are not due work: a tick must not keep claiming
+             -- for them. The statement's snapshot still sees the runs it claims as pending.
+             EXISTS (SELECT 1 FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+                     WHERE r.status = 'pending' AND r.run_at <= $3 AND d.paused = 0
+                       AND r.id NOT IN (SELECT id FROM claimed)) AS more) due
+LEFT JOIN claimed c ON true";
+
+/// `NewEvent::claimed`'s detail for `host`, split around the attempt number, so the claim's
+/// statement can write it for attempts it numbers itself (`prefix || attempt || suffix`).
+fn claimed_detail(host: &str) -> (String, String) {
+    const SENTINEL: u32 = u32::MAX;
+    let detail = NewEvent::claimed(SENTINEL, host).detail.to_string();
+    // Quotes inside a JSON string are escaped, so this key can only be the attempt's own.
+    let key = format!("\"attempt\":{SENTINEL}");
+    let at = detail
+        .find(&key)
+        .expect("the claimed event's detail holds its attempt");
+    let prefix = detail[..at + key.len() - SENTINEL.to_string().len()].to_string();
+    (prefix, detail[at + key.len()..].to_string())
+}
 
 /// `Store::record_starts` in one statement: each start's lease is extended if it is still held
 /// under its token and unexpired at `$7` (see the SQLite backend), and its attempt's process
@@ -1045,11 +1068,6 @@ WITH s AS (
     RETURNING a.run_id
 )
 SELECT ARRAY(SELECT run_id FROM recorded)";
-
-/// Runs held by a paused schedule are not due work: a tick must not keep claiming for them.
-const MORE_DUE_SQL: &str = "
-SELECT EXISTS (SELECT 1 FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-               WHERE r.status = 'pending' AND r.run_at <= $1 AND d.paused = 0)";
 
 /// The open attempt of a run, with what identifies its processes and its runner.
 const ATTEMPT_HOLDER: &str = "
@@ -2161,5 +2179,30 @@ impl Store for PostgresStore {
             )?;
             Ok(taken == 1)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::claimed_detail;
+    use crate::model::NewEvent;
+
+    #[test]
+    fn the_claim_writes_the_claimed_event_as_the_model_does() {
+        for host in [
+            "web-1",
+            "a\"attempt\":4294967295",
+            "tab\tquote\"back\\slash",
+            "é",
+        ] {
+            let (prefix, suffix) = claimed_detail(host);
+            for attempt in [1, 7, 42, u32::MAX] {
+                assert_eq!(
+                    format!("{prefix}{attempt}{suffix}"),
+                    NewEvent::claimed(attempt, host).detail.to_string(),
+                    "host {host:?}"
+                );
+            }
+        }
     }
 }
