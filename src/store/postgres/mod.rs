@@ -649,6 +649,126 @@ fn lock_dead_schedules(tx: &mut Transaction<'_>, ends: &[AttemptEnd]) -> Result<
     Ok(())
 }
 
+/// `Store::finish_attempts` for a group whose every lease is still held, in one statement (its
+/// own transaction: `FINISH_ALL_SQL`), committed as `commit` says. False, having written
+/// nothing, if a lease is not held: the caller then writes the group end by end.
+fn finish_all(
+    client: &mut Client,
+    ends: &[AttemptEnd],
+    actor: &Actor,
+    commit: Commit,
+) -> Result<bool> {
+    let column = |f: &dyn Fn(&AttemptEnd) -> i64| ends.iter().map(f).collect::<Vec<i64>>();
+    let run_ids = column(&|e| e.result.run_id);
+    let tokens: Vec<&str> = ends.iter().map(|e| e.result.lease_token.as_str()).collect();
+    let statuses: Vec<&str> = ends.iter().map(|e| e.run.status.as_str()).collect();
+    let run_ats: Vec<Option<i64>> = ends.iter().map(|e| e.run.run_at).collect();
+    let error_codes: Vec<Option<&str>> = ends.iter().map(|e| e.run.error_code.as_deref()).collect();
+    let error_details: Vec<Option<&str>> =
+        ends.iter().map(|e| e.run.error_detail.as_deref()).collect();
+    let finished_ats: Vec<Option<i64>> = ends.iter().map(|e| e.run.finished_at).collect();
+    let attempts = column(&|e| i64::from(e.result.attempt));
+    let ended_ats = column(&|e| e.result.finished_at);
+    let durations = column(&|e| e.result.duration_ms);
+    let outcomes: Vec<&str> = ends.iter().map(|e| e.outcome.as_str()).collect();
+    let exit_codes: Vec<Option<i64>> = ends
+        .iter()
+        .map(|e| e.result.exit_code.map(i64::from))
+        .collect();
+    let stdout_tails: Vec<&[u8]> = ends.iter().map(|e| &e.result.stdout_tail[..]).collect();
+    let stderr_tails: Vec<&[u8]> = ends.iter().map(|e| &e.result.stderr_tail[..]).collect();
+    let stdout_bytes = column(&|e| e.result.stdout_bytes as i64);
+    let stderr_bytes = column(&|e| e.result.stderr_bytes as i64);
+    let left_open: Vec<bool> = ends.iter().map(|e| e.result.attempt_left_open).collect();
+    let events = || {
+        ends.iter()
+            .flat_map(|e| e.events.iter().map(move |v| (e, v)))
+    };
+    let event_runs: Vec<i64> = events().map(|(e, _)| e.result.run_id).collect();
+    let event_ats: Vec<i64> = events().map(|(e, _)| e.result.finished_at).collect();
+    let event_kinds: Vec<&str> = events().map(|(_, v)| v.kind.as_str()).collect();
+    let event_details: Vec<String> = events().map(|(_, v)| v.detail.to_string()).collect();
+    let count = ends.len() as i64;
+    let synchronous_commit = (commit == Commit::Deferred).then_some("off");
+    let finish = prepared(client, FINISH_ALL_SQL)?;
+    let row = client.query_one(
+        &finish,
+        &[
+            &run_ids,
+            &tokens,
+            &statuses,
+            &run_ats,
+            &error_codes,
+            &error_details,
+            &finished_ats,
+            &attempts,
+            &ended_ats,
+            &durations,
+            &outcomes,
+            &exit_codes,
+            &stdout_tails,
+            &stderr_tails,
+            &stdout_bytes,
+            &stderr_bytes,
+            &left_open,
+            &event_runs,
+            &event_ats,
+            &event_kinds,
+            &event_details,
+            &actor.owner,
+            &count,
+            &synchronous_commit,
+        ],
+    )?;
+    Ok(row.try_get(1)?)
+}
+
+/// `finish_all`'s statement. `held` locks every run still held under its token (read committed:
+/// a run changed since the statement began is read as it is now); only if that is every one of
+/// them do the runs move to their end, their attempts close and their events go in, in order.
+/// The attempt is closed as `finish_in` closes it when the run write landed: unless it is left
+/// open for another host, or the run was cancelled (by this very write).
+const FINISH_ALL_SQL: &str = "
+WITH e AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
+                         $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[],
+                         $13::bytea[], $14::bytea[], $15::bigint[], $16::bigint[], $17::bool[])
+        AS e(run_id, lease_token, status, run_at, error_code, error_detail, finished_at, attempt,
+             ended_at, duration_ms, outcome, exit_code, stdout_tail, stderr_tail, stdout_bytes,
+             stderr_bytes, left_open)
+), held AS (
+    SELECT r.id FROM job_runs r JOIN e ON r.id = e.run_id
+    WHERE r.lease_token = e.lease_token AND r.status = 'running'
+    FOR UPDATE OF r
+), every AS (
+    SELECT count(*) = $23 AS held FROM held
+), finished AS (
+    UPDATE job_runs r SET status = e.status, run_at = coalesce(e.run_at, r.run_at), owner = NULL,
+        lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL, error_code = e.error_code,
+        error_detail = e.error_detail, finished_at = e.finished_at
+    FROM e
+    WHERE (SELECT held FROM every) AND r.id = e.run_id AND r.lease_token = e.lease_token
+      AND r.status = 'running'
+    RETURNING r.id
+), closed AS (
+    UPDATE job_attempts a SET finished_at = e.ended_at, duration_ms = e.duration_ms,
+        outcome = e.outcome, exit_code = e.exit_code, error_code = e.error_code,
+        error_detail = e.error_detail, stdout_tail = e.stdout_tail, stderr_tail = e.stderr_tail,
+        stdout_bytes = e.stdout_bytes, stderr_bytes = e.stderr_bytes
+    FROM e JOIN finished f ON f.id = e.run_id
+    WHERE a.run_id = e.run_id AND a.attempt = e.attempt AND a.lease_token = e.lease_token
+      AND a.finished_at IS NULL AND (NOT e.left_open OR e.status = 'cancelled')
+), events AS (
+    INSERT INTO job_events (run_id, at, kind, actor, detail)
+    SELECT v.run_id, v.at, v.kind, $22, v.detail
+    FROM unnest($18::bigint[], $19::bigint[], $20::text[], $21::text[]) WITH ORDINALITY
+        AS v(run_id, at, kind, detail, n)
+    WHERE v.run_id IN (SELECT id FROM finished)
+    ORDER BY v.n
+)
+SELECT set_config('synchronous_commit', coalesce($24, current_setting('synchronous_commit')), true),
+       (SELECT held FROM every)";
+
 /// One attempt's end within a group commit (see `Store::finish_attempt`).
 fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
     let (result, run) = (&end.result, &end.run);
@@ -1551,6 +1671,21 @@ impl Store for PostgresStore {
         actor: &Actor,
         commit: Commit,
     ) -> StoreResult<Vec<Fenced>> {
+        if ends.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The usual group (every lease held, nobody dead) in one statement, one round trip;
+        // anything else, or a group that statement leaves alone, end by end in one transaction.
+        let distinct: std::collections::HashSet<i64> =
+            ends.iter().map(|end| end.result.run_id).collect();
+        if distinct.len() == ends.len() && !ends.iter().any(|end| end.counts_dead) {
+            if commit == Commit::Deferred {
+                self.unsynced.set(true);
+            }
+            if self.read(|client| finish_all(client, ends, actor, commit))? {
+                return Ok(vec![Fenced::Applied; ends.len()]);
+            }
+        }
         self.write_with(commit, |tx| {
             lock_dead_schedules(tx, ends)?;
             ends.iter().map(|end| finish_in(tx, end, actor)).collect()
