@@ -1146,10 +1146,12 @@ WITH picked AS (
 SELECT due.more, c.*
 FROM (SELECT set_config('synchronous_commit', 'off', true) AS deferred,
              -- Runs held by a paused schedule are not due work: a tick must not keep claiming
-             -- for them. The statement's snapshot still sees the runs it claims as pending.
-             EXISTS (SELECT 1 FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-                     WHERE r.status = 'pending' AND r.run_at <= $3 AND d.paused = 0
-                       AND r.id NOT IN (SELECT id FROM claimed)) AS more) due
+             -- for them. The statement's snapshot still sees the runs it claims as pending; in
+             -- due order (the claim's index), they come first and are passed over.
+             (SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+              WHERE r.status = 'pending' AND r.run_at <= $3 AND d.paused = 0
+                AND r.id NOT IN (SELECT id FROM claimed)
+              ORDER BY r.run_at, r.id LIMIT 1) IS NOT NULL AS more) due
 LEFT JOIN claimed c ON true";
 
 /// `NewEvent::claimed`'s detail for `host`, split around the attempt number, so the claim's
