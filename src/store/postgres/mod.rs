@@ -130,6 +130,16 @@ fn prepared(client: &mut impl GenericClient, sql: &str) -> Result<Statement> {
     Ok(statement)
 }
 
+/// The one row `sql` returns, the statement prepared once per connection (`prepared`).
+fn query_one_prepared(
+    client: &mut impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Row> {
+    let statement = prepared(client, sql)?;
+    Ok(client.query_one(&statement, params)?)
+}
+
 impl PostgresStore {
     pub fn open(url: &str, shown: &str, mode: OpenMode) -> Result<PostgresStore> {
         let (client, server) = connect::connect(url, shown)?;
@@ -690,9 +700,9 @@ fn finish_all(
     let event_details: Vec<String> = events().map(|(_, v)| v.detail.to_string()).collect();
     let count = ends.len() as i64;
     let synchronous_commit = (commit == Commit::Deferred).then_some("off");
-    let finish = prepared(client, FINISH_ALL_SQL)?;
-    let row = client.query_one(
-        &finish,
+    let row = query_one_prepared(
+        client,
+        FINISH_ALL_SQL,
         &[
             &run_ids,
             &tokens,
@@ -1602,9 +1612,9 @@ impl Store for PostgresStore {
         // One statement, so one implicit transaction: committed synchronously, in one round
         // trip whatever the number of starts.
         let recorded: Vec<i64> = self.read(|client| {
-            let record = prepared(client, RECORD_STARTS_SQL)?;
-            let row = client.query_one(
-                &record,
+            let row = query_one_prepared(
+                client,
+                RECORD_STARTS_SQL,
                 &[
                     &run_ids,
                     &tokens,
