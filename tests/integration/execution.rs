@@ -541,6 +541,75 @@ fn completion_with_a_stale_lease_token_is_refused() {
     assert_untouched_by_stale_runner(&env, run_id, "succeeded");
 }
 
+/// Two jobs end while the tick is stopped, so one poll mostly records both ends together (its
+/// output readers, woken with it, may leave one for the next poll); one of them lost its lease
+/// meanwhile. Each end is fenced by its own token, grouped or not: the stale one is refused and
+/// leaves its run untouched, the other lands whole (run, attempt, event).
+#[test]
+fn ends_recorded_together_are_each_fenced_by_their_own_token() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let env = Env::init();
+    let mut strays = Strays::default();
+    let started = env.path("started");
+    let release = env.path("release");
+    let command = format!(
+        "touch {}.$RUNNER_RUN_ID; while [ ! -e {} ]; do sleep 0.01; done",
+        sh_quote(&started),
+        sh_quote(&release)
+    );
+    env.add("pair", &["--overlap", "allow"], &command);
+    let (stale, fresh) = (env.enqueue("pair"), env.enqueue("pair"));
+    // A long lease: no heartbeat comes before the ends are written.
+    let tick = Bg::spawn(&env, "tick", &["tick", "--lease", "60s"]);
+    let shells: Vec<u32> = [stale, fresh]
+        .iter()
+        .map(|run_id| {
+            let marker = format!("{}.{run_id}", started.display());
+            wait_until(Duration::from_secs(10), "both jobs to start", || {
+                std::path::Path::new(&marker).exists()
+            });
+            let shell = env.sql.query_i64(
+                "SELECT child_pid FROM job_attempts WHERE run_id = $1",
+                &[run_id],
+            ) as u32;
+            strays.group(shell);
+            shell
+        })
+        .collect();
+    forge_lease(&env, stale);
+    // Stopped, the tick cannot reap either job before both have ended.
+    let tick_pid = Pid::from_raw(tick.pid() as i32);
+    kill(tick_pid, Signal::SIGSTOP).expect("SIGSTOP the tick");
+    fs::write(&release, "").expect("release");
+    wait_until(Duration::from_secs(10), "both jobs to end", || {
+        shells.iter().all(|&shell| !process_alive(shell))
+    });
+    kill(tick_pid, Signal::SIGCONT).expect("SIGCONT the tick");
+    let out = tick.finish(Duration::from_secs(15));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    assert_untouched_by_stale_runner(&env, stale, "succeeded");
+    assert_eq!(status_of(&env, fresh), "succeeded");
+    let attempt = env.sql.query_row(
+        "SELECT outcome, CASE WHEN finished_at IS NULL THEN 0 ELSE 1 END FROM job_attempts
+         WHERE run_id = $1",
+        &[&fresh],
+    );
+    assert_eq!(
+        attempt,
+        [Val::Text("succeeded".into()), Val::Int(1)],
+        "outcome, closed"
+    );
+    let kinds = env.sql.query_column(
+        "SELECT kind FROM job_events WHERE run_id = $1 ORDER BY id",
+        &[&fresh],
+    );
+    let kinds: Vec<String> = kinds.iter().map(Val::string).collect();
+    assert_eq!(kinds, ["ENQUEUED", "CLAIMED", "SUCCEEDED"]);
+}
+
 #[test]
 fn heartbeat_that_finds_its_lease_taken_over_kills_the_job() {
     let env = Env::init();

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use anyhow::Result;
 use postgres::types::{ToSql, Type};
-use postgres::{Client, IsolationLevel, Row, Statement, Transaction};
+use postgres::{Client, GenericClient, IsolationLevel, Row, Statement, Transaction};
 
 use self::connect::Server;
 use super::JobRunStats;
@@ -35,8 +35,8 @@ use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
-    ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap, RunChange,
-    RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
+    EventKind, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap,
+    RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 
 /// What the `Store` trait's methods return: errors already classified (`Failure`), the server
@@ -120,14 +120,25 @@ impl Drop for Held<'_> {
 /// `sql` prepared once per connection. A statement given as text is prepared at every use (a
 /// round trip of its own before it runs); the statements a tick runs per job are prepared once,
 /// which halves the round trips per job.
-fn prepared(tx: &mut Transaction<'_>, sql: &str) -> Result<Statement> {
+/// Works in a transaction or on the connection itself (a statement alone is its own transaction).
+fn prepared(client: &mut impl GenericClient, sql: &str) -> Result<Statement> {
     let key = (CURRENT_CONNECTION.with(|c| c.get()), sql.to_string());
     if let Some(statement) = PREPARED.with(|p| p.borrow().get(&key).cloned()) {
         return Ok(statement);
     }
-    let statement = tx.prepare(sql)?;
+    let statement = client.prepare(sql)?;
     PREPARED.with(|p| p.borrow_mut().insert(key, statement.clone()));
     Ok(statement)
+}
+
+/// The one row `sql` returns, the statement prepared once per connection (`prepared`).
+fn query_one_prepared(
+    client: &mut impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Row> {
+    let statement = prepared(client, sql)?;
+    Ok(client.query_one(&statement, params)?)
 }
 
 impl PostgresStore {
@@ -299,7 +310,8 @@ impl PostgresStore {
         result.map_err(|e| self.classify(e).into())
     }
 
-    /// `claim`, or `claim_run` when `only` names the run: one claim, one statement.
+    /// `claim`, or `claim_run` when `only` names the run: one claim, one statement (its own
+    /// transaction, committed asynchronously: see `CLAIM_SQL`), one round trip.
     fn claim_where(
         &self,
         only: Option<i64>,
@@ -308,66 +320,59 @@ impl PostgresStore {
         lease_secs: i64,
         batch: usize,
     ) -> StoreResult<Claimed> {
-        let sql = CLAIM_SQL.replace("{only}", if only.is_some() { "AND r.id = $5" } else { "" });
-        self.write_with(Commit::Deferred, |tx| {
+        let sql = CLAIM_SQL.replace("{only}", if only.is_some() { "AND r.id = $11" } else { "" });
+        let (prefix, suffix) = claimed_detail(&actor.host);
+        // Set before: a failure leaves `sync` one needless commit, never a missed one.
+        self.unsynced.set(true);
+        self.read(|client| {
             let (lease_expires_at, batch) = (now + lease_secs, batch as i64);
-            let mut params: Params<'_> = vec![&actor.owner, &lease_expires_at, &now, &batch];
+            let (pid, start_time) = (i64::from(actor.pid), actor.start_time.map(|t| t as i64));
+            let kind = EventKind::Claimed.as_str();
+            let mut params: Params<'_> = vec![
+                &actor.owner,
+                &lease_expires_at,
+                &now,
+                &batch,
+                &actor.host,
+                &pid,
+                &start_time,
+                &kind,
+                &prefix,
+                &suffix,
+            ];
             if let Some(run_id) = &only {
                 params.push(run_id);
             }
-            let claim = prepared(tx, &sql)?;
-            let mut runs = tx
-                .query(&claim, &params)?
+            let claim = prepared(client, &sql)?;
+            let rows = client.query(&claim, &params)?;
+            let more_due = match rows.first() {
+                Some(row) => row.try_get(0)?,
+                None => anyhow::bail!("the claim returned no row"),
+            };
+            let mut runs = Vec::with_capacity(rows.len());
+            // The first row carries `more_due` alone when nothing was claimed.
+            for r in rows
                 .iter()
-                .map(|r| {
-                    let leftovers: String = r.try_get(13)?;
-                    Ok(ClaimedRun {
-                        run_id: r.try_get(0)?,
-                        definition_id: r.try_get(1)?,
-                        job_name: r.try_get(2)?,
-                        attempt: u32_at(r, 3)?,
-                        retry: RetryPolicy::from_secs(
-                            u32_at(r, 4)?,
-                            r.try_get(9)?,
-                            r.try_get(10)?,
-                        ),
-                        scheduled_for: r.try_get(5)?,
-                        command: r.try_get(6)?,
-                        workdir: r.try_get(7)?,
-                        timeout_secs: r.try_get(8)?,
-                        idempotency_key: r.try_get(11)?,
-                        lease_token: token_at(r, 12)?,
-                        leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
+                .filter(|r| matches!(r.try_get(1), Ok(Some::<i64>(_))))
+            {
+                let leftovers: String = r.try_get(14)?;
+                runs.push(ClaimedRun {
+                    run_id: r.try_get(1)?,
+                    definition_id: r.try_get(2)?,
+                    job_name: r.try_get(3)?,
+                    attempt: u32_at(r, 4)?,
+                    retry: RetryPolicy::from_secs(u32_at(r, 5)?, r.try_get(10)?, r.try_get(11)?),
+                    scheduled_for: r.try_get(6)?,
+                    command: r.try_get(7)?,
+                    workdir: r.try_get(8)?,
+                    timeout_secs: r.try_get(9)?,
+                    idempotency_key: r.try_get(12)?,
+                    lease_token: token_at(r, 13)?,
+                    leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
+                });
+            }
             // RETURNING gives no order: claim order is due order, ids break ties.
             runs.sort_by_key(|run| run.run_id);
-            for run in &runs {
-                let open_attempt = prepared(
-                    tx,
-                    "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time,
-                         lease_token, started_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )?;
-                tx.execute(
-                    &open_attempt,
-                    &[
-                        &run.run_id,
-                        &i64::from(run.attempt),
-                        &actor.owner,
-                        &actor.host,
-                        &i64::from(actor.pid),
-                        &actor.start_time.map(|t| t as i64),
-                        &run.lease_token.as_str(),
-                        &now,
-                    ],
-                )?;
-                let event = NewEvent::claimed(run.attempt, &actor.host);
-                insert_event(tx, run.run_id, now, actor, &event)?;
-            }
-            let more_due = prepared(tx, MORE_DUE_SQL)?;
-            let more_due: bool = tx.query_one(&more_due, &[&now])?.try_get(0)?;
             Ok(Claimed { runs, more_due })
         })
     }
@@ -654,6 +659,126 @@ fn lock_dead_schedules(tx: &mut Transaction<'_>, ends: &[AttemptEnd]) -> Result<
     }
     Ok(())
 }
+
+/// `Store::finish_attempts` for a group whose every lease is still held, in one statement (its
+/// own transaction: `FINISH_ALL_SQL`), committed as `commit` says. False, having written
+/// nothing, if a lease is not held: the caller then writes the group end by end.
+fn finish_all(
+    client: &mut Client,
+    ends: &[AttemptEnd],
+    actor: &Actor,
+    commit: Commit,
+) -> Result<bool> {
+    let column = |f: &dyn Fn(&AttemptEnd) -> i64| ends.iter().map(f).collect::<Vec<i64>>();
+    let run_ids = column(&|e| e.result.run_id);
+    let tokens: Vec<&str> = ends.iter().map(|e| e.result.lease_token.as_str()).collect();
+    let statuses: Vec<&str> = ends.iter().map(|e| e.run.status.as_str()).collect();
+    let run_ats: Vec<Option<i64>> = ends.iter().map(|e| e.run.run_at).collect();
+    let error_codes: Vec<Option<&str>> = ends.iter().map(|e| e.run.error_code.as_deref()).collect();
+    let error_details: Vec<Option<&str>> =
+        ends.iter().map(|e| e.run.error_detail.as_deref()).collect();
+    let finished_ats: Vec<Option<i64>> = ends.iter().map(|e| e.run.finished_at).collect();
+    let attempts = column(&|e| i64::from(e.result.attempt));
+    let ended_ats = column(&|e| e.result.finished_at);
+    let durations = column(&|e| e.result.duration_ms);
+    let outcomes: Vec<&str> = ends.iter().map(|e| e.outcome.as_str()).collect();
+    let exit_codes: Vec<Option<i64>> = ends
+        .iter()
+        .map(|e| e.result.exit_code.map(i64::from))
+        .collect();
+    let stdout_tails: Vec<&[u8]> = ends.iter().map(|e| &e.result.stdout_tail[..]).collect();
+    let stderr_tails: Vec<&[u8]> = ends.iter().map(|e| &e.result.stderr_tail[..]).collect();
+    let stdout_bytes = column(&|e| e.result.stdout_bytes as i64);
+    let stderr_bytes = column(&|e| e.result.stderr_bytes as i64);
+    let left_open: Vec<bool> = ends.iter().map(|e| e.result.attempt_left_open).collect();
+    let events = || {
+        ends.iter()
+            .flat_map(|e| e.events.iter().map(move |v| (e, v)))
+    };
+    let event_runs: Vec<i64> = events().map(|(e, _)| e.result.run_id).collect();
+    let event_ats: Vec<i64> = events().map(|(e, _)| e.result.finished_at).collect();
+    let event_kinds: Vec<&str> = events().map(|(_, v)| v.kind.as_str()).collect();
+    let event_details: Vec<String> = events().map(|(_, v)| v.detail.to_string()).collect();
+    let count = ends.len() as i64;
+    let synchronous_commit = (commit == Commit::Deferred).then_some("off");
+    let row = query_one_prepared(
+        client,
+        FINISH_ALL_SQL,
+        &[
+            &run_ids,
+            &tokens,
+            &statuses,
+            &run_ats,
+            &error_codes,
+            &error_details,
+            &finished_ats,
+            &attempts,
+            &ended_ats,
+            &durations,
+            &outcomes,
+            &exit_codes,
+            &stdout_tails,
+            &stderr_tails,
+            &stdout_bytes,
+            &stderr_bytes,
+            &left_open,
+            &event_runs,
+            &event_ats,
+            &event_kinds,
+            &event_details,
+            &actor.owner,
+            &count,
+            &synchronous_commit,
+        ],
+    )?;
+    Ok(row.try_get(1)?)
+}
+
+/// `finish_all`'s statement. `held` locks every run still held under its token (read committed:
+/// a run changed since the statement began is read as it is now); only if that is every one of
+/// them do the runs move to their end, their attempts close and their events go in, in order.
+/// The attempt is closed as `finish_in` closes it when the run write landed: unless it is left
+/// open for another host, or the run was cancelled (by this very write).
+const FINISH_ALL_SQL: &str = "
+WITH e AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
+                         $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::bigint[],
+                         $13::bytea[], $14::bytea[], $15::bigint[], $16::bigint[], $17::bool[])
+        AS e(run_id, lease_token, status, run_at, error_code, error_detail, finished_at, attempt,
+             ended_at, duration_ms, outcome, exit_code, stdout_tail, stderr_tail, stdout_bytes,
+             stderr_bytes, left_open)
+), held AS (
+    SELECT r.id FROM job_runs r JOIN e ON r.id = e.run_id
+    WHERE r.lease_token = e.lease_token AND r.status = 'running'
+    FOR UPDATE OF r
+), every AS (
+    SELECT count(*) = $23 AS held FROM held
+), finished AS (
+    UPDATE job_runs r SET status = e.status, run_at = coalesce(e.run_at, r.run_at), owner = NULL,
+        lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL, error_code = e.error_code,
+        error_detail = e.error_detail, finished_at = e.finished_at
+    FROM e
+    WHERE (SELECT held FROM every) AND r.id = e.run_id AND r.lease_token = e.lease_token
+      AND r.status = 'running'
+    RETURNING r.id
+), closed AS (
+    UPDATE job_attempts a SET finished_at = e.ended_at, duration_ms = e.duration_ms,
+        outcome = e.outcome, exit_code = e.exit_code, error_code = e.error_code,
+        error_detail = e.error_detail, stdout_tail = e.stdout_tail, stderr_tail = e.stderr_tail,
+        stdout_bytes = e.stdout_bytes, stderr_bytes = e.stderr_bytes
+    FROM e JOIN finished f ON f.id = e.run_id
+    WHERE a.run_id = e.run_id AND a.attempt = e.attempt AND a.lease_token = e.lease_token
+      AND a.finished_at IS NULL AND (NOT e.left_open OR e.status = 'cancelled')
+), events AS (
+    INSERT INTO job_events (run_id, at, kind, actor, detail)
+    SELECT v.run_id, v.at, v.kind, $22, v.detail
+    FROM unnest($18::bigint[], $19::bigint[], $20::text[], $21::text[]) WITH ORDINALITY
+        AS v(run_id, at, kind, detail, n)
+    WHERE v.run_id IN (SELECT id FROM finished)
+    ORDER BY v.n
+)
+SELECT set_config('synchronous_commit', coalesce($24, current_setting('synchronous_commit')), true),
+       (SELECT held FROM every)";
 
 /// One attempt's end within a group commit (see `Store::finish_attempt`).
 fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
@@ -1009,24 +1134,73 @@ WITH picked AS (
     ORDER BY r.run_at, r.id
     LIMIT $4
     FOR UPDATE OF r SKIP LOCKED
+), claimed AS (
+    UPDATE job_runs AS r
+    SET status = 'running',
+        owner = $1,
+        lease_token = replace(gen_random_uuid()::text, '-', ''),
+        lease_expires_at = $2,
+        heartbeat_at = $3,
+        attempt = r.attempt + 1,
+        started_at = coalesce(r.started_at, $3)
+    FROM picked, job_definitions d
+    WHERE r.id = picked.id AND d.id = r.definition_id AND r.status = 'pending'
+    RETURNING r.id, r.definition_id, d.name, r.attempt, r.max_attempts, r.scheduled_for, r.command, r.workdir,
+              r.timeout_secs, r.backoff_base_secs, r.backoff_max_secs, r.idempotency_key, r.lease_token, r.leftovers
+), attempts AS (
+    INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time, lease_token, started_at)
+    SELECT id, attempt, $1, $5, $6, $7, lease_token, $3 FROM claimed ORDER BY id
+), events AS (
+    INSERT INTO job_events (run_id, at, kind, actor, detail)
+    SELECT id, $3, $8, $1, $9::text || attempt || $10::text FROM claimed ORDER BY id
 )
-UPDATE job_runs AS r
-SET status = 'running',
-    owner = $1,
-    lease_token = replace(gen_random_uuid()::text, '-', ''),
-    lease_expires_at = $2,
-    heartbeat_at = $3,
-    attempt = r.attempt + 1,
-    started_at = coalesce(r.started_at, $3)
-FROM picked, job_definitions d
-WHERE r.id = picked.id AND d.id = r.definition_id AND r.status = 'pending'
-RETURNING r.id, r.definition_id, d.name, r.attempt, r.max_attempts, r.scheduled_for, r.command, r.workdir,
-          r.timeout_secs, r.backoff_base_secs, r.backoff_max_secs, r.idempotency_key, r.lease_token, r.leftovers";
+SELECT due.more, c.*
+FROM (SELECT set_config('synchronous_commit', 'off', true) AS deferred,
+             -- Runs held by a paused schedule are not due work: a tick must not keep claiming
+             -- for them. The statement's snapshot still sees the runs it claims as pending; in
+             -- due order (the claim's index), they come first and are passed over.
+             (SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+              WHERE r.status = 'pending' AND r.run_at <= $3 AND d.paused = 0
+                AND r.id NOT IN (SELECT id FROM claimed)
+              ORDER BY r.run_at, r.id LIMIT 1) IS NOT NULL AS more) due
+LEFT JOIN claimed c ON true";
 
-/// Runs held by a paused schedule are not due work: a tick must not keep claiming for them.
-const MORE_DUE_SQL: &str = "
-SELECT EXISTS (SELECT 1 FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-               WHERE r.status = 'pending' AND r.run_at <= $1 AND d.paused = 0)";
+/// `NewEvent::claimed`'s detail for `host`, split around the attempt number, so the claim's
+/// statement can write it for attempts it numbers itself (`prefix || attempt || suffix`).
+fn claimed_detail(host: &str) -> (String, String) {
+    const SENTINEL: u32 = u32::MAX;
+    let detail = NewEvent::claimed(SENTINEL, host).detail.to_string();
+    // Quotes inside a JSON string are escaped, so this key can only be the attempt's own.
+    let key = format!("\"attempt\":{SENTINEL}");
+    let at = detail
+        .find(&key)
+        .expect("the claimed event's detail holds its attempt");
+    let prefix = detail[..at + key.len() - SENTINEL.to_string().len()].to_string();
+    (prefix, detail[at + key.len()..].to_string())
+}
+
+/// `Store::record_starts` in one statement: each start's lease is extended if it is still held
+/// under its token and unexpired at `$7` (see the SQLite backend), and its attempt's process
+/// recorded only then; returns the runs whose start landed (both written). The attempt update
+/// reads `held`, so it runs after every lease is checked.
+const RECORD_STARTS_SQL: &str = "
+WITH s AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[])
+        AS s(run_id, lease_token, attempt, child_pid, child_start_time)
+), held AS (
+    UPDATE job_runs r SET lease_expires_at = $6, heartbeat_at = $7
+    FROM s
+    WHERE r.id = s.run_id AND r.lease_token = s.lease_token AND r.status = 'running'
+      AND r.lease_expires_at >= $7
+    RETURNING r.id
+), recorded AS (
+    UPDATE job_attempts a SET child_pid = s.child_pid, child_start_time = s.child_start_time
+    FROM s JOIN held ON held.id = s.run_id
+    WHERE a.run_id = s.run_id AND a.attempt = s.attempt AND a.lease_token = s.lease_token
+      AND a.finished_at IS NULL
+    RETURNING a.run_id
+)
+SELECT ARRAY(SELECT run_id FROM recorded)";
 
 /// The open attempt of a run, with what identifies its processes and its runner.
 const ATTEMPT_HOLDER: &str = "
@@ -1428,45 +1602,47 @@ impl Store for PostgresStore {
         if starts.is_empty() {
             return Ok(Vec::new());
         }
-        let landed = self.write(|tx| {
-            let mut landed = Vec::with_capacity(starts.len());
-            for start in starts {
-                // The lease must still be ours and unexpired (see the SQLite backend).
-                let extend = prepared(
-                    tx,
-                    "UPDATE job_runs SET lease_expires_at = $3, heartbeat_at = $4
-                     WHERE id = $1 AND lease_token = $2 AND status = 'running' AND lease_expires_at >= $4",
-                )?;
-                let held = tx.execute(
-                    &extend,
-                    &[&start.run_id, &start.lease_token.as_str(), &lease_expires_at, &now],
-                )?;
-                let record = prepared(
-                    tx,
-                    "UPDATE job_attempts SET child_pid = $4, child_start_time = $5
-                     WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL",
-                )?;
-                let recorded = held == 1
-                    && tx.execute(
-                        &record,
-                        &[
-                            &start.run_id,
-                            &i64::from(start.attempt),
-                            &start.lease_token.as_str(),
-                            &i64::from(start.child_pid),
-                            &start.child_start_time.map(|t| t as i64),
-                        ],
-                    )? == 1;
-                landed.push(if recorded {
+        let run_ids: Vec<i64> = starts.iter().map(|s| s.run_id).collect();
+        let tokens: Vec<&str> = starts.iter().map(|s| s.lease_token.as_str()).collect();
+        let attempts: Vec<i64> = starts.iter().map(|s| i64::from(s.attempt)).collect();
+        let pids: Vec<i64> = starts.iter().map(|s| i64::from(s.child_pid)).collect();
+        let start_times: Vec<Option<i64>> = starts
+            .iter()
+            .map(|s| s.child_start_time.map(|t| t as i64))
+            .collect();
+        // One statement, so one implicit transaction: committed synchronously, in one round
+        // trip whatever the number of starts.
+        let recorded: Vec<i64> = self.read(|client| {
+            let row = query_one_prepared(
+                client,
+                RECORD_STARTS_SQL,
+                &[
+                    &run_ids,
+                    &tokens,
+                    &attempts,
+                    &pids,
+                    &start_times,
+                    &lease_expires_at,
+                    &now,
+                ],
+            )?;
+            Ok(row.try_get(0)?)
+        })?;
+        let landed: Vec<Fenced> = run_ids
+            .iter()
+            .map(|id| {
+                if recorded.contains(id) {
                     Fenced::Applied
                 } else {
                     Fenced::LeaseLost
-                });
-            }
-            Ok(landed)
-        })?;
-        // Synchronous: every asynchronous commit before it is flushed too.
-        self.unsynced.set(false);
+                }
+            })
+            .collect();
+        // Synchronous: every asynchronous commit before it is flushed too, if it wrote (a
+        // transaction that changed nothing has no commit record to flush up to).
+        if !recorded.is_empty() {
+            self.unsynced.set(false);
+        }
         Ok(landed)
     }
 
@@ -1508,6 +1684,21 @@ impl Store for PostgresStore {
         actor: &Actor,
         commit: Commit,
     ) -> StoreResult<Vec<Fenced>> {
+        if ends.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The usual group (every lease held, nobody dead) in one statement, one round trip;
+        // anything else, or a group that statement leaves alone, end by end in one transaction.
+        let distinct: std::collections::HashSet<i64> =
+            ends.iter().map(|end| end.result.run_id).collect();
+        if distinct.len() == ends.len() && !ends.iter().any(|end| end.counts_dead) {
+            if commit == Commit::Deferred {
+                self.unsynced.set(true);
+            }
+            if self.read(|client| finish_all(client, ends, actor, commit))? {
+                return Ok(vec![Fenced::Applied; ends.len()]);
+            }
+        }
         self.write_with(commit, |tx| {
             lock_dead_schedules(tx, ends)?;
             ends.iter().map(|end| finish_in(tx, end, actor)).collect()
@@ -2140,5 +2331,30 @@ impl Store for PostgresStore {
             )?;
             Ok(taken == 1)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::claimed_detail;
+    use crate::model::NewEvent;
+
+    #[test]
+    fn the_claim_writes_the_claimed_event_as_the_model_does() {
+        for host in [
+            "web-1",
+            "a\"attempt\":4294967295",
+            "tab\tquote\"back\\slash",
+            "é",
+        ] {
+            let (prefix, suffix) = claimed_detail(host);
+            for attempt in [1, 7, 42, u32::MAX] {
+                assert_eq!(
+                    format!("{prefix}{attempt}{suffix}"),
+                    NewEvent::claimed(attempt, host).detail.to_string(),
+                    "host {host:?}"
+                );
+            }
+        }
     }
 }
