@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::Context;
 use rusqlite::types::{FromSql, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{
-    named_params, params, Connection, OpenFlags, OptionalExtension, Row, Transaction,
-    TransactionBehavior,
+    named_params, params, CachedStatement, Connection, OpenFlags, OptionalExtension, Row,
+    Statement, Transaction, TransactionBehavior,
 };
 
 use super::sqlite_files as files;
@@ -746,55 +746,102 @@ fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>
     Ok(Fenced::Applied)
 }
 
-/// One schedule's materialisation inside the caller's transaction: compare-and-swap its cursor,
-/// then insert the planned runs (each once per instant) with their events.
-fn materialize_in(
-    tx: &Connection,
-    cursor: CursorMove,
-    now: i64,
-    actor: &Actor,
-    plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
-) -> Result<usize> {
-    let moved = tx
-        .prepare_cached(
-            "UPDATE job_definitions SET materialized_through = ?4, next_fire_at = ?5
-             WHERE id = ?1 AND materialized_through = ?2 AND revision = ?3 AND paused = 0",
-        )?
-        .execute(params![
+/// The columns of `job_definitions` a run copies (`Snapshot`), in the order of the run's own.
+macro_rules! snapshot_columns {
+    () => {
+        "command, workdir, max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, leftovers, timezone"
+    };
+}
+const SNAPSHOT_LEN: usize = 8;
+
+const MOVE_CURSOR: &str = "UPDATE job_definitions SET materialized_through = ?4, next_fire_at = ?5
+WHERE id = ?1 AND materialized_through = ?2 AND revision = ?3 AND paused = 0";
+/// A schedule's snapshot, and its running run (for the overlap policy), if any.
+const SNAPSHOT_AND_RUNNING: &str = concat!(
+    "SELECT ",
+    snapshot_columns!(),
+    ",
+    (SELECT id FROM job_runs WHERE definition_id = ?1 AND status = 'running' ORDER BY id LIMIT 1)
+FROM job_definitions WHERE id = ?1"
+);
+/// A plain `VALUES` insert, without `RETURNING` (nor `INSERT ... SELECT`): SQLite copies every
+/// page such a statement touches into a statement journal (one run touches a dozen b-trees).
+const INSERT_RUN: &str = concat!(
+    "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, idempotency_key,
+    skip_reason, created_at, finished_at, ",
+    snapshot_columns!(),
+    ")
+VALUES (?1, ?2, ?3, ?4, ?3, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING"
+);
+const INSERT_EVENT: &str =
+    "INSERT INTO job_events (run_id, at, kind, actor, detail) VALUES (?1, ?2, ?3, ?4, ?5)";
+
+/// The statements of materialising, looked up once per transaction rather than once per run
+/// (a cached statement is found by hashing its text).
+struct Materializer<'c> {
+    conn: &'c Connection,
+    move_cursor: CachedStatement<'c>,
+    snapshot: CachedStatement<'c>,
+    insert_run: CachedStatement<'c>,
+    insert_event: CachedStatement<'c>,
+}
+
+impl<'c> Materializer<'c> {
+    fn new(conn: &'c Connection) -> rusqlite::Result<Self> {
+        Ok(Materializer {
+            conn,
+            move_cursor: conn.prepare_cached(MOVE_CURSOR)?,
+            snapshot: conn.prepare_cached(SNAPSHOT_AND_RUNNING)?,
+            insert_run: conn.prepare_cached(INSERT_RUN)?,
+            insert_event: conn.prepare_cached(INSERT_EVENT)?,
+        })
+    }
+
+    /// One schedule's materialisation inside the caller's transaction: compare-and-swap its
+    /// cursor, then insert the planned runs (each once per instant) with their events.
+    fn materialize(
+        &mut self,
+        cursor: CursorMove,
+        now: i64,
+        actor: &Actor,
+        plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
+    ) -> Result<usize> {
+        let moved = self.move_cursor.execute(params![
             cursor.definition_id,
             cursor.expected_through,
             cursor.expected_revision,
             cursor.new_through,
             cursor.next_fire_at
         ])?;
-    if moved == 0 {
-        return Ok(0); // another tick materialised these instants, or the schedule changed
-    }
-    // What each run copies of its schedule, read after the cursor moved in this transaction,
-    // with the schedule's running run (for the overlap policy), if any.
-    let (snapshot, running) = tx
-        .prepare_cached(&format!(
-            "SELECT {SNAPSHOT_COLUMNS},
-                 (SELECT id FROM job_runs WHERE definition_id = ?1 AND status = 'running' ORDER BY id LIMIT 1)
-             FROM job_definitions WHERE id = ?1"
-        ))?
-        .query_row([cursor.definition_id], |r| {
-            Ok((Snapshot::from_row(r)?, r.get::<_, Option<i64>>(SNAPSHOT_LEN)?))
-        })?;
-    let mut inserted = 0;
-    for run in plan(running) {
-        if let Some(run_id) = insert_run(tx, cursor.definition_id, &snapshot, &run, now)? {
-            inserted += 1;
-            insert_event(tx, run_id, now, actor, &run.event())?;
+        if moved == 0 {
+            return Ok(0); // another tick materialised these instants, or the schedule changed
         }
+        // What each run copies of its schedule, read after the cursor moved in this transaction.
+        let (snapshot, running) = self.snapshot.query_row([cursor.definition_id], |r| {
+            Ok((
+                Snapshot::from_row(r)?,
+                r.get::<_, Option<i64>>(SNAPSHOT_LEN)?,
+            ))
+        })?;
+        let mut inserted = 0;
+        for run in plan(running) {
+            let id = insert_run(
+                &mut self.insert_run,
+                self.conn,
+                cursor.definition_id,
+                &snapshot,
+                &run,
+                now,
+            )?;
+            if let Some(run_id) = id {
+                inserted += 1;
+                insert_event_with(&mut self.insert_event, run_id, now, actor, &run.event())?;
+            }
+        }
+        Ok(inserted)
     }
-    Ok(inserted)
 }
-
-/// The columns of `job_definitions` a run copies (`Snapshot`), in the order of the run's own.
-const SNAPSHOT_COLUMNS: &str =
-    "command, workdir, max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, leftovers, timezone";
-const SNAPSHOT_LEN: usize = 8;
 
 /// A schedule's command and policies as a new run copies them, values as stored.
 struct Snapshot([rusqlite::types::Value; SNAPSHOT_LEN]);
@@ -811,8 +858,10 @@ impl Snapshot {
     /// Schedule `definition_id`'s snapshot; `None` when it is gone.
     fn read(tx: &Connection, definition_id: i64) -> Result<Option<Snapshot>> {
         Ok(tx
-            .prepare_cached(&format!(
-                "SELECT {SNAPSHOT_COLUMNS} FROM job_definitions WHERE id = ?1"
+            .prepare_cached(concat!(
+                "SELECT ",
+                snapshot_columns!(),
+                " FROM job_definitions WHERE id = ?1"
             ))?
             .query_row([definition_id], Snapshot::from_row)
             .optional()?)
@@ -827,10 +876,24 @@ fn insert_event(
     actor: &Actor,
     event: &NewEvent,
 ) -> Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO job_events (run_id, at, kind, actor, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![
+    insert_event_with(
+        &mut *tx.prepare_cached(INSERT_EVENT)?,
+        run_id,
+        at,
+        actor,
+        event,
+    )
+}
+
+/// `insert_event` with its statement (`INSERT_EVENT`) prepared by the caller.
+fn insert_event_with(
+    insert: &mut Statement<'_>,
+    run_id: i64,
+    at: i64,
+    actor: &Actor,
+    event: &NewEvent,
+) -> Result<()> {
+    insert.execute(params![
         run_id,
         at,
         event.kind.as_str(),
@@ -840,12 +903,12 @@ fn insert_event(
     Ok(())
 }
 
-/// Insert a run of definition `definition_id` with its `snapshot`, as `run` says; `None` when
-/// its instant already has a schedule run (one run per instant). A plain `VALUES` insert, without
-/// `RETURNING`: SQLite copies every page such a statement touches into a statement journal
-/// (one run touches a dozen b-trees), which was a tenth of materialising.
+/// Insert a run of definition `definition_id` with its `snapshot`, as `run` says, by `insert`
+/// (`INSERT_RUN`) on `conn`; `None` when its instant already has a schedule run (one run per
+/// instant).
 fn insert_run(
-    tx: &Connection,
+    insert: &mut Statement<'_>,
+    conn: &Connection,
     definition_id: i64,
     snapshot: &Snapshot,
     run: &NewRun,
@@ -855,32 +918,25 @@ fn insert_run(
     let finished_at = status.is_final().then_some(now);
     let [command, workdir, max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, leftovers, timezone] =
         &snapshot.0;
-    let inserted = tx
-        .prepare_cached(&format!(
-            "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, idempotency_key,
-                 skip_reason, created_at, finished_at, {SNAPSHOT_COLUMNS})
-             VALUES (?1, ?2, ?3, ?4, ?3, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
-             ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING"
-        ))?
-        .execute(params![
-            definition_id,
-            run.trigger.as_str(),
-            run.scheduled_for,
-            status.as_str(),
-            run.idempotency_key,
-            run.skip_reason,
-            now,
-            finished_at,
-            command,
-            workdir,
-            max_attempts,
-            timeout_secs,
-            backoff_base_secs,
-            backoff_max_secs,
-            leftovers,
-            timezone,
-        ])?;
-    Ok((inserted == 1).then(|| tx.last_insert_rowid()))
+    let inserted = insert.execute(params![
+        definition_id,
+        run.trigger.as_str(),
+        run.scheduled_for,
+        status.as_str(),
+        run.idempotency_key,
+        run.skip_reason,
+        now,
+        finished_at,
+        command,
+        workdir,
+        max_attempts,
+        timeout_secs,
+        backoff_base_secs,
+        backoff_max_secs,
+        leftovers,
+        timezone,
+    ])?;
+    Ok((inserted == 1).then(|| conn.last_insert_rowid()))
 }
 
 fn status_from(index: usize, text: String) -> rusqlite::Result<RunStatus> {
@@ -1473,7 +1529,7 @@ impl Store for SqliteStore {
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> Result<usize> {
         let tx = self.write_with(Commit::Deferred)?;
-        let inserted = materialize_in(&tx, cursor, now, actor, plan)?;
+        let inserted = Materializer::new(&tx)?.materialize(cursor, now, actor, plan)?;
         tx.commit()?;
         Ok(inserted)
     }
@@ -1490,10 +1546,12 @@ impl Store for SqliteStore {
         // a tenth of the whole cost, for a failure that almost never happens.)
         let all = (|| {
             let tx = self.write_with(Commit::Deferred)?;
+            let mut materializer = Materializer::new(&tx)?;
             let inserted = batch
                 .iter_mut()
-                .map(|m| materialize_in(&tx, m.cursor, now, actor, &mut m.plan))
+                .map(|m| materializer.materialize(m.cursor, now, actor, &mut m.plan))
                 .collect::<Result<Vec<_>>>()?;
+            drop(materializer);
             tx.commit()?;
             Ok::<_, anyhow::Error>(inserted)
         })();
@@ -1741,9 +1799,11 @@ impl Store for SqliteStore {
                 run.idempotency_key
             )
         })?;
-        let run_id = insert_run(&tx, definition_id, &snapshot, run, now)?.ok_or_else(|| {
-            anyhow::anyhow!("run {} exists already", run.idempotency_key)
-        })?;
+        let mut insert = tx.prepare_cached(INSERT_RUN)?;
+        let run_id = insert_run(&mut insert, &tx, definition_id, &snapshot, run, now)?;
+        drop(insert);
+        let run_id =
+            run_id.ok_or_else(|| anyhow::anyhow!("run {} exists already", run.idempotency_key))?;
         insert_event(&tx, run_id, now, actor, &run.event())?;
         tx.commit()?;
         Ok(run_id)
