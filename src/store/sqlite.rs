@@ -1494,16 +1494,19 @@ impl Store for SqliteStore {
     }
 
     fn due_definitions(&self, now: i64) -> Result<Vec<DefinitionRow>> {
-        // The first half is served by `job_definitions_due`. The second reads the (small) table
-        // for rows whose due-ness cannot be judged, so a damaged one is reported every tick
-        // rather than silently never due; `definition_from_row` reports them damaged.
+        // The first half is served by `job_definitions_due`, in its order. The second reads the
+        // (small) table for rows whose due-ness cannot be judged, so a damaged one is reported
+        // every tick rather than silently never due; `definition_from_row` reports them
+        // damaged. UNION ALL, with the second half leaving out the rows of the first: a UNION
+        // would sort every due row to find duplicates (a tenth of materialising 100,000).
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {DEFINITION_COLUMNS} FROM job_definitions
              WHERE paused = 0 AND next_fire_at <= ?1
-             UNION
+             UNION ALL
              SELECT {DEFINITION_COLUMNS} FROM job_definitions
-             WHERE typeof(paused) <> 'integer' OR paused NOT IN (0, 1)
-                OR typeof(next_fire_at) NOT IN ('integer', 'null')
+             WHERE (typeof(paused) <> 'integer' OR paused NOT IN (0, 1)
+                    OR typeof(next_fire_at) NOT IN ('integer', 'null'))
+               AND NOT coalesce(paused = 0 AND next_fire_at <= ?1, 0)
              ORDER BY next_fire_at, id"
         ))?;
         let rows = stmt.query_map([now], |row| Ok(definition_from_row(row)))?;
