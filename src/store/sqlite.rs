@@ -778,9 +778,11 @@ const INSERT_EVENT: &str =
     "INSERT INTO job_events (run_id, at, kind, actor, detail) VALUES (?1, ?2, ?3, ?4, ?5)";
 
 /// The statements of materialising, looked up once per transaction rather than once per run
-/// (a cached statement is found by hashing its text).
+/// (a cached statement is found by hashing its text), and the time and actor of its writes.
 struct Materializer<'c> {
     conn: &'c Connection,
+    now: i64,
+    actor: &'c Actor,
     move_cursor: CachedStatement<'c>,
     snapshot: CachedStatement<'c>,
     insert_run: CachedStatement<'c>,
@@ -788,9 +790,11 @@ struct Materializer<'c> {
 }
 
 impl<'c> Materializer<'c> {
-    fn new(conn: &'c Connection) -> rusqlite::Result<Self> {
+    fn new(conn: &'c Connection, now: i64, actor: &'c Actor) -> rusqlite::Result<Self> {
         Ok(Materializer {
             conn,
+            now,
+            actor,
             move_cursor: conn.prepare_cached(MOVE_CURSOR)?,
             snapshot: conn.prepare_cached(SNAPSHOT_AND_RUNNING)?,
             insert_run: conn.prepare_cached(INSERT_RUN)?,
@@ -800,13 +804,12 @@ impl<'c> Materializer<'c> {
 
     /// One schedule's materialisation inside the caller's transaction: compare-and-swap its
     /// cursor, then insert the planned runs (each once per instant) with their events.
-    fn materialize(
+    fn write(
         &mut self,
         cursor: CursorMove,
-        now: i64,
-        actor: &Actor,
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> Result<usize> {
+        let (now, actor) = (self.now, self.actor);
         let moved = self.move_cursor.execute(params![
             cursor.definition_id,
             cursor.expected_through,
@@ -1532,7 +1535,7 @@ impl Store for SqliteStore {
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> Result<usize> {
         let tx = self.write_with(Commit::Deferred)?;
-        let inserted = Materializer::new(&tx)?.materialize(cursor, now, actor, plan)?;
+        let inserted = Materializer::new(&tx, now, actor)?.write(cursor, plan)?;
         tx.commit()?;
         Ok(inserted)
     }
@@ -1549,10 +1552,10 @@ impl Store for SqliteStore {
         // a tenth of the whole cost, for a failure that almost never happens.)
         let all = (|| {
             let tx = self.write_with(Commit::Deferred)?;
-            let mut materializer = Materializer::new(&tx)?;
+            let mut materializer = Materializer::new(&tx, now, actor)?;
             let inserted = batch
                 .iter_mut()
-                .map(|m| materializer.materialize(m.cursor, now, actor, &mut m.plan))
+                .map(|m| materializer.write(m.cursor, &mut m.plan))
                 .collect::<Result<Vec<_>>>()?;
             drop(materializer);
             tx.commit()?;
