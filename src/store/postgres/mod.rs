@@ -49,6 +49,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0002_run_zone.sql"),
     include_str!("../../../migrations/postgres/0003_pause_until.sql"),
     include_str!("../../../migrations/postgres/0004_dead_per_job.sql"),
+    include_str!("../../../migrations/postgres/0005_status_index_finished.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
