@@ -4,14 +4,16 @@
 //! Schedules are written `MATERIALIZE_BATCH` to a transaction (each with its own
 //! compare-and-swap): one commit per batch, not one per schedule.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use anyhow::Result;
+use chrono::{DateTime, Utc};
 
 use super::Tick;
 use crate::clock::{from_epoch, Now};
-use crate::model::{Actor, Cursor, Definition, NewRun, Overlap, Settings};
+use crate::model::{Actor, CatchUp, Cursor, Definition, NewRun, Overlap, Settings};
 use crate::schedule::{plan_catch_up, Decision, Timing};
 use crate::store::{
     Applied, CursorMove, DefinitionChanges, Materialization, Store, MATERIALIZE_BATCH,
@@ -89,7 +91,7 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
         match row {
             Ok(definition) => match timings
                 .of(&definition)
-                .and_then(|timing| plan(&definition, &timing, now))
+                .map(|planner| plan(&definition, &planner, now))
             {
                 Ok(m) => {
                     names.push(definition.name);
@@ -131,19 +133,87 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
 }
 
 /// Parsed timings by expression and zone: schedules often share one, and parsing it was most of
-/// the CPU a schedule's materialisation cost.
+/// the CPU a schedule's materialisation cost. Each also keeps the plans made with it this tick.
 #[derive(Default)]
-struct Timings(HashMap<(String, String), Rc<Timing>>);
+struct Timings(HashMap<String, HashMap<String, Rc<Planner>>>);
 
 impl Timings {
-    fn of(&mut self, d: &Definition) -> Result<Rc<Timing>> {
-        let key = (d.settings.cron.clone(), d.settings.timezone.clone());
-        if let Some(timing) = self.0.get(&key) {
-            return Ok(Rc::clone(timing));
+    fn of(&mut self, d: &Definition) -> Result<Rc<Planner>> {
+        let (cron, zone) = (&d.settings.cron, &d.settings.timezone);
+        if let Some(planner) = self.0.get(cron).and_then(|zones| zone_planner(zones, zone)) {
+            return Ok(planner);
         }
-        let timing = Rc::new(d.settings.timing()?);
-        self.0.insert(key, Rc::clone(&timing));
-        Ok(timing)
+        let planner = Rc::new(Planner {
+            timing: d.settings.timing()?,
+            plans: RefCell::default(),
+        });
+        let zones = self.0.entry(cron.clone()).or_default();
+        zones.insert(zone.clone(), Rc::clone(&planner));
+        Ok(planner)
+    }
+}
+
+fn zone_planner(zones: &HashMap<String, Rc<Planner>>, zone: &str) -> Option<Rc<Planner>> {
+    zones.get(zone).map(Rc::clone)
+}
+
+/// One timing, and the plans made with it during one tick. Planning depends only on the timing,
+/// the cursor, the catch-up policy with its grace, and `now` (the same for the whole tick), so
+/// schedules that share all of them (thousands of schedules due at the same minute, with the same
+/// expression) share one plan: the fire times are walked and the catch-up decided once.
+struct Planner {
+    timing: Timing,
+    plans: RefCell<HashMap<PlanKey, Rc<Planned>>>,
+}
+
+/// The cursor, the catch-up policy and its grace in seconds.
+type PlanKey = (i64, CatchUp, i64);
+
+/// The instants a cursor's schedule handles at `now`, each run or skipped by its catch-up
+/// policy, and where its cursor moves.
+struct Planned {
+    instants: Vec<(DateTime<Utc>, Decision)>,
+    new_through: i64,
+    next_fire_at: Option<i64>,
+}
+
+impl Planner {
+    fn plan(&self, through: i64, settings: &Settings, now: Now) -> Rc<Planned> {
+        let key = (through, settings.catch_up, settings.grace_secs);
+        if let Some(planned) = self.plans.borrow().get(&key) {
+            return Rc::clone(planned);
+        }
+        let planned = Rc::new(self.plan_anew(through, settings, now));
+        self.plans.borrow_mut().insert(key, Rc::clone(&planned));
+        planned
+    }
+
+    fn plan_anew(&self, through: i64, settings: &Settings, now: Now) -> Planned {
+        let timing = &self.timing;
+        let new_through = through.max(now.secs());
+        let due = timing.cron.fire_times_between(
+            timing.tz,
+            from_epoch(through),
+            now.time(),
+            INSTANTS_RECORDED_LIMIT,
+        );
+        let grace = std::time::Duration::from_secs(settings.grace_secs.max(0) as u64);
+        let mut instants = plan_catch_up(&due.instants, now.time(), settings.catch_up, grace);
+        // The oldest recorded instant tells of the older ones that were not recorded at all
+        // (only when it is itself skipped: a run is never turned into a skip to carry the note).
+        if let Some((_, Decision::Skip(reason))) =
+            instants.first_mut().filter(|_| due.older_dropped > 0)
+        {
+            reason.push_str(&format!(
+                "; {} older missed instants were not recorded",
+                due.older_dropped
+            ));
+        }
+        Planned {
+            instants,
+            new_through,
+            next_fire_at: timing.next_after(new_through),
+        }
     }
 }
 
@@ -159,42 +229,28 @@ pub fn materialize_definition(
     if d.settings.paused || d.next_fire_at.is_none_or(|next| next > now.secs()) {
         return Ok(0);
     }
-    let mut m = plan(d, &d.settings.timing()?, now)?;
+    let planner = Timings::default().of(d)?;
+    let mut m = plan(d, &planner, now);
     Ok(store.materialize(m.cursor, now.secs(), actor, &mut m.plan)?)
 }
 
 /// What materialising `d` at `now` writes: its cursor move, and its runs by its catch-up and
 /// overlap policies.
-fn plan(d: &Definition, timing: &Timing, now: Now) -> Result<Materialization> {
-    let through = d.materialized_through;
-    let new_through = through.max(now.secs());
-    let due = timing.cron.fire_times_between(
-        timing.tz,
-        from_epoch(through),
-        now.time(),
-        INSTANTS_RECORDED_LIMIT,
-    );
-    let grace = std::time::Duration::from_secs(d.settings.grace_secs.max(0) as u64);
-    let mut plan = plan_catch_up(&due.instants, now.time(), d.settings.catch_up, grace);
-    // The oldest recorded instant tells of the older ones that were not recorded at all (only
-    // when it is itself skipped: a run is never turned into a skip to carry the note).
-    if let Some((_, Decision::Skip(reason))) = plan.first_mut().filter(|_| due.older_dropped > 0) {
-        reason.push_str(&format!(
-            "; {} older missed instants were not recorded",
-            due.older_dropped
-        ));
-    }
+fn plan(d: &Definition, planner: &Planner, now: Now) -> Materialization {
+    let planned = planner.plan(d.materialized_through, &d.settings, now);
     let cursor = CursorMove {
         definition_id: d.id,
-        expected_through: through,
+        expected_through: d.materialized_through,
         expected_revision: d.revision,
-        new_through,
-        next_fire_at: timing.next_after(new_through),
+        new_through: planned.new_through,
+        next_fire_at: planned.next_fire_at,
     };
     let overlap = d.settings.overlap;
     let name = d.name.clone();
     let plan = Box::new(move |running: Option<i64>| {
-        plan.iter()
+        planned
+            .instants
+            .iter()
             .map(|(at, decision)| {
                 let skip_reason = match (decision, running) {
                     (Decision::Skip(reason), _) => Some(reason.clone()),
@@ -207,5 +263,5 @@ fn plan(d: &Definition, timing: &Timing, now: Now) -> Result<Materialization> {
             })
             .collect()
     });
-    Ok(Materialization { cursor, plan })
+    Materialization { cursor, plan }
 }

@@ -50,6 +50,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0003_pause_until.sql"),
     include_str!("../../../migrations/postgres/0004_dead_per_job.sql"),
     include_str!("../../../migrations/postgres/0005_metrics_covering.sql"),
+    include_str!("../../../migrations/postgres/0006_status_index_finished.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
@@ -882,10 +883,9 @@ fn insert_event(
     Ok(())
 }
 
-/// Insert a run of definition `definition_id`, copying the schedule's command and policies, as
-/// `run` says; `None` when its instant already has a schedule run (one run per instant).
 /// `Store::materialize` within `tx`: the compare-and-swap on the cursor, then the runs `plan`
-/// returns, each with its event.
+/// returns, each with its event. One round trip for the cursor (with the schedule's running run)
+/// and one per run (with its event), where it took two of each.
 fn materialize_in(
     tx: &mut Transaction<'_>,
     cursor: CursorMove,
@@ -894,13 +894,15 @@ fn materialize_in(
     plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
 ) -> Result<usize> {
     // The compare-and-swap: a racing tick waits for this row's lock, then finds the cursor moved
-    // and changes nothing.
+    // and changes nothing (no row). The running run, if any, is read in the same statement.
     let move_cursor = prepared(
         tx,
-        "UPDATE job_definitions SET materialized_through = $4, next_fire_at = $5
-         WHERE id = $1 AND materialized_through = $2 AND revision = $3 AND paused = 0",
+        "UPDATE job_definitions d SET materialized_through = $4, next_fire_at = $5
+         WHERE id = $1 AND materialized_through = $2 AND revision = $3 AND paused = 0
+         RETURNING (SELECT r.id FROM job_runs r
+                    WHERE r.definition_id = d.id AND r.status = 'running' ORDER BY r.id LIMIT 1)",
     )?;
-    let moved = tx.execute(
+    let Some(moved) = tx.query_opt(
         &move_cursor,
         &[
             &cursor.definition_id,
@@ -909,46 +911,49 @@ fn materialize_in(
             &cursor.new_through,
             &cursor.next_fire_at,
         ],
-    )?;
-    if moved == 0 {
+    )?
+    else {
         return Ok(0);
-    }
-    let running_run = prepared(
-        tx,
-        "SELECT id FROM job_runs WHERE definition_id = $1 AND status = 'running' ORDER BY id LIMIT 1",
-    )?;
-    let running: Option<i64> = tx
-        .query_opt(&running_run, &[&cursor.definition_id])?
-        .map(|r| r.try_get(0))
-        .transpose()?;
+    };
+    let running: Option<i64> = moved.try_get(0)?;
     let mut inserted = 0;
     for run in plan(running) {
-        if let Some(run_id) = insert_run(tx, cursor.definition_id, &run, now)? {
+        if insert_run(tx, cursor.definition_id, &run, now, actor)?.is_some() {
             inserted += 1;
-            insert_event(tx, run_id, now, actor, &run.event())?;
         }
     }
     Ok(inserted)
 }
 
+/// Insert a run of definition `definition_id`, copying the schedule's command and policies, as
+/// `run` says, with its `NewRun::event()`, in one statement; `None` when its instant already has
+/// a schedule run (one run per instant) or the schedule is gone.
 fn insert_run(
     tx: &mut Transaction<'_>,
     definition_id: i64,
     run: &NewRun,
     now: i64,
+    actor: &Actor,
 ) -> Result<Option<i64>> {
     let status = run.status();
     let finished_at = status.is_final().then_some(now);
+    let event = run.event();
     let insert = prepared(
         tx,
-        "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
-             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
-             skip_reason, created_at, finished_at, leftovers, timezone)
-         SELECT id, $1::text, $2::bigint, $3::text, $2::bigint, command, workdir, max_attempts, timeout_secs,
-             backoff_base_secs, backoff_max_secs, $4::text, $5::text, $6::bigint, $7::bigint, leftovers, timezone
-         FROM job_definitions WHERE id = $8
-         ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
-         RETURNING id",
+        "WITH run AS (
+             INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
+                 max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
+                 skip_reason, created_at, finished_at, leftovers, timezone)
+             SELECT id, $1::text, $2::bigint, $3::text, $2::bigint, command, workdir, max_attempts, timeout_secs,
+                 backoff_base_secs, backoff_max_secs, $4::text, $5::text, $6::bigint, $7::bigint, leftovers, timezone
+             FROM job_definitions WHERE id = $8
+             ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
+             RETURNING id
+         ), event AS (
+             INSERT INTO job_events (run_id, at, kind, actor, detail)
+             SELECT id, $6::bigint, $9::text, $10::text, $11::text FROM run
+         )
+         SELECT id FROM run",
     )?;
     let row = tx.query_opt(
         &insert,
@@ -961,6 +966,9 @@ fn insert_run(
             &now,
             &finished_at,
             &definition_id,
+            &event.kind.as_str(),
+            &actor.owner,
+            &event.detail.to_string(),
         ],
     )?;
     Ok(row.map(|r| r.try_get(0)).transpose()?)
@@ -1788,13 +1796,12 @@ impl Store for PostgresStore {
         actor: &Actor,
     ) -> StoreResult<i64> {
         self.write(|tx| {
-            let run_id = insert_run(tx, definition_id, run, now)?.ok_or_else(|| {
+            let run_id = insert_run(tx, definition_id, run, now, actor)?.ok_or_else(|| {
                 anyhow::anyhow!(
                     "the schedule of run {} was removed meanwhile",
                     run.idempotency_key
                 )
             })?;
-            insert_event(tx, run_id, now, actor, &run.event())?;
             Ok(run_id)
         })
     }
