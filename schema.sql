@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 8.
+-- Schema version 7.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -95,9 +95,7 @@ CREATE INDEX job_runs_pending_by_definition ON job_runs (definition_id, run_at, 
 -- History, per schedule and overall, newest first; status filters.
 CREATE INDEX job_runs_definition_history ON job_runs (definition_id, scheduled_for DESC);
 CREATE INDEX job_runs_history ON job_runs (scheduled_for DESC, id DESC);
--- Finished runs by state and end: prune, recent dead runs. Runs not finished are left out, so
--- making and claiming a run write one index fewer. (0008)
-CREATE INDEX job_runs_status ON job_runs (status, finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX job_runs_status ON job_runs (status, finished_at);
 -- history --status S [NAME]: newest first within one status (and one schedule). (0002)
 CREATE INDEX job_runs_status_history ON job_runs (status, scheduled_for DESC, id DESC);
 -- metrics: runs per status and the latest finish, per schedule (finished_at makes it covering).

@@ -40,7 +40,6 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0005_pause_until.sql"),
     include_str!("../../migrations/0006_dead_per_job.sql"),
     include_str!("../../migrations/0007_metrics_covering.sql"),
-    include_str!("../../migrations/0008_status_index_finished.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);

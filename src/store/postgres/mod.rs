@@ -50,7 +50,6 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0003_pause_until.sql"),
     include_str!("../../../migrations/postgres/0004_dead_per_job.sql"),
     include_str!("../../../migrations/postgres/0005_metrics_covering.sql"),
-    include_str!("../../../migrations/postgres/0006_status_index_finished.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
