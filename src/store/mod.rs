@@ -781,16 +781,29 @@ pub trait Store {
         actor: &Actor,
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> Result<usize>;
-    /// `materialize` for several schedules in one transaction. Each keeps its own
-    /// compare-and-swap on its cursor; a schedule whose step fails is undone and reported alone
-    /// (the others still commit). Per schedule, in order: the runs inserted (0 if another tick got there
-    /// first), or its error. The default commits each schedule on its own.
+    /// `materialize` for several schedules in one transaction, all or nothing: each keeps its
+    /// own compare-and-swap on its cursor, and any failure (a bad schedule, a deadlock with a
+    /// racing transaction) leaves nothing of the batch written. Per schedule, in order: the runs
+    /// inserted (0 if another tick got there first).
+    fn materialize_together(
+        &mut self,
+        batch: &mut [Materialization],
+        now: i64,
+        actor: &Actor,
+    ) -> Result<Vec<usize>>;
+    /// `materialize` for several schedules, in one transaction when they all succeed; should any
+    /// fail, each is written again in its own transaction, so only the failing one fails (a
+    /// savepoint per schedule would cost every schedule, for a failure that almost never
+    /// happens). Per schedule, in order: the runs inserted, or its error.
     fn materialize_batch(
         &mut self,
-        batch: Vec<Materialization>,
+        mut batch: Vec<Materialization>,
         now: i64,
         actor: &Actor,
     ) -> Result<Vec<Result<usize>>> {
+        if let Ok(inserted) = self.materialize_together(&mut batch, now, actor) {
+            return Ok(inserted.into_iter().map(Ok).collect());
+        }
         Ok(batch
             .into_iter()
             .map(|mut m| self.materialize(m.cursor, now, actor, &mut m.plan))

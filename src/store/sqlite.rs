@@ -1632,34 +1632,23 @@ impl Store for SqliteStore {
         Ok(inserted)
     }
 
-    fn materialize_batch(
+    fn materialize_together(
         &mut self,
-        mut batch: Vec<Materialization>,
+        batch: &mut [Materialization],
         now: i64,
         actor: &Actor,
-    ) -> Result<Vec<Result<usize>>> {
-        // All in one transaction. Should any schedule fail, nothing of the batch is kept and each
-        // schedule is written again in its own transaction, so only the failing one fails. (Not
-        // a savepoint per schedule: that copies every page it touches into a statement journal,
-        // a tenth of the whole cost, for a failure that almost never happens.)
-        let all = (|| {
-            let tx = self.write_with(Commit::Deferred)?;
-            let mut materializer = Materializer::new(&tx, now, actor)?;
-            let inserted = batch
-                .iter_mut()
-                .map(|m| materializer.write(m.cursor, &mut m.plan))
-                .collect::<Result<Vec<_>>>()?;
-            drop(materializer);
-            tx.commit()?;
-            Ok::<_, anyhow::Error>(inserted)
-        })();
-        if let Ok(inserted) = all {
-            return Ok(inserted.into_iter().map(Ok).collect());
-        }
-        Ok(batch
-            .into_iter()
-            .map(|mut m| self.materialize(m.cursor, now, actor, &mut m.plan))
-            .collect())
+    ) -> Result<Vec<usize>> {
+        // One transaction, no savepoint per schedule: a savepoint copies every page it touches
+        // into a statement journal, a tenth of the whole cost.
+        let tx = self.write_with(Commit::Deferred)?;
+        let mut materializer = Materializer::new(&tx, now, actor)?;
+        let inserted = batch
+            .iter_mut()
+            .map(|m| materializer.write(m.cursor, &mut m.plan))
+            .collect::<Result<Vec<_>>>()?;
+        drop(materializer);
+        tx.commit()?;
+        Ok(inserted)
     }
 
     fn expired_leases(&self, now: i64, limit: usize) -> Result<Vec<ExpiredLease>> {

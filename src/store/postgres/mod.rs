@@ -1518,28 +1518,18 @@ impl Store for PostgresStore {
         })
     }
 
-    fn materialize_batch(
+    fn materialize_together(
         &mut self,
-        mut batch: Vec<Materialization>,
+        batch: &mut [Materialization],
         now: i64,
         actor: &Actor,
-    ) -> StoreResult<Vec<StoreResult<usize>>> {
-        // All in one transaction. Should any schedule fail (or the batch meet a racing
-        // transaction in a deadlock), nothing of the batch is kept and each schedule is written
-        // again in its own transaction, so only the failing one fails.
-        let all = self.write_with(Commit::Deferred, |tx| {
+    ) -> StoreResult<Vec<usize>> {
+        self.write_with(Commit::Deferred, |tx| {
             batch
                 .iter_mut()
                 .map(|m| materialize_in(tx, m.cursor, now, actor, &mut m.plan))
                 .collect::<Result<Vec<_>>>()
-        });
-        if let Ok(inserted) = all {
-            return Ok(inserted.into_iter().map(Ok).collect());
-        }
-        Ok(batch
-            .into_iter()
-            .map(|mut m| self.materialize(m.cursor, now, actor, &mut m.plan))
-            .collect())
+        })
     }
 
     fn expired_leases(&self, now: i64, limit: usize) -> StoreResult<Vec<ExpiredLease>> {
