@@ -339,12 +339,49 @@ fn tls_when_the_url_asks_for_it() {
         eprintln!("skipped: the test server has no TLS");
         return;
     }
-    let require = format!("{}?sslmode=require", env.url);
-    env.ok(&["--db", &require, "status"]);
-    // The test server's certificate is self-signed: verifying it fails, exit 4.
-    let verify = format!("{}?sslmode=verify-full", env.url);
-    let err = env.fails(4, &["--db", &verify, "status"]);
-    assert!(err.contains("certificate"), "{err}");
+    // The server's certificate names `localhost` and comes from a CA the system does not trust.
+    let on = |host: &str, mode: &str| {
+        let url = env.url.replacen("127.0.0.1", host, 1);
+        format!("{url}?sslmode={mode}")
+    };
+    let status_with = |url: &str, trusted: bool| {
+        let mut cmd = env.cmd();
+        cmd.env_remove("SSL_CERT_DIR").args(["--db", url, "status"]);
+        match std::env::var("RUNNER_TEST_PG_CA") {
+            Ok(ca) if trusted => cmd.env("SSL_CERT_FILE", ca),
+            _ => cmd.env_remove("SSL_CERT_FILE"),
+        };
+        cmd.output().expect("run")
+    };
+    let succeeds = |out: &Output| {
+        assert!(out.status.success(), "stderr: {}", stderr(out));
+    };
+    let refused = |out: &Output, why: &str| {
+        assert_eq!(out.status.code(), Some(4), "stderr: {}", stderr(out));
+        assert!(stderr(out).contains(why), "{}", stderr(out));
+    };
+    // `require` encrypts and checks nothing; the verifying modes refuse an unknown CA.
+    succeeds(&status_with(&on("127.0.0.1", "require"), false));
+    refused(
+        &status_with(&on("localhost", "verify-full"), false),
+        "certificate",
+    );
+    refused(
+        &status_with(&on("localhost", "verify-ca"), false),
+        "certificate",
+    );
+    let Ok(_) = std::env::var("RUNNER_TEST_PG_CA") else {
+        eprintln!("skipped the rest: the test server's CA is unknown");
+        return;
+    };
+    // With the CA trusted: `verify-ca` takes the certificate whatever host it names,
+    // `verify-full` only for the host it names.
+    succeeds(&status_with(&on("127.0.0.1", "verify-ca"), true));
+    succeeds(&status_with(&on("localhost", "verify-full"), true));
+    refused(
+        &status_with(&on("127.0.0.1", "verify-full"), true),
+        "certificate",
+    );
 }
 
 /// `runner ARGS` as a tick on another host: in a UTS namespace of its own whose host name is

@@ -54,6 +54,19 @@ postgres_free_port() {
     return 1
 }
 
+# A CA (in DIR) and a server certificate for `localhost` signed by it (in DATA, where the server
+# looks for server.crt and server.key).
+postgres_certificates() {
+    local dir="$1" data="$2"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=runner-test-ca \
+        -keyout "$dir/ca.key" -out "$dir/ca.crt" >/dev/null 2>&1 &&
+        openssl req -newkey rsa:2048 -nodes -subj /CN=localhost \
+            -keyout "$data/server.key" -out "$dir/server.csr" >/dev/null 2>&1 &&
+        printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n' >"$dir/server.ext" &&
+        openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+            -CAcreateserial -days 2 -extfile "$dir/server.ext" -out "$data/server.crt" >/dev/null 2>&1
+}
+
 postgres_start() {
     POSTGRES_BIN="$(postgres_bin_dir)" || return 1
     [ -n "$POSTGRES_BIN" ] || return 1
@@ -69,16 +82,17 @@ local all all                 trust
 host  all runner_pw 127.0.0.1/32 scram-sha-256
 host  all all       127.0.0.1/32 trust
 HBA
-    # TLS with a self-signed certificate, so `sslmode=require` can be tested (and `verify-full`
-    # refused); without the openssl program the server runs without TLS.
+    # TLS with a certificate for `localhost` from a throw-away CA, so every `sslmode` can be
+    # tested: `require` takes any certificate; `verify-ca` and `verify-full` refuse it unless the
+    # CA is trusted (RUNNER_TEST_PG_CA, given as SSL_CERT_FILE); `verify-full` also wants the
+    # host named. Without the openssl program the server runs without TLS.
     local ssl="-c ssl=off"
-    if command -v openssl >/dev/null 2>&1 && openssl req -x509 -newkey rsa:2048 -nodes -days 2 \
-        -subj /CN=localhost -keyout "$POSTGRES_DIR/data/server.key" -out "$POSTGRES_DIR/data/server.crt" \
-        >/dev/null 2>&1; then
+    if command -v openssl >/dev/null 2>&1 && postgres_certificates "$POSTGRES_DIR" "$POSTGRES_DIR/data"; then
         chmod 0600 "$POSTGRES_DIR/data/server.key"
         [ "$(id -u)" = 0 ] && chown nobody "$POSTGRES_DIR/data/server.key" "$POSTGRES_DIR/data/server.crt"
         ssl="-c ssl=on"
         export RUNNER_TEST_PG_TLS=1
+        export RUNNER_TEST_PG_CA="$POSTGRES_DIR/ca.crt"
     fi
     # fsync off: a test server that is thrown away needs no durability, and the machine is slow.
     # A benchmark measures what users get: the defaults.

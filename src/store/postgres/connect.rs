@@ -2,14 +2,21 @@
 //! TCP timeouts), TLS when the URL asks for it, the password from the URL, `PGPASSWORD` or the
 //! password file, and errors that name the server and the cause but never the password.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
 use postgres::config::Host;
 use postgres::error::SqlState;
 use postgres::{Client, Config};
-use postgres_openssl::MakeTlsConnector;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::{self, CryptoProvider};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::pgpass;
 use crate::exit::Failure;
@@ -215,19 +222,135 @@ fn password_for(config: &Config, server: &Server) -> Option<String> {
     pgpass::lookup(&pgpass::default_path()?, &target)
 }
 
-fn tls_connector(verify: Verify) -> Result<MakeTlsConnector, openssl::error::ErrorStack> {
-    let mut builder = SslConnector::builder(SslMethod::tls())?;
-    if verify == Verify::Nothing {
-        builder.set_verify(SslVerifyMode::NONE);
+/// The TLS side of a connection (rustls, so the binary needs no system OpenSSL and starts
+/// faster). `sslmode` `require` (and `prefer`) encrypts without checking the certificate, as
+/// libpq does; `verify-ca` checks that it chains to one of the system's trusted roots;
+/// `verify-full` checks that and that it names the host.
+fn tls_connector(verify: Verify) -> Result<MakeRustlsConnect, String> {
+    let provider = Arc::new(crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let config = match verify {
+        Verify::Nothing => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(CheckNothing(provider))),
+        Verify::Chain => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(CheckChain(system_verifier(provider)?))),
+        Verify::ChainAndHost => builder.with_webpki_verifier(system_verifier(provider)?),
+    };
+    Ok(MakeRustlsConnect::new(config.with_no_client_auth()))
+}
+
+/// The standard certificate check against the system's trusted roots (`/etc/ssl/certs`, or
+/// `SSL_CERT_FILE` / `SSL_CERT_DIR`, where OpenSSL looks too).
+fn system_verifier(provider: Arc<CryptoProvider>) -> Result<Arc<WebPkiServerVerifier>, String> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    let (added, _unparsable) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found
+            .errors
+            .first()
+            .map_or(String::new(), |e| format!(": {e}"));
+        return Err(format!(
+            "no trusted root certificates found on this system{why}"
+        ));
     }
-    let mut connector = MakeTlsConnector::new(builder.build());
-    if verify != Verify::ChainAndHost {
-        connector.set_callback(|connect, _| {
-            connect.set_verify_hostname(false);
-            Ok(())
-        });
+    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// `verify-ca`: the full check, except that the certificate need not name the host.
+#[derive(Debug)]
+struct CheckChain(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for CheckChain {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        // The name is checked last, once the chain is known good.
+        let checked =
+            self.0
+                .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);
+        match checked {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
     }
-    Ok(connector)
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// `require`: encrypt, but accept whatever certificate the server shows (libpq's meaning). The
+/// handshake's signatures are still checked against that certificate.
+#[derive(Debug)]
+struct CheckNothing(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for CheckNothing {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        crypto::verify_tls12_signature(message, cert, dss, algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        crypto::verify_tls13_signature(message, cert, dss, algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// A connection that could not be made: exit 4 (unreachable, refused, no such database, bad
