@@ -234,9 +234,13 @@ pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
 /// Spawn the claimed runs at their gate, record their starts in one transaction, and release the
 /// ones whose start landed; the others never run their command.
 fn start_all(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>, supervisor: &mut Supervisor) {
+    let specs: Vec<JobSpec> = runs
+        .iter()
+        .map(|run| job_spec(tick, run, &supervisor.identity))
+        .collect();
     let mut spawned = Vec::with_capacity(runs.len());
-    for run in runs {
-        match RunningJob::spawn(&job_spec(tick, &run, &supervisor.identity)) {
+    for (run, job) in runs.into_iter().zip(RunningJob::spawn_all(&specs)) {
+        match job {
             Ok(job) => spawned.push(Active {
                 run,
                 job,
