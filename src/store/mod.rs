@@ -887,6 +887,22 @@ pub trait Store {
         actor: &Actor,
         commit: Commit,
     ) -> Result<Vec<Fenced>>;
+    /// A supervisor's round: `finish_attempts(ends, actor, Deferred)`, then `claim(actor, now,
+    /// lease_secs, batch)` for the slots they freed. Each keeps its own result: the ends land
+    /// even when the claim fails. Provided as the two calls; SQLite overrides it with one
+    /// transaction for both (one turn at its single write lock instead of two, the turn that
+    /// concurrent ticks queue for), falling back to the two calls if that transaction fails.
+    fn finish_then_claim(
+        &mut self,
+        ends: &[AttemptEnd],
+        actor: &Actor,
+        now: i64,
+        lease_secs: i64,
+        batch: usize,
+    ) -> (Result<Vec<Fenced>>, Result<Claimed>) {
+        let finished = self.finish_attempts(ends, actor, Commit::Deferred);
+        (finished, self.claim(actor, now, lease_secs, batch))
+    }
     /// Make every commit this store made so far durable (one durable commit, if any `Deferred`
     /// one came after the last durable one; nothing otherwise).
     fn sync(&mut self) -> Result<()>;

@@ -445,73 +445,86 @@ impl SqliteStore {
         lease_secs: i64,
         batch: usize,
     ) -> Result<Claimed> {
-        let sql = CLAIM_SQL.replace(
-            "{only}",
-            if only.is_some() {
-                "AND r.id = :run_id"
-            } else {
-                ""
-            },
-        );
         let tx = self.write_with(Commit::Deferred)?;
-        let runs: Vec<ClaimedRun> = {
-            let mut stmt = tx.prepare_cached(&sql)?;
-            let lease_expires_at = now + lease_secs;
-            let batch = batch as i64;
-            let mut params = named_params! {
-                ":owner": actor.owner,
-                ":lease_expires_at": lease_expires_at,
-                ":now": now,
-                ":batch": batch,
-            }
-            .to_vec();
-            if let Some(run_id) = &only {
-                params.push((":run_id", run_id as &dyn ToSql));
-            }
-            let rows = stmt.query_map(params.as_slice(), |r| {
-                let leftovers: String = r.get(13)?;
-                Ok(ClaimedRun {
-                    run_id: r.get(0)?,
-                    definition_id: r.get(1)?,
-                    job_name: r.get(2)?,
-                    attempt: r.get(3)?,
-                    retry: RetryPolicy::from_secs(r.get(4)?, r.get(9)?, r.get(10)?),
-                    scheduled_for: r.get(5)?,
-                    command: r.get(6)?,
-                    workdir: r.get(7)?,
-                    timeout_secs: r.get(8)?,
-                    idempotency_key: r.get(11)?,
-                    lease_token: r.get(12)?,
-                    leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
-                })
-            })?;
-            rows.collect::<rusqlite::Result<_>>()?
-        };
-        for run in &runs {
-            tx.prepare_cached(
-                "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time, lease_token,
-                     started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                run.run_id,
-                run.attempt,
-                actor.owner,
-                actor.host,
-                actor.pid,
-                actor.start_time.map(|t| t as i64),
-                run.lease_token,
-                now
-            ])?;
-            let event = NewEvent::claimed(run.attempt, &actor.host);
-            insert_event(&tx, run.run_id, now, actor, &event)?;
-        }
-        let more_due: bool = tx
-            .prepare_cached(MORE_DUE_SQL)?
-            .query_row([now], |r| r.get(0))?;
+        let claimed = claim_in(&tx, only, actor, now, lease_secs, batch)?;
         tx.commit()?;
-        Ok(Claimed { runs, more_due })
+        Ok(claimed)
     }
+}
+
+/// The claim's statements (see `Store::claim`), inside the caller's write transaction.
+fn claim_in(
+    tx: &Transaction<'_>,
+    only: Option<i64>,
+    actor: &Actor,
+    now: i64,
+    lease_secs: i64,
+    batch: usize,
+) -> Result<Claimed> {
+    let sql = CLAIM_SQL.replace(
+        "{only}",
+        if only.is_some() {
+            "AND r.id = :run_id"
+        } else {
+            ""
+        },
+    );
+    let runs: Vec<ClaimedRun> = {
+        let mut stmt = tx.prepare_cached(&sql)?;
+        let lease_expires_at = now + lease_secs;
+        let batch = batch as i64;
+        let mut params = named_params! {
+            ":owner": actor.owner,
+            ":lease_expires_at": lease_expires_at,
+            ":now": now,
+            ":batch": batch,
+        }
+        .to_vec();
+        if let Some(run_id) = &only {
+            params.push((":run_id", run_id as &dyn ToSql));
+        }
+        let rows = stmt.query_map(params.as_slice(), |r| {
+            let leftovers: String = r.get(13)?;
+            Ok(ClaimedRun {
+                run_id: r.get(0)?,
+                definition_id: r.get(1)?,
+                job_name: r.get(2)?,
+                attempt: r.get(3)?,
+                retry: RetryPolicy::from_secs(r.get(4)?, r.get(9)?, r.get(10)?),
+                scheduled_for: r.get(5)?,
+                command: r.get(6)?,
+                workdir: r.get(7)?,
+                timeout_secs: r.get(8)?,
+                idempotency_key: r.get(11)?,
+                lease_token: r.get(12)?,
+                leftovers: leftovers.parse().unwrap_or(Leftovers::Kill),
+            })
+        })?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for run in &runs {
+        tx.prepare_cached(
+            "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time, lease_token,
+                 started_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?
+        .execute(params![
+            run.run_id,
+            run.attempt,
+            actor.owner,
+            actor.host,
+            actor.pid,
+            actor.start_time.map(|t| t as i64),
+            run.lease_token,
+            now
+        ])?;
+        let event = NewEvent::claimed(run.attempt, &actor.host);
+        insert_event(tx, run.run_id, now, actor, &event)?;
+    }
+    let more_due: bool = tx
+        .prepare_cached(MORE_DUE_SQL)?
+        .query_row([now], |r| r.get(0))?;
+    Ok(Claimed { runs, more_due })
 }
 
 thread_local! {
@@ -1804,6 +1817,33 @@ impl Store for SqliteStore {
             self.synced()?;
         }
         Ok(recorded)
+    }
+
+    fn finish_then_claim(
+        &mut self,
+        ends: &[AttemptEnd],
+        actor: &Actor,
+        now: i64,
+        lease_secs: i64,
+        batch: usize,
+    ) -> (Result<Vec<Fenced>>, Result<Claimed>) {
+        let together = self.write_with(Commit::Deferred).and_then(|tx| {
+            let finished = ends
+                .iter()
+                .map(|end| finish_in(&tx, end, actor))
+                .collect::<Result<Vec<_>>>()?;
+            let claimed = claim_in(&tx, None, actor, now, lease_secs, batch)?;
+            tx.commit()?;
+            Ok((finished, claimed))
+        });
+        match together {
+            Ok((finished, claimed)) => (Ok(finished), Ok(claimed)),
+            // Rolled back: each on its own, so a failing claim does not take the ends with it.
+            Err(_) => {
+                let finished = self.finish_attempts(ends, actor, Commit::Deferred);
+                (finished, self.claim(actor, now, lease_secs, batch))
+            }
+        }
     }
 
     fn sync(&mut self) -> Result<()> {

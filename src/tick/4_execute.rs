@@ -14,10 +14,13 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::claim::claim_due;
-use super::record::{record_end, record_ends, End, StopReason, KILL_GRACE};
+use super::record::{
+    decide_ends, record_decided, record_decided_then_claim, record_end, DecidedEnds, End,
+    StopReason, KILL_GRACE,
+};
 use super::{attempt_marker, runner_error, test_hook, Tick};
 use crate::display::utc_time;
-use crate::model::{AfterFailure, ClaimedRun, Fenced, LeaseToken, StartRecord};
+use crate::model::{ClaimedRun, Fenced, LeaseToken, StartRecord};
 use crate::process::{procfs, JobSpec, RunningJob};
 use crate::store::Commit;
 
@@ -89,10 +92,9 @@ impl Supervisor {
         shutting_down
     }
 
-    /// Poll every job once and record the attempts that ended since the previous poll (a few
-    /// ms ago) in one commit, as `commit` says; returns whether one ended, and whether one of
-    /// them is to be retried at once.
-    fn poll(&mut self, tick: &mut Tick<'_>, commit: Commit) -> (bool, bool) {
+    /// Poll every job once: the attempts that ended since the previous poll (a few ms ago),
+    /// decided, to be recorded together.
+    fn poll(&mut self, tick: &mut Tick<'_>) -> DecidedEnds {
         let now = Instant::now();
         let mut ends = Vec::new();
         let mut index = 0;
@@ -108,15 +110,7 @@ impl Supervisor {
                 index += 1;
             }
         }
-        if ends.is_empty() {
-            return (false, false);
-        }
-        let before = tick.report.executed.len();
-        record_ends(tick, ends, commit);
-        let retry_due_now = tick.report.executed[before..].iter().any(
-            |e| matches!(e.after, Some(AfterFailure::RetryAt(at)) if at <= tick.clock.epoch()),
-        );
-        (true, retry_due_now)
+        decide_ends(tick, ends)
     }
 
     /// Heart-beat the leases when a third of the lease has passed since the last time.
@@ -149,19 +143,12 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
         let shutting_down = supervisor.stop_all_on_shutdown(tick);
         let young = started.elapsed() < options.max_tick && !shutting_down;
 
-        // The ends first, then the claim of what they leave room for. When that claim is about
-        // to happen, the ends are committed deferred: the durable commit of the new starts makes
-        // them durable too (one fsync for both), and `sync` does if nothing starts.
-        let claim_follows = young && (claiming.more_due || Instant::now() >= claiming.next_at);
-        let commit = if claim_follows {
-            Commit::Deferred
-        } else {
-            Commit::Durable
-        };
-        let (ended, retry_due_now) = supervisor.poll(tick, commit);
+        // The ends first, then the claim of what they leave room for.
+        let ends = supervisor.poll(tick);
+        let ended = !ends.is_empty();
         if ended {
             claiming.ended_since = true;
-            if claiming.more_due || retry_due_now {
+            if claiming.more_due || ends.retry_due_by(tick.clock.epoch()) {
                 claiming.next_at = Instant::now();
             }
         }
@@ -174,9 +161,18 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
             .concurrency
             .saturating_sub(supervisor.active.len())
             .min(options.batch);
-        if young && room > 0 && Instant::now() >= claiming.next_at {
+        let claim_now = young && room > 0 && Instant::now() >= claiming.next_at;
+        if claim_now {
             claiming.ended_since = false;
-            match claim_due(tick, room, supervisor.lease_secs) {
+            // With ends to record, they and the claim are one store call, the ends deferred:
+            // the durable commit of the new starts makes them durable too (one fsync for both),
+            // and `sync` below does if nothing starts.
+            let claimed = if ended {
+                record_decided_then_claim(tick, ends, room, supervisor.lease_secs)
+            } else {
+                claim_due(tick, room, supervisor.lease_secs)
+            };
+            match claimed {
                 Ok(claimed) => {
                     claiming.took_nothing = claimed.runs.is_empty();
                     claiming.more_due = claimed.more_due;
@@ -196,12 +192,14 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
                     claiming.next_at = Instant::now() + RECHECK_INTERVAL;
                 }
             }
-        }
-        // Nothing is reported, and nothing waited for, before the results are durable.
-        if ended && commit == Commit::Deferred {
-            if let Err(e) = tick.store.sync() {
-                runner_error(&mut tick.report.errors, "syncing results", &e.into());
+            // Nothing is reported, and nothing waited for, before the results are durable.
+            if ended {
+                if let Err(e) = tick.store.sync() {
+                    runner_error(&mut tick.report.errors, "syncing results", &e.into());
+                }
             }
+        } else if ended {
+            record_decided(tick, ends, Commit::Durable);
         }
 
         // Done when nothing runs and the latest claim, made after every end, found nothing to
@@ -223,7 +221,10 @@ pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
     start_all(tick, runs, &mut supervisor);
     while !supervisor.active.is_empty() {
         supervisor.stop_all_on_shutdown(tick);
-        supervisor.poll(tick, Commit::Durable);
+        let ends = supervisor.poll(tick);
+        if !ends.is_empty() {
+            record_decided(tick, ends, Commit::Durable);
+        }
         supervisor.heartbeat_if_due(tick);
         if !supervisor.active.is_empty() {
             supervisor.sleep();

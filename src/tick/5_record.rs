@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::{runner_error, OnShutdown, Tick};
+use super::{runner_error, test_hook, OnShutdown, Tick};
 use crate::model::{
     AfterFailure, AttemptEnd, AttemptFailure, AttemptResult, ClaimedRun, ErrorCode, Fenced,
     Leftovers, ERROR_DETAIL_MAX,
 };
 use crate::process::{signal_name, Finished, Outcome, Signals, SpawnErrorKind};
-use crate::store::Commit;
+use crate::store::{Claimed, Commit, Result as StoreResult};
 
 /// SIGTERM → SIGKILL grace for a job that times out or is stopped.
 pub const KILL_GRACE: Duration = Duration::from_secs(10);
@@ -62,31 +62,116 @@ pub fn record_end(tick: &mut Tick<'_>, run: ClaimedRun, ended: Ended, stopped: O
 /// group is made durable by the caller before it waits or reports: see `Store::finish_attempts`).
 /// If the write fails, none is recorded and their leases expire into recovery.
 pub fn record_ends(tick: &mut Tick<'_>, ends: Vec<End>, commit: Commit) {
+    let decided = decide_ends(tick, ends);
+    record_decided(tick, decided, commit);
+}
+
+/// Attempts' ends, classified and decided (what each does to its run), not written yet.
+pub struct DecidedEnds {
+    /// Per end: its job's name and what to write.
+    results: Vec<(String, AttemptResult)>,
+    /// Per end: what the report says of it once written.
+    reports: Vec<Unreported>,
+}
+
+/// An attempt's end as the tick's report will tell it, once written.
+struct Unreported {
+    run: ClaimedRun,
+    outcome: Result<Outcome, SpawnErrorKind>,
+    error_code: Option<ErrorCode>,
+    after: Option<AfterFailure>,
+}
+
+impl DecidedEnds {
+    pub fn is_empty(&self) -> bool {
+        self.results.is_empty()
+    }
+
+    /// Whether one of these runs is to be retried by `now`: a claim right after may take it.
+    pub fn retry_due_by(&self, now: i64) -> bool {
+        self.reports
+            .iter()
+            .any(|r| matches!(r.after, Some(AfterFailure::RetryAt(at)) if at <= now))
+    }
+}
+
+/// Classify attempts' ends and decide what each does to its run.
+pub fn decide_ends(tick: &mut Tick<'_>, ends: Vec<End>) -> DecidedEnds {
     let mut results = Vec::with_capacity(ends.len());
-    let mut executed = Vec::with_capacity(ends.len());
+    let mut reports = Vec::with_capacity(ends.len());
     for end in ends {
         let (result, outcome, error_code, after) = attempt_result(tick, &end);
         results.push((end.run.job_name.clone(), result));
-        executed.push((end.run, outcome, error_code, after));
-    }
-    let recorded = match write_ends(tick, results, commit) {
-        Ok(recorded) => recorded,
-        Err(e) => {
-            // The leases will expire and recovery will retry the runs: at-least-once holds.
-            for (run, ..) in &executed {
-                let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
-                runner_error(&mut tick.report.errors, context, &e);
-            }
-            vec![Fenced::LeaseLost; executed.len()]
-        }
-    };
-    for ((run, outcome, error_code, after), recorded) in executed.into_iter().zip(recorded) {
-        tick.report.executed.push(Executed {
-            run_id: run.run_id,
-            attempt: run.attempt,
+        reports.push(Unreported {
+            run: end.run,
             outcome,
             error_code,
             after,
+        });
+    }
+    DecidedEnds { results, reports }
+}
+
+/// Write decided ends in one transaction, committed as `commit` says (see `record_ends`).
+pub fn record_decided(tick: &mut Tick<'_>, decided: DecidedEnds, commit: Commit) {
+    write_decided(tick, decided, |tick, ends| {
+        tick.store
+            .finish_attempts(ends, &tick.options.actor, commit)
+    });
+}
+
+/// Write decided ends deferred, and claim up to `room` runs under leases of `lease_secs`, in one
+/// store call (one transaction where the backend can: `Store::finish_then_claim`). The ends are
+/// made durable by the starts of what the claim took, or by the caller's `sync`.
+pub fn record_decided_then_claim(
+    tick: &mut Tick<'_>,
+    decided: DecidedEnds,
+    room: usize,
+    lease_secs: i64,
+) -> Result<Claimed> {
+    let now = tick.clock.epoch();
+    let mut claimed = None;
+    write_decided(tick, decided, |tick, ends| {
+        let actor = &tick.options.actor;
+        let (finished, claim) = tick
+            .store
+            .finish_then_claim(ends, actor, now, lease_secs, room);
+        claimed = Some(claim);
+        finished
+    });
+    test_hook("claimed");
+    match claimed {
+        Some(claim) => Ok(claim?),
+        None => anyhow::bail!("the claim was not made"),
+    }
+}
+
+/// Write decided ends with `write` (a store call that writes them in one transaction, and
+/// returns per end whether it landed), then report them.
+fn write_decided(
+    tick: &mut Tick<'_>,
+    decided: DecidedEnds,
+    write: impl FnOnce(&mut Tick<'_>, &[AttemptEnd]) -> StoreResult<Vec<Fenced>>,
+) {
+    let DecidedEnds { results, reports } = decided;
+    let recorded = match write_ends(tick, results, write) {
+        Ok(recorded) => recorded,
+        Err(e) => {
+            // The leases will expire and recovery will retry the runs: at-least-once holds.
+            for Unreported { run, .. } in &reports {
+                let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
+                runner_error(&mut tick.report.errors, context, &e);
+            }
+            vec![Fenced::LeaseLost; reports.len()]
+        }
+    };
+    for (report, recorded) in reports.into_iter().zip(recorded) {
+        tick.report.executed.push(Executed {
+            run_id: report.run.run_id,
+            attempt: report.run.attempt,
+            outcome: report.outcome,
+            error_code: report.error_code,
+            after: report.after,
             recorded,
         });
     }
@@ -235,23 +320,26 @@ fn last_line(bytes: &[u8]) -> Option<String> {
 /// (`AttemptEnd::decide`), write that fenced by its lease token, and print the one stderr line
 /// a run that went dead gets (cron mails it).
 pub fn write_end(tick: &mut Tick<'_>, job: &str, result: AttemptResult) -> Result<Fenced> {
-    Ok(write_ends(tick, vec![(job.to_string(), result)], Commit::Durable)?[0])
+    let results = vec![(job.to_string(), result)];
+    let recorded = write_ends(tick, results, |tick, ends| {
+        tick.store
+            .finish_attempts(ends, &tick.options.actor, Commit::Durable)
+    })?;
+    Ok(recorded[0])
 }
 
-/// Decide and write several attempts' ends (each with its job's name) in one transaction; a
-/// run that went dead gets its stderr line once the write landed.
+/// Decide several attempts' ends (each with its job's name) and write them with `write`, in one
+/// transaction; a run that went dead gets its stderr line once the write landed.
 fn write_ends(
     tick: &mut Tick<'_>,
     results: Vec<(String, AttemptResult)>,
-    commit: Commit,
+    write: impl FnOnce(&mut Tick<'_>, &[AttemptEnd]) -> StoreResult<Vec<Fenced>>,
 ) -> Result<Vec<Fenced>> {
     let (jobs, ends): (Vec<String>, Vec<AttemptEnd>) = results
         .into_iter()
         .map(|(job, result)| (job, AttemptEnd::decide(result)))
         .unzip();
-    let recorded = tick
-        .store
-        .finish_attempts(&ends, &tick.options.actor, commit)?;
+    let recorded = write(tick, &ends)?;
     for ((job, end), fenced) in jobs.iter().zip(&ends).zip(&recorded) {
         if let Some(failure) = &end.result.failure {
             if *fenced == Fenced::Applied && failure.then == AfterFailure::Dead {

@@ -4,7 +4,7 @@
 
 use std::process::Stdio;
 
-use super::common::{stderr, Env};
+use super::common::{status_of, stderr, Env};
 use crate::sqlite_only;
 
 /// 2026-01-01T00:00:00Z; the schedules below were handled through the minute before.
@@ -122,4 +122,43 @@ fn a_schedule_whose_write_fails_fails_alone_and_its_instant_waits() {
         (runs_of("job-1"), runs_of("job-2"), runs_of("job-3")),
         (1, 1, 1)
     );
+}
+
+/// A supervisor's round records the ends of its jobs and claims the next runs in one
+/// transaction; should the claim fail, the ends are still recorded, on their own.
+#[test]
+fn a_claim_that_fails_does_not_take_the_ends_before_it_with_it() {
+    sqlite_only!("forges the failure with a SQLite trigger");
+    let env = Env::init();
+    env.add("a", &["--overlap", "allow"], "true");
+    let first = env.enqueue("a");
+    let second = env.enqueue("a");
+    // Forged: once a run has succeeded, claiming fails (as a full disk might).
+    env.sql
+        .sqlite()
+        .execute_batch(
+            "CREATE TRIGGER refuse_claims BEFORE UPDATE OF status ON job_runs
+             WHEN NEW.status = 'running' AND EXISTS (SELECT 1 FROM job_runs WHERE status = 'succeeded')
+             BEGIN SELECT RAISE(ABORT, 'forged claim failure'); END;",
+        )
+        .expect("trigger");
+    // One slot: the first run executes, and its end comes with the claim of the second.
+    let out = env.run(&["tick", "--concurrency", "1"]);
+    assert!(!out.status.success(), "a runner error is reported");
+    let err = stderr(&out);
+    assert!(err.contains("forged claim failure"), "{err}");
+    assert!(!err.contains("recording attempt"), "{err}");
+    assert_eq!(status_of(&env, first), "succeeded");
+    let open_attempts = env.sql.query_i64(
+        "SELECT count(*) FROM job_attempts WHERE run_id = $1 AND finished_at IS NULL",
+        &[&first],
+    );
+    assert_eq!(open_attempts, 0, "the first run's attempt is closed");
+    assert_eq!(status_of(&env, second), "pending");
+    env.sql
+        .sqlite()
+        .execute_batch("DROP TRIGGER refuse_claims")
+        .expect("drop trigger");
+    env.tick(&[]);
+    assert_eq!(status_of(&env, second), "succeeded");
 }
