@@ -889,9 +889,8 @@ pub trait Store {
     ) -> Result<Vec<Fenced>>;
     /// A supervisor's round: `finish_attempts(ends, actor, Deferred)`, then `claim(actor, now,
     /// lease_secs, batch)` for the slots they freed. Each keeps its own result: the ends land
-    /// even when the claim fails. Provided as the two calls; SQLite overrides it with one
-    /// transaction for both (one turn at its single write lock instead of two, the turn that
-    /// concurrent ticks queue for), falling back to the two calls if that transaction fails.
+    /// even when the claim fails. Both in one transaction where the backend has one for them
+    /// (`finish_then_claim_together`); should it fail, or where there is none, the two calls.
     fn finish_then_claim(
         &mut self,
         ends: &[AttemptEnd],
@@ -900,8 +899,27 @@ pub trait Store {
         lease_secs: i64,
         batch: usize,
     ) -> (Result<Vec<Fenced>>, Result<Claimed>) {
+        let together = self.finish_then_claim_together(ends, actor, now, lease_secs, batch);
+        if let Some(Ok((finished, claimed))) = together {
+            return (Ok(finished), Ok(claimed));
+        }
+        // Rolled back (or never tried): one by one, so a failing claim keeps the ends.
         let finished = self.finish_attempts(ends, actor, Commit::Deferred);
         (finished, self.claim(actor, now, lease_secs, batch))
+    }
+    /// `finish_then_claim` as one all-or-nothing transaction, committed `Deferred`, or `None`
+    /// where the backend gains nothing by it. SQLite has it: one turn at its single write lock,
+    /// the turn that concurrent ticks queue for, instead of two. PostgreSQL does not: its ends
+    /// and its claim are one statement each already.
+    fn finish_then_claim_together(
+        &mut self,
+        _ends: &[AttemptEnd],
+        _actor: &Actor,
+        _now: i64,
+        _lease_secs: i64,
+        _batch: usize,
+    ) -> Option<Result<(Vec<Fenced>, Claimed)>> {
+        None
     }
     /// Make every commit this store made so far durable (one durable commit, if any `Deferred`
     /// one came after the last durable one; nothing otherwise).

@@ -1827,14 +1827,14 @@ impl Store for SqliteStore {
         Ok(recorded)
     }
 
-    fn finish_then_claim(
+    fn finish_then_claim_together(
         &mut self,
         ends: &[AttemptEnd],
         actor: &Actor,
         now: i64,
         lease_secs: i64,
         batch: usize,
-    ) -> (Result<Vec<Fenced>>, Result<Claimed>) {
+    ) -> Option<Result<(Vec<Fenced>, Claimed)>> {
         let together = self.write_with(Commit::Deferred).and_then(|tx| {
             let finished = ends
                 .iter()
@@ -1844,14 +1844,7 @@ impl Store for SqliteStore {
             tx.commit()?;
             Ok((finished, claimed))
         });
-        match together {
-            Ok((finished, claimed)) => (Ok(finished), Ok(claimed)),
-            // Rolled back: each on its own, so a failing claim does not take the ends with it.
-            Err(_) => {
-                let finished = self.finish_attempts(ends, actor, Commit::Deferred);
-                (finished, self.claim(actor, now, lease_secs, batch))
-            }
-        }
+        Some(together)
     }
 
     fn sync(&mut self) -> Result<()> {

@@ -231,14 +231,20 @@ fn tls_connector(verify: Verify) -> Result<MakeRustlsConnect, String> {
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
+    let lenient = |chain| {
+        Arc::new(Lenient {
+            chain,
+            provider: provider.clone(),
+        })
+    };
     let config = match verify {
         Verify::Nothing => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(CheckNothing(provider))),
+            .with_custom_certificate_verifier(lenient(None)),
         Verify::Chain => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(CheckChain(system_verifier(provider)?))),
-        Verify::ChainAndHost => builder.with_webpki_verifier(system_verifier(provider)?),
+            .with_custom_certificate_verifier(lenient(Some(system_verifier(provider.clone())?))),
+        Verify::ChainAndHost => builder.with_webpki_verifier(system_verifier(provider.clone())?),
     };
     Ok(MakeRustlsConnect::new(config.with_no_client_auth()))
 }
@@ -263,11 +269,16 @@ fn system_verifier(provider: Arc<CryptoProvider>) -> Result<Arc<WebPkiServerVeri
         .map_err(|e| e.to_string())
 }
 
-/// `verify-ca`: the full check, except that the certificate need not name the host.
+/// The certificate check of `require` (`chain: None`: none, libpq's meaning) and `verify-ca`
+/// (the standard check, except that the certificate need not name the host). The handshake's
+/// signatures are checked against the certificate either way.
 #[derive(Debug)]
-struct CheckChain(Arc<WebPkiServerVerifier>);
+struct Lenient {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
+}
 
-impl ServerCertVerifier for CheckChain {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -276,11 +287,11 @@ impl ServerCertVerifier for CheckChain {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
         // The name is checked last, once the chain is known good.
-        let checked =
-            self.0
-                .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);
-        match checked {
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -294,47 +305,7 @@ impl ServerCertVerifier for CheckChain {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `require`: encrypt, but accept whatever certificate the server shows (libpq's meaning). The
-/// handshake's signatures are still checked against that certificate.
-#[derive(Debug)]
-struct CheckNothing(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for CheckNothing {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.0.signature_verification_algorithms;
+        let algorithms = &self.provider.signature_verification_algorithms;
         crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
@@ -344,12 +315,14 @@ impl ServerCertVerifier for CheckNothing {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.0.signature_verification_algorithms;
+        let algorithms = &self.provider.signature_verification_algorithms;
         crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
