@@ -294,7 +294,7 @@ impl RunningJob {
 
     /// [`spawn`](Self::spawn) each job, in order; a batch of four or more two at a time. A
     /// spawn waits for the shell's `exec`, which is CPU work: a second thread lets the other
-    /// core do the next one meanwhile. (Measured: one tick draining 8 at a time, 12% faster;
+    /// core do the next one meanwhile. (Measured: one tick draining 8 at a time, about 10% faster;
     /// for batches of two, the thread cost more than it saved.)
     pub fn spawn_all(specs: &[JobSpec]) -> Vec<Result<RunningJob, SpawnError>> {
         if specs.len() < 4 {

@@ -139,11 +139,12 @@ pub fn record_decided_then_claim(
         claimed = Some(claim);
         finished
     });
-    test_hook("claimed");
-    match claimed {
-        Some(claim) => Ok(claim?),
+    let claimed = match claimed {
+        Some(claim) => claim?,
         None => anyhow::bail!("the claim was not made"),
-    }
+    };
+    test_hook("claimed");
+    Ok(claimed)
 }
 
 /// Write decided ends with `write` (a store call that writes them in one transaction, and
