@@ -394,6 +394,21 @@ impl RunningJob {
         marked
     }
 
+    /// Whether the group id still names this job's group, so signals to it can only reach the
+    /// job's processes. Until the shell is reaped its pid (the group's id) cannot be handed out
+    /// again; after, the id stays taken only while leftovers of the group hold it, and a live
+    /// process whose pid is the id is another program's, started after ours was reaped: the
+    /// kernel reused the number (pid_max is 32768 on many machines, and a busy one wraps it in
+    /// seconds). Such a group is never signalled.
+    fn group_is_ours(&self) -> bool {
+        self.exit.is_none() || procfs::stat(self.pgid).is_none()
+    }
+
+    /// Whether the job's group has a process left in it (see `group_is_ours`).
+    fn group_left(&self) -> bool {
+        self.group_is_ours() && procfs::group_exists(self.pgid)
+    }
+
     /// Whether anything of the job is left: its group, or (when they are ours to stop) escaped
     /// processes. Refreshes the escapees, so orphans of killed ones are found too, and collects
     /// the ones that died.
@@ -409,11 +424,13 @@ impl RunningJob {
         } else {
             Vec::new()
         };
-        procfs::group_exists(self.pgid) || !self.escapees.is_empty()
+        self.group_left() || !self.escapees.is_empty()
     }
 
     fn signal_all(&mut self, signal: Signal) {
-        procfs::signal_group(self.pgid, signal);
+        if self.group_is_ours() {
+            procfs::signal_group(self.pgid, signal);
+        }
         if self.contains_escapees() {
             self.anything_left();
             for &pid in &self.escapees {
@@ -440,7 +457,7 @@ impl RunningJob {
     /// Returns whether this look found a process the earlier ones had not.
     fn note_leftovers(&mut self) -> bool {
         let mut found: Vec<i32> = Vec::new();
-        if self.anything_left() && procfs::group_exists(self.pgid) {
+        if self.anything_left() && self.group_left() {
             found.extend(procfs::group_members(self.pgid));
         }
         for pid in self.marked_children() {
@@ -614,6 +631,8 @@ pub fn signal_name(signo: i32) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use nix::sys::signal::kill;
+    use nix::unistd::Pid;
     use std::fs;
 
     /// A job with a marker of its own (a fresh token, as each attempt gets).
@@ -843,6 +862,66 @@ mod tests {
         assert!(
             wait_dead(grandchild, Duration::from_secs(20)),
             "grandchild survived"
+        );
+    }
+
+    /// A process leading a group of its own whose pid is `pid`: the kernel is told which pid it
+    /// handed out last (`ns_last_pid`, root only), as if it had wrapped around to `pid` again.
+    /// None where that cannot be done (not root), or when other processes kept taking the pid.
+    fn process_with_pid(pid: i32) -> Option<Child> {
+        for _ in 0..1000 {
+            fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).ok()?;
+            let mut child = Command::new("sleep")
+                .arg("60")
+                .process_group(0)
+                .spawn()
+                .ok()?;
+            if i32::try_from(child.id()) == Ok(pid) {
+                return Some(child);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        None
+    }
+
+    #[test]
+    fn a_group_id_the_kernel_gave_to_another_process_is_never_signalled() {
+        // The shell exits at once; its escaped child holds the pipes, so the runner kills the
+        // group when the pipes stay open. By then the group is empty and its id free: here it is
+        // given to a stranger, which must survive.
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let mut s = spec(&format!(
+            "setsid sleep 60 & echo $! > {}; exit 0",
+            pidfile.display()
+        ));
+        s.pipe_leak_timeout = Duration::from_millis(300);
+        let mut job = started(&s);
+        let start = Instant::now();
+        while job.exit.is_none() {
+            assert!(job.poll(Instant::now()).is_none(), "finished too soon");
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the shell never exited"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let escaped = read_pid(&pidfile, Duration::from_secs(20));
+        let stranger = process_with_pid(job.pgid);
+        let f = run_until(&mut job, Duration::from_secs(20));
+        let _ = kill(Pid::from_raw(escaped as i32), Signal::SIGKILL);
+        let Some(mut stranger) = stranger else {
+            println!("note: cannot make a process with a given pid here (it needs root); skipped");
+            return;
+        };
+        let alive = stranger.try_wait().unwrap().is_none();
+        let _ = stranger.kill();
+        let _ = stranger.wait();
+        assert_eq!(f.outcome, Outcome::Exited(0));
+        assert!(
+            alive,
+            "the process that was given the job's group id was signalled"
         );
     }
 

@@ -219,12 +219,17 @@ pub fn kill_attempt(
         let pgid = i32::try_from(pgid).ok().filter(|&p| p > 1)?;
         let leader = stat(pgid)?;
         (leader.is_live() && Some(leader.start_time) == start && marker.is_carried_by(pgid))
-            .then_some(pgid)
+            .then_some((pgid, leader.start_time))
     });
     let mut killed = Killed::default();
     let signal_all = |signal: Signal, killed: &mut Killed| -> bool {
         let mut found = false;
-        if let Some(pgid) = verified_group.filter(|&g| group_exists(g)) {
+        // Each round, the id must still be the group's: once the leader is gone and the group
+        // empties, the kernel may hand the number to another process, which is never ours.
+        let still_ours = |&(pgid, start): &(i32, u64)| {
+            stat(pgid).is_none_or(|leader| leader.start_time == start) && group_exists(pgid)
+        };
+        if let Some((pgid, _)) = verified_group.filter(still_ours) {
             for pid in group_members(pgid) {
                 note(killed, pid);
                 found = true;

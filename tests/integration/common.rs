@@ -461,6 +461,8 @@ pub struct Bg {
     out: PathBuf,
     err: PathBuf,
     job_pidfile: Option<PathBuf>,
+    /// The job's shell, as first read from `job_pidfile`.
+    job: std::cell::Cell<Option<Seen>>,
 }
 
 impl Bg {
@@ -480,6 +482,7 @@ impl Bg {
             out,
             err,
             job_pidfile: None,
+            job: std::cell::Cell::new(None),
         }
     }
 
@@ -491,8 +494,13 @@ impl Bg {
     }
 
     pub fn job_pid(&self) -> Option<u32> {
+        if let Some(job) = self.job.get() {
+            return Some(job.pid);
+        }
         let path = self.job_pidfile.as_ref()?;
-        fs::read_to_string(path).ok()?.trim().parse().ok()
+        let pid = fs::read_to_string(path).ok()?.trim().parse().ok()?;
+        self.job.set(Some(Seen::now(pid)));
+        Some(pid)
     }
 
     pub fn pid(&self) -> u32 {
@@ -539,40 +547,37 @@ impl Drop for Bg {
             let _ = child.kill();
             let _ = child.wait();
         }
-        if let Some(pgid) = self.job_pid().filter(|p| *p > 1 && process_alive(*p)) {
-            let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
+        if let Some(job) = self.job.get() {
+            job.killpg9();
         }
     }
 }
 
-/// Process groups / pids a test started indirectly (jobs); SIGKILLed on drop if still alive.
+/// Process groups / pids a test started indirectly (jobs), seen when registered; SIGKILLed on
+/// drop if they are still those processes (see [`Seen`]).
 #[derive(Default)]
 pub struct Strays {
-    groups: Vec<u32>,
-    pids: Vec<u32>,
+    groups: Vec<Seen>,
+    pids: Vec<Seen>,
 }
 
 impl Strays {
     pub fn group(&mut self, pgid: u32) {
-        self.groups.push(pgid);
+        self.groups.push(Seen::now(pgid));
     }
 
     pub fn pid(&mut self, pid: u32) {
-        self.pids.push(pid);
+        self.pids.push(Seen::now(pid));
     }
 }
 
 impl Drop for Strays {
     fn drop(&mut self) {
-        for &pgid in &self.groups {
-            if pgid > 1 && process_alive(pgid) {
-                let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
-            }
+        for group in &self.groups {
+            group.killpg9();
         }
-        for &pid in &self.pids {
-            if pid > 1 && process_alive(pid) {
-                kill9(pid);
-            }
+        for process in &self.pids {
+            process.kill9();
         }
     }
 }
@@ -586,8 +591,57 @@ impl<F: FnMut()> Drop for Cleanup<F> {
     }
 }
 
+/// SIGKILL a child this test spawned and has not reaped (its pid cannot have been reused).
+/// Any other process: [`Seen`].
 pub fn kill9(pid: u32) {
     let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+}
+
+/// A process as first seen: its pid and start time. The suite's jobs take pids fast enough to
+/// wrap `pid_max` (often 32768) within seconds, so a pid learned earlier may name another test's
+/// process by the time a cleanup kills it; a `Seen` kills only the process it saw.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen {
+    pid: u32,
+    start: Option<u64>,
+}
+
+impl Seen {
+    pub fn now(pid: u32) -> Seen {
+        Seen {
+            pid,
+            start: start_time(pid),
+        }
+    }
+
+    /// The process still has the pid it was seen with.
+    fn is_same(&self) -> bool {
+        self.start.is_some() && start_time(self.pid) == self.start
+    }
+
+    /// SIGKILL the process, if it still is the one seen.
+    pub fn kill9(&self) {
+        if self.pid > 1 && self.is_same() {
+            kill9(self.pid);
+        }
+    }
+
+    /// SIGKILL the process group this process leads, if the group id still is its: its leader
+    /// is the process seen, or is gone while members hold the id (an id held by a live group
+    /// cannot be handed out again).
+    pub fn killpg9(&self) {
+        if self.pid > 1 && (self.is_same() || start_time(self.pid).is_none()) {
+            let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
+        }
+    }
+}
+
+/// A process's start time (clock ticks after boot), from `/proc/PID/stat`; None once it is gone.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // After the command name: field 3 (state) is the first, field 22 (starttime) the 20th.
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
 }
 
 /// Poll a file until it holds a pid.

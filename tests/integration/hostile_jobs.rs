@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::common::{
-    kill9, last_attempt, process_alive, read_pid, run_row, stderr, subcommands, Cleanup, Env, NEVER,
+    last_attempt, process_alive, read_pid, run_row, stderr, subcommands, Cleanup, Env, Seen, NEVER,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -81,10 +81,10 @@ fn setsid_daemons_are_found_by_their_marker_and_killed_unless_kept() {
             kept.display()
         ),
     );
-    let daemons = Mutex::new(Vec::<u32>::new());
+    let daemons = Mutex::new(Vec::<Seen>::new());
     let _kill_daemons = Cleanup(|| {
-        for pid in daemons.lock().expect("lock").iter() {
-            kill9(*pid);
+        for daemon in daemons.lock().expect("lock").iter() {
+            daemon.kill9();
         }
     });
 
@@ -92,7 +92,7 @@ fn setsid_daemons_are_found_by_their_marker_and_killed_unless_kept() {
         let run = env.enqueue(name);
         let (out, _) = env.tick_within(&[], Duration::from_secs(60));
         let daemon = read_pid(pidfile, Duration::from_secs(10));
-        daemons.lock().expect("lock").push(daemon);
+        daemons.lock().expect("lock").push(Seen::now(daemon));
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(run_row(&env, run).status, "succeeded");
         assert_eq!(last_attempt(&env, run).stdout_tail, b"started\n");
@@ -115,7 +115,7 @@ fn setsid_daemons_are_found_by_their_marker_and_killed_unless_kept() {
     let run = env.enqueue("kept");
     let (out, _) = env.tick_within(&[], Duration::from_secs(60));
     let daemon = read_pid(&kept, Duration::from_secs(10));
-    daemons.lock().expect("lock").push(daemon);
+    daemons.lock().expect("lock").push(Seen::now(daemon));
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(run_row(&env, run).status, "succeeded");
     assert!(

@@ -219,6 +219,35 @@ fn assert_attempts_never_overlap(env: &Env) {
     assert_eq!(overlapping, 0, "attempts of one run overlap");
 }
 
+/// Runs `ids` as the database tells them, attempts and events included: what a failed assertion
+/// on them shows.
+fn describe_runs(env: &Env, ids: &[i64]) -> String {
+    let mut text = String::new();
+    for &id in ids {
+        let lines = env.sql.query_strings(
+            "SELECT 'run ' || id || ': ' || status || ' attempt ' || attempt || ' owner '
+                    || coalesce(owner, '-') || ' run_at ' || run_at
+                    || ' lease until ' || coalesce(CAST(lease_expires_at AS TEXT), '-')
+               FROM job_runs WHERE id = $1
+             UNION ALL
+             SELECT '  attempt ' || attempt || ' by ' || owner || ' on ' || host || ': '
+                    || coalesce(outcome, 'open') || ' ' || coalesce(error_code, '')
+                    || ' ' || coalesce(error_detail, '')
+               FROM job_attempts WHERE run_id = $1
+             UNION ALL
+             SELECT '  event ' || kind || ' at ' || at || ' by ' || actor || ' '
+                    || coalesce(CAST(detail AS TEXT), '')
+               FROM job_events WHERE run_id = $1",
+            &[&id],
+        );
+        for line in lines {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    text
+}
+
 fn count(env: &Env, sql: &str) -> i64 {
     env.sql.query_i64(sql, &[])
 }
@@ -312,13 +341,15 @@ fn four_ticks_drain_10000_runs_and_one_killed_mid_drain_is_recovered() {
     );
     assert!(!held.is_empty(), "host-0 died holding no run");
     wait_all(ticks, started);
+    let unfinished = env.sql.query_i64s(
+        "SELECT id FROM job_runs WHERE status <> 'succeeded' ORDER BY id",
+        &[],
+    );
     assert_eq!(
-        env.sql.query_i64s(
-            "SELECT id FROM job_runs WHERE status <> 'succeeded' ORDER BY id",
-            &[]
-        ),
+        unfinished,
         held,
-        "the three live ticks drained everything but the dead tick's runs"
+        "the three live ticks drained everything but the dead tick's runs:\n{}",
+        describe_runs(&env, &unfinished)
     );
 
     // An hour on, past the lease: another host recovers the dead tick's runs (on another host

@@ -10,8 +10,8 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 use crate::common::{
-    chmod, is_root, kill9, last_attempt, mode, process_alive, read_pid, run_row, sh, stderr,
-    stdout, subcommands, Backend, Cleanup, Env, BIN, NEVER,
+    chmod, is_root, last_attempt, mode, process_alive, read_pid, run_row, sh, stderr, stdout,
+    subcommands, Backend, Cleanup, Env, Seen, BIN, NEVER,
 };
 use crate::sqlite_only;
 
@@ -238,7 +238,8 @@ fn jobs_inherit_no_descriptors() {
         .output()
         .expect("sh");
     let pid = read_pid(&daemon, Duration::from_secs(10));
-    let _kill = Cleanup(move || kill9(pid));
+    let daemon_seen = Seen::now(pid);
+    let _kill = Cleanup(move || daemon_seen.kill9());
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(last_attempt(&env, run).stdout_tail).expect("fd listing");
     let fds: BTreeSet<String> = text
