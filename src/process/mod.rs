@@ -404,9 +404,10 @@ impl RunningJob {
         self.exit.is_none() || procfs::stat(self.pgid).is_none()
     }
 
-    /// Whether the job's group has a process left in it (see `group_is_ours`).
+    /// Whether the job's group has a process left in it (see `group_is_ours`). The cheap
+    /// system call first: at a normal job's end the group is gone, and nothing more is read.
     fn group_left(&self) -> bool {
-        self.group_is_ours() && procfs::group_exists(self.pgid)
+        procfs::group_exists(self.pgid) && self.group_is_ours()
     }
 
     /// Whether anything of the job is left: its group, or (when they are ours to stop) escaped
