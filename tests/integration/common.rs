@@ -28,6 +28,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use postgres::types::Type as PgType;
+use runner::process::process_start_time;
 use rusqlite::Connection;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -610,13 +611,13 @@ impl Seen {
     pub fn now(pid: u32) -> Seen {
         Seen {
             pid,
-            start: start_time(pid),
+            start: process_start_time(pid),
         }
     }
 
     /// The process still has the pid it was seen with.
     fn is_same(&self) -> bool {
-        self.start.is_some() && start_time(self.pid) == self.start
+        self.start.is_some() && process_start_time(self.pid) == self.start
     }
 
     /// SIGKILL the process, if it still is the one seen.
@@ -630,18 +631,10 @@ impl Seen {
     /// is the process seen, or is gone while members hold the id (an id held by a live group
     /// cannot be handed out again).
     pub fn killpg9(&self) {
-        if self.pid > 1 && (self.is_same() || start_time(self.pid).is_none()) {
+        if self.pid > 1 && (self.is_same() || process_start_time(self.pid).is_none()) {
             let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
         }
     }
-}
-
-/// A process's start time (clock ticks after boot), from `/proc/PID/stat`; None once it is gone.
-pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    // After the command name: field 3 (state) is the first, field 22 (starttime) the 20th.
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
 }
 
 /// Poll a file until it holds a pid.
