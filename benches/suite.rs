@@ -1148,7 +1148,7 @@ fn seed_definitions(
 /// `schedules` schedules that are not due (yearly, next firing in a year), and `runs` finished
 /// runs spread over the last three weeks (inside the default 30-day retention, so a tick's
 /// prune has nothing to delete): one every 2 seconds, 2% dead after 3 attempts, 1% skipped, the
-/// rest succeeded; each executed run with its attempt(s) and three events.
+/// rest succeeded; each executed run with its attempt(s) and three events; the run tally folded.
 fn seed_history(db: &Path, schedules: usize, runs: usize) -> Result<()> {
     let now = epoch_now();
     seed_definitions(db, schedules, now, Some(now + 365 * 86_400), "0 0 1 1 *")?;
@@ -1199,6 +1199,22 @@ fn seed_history(db: &Path, schedules: usize, runs: usize) -> Result<()> {
     )?;
     tx.commit()?;
     conn.execute_batch("ANALYZE")?;
+    // A database this old has had its run tally folded by the hourly tick: do it now, through
+    // runner's own store (a runner from before the tally, `--runner OLD`, has none to fold).
+    let has_tally: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'job_run_tally')",
+        [],
+        |r| r.get(0),
+    )?;
+    drop(conn);
+    if has_tally {
+        use runner::store::{OpenMode, SqliteStore, Store};
+        let mut store = SqliteStore::open(db, OpenMode::MustExist)?;
+        ensure!(
+            store.fold_run_tally(now, 0)?,
+            "the seeded history was not folded"
+        );
+    }
     Ok(())
 }
 

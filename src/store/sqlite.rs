@@ -40,6 +40,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0005_pause_until.sql"),
     include_str!("../../migrations/0006_dead_per_job.sql"),
     include_str!("../../migrations/0007_metrics_covering.sql"),
+    include_str!("../../migrations/0008_run_tally.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -1120,12 +1121,14 @@ const RUN_BRIEF_COLUMNS: usize = 9;
 
 // ---- the health report: one query per question, each served by an index ----
 
-/// All runs: a plain count(*) is a fast b-tree count, unlike counting a range of an index.
-const COUNT_RUNS: &str = "SELECT count(*) FROM job_runs";
-/// Runs per state but succeeded (usually nearly all of them: it is the total minus these).
-const COUNT_RUNS_NOT_SUCCEEDED: &str = "
-SELECT status, count(*) FROM job_runs
-WHERE status IN ('pending', 'running', 'dead', 'cancelled', 'skipped')
+/// Runs per state: the tally the schema keeps of runs folded (`job_run_tally`, a few rows per
+/// schedule) plus the runs made since the last fold (at most an hour's), whatever the history.
+const RUNS_PER_STATUS: &str = "
+SELECT status, sum(runs) FROM (
+    SELECT status, runs FROM job_run_tally WHERE runs > 0
+    UNION ALL
+    SELECT status, 1 FROM job_runs NOT INDEXED
+    WHERE id > (SELECT value FROM runner_state WHERE key = 'tally_through'))
 GROUP BY status";
 /// The pending run due the longest (`job_runs_due`).
 const OLDEST_DUE: &str = concat!(
@@ -1199,14 +1202,31 @@ JOIN job_runs r ON r.id = a.run_id
 JOIN job_definitions d ON d.id = r.definition_id
 WHERE a.finished_at >= ?1 AND a.duration_ms IS NOT NULL";
 
-/// Per schedule and status: how many runs, when the latest finished. An index-only scan of
-/// `job_runs_definition_status_history` (its trailing finished_at is there for this query).
+/// Per schedule and status: how many runs, when the latest finished. The folded runs' tally plus
+/// the runs made since the last fold, as `RUNS_PER_STATUS`.
 const JOB_RUN_STATS: &str = "
-SELECT d.name, r.status, count(r.id), max(r.finished_at), d.dead_runs_total
+WITH counted (definition_id, status, runs, last_finished_at) AS (
+    SELECT definition_id, status, runs, last_finished_at FROM job_run_tally WHERE runs > 0
+    UNION ALL
+    SELECT definition_id, status, count(*), max(finished_at) FROM job_runs NOT INDEXED
+    WHERE id > (SELECT value FROM runner_state WHERE key = 'tally_through')
+    GROUP BY definition_id, status)
+SELECT d.name, c.status, coalesce(sum(c.runs), 0), max(c.last_finished_at), d.dead_runs_total
 FROM job_definitions d
-LEFT JOIN job_runs r ON r.definition_id = d.id
-GROUP BY d.id, r.status
-ORDER BY d.name, r.status";
+LEFT JOIN counted c ON c.definition_id = d.id
+GROUP BY d.id, c.status
+ORDER BY d.name, c.status";
+
+/// Fold the runs made since the last fold (ids in (?1, ?2]) into the tally.
+const FOLD_RUN_TALLY: &str = "
+INSERT INTO job_run_tally (definition_id, status, runs, last_finished_at)
+SELECT definition_id, status, count(*), max(finished_at) FROM job_runs
+WHERE id > ?1 AND id <= ?2
+GROUP BY definition_id, status
+ON CONFLICT (definition_id, status) DO UPDATE SET
+    runs = runs + excluded.runs,
+    last_finished_at = max(coalesce(last_finished_at, excluded.last_finished_at),
+                           coalesce(excluded.last_finished_at, last_finished_at))";
 
 /// The `history` query for the filters given, with its parameters. Only the filters given appear
 /// in the WHERE clause, so SQLite picks the index that serves them (`job_runs_history`,
@@ -2075,10 +2095,9 @@ impl Store for SqliteStore {
         // One read transaction: every number below comes from the same snapshot.
         let tx = self.conn.unchecked_transaction()?;
 
-        let total: i64 = tx.query_row(COUNT_RUNS, [], |r| r.get(0))?;
         let mut counts: Vec<(RunStatus, i64)> = RunStatus::ALL.iter().map(|s| (*s, 0)).collect();
         {
-            let mut stmt = tx.prepare(COUNT_RUNS_NOT_SUCCEEDED)?;
+            let mut stmt = tx.prepare(RUNS_PER_STATUS)?;
             let mut rows = stmt.query([])?;
             while let Some(row) = rows.next()? {
                 let status = status_from(0, row.get(0)?)?;
@@ -2086,10 +2105,6 @@ impl Store for SqliteStore {
                     entry.1 = row.get(1)?;
                 }
             }
-        }
-        let others: i64 = counts.iter().map(|(_, n)| n).sum();
-        if let Some(entry) = counts.iter_mut().find(|(s, _)| *s == RunStatus::Succeeded) {
-            entry.1 = total - others;
         }
 
         let oldest_due = tx
@@ -2397,6 +2412,43 @@ impl Store for SqliteStore {
         })
     }
 
+    fn fold_run_tally(&mut self, now: i64, every_secs: i64) -> Result<bool> {
+        // The automatic prune's turn-taking (a turn recorded in the future is taken too), read
+        // first without the write lock: nearly every tick finds the turn not due.
+        const DUE: &str = "key = 'tally_folded_at' AND (value <= ?1 - ?2 OR value > ?1)";
+        let due: bool = self.conn.query_row(
+            &format!("SELECT EXISTS (SELECT 1 FROM runner_state WHERE {DUE})"),
+            params![now, every_secs],
+            |r| r.get(0),
+        )?;
+        if !due {
+            return Ok(false);
+        }
+        // Deferred: a fold lost in a crash loses the tally and its mark together.
+        let tx = self.write_with(Commit::Deferred)?;
+        let taken = tx.execute(
+            &format!("UPDATE runner_state SET value = ?1 WHERE {DUE}"),
+            params![now, every_secs],
+        )?;
+        if taken == 1 {
+            let (through, newest): (i64, i64) = tx.query_row(
+                "SELECT (SELECT value FROM runner_state WHERE key = 'tally_through'),
+                        (SELECT coalesce(max(id), 0) FROM job_runs)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            if newest > through {
+                tx.execute(FOLD_RUN_TALLY, params![through, newest])?;
+                tx.execute(
+                    "UPDATE runner_state SET value = ?1 WHERE key = 'tally_through'",
+                    [newest],
+                )?;
+            }
+        }
+        tx.commit()?;
+        Ok(taken == 1)
+    }
+
     fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> Result<bool> {
         let tx = self.write()?;
         // A turn recorded in the future means the clock went back (or --now was used): take it.
@@ -2446,6 +2498,8 @@ mod tests {
                     && !l.contains("json_each")
                     && !l.starts_with("SCAN (")
                     && !l.starts_with("SCAN doomed")
+                    // A few rows per schedule, whatever the history.
+                    && !l.starts_with("SCAN job_run_tally")
             })
             .collect()
     }
@@ -2508,8 +2562,7 @@ mod tests {
     fn observation_queries_use_indexes() {
         let (_dir, store) = store();
         let queries = [
-            ("count", COUNT_RUNS.to_string()),
-            ("count not succeeded", COUNT_RUNS_NOT_SUCCEEDED.to_string()),
+            ("runs per status", RUNS_PER_STATUS.to_string()),
             ("oldest due", OLDEST_DUE.to_string()),
             ("held by pause", HELD_BY_PAUSE.to_string()),
             ("running", RUNNING_RUNS.to_string()),
@@ -2528,12 +2581,9 @@ mod tests {
                 "{name}: full table scan in {lines:#?}"
             );
         }
-        // Everything but the plain total and the oldest run (the first entry of an index read in
-        // order) reads a range, not the whole of an index.
-        for (name, sql) in queries
-            .iter()
-            .filter(|(name, _)| !matches!(*name, "count" | "oldest run"))
-        {
+        // Everything but the oldest run (the first entry of an index read in order) reads a
+        // range, not the whole of an index.
+        for (name, sql) in queries.iter().filter(|(name, _)| *name != "oldest run") {
             let lines = plan(&store, sql);
             assert!(
                 !lines
@@ -2544,16 +2594,291 @@ mod tests {
         }
     }
 
+    /// The tally's readers read runs only by id, from the last fold on: never an index of all.
     #[test]
-    fn job_run_stats_read_only_an_index() {
+    fn tally_readers_read_only_the_runs_made_since_the_last_fold() {
         let (_dir, store) = store();
-        let lines = plan(&store, JOB_RUN_STATS);
-        assert!(
-            lines
-                .iter()
-                .any(|l| l.starts_with("SEARCH r USING COVERING INDEX")),
-            "metrics would look every run up in the table: {lines:#?}"
+        for sql in [RUNS_PER_STATUS, JOB_RUN_STATS] {
+            let lines = plan(&store, sql);
+            let runs: Vec<_> = lines.iter().filter(|l| l.contains("job_runs")).collect();
+            assert_eq!(
+                runs,
+                ["SEARCH job_runs USING INTEGER PRIMARY KEY (rowid>?)"],
+                "{lines:#?}"
+            );
+        }
+    }
+
+    /// What `status` and `metrics` must show, counted from every run (as before the tally).
+    const STATS_COUNTED: &str = "
+        SELECT d.name, r.status, count(r.id), max(r.finished_at), d.dead_runs_total
+        FROM job_definitions d LEFT JOIN job_runs r ON r.definition_id = d.id
+        GROUP BY d.id, r.status ORDER BY d.name, r.status";
+    const STATUS_COUNTED: &str = "SELECT status, count(*) FROM job_runs GROUP BY status";
+
+    type StatsRow = (String, Option<String>, i64, Option<i64>, i64);
+
+    fn stats_rows(conn: &Connection, sql: &str) -> Vec<StatsRow> {
+        let mut stmt = conn.prepare(sql).expect(sql);
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .expect(sql);
+        rows.collect::<rusqlite::Result<_>>().expect(sql)
+    }
+
+    fn status_rows(conn: &Connection, sql: &str) -> Vec<(String, i64)> {
+        let mut stmt = conn.prepare(sql).expect(sql);
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect(sql);
+        let mut rows = rows.collect::<rusqlite::Result<Vec<_>>>().expect(sql);
+        rows.sort();
+        rows
+    }
+
+    /// The tally's readers agree with counting every run.
+    fn assert_tally_counts(store: &SqliteStore, when: &str) {
+        assert_eq!(
+            stats_rows(&store.conn, JOB_RUN_STATS),
+            stats_rows(&store.conn, STATS_COUNTED),
+            "per schedule, {when}"
         );
+        assert_eq!(
+            status_rows(&store.conn, RUNS_PER_STATUS),
+            status_rows(&store.conn, STATUS_COUNTED),
+            "per status, {when}"
+        );
+    }
+
+    fn add_definitions(conn: &Connection, n: i64) {
+        conn.execute(
+            "WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < ?1)
+             INSERT INTO job_definitions (name, cron, command, materialized_through, created_at,
+                 updated_at)
+             SELECT 'job-' || i, '* * * * *', 'true', 0, 0, 0 FROM seq",
+            [n],
+        )
+        .expect("definitions");
+    }
+
+    /// One run of `definition` in `status`, finished at `finished_at`.
+    fn add_run(
+        conn: &Connection,
+        key: i64,
+        definition: i64,
+        status: &str,
+        finished_at: Option<i64>,
+    ) {
+        conn.execute(
+            "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
+                 max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs,
+                 idempotency_key, created_at, finished_at, owner, lease_token, lease_expires_at)
+             VALUES (?1, 'manual', ?2, ?3, ?2, 'true', 3, 60, 1, 1, 'k' || ?2, 0, ?4,
+                 CASE WHEN ?5 THEN 'o' END, CASE WHEN ?5 THEN 't' END, CASE WHEN ?5 THEN 1 END)",
+            params![definition, key, status, finished_at, status == "running"],
+        )
+        .expect("run");
+    }
+
+    /// Whatever the writes, and whenever folds come between them, `status`'s counts and
+    /// `metrics`' per-schedule figures equal counting every run: runs made (in any status),
+    /// moved between statuses (a retry clears a finish), given an earlier finish, deleted (the
+    /// latest finish of a bucket, the newest run, whose id SQLite then gives again), a schedule
+    /// deleted with its runs.
+    #[test]
+    fn the_run_tally_counts_what_counting_every_run_would() {
+        let (_dir, mut store) = store();
+        add_definitions(&store.conn, 5);
+        const STATUSES: [&str; 6] = [
+            "pending",
+            "running",
+            "succeeded",
+            "dead",
+            "cancelled",
+            "skipped",
+        ];
+        let finish_of = |status: &str, n: i64| match status {
+            "pending" | "running" => None,
+            _ => Some(1_000 + n % 97),
+        };
+        // A small deterministic generator: the same sequence of writes every run.
+        let mut seed: i64 = 12_345;
+        let mut next = |below: i64| {
+            seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648;
+            (seed >> 16) % below // the high bits: the low ones of this generator cycle quickly
+        };
+        let mut key = 0;
+        let mut folds = 0;
+        for step in 0..1_500 {
+            let conn = &store.conn;
+            let newest: i64 = conn
+                .query_row("SELECT coalesce(max(id), 1) FROM job_runs", [], |r| {
+                    r.get(0)
+                })
+                .expect("newest");
+            let id = 1 + next(newest);
+            match next(12) {
+                0..=3 => {
+                    key += 1;
+                    let status = STATUSES[next(6) as usize];
+                    add_run(
+                        conn,
+                        key,
+                        1 + next(5),
+                        status,
+                        finish_of(status, next(1_000)),
+                    );
+                }
+                4..=6 => {
+                    let status = STATUSES[next(6) as usize];
+                    let running = status == "running";
+                    conn.execute(
+                        "UPDATE job_runs SET status = ?2, finished_at = ?3,
+                             owner = CASE WHEN ?4 THEN 'o' END, lease_token = CASE WHEN ?4 THEN 't' END,
+                             lease_expires_at = CASE WHEN ?4 THEN 1 END
+                         WHERE id = ?1",
+                        params![id, status, finish_of(status, next(1_000)), running],
+                    )
+                    .expect("move");
+                }
+                7 => {
+                    conn.execute(
+                        "UPDATE job_runs SET finished_at = finished_at - 50 WHERE id = ?1",
+                        [id],
+                    )
+                    .expect("earlier finish");
+                }
+                8 | 9 => {
+                    // The latest finish of a bucket goes as often as any other run.
+                    conn.execute(
+                        "DELETE FROM job_runs WHERE id = (SELECT id FROM job_runs
+                             WHERE definition_id = (SELECT definition_id FROM job_runs WHERE id = ?1)
+                             ORDER BY finished_at DESC LIMIT 1) OR id = ?1",
+                        [id],
+                    )
+                    .expect("delete");
+                }
+                10 => {
+                    // The newest runs go: the next run made is given their ids again.
+                    conn.execute(
+                        "DELETE FROM job_runs WHERE id >= (SELECT max(id) FROM job_runs) - ?1",
+                        [next(3)],
+                    )
+                    .expect("delete the newest");
+                }
+                _ => {
+                    folds += i64::from(store.fold_run_tally(1_000_000 + step, 0).expect("fold"));
+                }
+            }
+            assert_tally_counts(&store, &format!("after step {step}"));
+        }
+        assert!(folds > 50, "{folds} folds");
+        store
+            .conn
+            .execute("DELETE FROM job_definitions WHERE id = 3", [])
+            .expect("a schedule removed");
+        assert_tally_counts(&store, "after removing a schedule");
+        let left: i64 = store
+            .conn
+            .query_row(
+                "SELECT count(*) FROM job_run_tally WHERE definition_id = 3",
+                [],
+                |r| r.get(0),
+            )
+            .expect("count");
+        assert_eq!(left, 0, "the schedule's buckets went with it");
+    }
+
+    /// A fold is taken at most once per interval, and folds every run made since the last one.
+    #[test]
+    fn the_run_tally_is_folded_at_most_once_an_hour() {
+        let (_dir, mut store) = store();
+        add_definitions(&store.conn, 1);
+        let through = |store: &SqliteStore| -> i64 {
+            store
+                .conn
+                .query_row(
+                    "SELECT value FROM runner_state WHERE key = 'tally_through'",
+                    [],
+                    |r| r.get(0),
+                )
+                .expect("through")
+        };
+        // When init folded (nothing): the next turn is an hour after it.
+        let now: i64 = store
+            .conn
+            .query_row(
+                "SELECT value FROM runner_state WHERE key = 'tally_folded_at'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("folded at");
+        assert!(
+            !store.fold_run_tally(now, 3600).expect("fold"),
+            "init counts as a fold"
+        );
+        add_run(&store.conn, 1, 1, "succeeded", Some(10));
+        add_run(&store.conn, 2, 1, "pending", None);
+        assert_eq!(through(&store), 0);
+        assert!(store.fold_run_tally(now + 3600, 3600).expect("fold"));
+        assert_eq!(through(&store), 2);
+        add_run(&store.conn, 3, 1, "pending", None);
+        assert!(!store
+            .fold_run_tally(now + 3600 + 1_800, 3600)
+            .expect("fold"));
+        assert_eq!(through(&store), 2, "not folded twice in an hour");
+        assert_tally_counts(&store, "with a run made since the fold");
+    }
+
+    /// A database made before the tally (schema version 7) gets every run it holds folded.
+    #[test]
+    fn migrating_to_the_tally_folds_the_runs_already_kept() {
+        let (dir, store) = store();
+        store
+            .conn
+            .execute_batch(
+                "DROP TRIGGER job_run_tally_delete; DROP TRIGGER job_run_tally_update;
+                 DROP TABLE job_run_tally;
+                 DELETE FROM runner_state WHERE key IN ('tally_through', 'tally_folded_at');
+                 PRAGMA user_version = 7;",
+            )
+            .expect("downgrade");
+        add_definitions(&store.conn, 2);
+        for (key, (definition, status, finished)) in [
+            (1, "succeeded", Some(10)),
+            (1, "succeeded", Some(30)),
+            (1, "dead", Some(20)),
+            (2, "pending", None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            add_run(&store.conn, key as i64, definition, status, finished);
+        }
+        drop(store);
+        let store =
+            SqliteStore::open(&dir.path().join("runner.db"), OpenMode::MustExist).expect("migrate");
+        let tally: Vec<(i64, String, i64, Option<i64>)> = {
+            let mut stmt = store
+                .conn
+                .prepare("SELECT * FROM job_run_tally ORDER BY 1, 2")
+                .expect("tally");
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .expect("tally");
+            rows.collect::<rusqlite::Result<_>>().expect("tally")
+        };
+        assert_eq!(
+            tally,
+            [
+                (1, "dead".to_string(), 1, Some(20)),
+                (1, "succeeded".to_string(), 2, Some(30)),
+                (2, "pending".to_string(), 1, None),
+            ]
+        );
+        assert_tally_counts(&store, "after migrating");
     }
 
     /// A tick's durable commit releases the write lock before its fsync (another connection may

@@ -3,6 +3,9 @@
 //! runs per short transaction so ticks never wait long for the write lock. The tick does it at
 //! most once an hour, after executing; `runner prune` does it on demand.
 //!
+//! After it, at most once an hour, the runs made since the last fold are folded into the run
+//! tally that `status` and `metrics` read (SQLite; see schema.sql's job_run_tally).
+//!
 //! Pruning cannot make a tick run an instant again: each schedule's cursor
 //! (`materialized_through`), not its run rows, remembers which instants were handled.
 
@@ -77,6 +80,19 @@ pub fn prune_finished(
         // Leave the write lock free for a while: back-to-back transactions would starve a tick
         // whose busy handler polls for it.
         std::thread::sleep(batch_started.elapsed().max(MIN_PAUSE));
+    }
+}
+
+/// The run tally (`status` and `metrics` read it) takes in the runs made since its last fold at
+/// most this often, across all runners sharing the database.
+const FOLD_RUN_TALLY_EVERY_SECS: i64 = 3600;
+
+/// Fold the runs made since the last fold into the run tally, at most once an hour. A problem is
+/// printed and counted, never fatal to the tick: the runs left out are counted where they are read.
+pub fn fold_run_tally(tick: &mut Tick<'_>) {
+    let now = tick.clock.epoch();
+    if let Err(e) = tick.store.fold_run_tally(now, FOLD_RUN_TALLY_EVERY_SECS) {
+        super::runner_error(&mut tick.report.errors, "folding the run tally", &e.into());
     }
 }
 

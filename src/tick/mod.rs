@@ -121,6 +121,7 @@ pub fn tick(
     if tick.report.auto_prune_skipped.is_none() {
         prune::auto_prune(&mut tick);
     }
+    prune::fold_run_tally(&mut tick);
     Ok(report)
 }
 

@@ -190,6 +190,13 @@ pub const RETRY_AT_ONCE: [&str; 6] = [
 /// from `runner run`.
 pub const NEVER: &str = "0 0 1 1 *";
 
+/// SQL that takes a SQLite database back to before schema version 8 (the run tally), for tests
+/// that forge an older version and migrate it.
+pub const SQLITE_BEFORE_TALLY: &str = "DROP TRIGGER job_run_tally_delete;
+     DROP TRIGGER job_run_tally_update;
+     DROP TABLE job_run_tally;
+     DELETE FROM runner_state WHERE key IN ('tally_through', 'tally_folded_at');";
+
 impl Env {
     /// `runner schedule add NAME --cron NEVER FLAGS -- COMMAND`: runs come from `runner run`.
     /// Returns what it printed.

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::common::{
     epoch, forge_vanished_runner, insert_finished_runs, json, run_ids, status_of, stderr, stdout,
-    Env, BIN,
+    Env, BIN, SQLITE_BEFORE_TALLY,
 };
 
 // ---------------------------------------------------------------------------
@@ -985,6 +985,146 @@ fn dead_runs_are_counted_per_job_and_retry_and_prune_never_lower_the_count() {
     );
 }
 
+/// Runs per job and status as `runner metrics` reports them (`runner_job_runs_total`), checked
+/// against `runner status --json`'s runs per status, and against counting every run in the
+/// database. Zeros left out.
+fn assert_runs_counted(env: &Env, now: &str, when: &str) {
+    let text = env.ok(&["--now", now, "metrics"]);
+    let (_, samples) = parse_exposition(&text);
+    let mut reported = BTreeSet::new();
+    let mut per_status: HashMap<String, i64> = HashMap::new();
+    for (name, labels, value) in &samples {
+        if name != "runner_job_runs_total" || *value == 0.0 {
+            continue;
+        }
+        let label = |key: &str| {
+            labels
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .expect("label")
+        };
+        *per_status.entry(label("status")).or_default() += *value as i64;
+        reported.insert((label("job"), label("status"), *value as i64));
+    }
+    let mut counted = BTreeSet::new();
+    for job in ["fine", "doomed"] {
+        for status in [
+            "pending",
+            "running",
+            "succeeded",
+            "dead",
+            "cancelled",
+            "skipped",
+        ] {
+            let n = env.sql.query_i64(
+                "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+                 WHERE d.name = $1 AND r.status = $2",
+                &[&job, &status],
+            );
+            if n > 0 {
+                counted.insert((job.to_string(), status.to_string(), n));
+            }
+        }
+    }
+    assert_eq!(reported, counted, "metrics, {when}");
+    let status = json(&env.ok(&["--now", now, "status", "--json"]));
+    let shown: HashMap<String, i64> = status["counts"]
+        .as_object()
+        .expect("counts")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_i64().expect("a count")))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(shown, per_status, "status, {when}");
+}
+
+/// A database's counts stay exact whether its runs were counted one by one or folded into the
+/// tally in between (SQLite folds at most hourly; forced here by making the last fold old): runs
+/// that change after a fold (finish, retry), runs pruned (the newest among them, whose id is
+/// then given again), runs made since the fold, a schedule removed.
+#[test]
+fn status_and_metrics_count_every_run_across_folds() {
+    let env = Env::init();
+    let fold_at_next_tick = || {
+        env.sql.exec(
+            "UPDATE runner_state SET value = 0 WHERE key = 'tally_folded_at'",
+            &[],
+        )
+    };
+    let t0 = "2026-07-01T12:00:00Z";
+    env.add_at(Some(t0), "fine", "0 0 1 1 *", &[], "true");
+    env.add_at(
+        Some(t0),
+        "doomed",
+        "0 0 1 1 *",
+        &["--max-attempts", "1"],
+        "exit 3",
+    );
+    for job in ["fine", "fine", "doomed", "doomed"] {
+        env.ok(&["--now", t0, "run", job]);
+    }
+    // Folded while pending (a tick that runs nothing), then run: claimed, finished.
+    fold_at_next_tick();
+    env.ok(&["--now", "2026-07-01T12:00:00Z", "tick", "--max-tick", "0s"]);
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status = 'pending'",
+            &[]
+        ),
+        4,
+        "the tick ran nothing"
+    );
+    assert_runs_counted(&env, "2026-07-01T12:00:00Z", "folded while pending");
+    env.tick_at("2026-07-01T12:00:01Z");
+    assert_runs_counted(
+        &env,
+        "2026-07-01T12:00:02Z",
+        "after running the folded runs",
+    );
+    env.ok(&["--now", "2026-07-01T12:00:03Z", "run", "fine"]);
+    fold_at_next_tick();
+    env.tick_at("2026-07-01T12:00:04Z");
+    env.ok(&["--now", "2026-07-01T12:00:05Z", "run", "doomed"]);
+    assert_runs_counted(
+        &env,
+        "2026-07-01T12:00:06Z",
+        "with a pending run made since the fold",
+    );
+
+    let doomed = run_ids(&env, "doomed");
+    env.ok(&[
+        "--now",
+        "2026-07-01T12:00:07Z",
+        "retry",
+        &doomed[0].to_string(),
+    ]);
+    assert_eq!(status_of(&env, doomed[0]), "pending");
+    assert_runs_counted(
+        &env,
+        "2026-07-01T12:00:08Z",
+        "after a folded dead run's retry",
+    );
+    fold_at_next_tick();
+    env.tick_at("2026-07-01T12:00:09Z");
+    assert_runs_counted(&env, "2026-07-01T12:00:10Z", "after its second attempt");
+
+    // Everything finished goes, the newest run too: the next run made gets its id again.
+    let later = "2030-01-01T00:00:00Z";
+    env.ok(&["--now", later, "prune", "--older-than", "1d"]);
+    env.ok(&["--now", later, "run", "fine"]);
+    assert_runs_counted(&env, later, "after pruning");
+    env.tick_at("2030-01-01T00:00:01Z");
+    assert_runs_counted(
+        &env,
+        "2030-01-01T00:00:02Z",
+        "after running a run made after the prune",
+    );
+
+    env.ok(&["schedule", "rm", "doomed"]);
+    assert_runs_counted(&env, "2030-01-01T00:00:03Z", "after removing a schedule");
+}
+
 #[test]
 fn metrics_of_a_fresh_database_are_valid_too() {
     let env = Env::init();
@@ -1049,11 +1189,14 @@ fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
     );
     let (old, new) = match Backend::current() {
         Backend::Sqlite => {
-            env.sql
-                .sqlite()
+            let sqlite = env.sql.sqlite();
+            sqlite
+                .execute_batch(SQLITE_BEFORE_TALLY)
+                .expect("downgrade");
+            sqlite
                 .execute_batch("PRAGMA user_version = 5")
                 .expect("downgrade");
-            (5, 7)
+            (5, 8)
         }
         Backend::Postgres => {
             env.sql

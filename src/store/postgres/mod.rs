@@ -2316,6 +2316,13 @@ impl Store for PostgresStore {
         })
     }
 
+    /// No tally here: PostgreSQL counts runs per status and schedule where they are read. Row
+    /// triggers keeping one would make concurrent ticks on several hosts queue (or deadlock) on
+    /// the same few counter rows.
+    fn fold_run_tally(&mut self, _now: i64, _every_secs: i64) -> StoreResult<bool> {
+        Ok(false)
+    }
+
     fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> StoreResult<bool> {
         self.write(|tx| {
             // A turn recorded in the future means the clock went back (or --now was used): take it.
