@@ -2691,14 +2691,6 @@ mod tests {
     fn the_run_tally_counts_what_counting_every_run_would() {
         let (_dir, mut store) = store();
         add_definitions(&store.conn, 5);
-        const STATUSES: [&str; 6] = [
-            "pending",
-            "running",
-            "succeeded",
-            "dead",
-            "cancelled",
-            "skipped",
-        ];
         let finish_of = |status: &str, n: i64| match status {
             "pending" | "running" => None,
             _ => Some(1_000 + n % 97),
@@ -2722,7 +2714,8 @@ mod tests {
             match next(12) {
                 0..=3 => {
                     key += 1;
-                    let status = STATUSES[next(6) as usize];
+                    let status =
+                        RunStatus::ALL[next(RunStatus::ALL.len() as i64) as usize].as_str();
                     add_run(
                         conn,
                         key,
@@ -2732,7 +2725,8 @@ mod tests {
                     );
                 }
                 4..=6 => {
-                    let status = STATUSES[next(6) as usize];
+                    let status =
+                        RunStatus::ALL[next(RunStatus::ALL.len() as i64) as usize].as_str();
                     let running = status == "running";
                     conn.execute(
                         "UPDATE job_runs SET status = ?2, finished_at = ?3,
