@@ -742,13 +742,18 @@ fn the_postgres_schema_matches_the_sqlite_schema() {
         .output()
         .expect("spawn runner");
     assert!(out.status.success(), "sqlite init: {}", stderr(&out));
-    let sqlite = sqlite_schema(&rusqlite::Connection::open(&sqlite_db).expect("open"));
+    let mut sqlite = sqlite_schema(&rusqlite::Connection::open(&sqlite_db).expect("open"));
     let mut postgres = postgres_schema(&mut env.client());
 
-    // Each backend's own bookkeeping: SQLite counts its migrations in PRAGMA user_version.
+    // Each backend's own bookkeeping: SQLite counts its migrations in PRAGMA user_version, and
+    // keeps a run tally for `status` and `metrics` (PostgreSQL counts where it reads).
     assert!(
         postgres.tables.remove("runner_schema_version").is_some(),
         "{postgres:#?}"
+    );
+    assert!(
+        sqlite.tables.remove("job_run_tally").is_some(),
+        "{sqlite:#?}"
     );
     assert!(
         sqlite.tables.len() >= 5 && sqlite.indexes.len() >= 10,
