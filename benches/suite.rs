@@ -1146,9 +1146,10 @@ fn seed_definitions(
 }
 
 /// `schedules` schedules that are not due (yearly, next firing in a year), and `runs` finished
-/// runs spread over the last three weeks (inside the default 30-day retention, so a tick's
-/// prune has nothing to delete): one every 2 seconds, 2% dead after 3 attempts, 1% skipped, the
-/// rest succeeded; each executed run with its attempt(s) and three events; the run tally folded.
+/// runs, the latest a minute ago, one every 2 seconds or, where three weeks would not hold them,
+/// every second (a million runs: the last 11.6 days); all inside the default 30-day retention, so
+/// a tick's prune has nothing to delete. 2% dead after 3 attempts, 1% skipped, the rest
+/// succeeded; each executed run with its attempt(s) and three events; the run tally folded.
 fn seed_history(db: &Path, schedules: usize, runs: usize) -> Result<()> {
     let now = epoch_now();
     seed_definitions(db, schedules, now, Some(now + 365 * 86_400), "0 0 1 1 *")?;
