@@ -2475,6 +2475,19 @@ mod tests {
         (dir, store)
     }
 
+    /// `runner_state`'s value for `key`, if it has one.
+    fn state_value(store: &SqliteStore, key: &str) -> Option<i64> {
+        store
+            .conn
+            .query_row(
+                "SELECT value FROM runner_state WHERE key = ?1",
+                [key],
+                |r| r.get(0),
+            )
+            .optional()
+            .expect("read runner_state")
+    }
+
     /// The detail lines of `EXPLAIN QUERY PLAN sql` (parameters left unbound).
     fn plan(store: &SqliteStore, sql: &str) -> Vec<String> {
         let mut stmt = store
@@ -2795,39 +2808,23 @@ mod tests {
     fn the_run_tally_is_folded_at_most_once_an_hour() {
         let (_dir, mut store) = store();
         add_definitions(&store.conn, 1);
-        let through = |store: &SqliteStore| -> i64 {
-            store
-                .conn
-                .query_row(
-                    "SELECT value FROM runner_state WHERE key = 'tally_through'",
-                    [],
-                    |r| r.get(0),
-                )
-                .expect("through")
-        };
+        let through = |store: &SqliteStore| state_value(store, "tally_through");
         // When init folded (nothing): the next turn is an hour after it.
-        let now: i64 = store
-            .conn
-            .query_row(
-                "SELECT value FROM runner_state WHERE key = 'tally_folded_at'",
-                [],
-                |r| r.get(0),
-            )
-            .expect("folded at");
+        let now = state_value(&store, "tally_folded_at").expect("init's fold");
         assert!(
             !store.fold_run_tally(now, 3600).expect("fold"),
             "init counts as a fold"
         );
         add_run(&store.conn, 1, 1, "succeeded", Some(10));
         add_run(&store.conn, 2, 1, "pending", None);
-        assert_eq!(through(&store), 0);
+        assert_eq!(through(&store), Some(0));
         assert!(store.fold_run_tally(now + 3600, 3600).expect("fold"));
-        assert_eq!(through(&store), 2);
+        assert_eq!(through(&store), Some(2));
         add_run(&store.conn, 3, 1, "pending", None);
         assert!(!store
             .fold_run_tally(now + 3600 + 1_800, 3600)
             .expect("fold"));
-        assert_eq!(through(&store), 2, "not folded twice in an hour");
+        assert_eq!(through(&store), Some(2), "not folded twice in an hour");
         assert_tally_counts(&store, "with a run made since the fold");
     }
 
@@ -2905,17 +2902,9 @@ mod tests {
 
         store.synced().expect("sync");
         assert!(!store.unsynced);
-        let syncs: Option<i64> = store
-            .conn
-            .query_row(
-                "SELECT value FROM runner_state WHERE key = 'syncs'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .expect("read");
         assert_eq!(
-            syncs, None,
+            state_value(&store, "syncs"),
+            None,
             "synced by a commit, not by an fsync of the WAL"
         );
     }
