@@ -127,14 +127,18 @@ CREATE TABLE job_attempts (
     stderr_bytes     INTEGER,
     -- The runner process holding the attempt (pid + start time): is it still alive?
     runner_start_time INTEGER,
+    -- A copy of its run's definition_id (which never changes), for metrics' covering index. No
+    -- REFERENCES: removing a schedule would search job_attempts for it; run_id's cascade removes
+    -- the attempt. Nullable only because it was added to tables with rows. (0009)
+    definition_id    INTEGER,
     UNIQUE (run_id, attempt),
     CHECK ((finished_at IS NULL) = (outcome IS NULL))
 );
 CREATE INDEX job_attempts_errors ON job_attempts (finished_at, error_code) WHERE error_code IS NOT NULL;
 -- Attempts still open, by host: the sweep for attempts whose run moved on without them.
 CREATE INDEX job_attempts_open ON job_attempts (host) WHERE finished_at IS NULL;
--- metrics: durations of attempts that finished recently, covering. (0002)
-CREATE INDEX job_attempts_finished ON job_attempts (finished_at, run_id, duration_ms)
+-- metrics: durations of attempts that finished recently, per schedule, covering. (0002, 0009)
+CREATE INDEX job_attempts_finished ON job_attempts (finished_at, definition_id, duration_ms)
     WHERE finished_at IS NOT NULL;
 
 -- Every transition of a run, with who made it and a short JSON detail.

@@ -51,12 +51,12 @@ SELECT 1 + i % 20, 'schedule', $now - 60 - i * 3,
 FROM n;
 INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, started_at,
     finished_at, duration_ms, outcome, exit_code, error_code, error_detail, stdout_tail,
-    stdout_bytes, stderr_bytes)
+    stdout_bytes, stderr_bytes, definition_id)
 SELECT id, attempt, 'bench:1', 'bench', 1, 'token-' || id, started_at, finished_at,
        (finished_at - started_at) * 1000 + id % 1000,
        CASE status WHEN 'dead' THEN 'failed' ELSE 'succeeded' END,
        CASE status WHEN 'dead' THEN CAST(substr(error_code, 6) AS INTEGER) ELSE 0 END,
-       error_code, error_detail, CAST('done' AS BLOB), 4, 0
+       error_code, error_detail, CAST('done' AS BLOB), 4, 0, definition_id
 FROM job_runs WHERE attempt > 0;
 INSERT INTO job_events (run_id, at, kind, actor, detail)
 SELECT r.id, r.created_at + k.offset, k.kind, 'bench:1', '{}'

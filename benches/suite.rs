@@ -1176,23 +1176,33 @@ fn seed_history(db: &Path, schedules: usize, runs: usize) -> Result<()> {
          FROM n",
         rusqlite::params![runs as i64, schedules as i64, now, step],
     )?;
-    tx.execute_batch(
+    // Each attempt names its schedule too, from schema 9 (`--runner OLD`: an older schema).
+    let schedule_column = if tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('job_attempts') WHERE name = 'definition_id')",
+        [],
+        |r| r.get(0),
+    )? {
+        ", definition_id"
+    } else {
+        ""
+    };
+    tx.execute_batch(&format!(
         "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
              started_at, finished_at, duration_ms, outcome, exit_code, error_code, error_detail,
-             stdout_tail, stdout_bytes, stderr_bytes)
+             stdout_tail, stdout_bytes, stderr_bytes{schedule_column})
          SELECT id, attempt, 'seed:1', 'seed', 1, 'token-' || id, started_at, finished_at,
                 1000 + id % 1000,
                 CASE status WHEN 'dead' THEN 'failed' ELSE 'succeeded' END,
                 CASE status WHEN 'dead' THEN CAST(substr(error_code, 6) AS INTEGER) ELSE 0 END,
-                error_code, error_detail, CAST('done' AS BLOB), 4, 0
+                error_code, error_detail, CAST('done' AS BLOB), 4, 0{schedule_column}
          FROM job_runs WHERE attempt > 0;
          INSERT INTO job_events (run_id, at, kind, actor, detail)
-         SELECT r.id, r.created_at + k.offset, k.kind, 'seed:1', '{}'
+         SELECT r.id, r.created_at + k.offset, k.kind, 'seed:1', '{{}}'
          FROM job_runs r
          JOIN (SELECT 0 AS offset, 'ENQUEUED' AS kind UNION ALL SELECT 0, 'CLAIMED'
                UNION ALL SELECT 1, 'SUCCEEDED') k
          WHERE r.attempt > 0;",
-    )?;
+    ))?;
     tx.execute(
         "INSERT INTO runner_state (key, value) VALUES ('last_tick_at', ?1)
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",

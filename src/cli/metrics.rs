@@ -6,7 +6,7 @@
 //!   && mv /var/lib/node_exporter/textfile/runner.prom.tmp /var/lib/node_exporter/textfile/runner.prom
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use anyhow::Result;
@@ -14,7 +14,7 @@ use anyhow::Result;
 use super::status::{schedules_ahead, RECENT_SECS};
 use super::{emit, Ctx};
 use crate::model::RunStatus;
-use crate::store::{Health, JobRunStats, OpenMode};
+use crate::store::{DefinitionRow, Health, JobRunStats, OpenMode};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {}
@@ -28,8 +28,14 @@ pub fn run(_args: Args, ctx: &Ctx) -> Result<()> {
     let since = now - RECENT_SECS;
     let health = store.health(now, since)?;
     let durations = store.attempt_durations(since)?;
-    let ahead = schedules_ahead(&store.definitions()?, now).len();
-    let mut out = exposition(&health, &durations, ahead, now)?;
+    let definitions = store.definitions()?;
+    let ahead = schedules_ahead(&definitions, now).len();
+    let mut out = exposition(
+        &health,
+        durations_by_job(&definitions, &durations),
+        ahead,
+        now,
+    )?;
     per_job(&mut out, &store.job_run_stats()?)?;
     emit(&out)
 }
@@ -131,9 +137,31 @@ fn per_job(out: &mut String, stats: &[JobRunStats]) -> std::fmt::Result {
     Ok(())
 }
 
+/// Each job's durations (ms), from `(schedule id, ms)`. A damaged schedule row still names its
+/// job; a schedule removed since the durations were read has no series, as in the other per-job
+/// families.
+fn durations_by_job<'a>(
+    definitions: &'a [DefinitionRow],
+    durations: &[(i64, i64)],
+) -> BTreeMap<&'a str, Vec<i64>> {
+    // Grouped by id first: one hash per duration, not a search among the names.
+    let mut by_id: HashMap<i64, Vec<i64>> = HashMap::new();
+    for (definition_id, ms) in durations {
+        by_id.entry(*definition_id).or_default().push(*ms);
+    }
+    definitions
+        .iter()
+        .map(|row| match row {
+            Ok(d) => d,
+            Err(damaged) => &damaged.definition,
+        })
+        .filter_map(|d| Some((d.name.as_str(), by_id.remove(&d.id)?)))
+        .collect()
+}
+
 fn exposition(
     h: &Health,
-    durations: &[(String, i64)],
+    durations_by_job: BTreeMap<&str, Vec<i64>>,
     schedules_ahead: usize,
     now: i64,
 ) -> Result<String, std::fmt::Error> {
@@ -159,11 +187,7 @@ fn exposition(
         "Duration of job attempts that finished in the last 24 hours, by job (a sliding window: \
          use quantiles and sum/count, not rate()).",
     )?;
-    let mut by_job: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
-    for (job, ms) in durations {
-        by_job.entry(job).or_default().push(*ms);
-    }
-    for (job, mut ms) in by_job {
+    for (job, mut ms) in durations_by_job {
         let name = label(job);
         ms.sort_unstable();
         for q in QUANTILES {

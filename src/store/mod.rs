@@ -532,18 +532,21 @@ pub type InsertRow<'a> = dyn FnMut(Table, &[String], &[Value]) -> Result<i64> + 
 
 /// Write a migration's rows through `insert` (which inserts one row into a table, the `id`
 /// column left out, and returns the id the target gave it), in dependency order, pointing each
-/// run at its schedule's new id and each attempt and event at its run's new id. Shared by the
+/// run at its schedule's new id, each attempt at its run's and its schedule's, and each event at
+/// its run's. Shared by the
 /// backends so the mapping is written once; each backend only inserts.
 pub fn insert_migration(migration: &Migration, insert: &mut InsertRow<'_>) -> Result<()> {
     use std::collections::HashMap;
+    // `parents`: the columns naming rows copied before, with their old ids' new ones.
     let mut copy = |table: Table,
                     rows: &Rows,
-                    parent: Option<(&str, &HashMap<i64, i64>)>|
+                    parents: &[(&str, &HashMap<i64, i64>)]|
      -> Result<HashMap<i64, i64>> {
         let id = rows.column("id")?;
-        let parent = parent
-            .map(|(column, ids)| Ok::<_, Error>((rows.column(column)?, ids)))
-            .transpose()?;
+        let parents = parents
+            .iter()
+            .map(|(column, ids)| Ok::<_, Error>((rows.column(column)?, *ids)))
+            .collect::<Result<Vec<_>>>()?;
         let columns: Vec<String> = rows
             .columns
             .iter()
@@ -557,8 +560,8 @@ pub fn insert_migration(migration: &Migration, insert: &mut InsertRow<'_>) -> Re
                 if index == id {
                     continue;
                 }
-                match parent {
-                    Some((column, ids)) if column == index => {
+                match parents.iter().find(|(column, _)| *column == index) {
+                    Some((_, ids)) => {
                         let new =
                             value
                                 .integer()
@@ -571,7 +574,7 @@ pub fn insert_migration(migration: &Migration, insert: &mut InsertRow<'_>) -> Re
                                 })?;
                         values.push(Value::Integer(*new));
                     }
-                    _ => values.push(value.clone()),
+                    None => values.push(value.clone()),
                 }
             }
             let new_id = insert(table, &columns, &values)?;
@@ -581,18 +584,18 @@ pub fn insert_migration(migration: &Migration, insert: &mut InsertRow<'_>) -> Re
         }
         Ok(new_ids)
     };
-    let definitions = copy(Table::Definitions, &migration.definitions, None)?;
+    let definitions = copy(Table::Definitions, &migration.definitions, &[])?;
     let runs = copy(
         Table::Runs,
         &migration.runs,
-        Some(("definition_id", &definitions)),
+        &[("definition_id", &definitions)],
     )?;
     copy(
         Table::Attempts,
         &migration.attempts,
-        Some(("run_id", &runs)),
+        &[("run_id", &runs), ("definition_id", &definitions)],
     )?;
-    copy(Table::Events, &migration.events, Some(("run_id", &runs)))?;
+    copy(Table::Events, &migration.events, &[("run_id", &runs)])?;
     Ok(())
 }
 
@@ -965,9 +968,9 @@ pub trait Store {
     fn events(&self, run_id: i64) -> Result<Vec<EventView>>;
     /// The health report at `now`; "recent" means finished at or after `recent_since`.
     fn health(&self, now: i64, recent_since: i64) -> Result<Health>;
-    /// Durations (ms) of attempts that finished at or after `since`, with their job name, in no
-    /// particular order.
-    fn attempt_durations(&self, since: i64) -> Result<Vec<(String, i64)>>;
+    /// Durations (ms) of attempts that finished at or after `since`, with their schedule's id,
+    /// in no particular order.
+    fn attempt_durations(&self, since: i64) -> Result<Vec<(i64, i64)>>;
     /// Per schedule and run status: how many runs the database holds and when the latest of them
     /// finished; one row with no status for a schedule without runs. By schedule name.
     fn job_run_stats(&self) -> Result<Vec<JobRunStats>>;

@@ -41,6 +41,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0006_dead_per_job.sql"),
     include_str!("../../migrations/0007_metrics_covering.sql"),
     include_str!("../../migrations/0008_run_tally.sql"),
+    include_str!("../../migrations/0009_attempt_schedule.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -511,8 +512,8 @@ fn claim_in(
     for run in &runs {
         tx.prepare_cached(
             "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time, lease_token,
-                 started_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 started_at, definition_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?
         .execute(params![
             run.run_id,
@@ -522,7 +523,8 @@ fn claim_in(
             actor.pid,
             actor.start_time.map(|t| t as i64),
             run.lease_token,
-            now
+            now,
+            run.definition_id
         ])?;
         let event = NewEvent::claimed(run.attempt, &actor.host);
         insert_event(tx, run.run_id, now, actor, &event)?;
@@ -1194,13 +1196,11 @@ const OLDEST_RUN: &str = concat!(
 FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
 WHERE r.id = (SELECT id FROM job_runs ORDER BY scheduled_for, id LIMIT 1)"
 );
-/// Durations of recently finished attempts with their job (`job_attempts_finished`).
+/// Durations of recently finished attempts with their schedule: `job_attempts_finished` alone,
+/// no look-up of each attempt's run.
 const ATTEMPT_DURATIONS: &str = "
-SELECT d.name, a.duration_ms
-FROM job_attempts a
-JOIN job_runs r ON r.id = a.run_id
-JOIN job_definitions d ON d.id = r.definition_id
-WHERE a.finished_at >= ?1 AND a.duration_ms IS NOT NULL";
+SELECT definition_id, duration_ms FROM job_attempts
+WHERE finished_at >= ?1 AND duration_ms IS NOT NULL";
 
 /// Per schedule and status: how many runs, when the latest finished. The folded runs' tally plus
 /// the runs made since the last fold, as `RUNS_PER_STATUS`.
@@ -2202,7 +2202,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn attempt_durations(&self, since: i64) -> Result<Vec<(String, i64)>> {
+    fn attempt_durations(&self, since: i64) -> Result<Vec<(i64, i64)>> {
         let mut stmt = self.conn.prepare(ATTEMPT_DURATIONS)?;
         let rows = stmt.query_map([since], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -2595,6 +2595,11 @@ mod tests {
                 "{name}: full table scan in {lines:#?}"
             );
         }
+        // The durations come from their index alone: no attempt's run looked up.
+        assert_eq!(
+            plan(&store, ATTEMPT_DURATIONS),
+            ["SEARCH job_attempts USING COVERING INDEX job_attempts_finished (finished_at>?)"]
+        );
         // Everything but the oldest run (the first entry of an index read in order) reads a
         // range, not the whole of an index.
         for (name, sql) in queries.iter().filter(|(name, _)| *name != "oldest run") {
@@ -2828,10 +2833,55 @@ mod tests {
         assert_tally_counts(&store, "with a run made since the fold");
     }
 
+    /// Takes a database back to schema version 8: attempts without their schedule's id.
+    const BEFORE_ATTEMPT_SCHEDULE: &str = "DROP INDEX job_attempts_finished;
+        ALTER TABLE job_attempts DROP COLUMN definition_id;
+        CREATE INDEX job_attempts_finished ON job_attempts (finished_at, run_id, duration_ms)
+            WHERE finished_at IS NOT NULL;
+        PRAGMA user_version = 8;";
+
+    /// A database made before attempts named their schedule (version 8) gets the id filled in
+    /// for every attempt it holds, and `metrics`' durations count them under their schedules.
+    #[test]
+    fn migrating_gives_every_attempt_kept_its_schedule() {
+        let (dir, store) = store();
+        store
+            .conn
+            .execute_batch(BEFORE_ATTEMPT_SCHEDULE)
+            .expect("downgrade");
+        add_definitions(&store.conn, 2);
+        for (key, definition) in [(1, 1), (2, 2), (3, 2)] {
+            add_run(&store.conn, key, definition, "succeeded", Some(100 + key));
+            store
+                .conn
+                .execute(
+                    "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid,
+                         lease_token, started_at, finished_at, duration_ms, outcome)
+                     VALUES (?1, 1, 'o', 'h', 1, 't', 100, 100 + ?1, 1000 * ?1, 'succeeded')",
+                    [key],
+                )
+                .expect("attempt");
+        }
+        drop(store);
+        let store =
+            SqliteStore::open(&dir.path().join("runner.db"), OpenMode::MustExist).expect("migrate");
+        let mut durations = store.attempt_durations(0).expect("durations");
+        durations.sort_unstable();
+        assert_eq!(durations, [(1, 1000), (2, 2000), (2, 3000)]);
+        assert_eq!(
+            store.attempt_durations(103).expect("durations"),
+            [(2, 3000)]
+        );
+    }
+
     /// A database made before the tally (schema version 7) gets every run it holds folded.
     #[test]
     fn migrating_to_the_tally_folds_the_runs_already_kept() {
         let (dir, store) = store();
+        store
+            .conn
+            .execute_batch(BEFORE_ATTEMPT_SCHEDULE)
+            .expect("downgrade");
         store
             .conn
             .execute_batch(

@@ -190,9 +190,13 @@ pub const RETRY_AT_ONCE: [&str; 6] = [
 /// from `runner run`.
 pub const NEVER: &str = "0 0 1 1 *";
 
-/// SQL that takes a SQLite database back to before schema version 8 (the run tally), for tests
-/// that forge an older version and migrate it.
-pub const SQLITE_BEFORE_TALLY: &str = "DROP TRIGGER job_run_tally_delete;
+/// SQL that takes a SQLite database back to schema version 7 (undoing 9, each attempt's schedule
+/// id, and 8, the run tally), for tests that forge an older version and migrate it.
+pub const SQLITE_BACK_TO_7: &str = "DROP INDEX job_attempts_finished;
+     ALTER TABLE job_attempts DROP COLUMN definition_id;
+     CREATE INDEX job_attempts_finished ON job_attempts (finished_at, run_id, duration_ms)
+         WHERE finished_at IS NOT NULL;
+     DROP TRIGGER job_run_tally_delete;
      DROP TRIGGER job_run_tally_update;
      DROP TABLE job_run_tally;
      DELETE FROM runner_state WHERE key IN ('tally_through', 'tally_folded_at');";
@@ -318,8 +322,9 @@ pub fn forge_vanished_runner(env: &Env, run: i64, child: Option<(i64, i64)>) {
         .into_string()
         .expect("utf-8");
     env.sql.exec(
-        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, started_at)
-         VALUES ($1, 1, 'gone:1', $2, 1, 'tok', 1)",
+        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, started_at,
+             definition_id)
+         SELECT $1, 1, 'gone:1', $2, 1, 'tok', 1, definition_id FROM job_runs WHERE id = $1",
         &[&run, &host],
     );
     if let Some((pid, start)) = child {
@@ -373,8 +378,9 @@ pub fn insert_finished_runs(env: &Env, job: &str, count: i64, now: i64, age_secs
     );
     env.sql.exec(
         "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token, started_at,
-             finished_at, duration_ms, outcome, exit_code)
-         SELECT id, 1, 'bulk', 'bulk', 1, 'bulk-' || id, started_at, finished_at, 1000, 'succeeded', 0
+             finished_at, duration_ms, outcome, exit_code, definition_id)
+         SELECT id, 1, 'bulk', 'bulk', 1, 'bulk-' || id, started_at, finished_at, 1000, 'succeeded', 0,
+                definition_id
          FROM job_runs WHERE idempotency_key LIKE '%@bulk:' || $1 || ':%'",
         &[&done],
     );

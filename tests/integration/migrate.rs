@@ -291,7 +291,11 @@ fn to_sqlite_cursors_and_pending_runs_move_and_nothing_runs_twice() {
 /// `--history` moves every run with its attempts and events (and the schedules their dead-runs
 /// counters, as without it).
 fn history_moves(env: &Env, target: &TestDb) {
+    // A schedule made first and removed: the source's ids start at 2, the target's at 1, so an
+    // id carried over unmapped points at the wrong schedule.
+    env.add("gap", &[], "true");
     source_with_cursors_and_pending_runs(env);
+    env.ok(&["schedule", "rm", "gap"]);
     let before = carried_all(&env.sql, "1 = 1");
     let count =
         |db: &TestDb, table: &str| db.query_i64(&format!("SELECT count(*) FROM {table}"), &[]);
@@ -327,6 +331,20 @@ fn history_moves(env: &Env, target: &TestDb) {
         counts
     );
     assert_eq!(dead_runs_total(target, "doomed"), 1);
+    // Each attempt names its run's schedule by the target's id (`metrics` reads it).
+    assert_eq!(
+        target.query_i64(
+            "SELECT count(*) FROM job_attempts a JOIN job_runs r ON r.id = a.run_id
+             WHERE a.definition_id IS DISTINCT FROM r.definition_id",
+            &[]
+        ),
+        0
+    );
+    assert!(
+        on(env, target, &["--now", MIGRATE_AT, "metrics"])
+            .contains("runner_run_duration_seconds_count{job=\"doomed\"} 1\n"),
+        "the dead run's attempt counted under its job"
+    );
     // `history` on the target shows them: 5 runs, the dead one among them.
     let shown = on(env, target, &["history", "--json"]);
     let runs = crate::common::json(&shown);

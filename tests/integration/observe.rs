@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::common::{
     epoch, forge_vanished_runner, insert_finished_runs, json, run_ids, status_of, stderr, stdout,
-    Env, BIN, SQLITE_BEFORE_TALLY,
+    Env, BIN, SQLITE_BACK_TO_7,
 };
 
 // ---------------------------------------------------------------------------
@@ -1176,6 +1176,17 @@ fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
         env.ok(&["--now", "2026-07-01T12:00:00Z", "run", job]);
         env.tick_at(tick);
     }
+    let durations_counted = |env: &Env| {
+        let text = env.ok(&["--now", "2026-07-01T12:01:00Z", "metrics"]);
+        let (_, samples) = parse_exposition(&text);
+        samples
+            .into_iter()
+            .filter(|(name, ..)| name == "runner_run_duration_seconds_count")
+            .map(|(_, labels, value)| (labels, value))
+            .collect::<Vec<_>>()
+    };
+    let counted = durations_counted(&env);
+    assert_eq!(counted.len(), 3, "{counted:?}");
     // As the previous schema version left it: one database-wide counter (here higher than the
     // dead runs kept, as after a prune), none per schedule.
     env.sql.exec(
@@ -1190,18 +1201,25 @@ fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
     let (old, new) = match Backend::current() {
         Backend::Sqlite => {
             let sqlite = env.sql.sqlite();
-            sqlite
-                .execute_batch(SQLITE_BEFORE_TALLY)
-                .expect("downgrade");
+            sqlite.execute_batch(SQLITE_BACK_TO_7).expect("downgrade");
             sqlite
                 .execute_batch("PRAGMA user_version = 5")
                 .expect("downgrade");
-            (5, 8)
+            (5, 9)
         }
         Backend::Postgres => {
+            // Back to version 3: version 6 (attempts naming their schedule) undone here.
+            for undo in [
+                "DROP INDEX job_attempts_finished",
+                "ALTER TABLE job_attempts DROP COLUMN definition_id",
+                "CREATE INDEX job_attempts_finished ON job_attempts (finished_at, run_id, duration_ms)
+                     WHERE finished_at IS NOT NULL",
+            ] {
+                env.sql.exec(undo, &[]);
+            }
             env.sql
                 .exec("DELETE FROM runner_schema_version WHERE version >= 4", &[]);
-            (3, 5)
+            (3, 6)
         }
     };
     let out = env.ok(&["init"]);
@@ -1222,4 +1240,6 @@ fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
         ),
         0
     );
+    // The attempts kept were given their schedules: each job's durations are counted as before.
+    assert_eq!(durations_counted(&env), counted);
 }

@@ -144,10 +144,11 @@ fn init_creates_the_schema_and_other_commands_need_it() {
     env.ok(&["init"]); // idempotent
 
     // Every PostgreSQL migration (0002: runs keep their zone; 0003: timed pauses; 0004:
-    // dead-runs counters per schedule; 0005: the covering index of metrics).
+    // dead-runs counters per schedule; 0005: the covering index of metrics; 0006: attempts name
+    // their schedule).
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        5
+        6
     );
     // The constraints and indexes SQLite has, partial ones included.
     let indexes = env.count(

@@ -274,21 +274,21 @@ fn init_says_what_it_created_and_quiet_silences_it() {
             let db = env.db.display();
             assert_eq!(
                 created,
-                format!("created {db} (mode 0600, schema version 8)\n")
+                format!("created {db} (mode 0600, schema version 9)\n")
             );
             assert_eq!(
                 again,
-                format!("database {db} is up to date (mode 0600, schema version 8)\n")
+                format!("database {db} is up to date (mode 0600, schema version 9)\n")
             );
         }
         Backend::Postgres => {
             assert!(
                 created.starts_with("created the runner schema in postgres")
-                    && created.ends_with(" (schema version 5)\n"),
+                    && created.ends_with(" (schema version 6)\n"),
                 "{created}"
             );
             assert!(
-                again.ends_with(" is up to date (schema version 5)\n"),
+                again.ends_with(" is up to date (schema version 6)\n"),
                 "{again}"
             );
             // The server and database are named, never the password.
@@ -314,10 +314,11 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     env.add("old", &["--tz", "Asia/Tokyo"], "true");
     let run = env.enqueue("old").to_string();
     // As schema version 3 left it: no zone on runs (and no timed pauses, version 5's, nor
-    // dead-runs counters per schedule, version 6's, nor the run tally, version 8's).
+    // dead-runs counters per schedule, version 6's, nor the run tally, version 8's, nor each
+    // attempt's schedule, version 9's).
     env.sql
         .sqlite()
-        .execute_batch(SQLITE_BEFORE_TALLY)
+        .execute_batch(SQLITE_BACK_TO_7)
         .expect("downgrade");
     env.sql
         .sqlite()
@@ -333,7 +334,7 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     assert_eq!(
         out,
         format!(
-            "migrated {} from schema version 3 to 8 (mode 0600)\n",
+            "migrated {} from schema version 3 to 9 (mode 0600)\n",
             env.db.display()
         )
     );

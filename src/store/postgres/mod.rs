@@ -50,6 +50,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0003_pause_until.sql"),
     include_str!("../../../migrations/postgres/0004_dead_per_job.sql"),
     include_str!("../../../migrations/postgres/0005_metrics_covering.sql"),
+    include_str!("../../../migrations/postgres/0006_attempt_schedule.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
@@ -179,6 +180,10 @@ impl PostgresStore {
         self.write(|tx| {
             // Another runner may be migrating right now: wait for it, then look again.
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+            // A migration may rewrite the history (version 6 fills in every attempt's
+            // schedule): the statement timeout is for a tick's statements, not for it. Waiting
+            // for locks is still bounded (lock_timeout).
+            tx.batch_execute("SET LOCAL statement_timeout = 0")?;
             tx.batch_execute(
                 "CREATE TABLE IF NOT EXISTS runner_schema_version (
                      version    bigint PRIMARY KEY,
@@ -1104,11 +1109,8 @@ FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
 ORDER BY r.scheduled_for, r.id LIMIT 1"
 );
 const ATTEMPT_DURATIONS: &str = "
-SELECT d.name, a.duration_ms
-FROM job_attempts a
-JOIN job_runs r ON r.id = a.run_id
-JOIN job_definitions d ON d.id = r.definition_id
-WHERE a.finished_at >= $1 AND a.duration_ms IS NOT NULL";
+SELECT definition_id, duration_ms FROM job_attempts
+WHERE finished_at >= $1 AND duration_ms IS NOT NULL";
 /// The space the runner's tables and their indexes take.
 const STORAGE_BYTES: &str = "
 SELECT coalesce(sum(pg_total_relation_size(c)), 0)::bigint
@@ -1155,8 +1157,9 @@ WITH picked AS (
     RETURNING r.id, r.definition_id, d.name, r.attempt, r.max_attempts, r.scheduled_for, r.command, r.workdir,
               r.timeout_secs, r.backoff_base_secs, r.backoff_max_secs, r.idempotency_key, r.lease_token, r.leftovers
 ), attempts AS (
-    INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time, lease_token, started_at)
-    SELECT id, attempt, $1, $5, $6, $7, lease_token, $3 FROM claimed ORDER BY id
+    INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time, lease_token, started_at,
+                              definition_id)
+    SELECT id, attempt, $1, $5, $6, $7, lease_token, $3, definition_id FROM claimed ORDER BY id
 ), events AS (
     INSERT INTO job_events (run_id, at, kind, actor, detail)
     SELECT id, $3, $8, $1, $9::text || attempt || $10::text FROM claimed ORDER BY id
@@ -2049,7 +2052,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn attempt_durations(&self, since: i64) -> StoreResult<Vec<(String, i64)>> {
+    fn attempt_durations(&self, since: i64) -> StoreResult<Vec<(i64, i64)>> {
         self.read(|client| {
             client
                 .query(ATTEMPT_DURATIONS, &[&since])?
