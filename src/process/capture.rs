@@ -1,10 +1,13 @@
 //! Output capture: one reader thread per pipe drains a job's stdout or stderr concurrently,
 //! keeping only the last [`OUTPUT_TAIL_BYTES`] (and counting the rest), so a chatty job can never
 //! fill a pipe and block, nor fill the runner's memory.
+//!
+//! The reader threads are kept for the next job's pipes once theirs reach EOF: a tick draining
+//! short jobs would otherwise create and reap two threads per job on the supervisor's thread.
 
 use std::io::{self, Read, Write};
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 
 /// How many bytes of each output stream are kept (the tail).
 pub const OUTPUT_TAIL_BYTES: usize = 64 * 1024;
@@ -65,6 +68,8 @@ impl TailBuffer {
 struct Capture {
     tail: TailBuffer,
     total: u64,
+    /// The pipe reached EOF (or failed): nothing more will be added.
+    finished: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -95,10 +100,20 @@ fn lock(capture: &Mutex<Capture>) -> MutexGuard<'_, Capture> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn drain<R: Read>(mut src: R, capture: &Mutex<Capture>, stream: Option<StreamTo>) {
-    let mut buf = vec![0u8; READ_CHUNK];
+/// Marks a capture finished when dropped: at EOF, and should the reading panic, so its job is
+/// never left waiting for a reader that is gone.
+struct FinishOnDrop<'a>(&'a Mutex<Capture>);
+
+impl Drop for FinishOnDrop<'_> {
+    fn drop(&mut self) {
+        lock(self.0).finished = true;
+    }
+}
+
+fn drain(src: &mut dyn Read, buf: &mut [u8], capture: &Mutex<Capture>, stream: Option<StreamTo>) {
+    let _finish = FinishOnDrop(capture);
     loop {
-        match src.read(&mut buf) {
+        match src.read(buf) {
             Ok(0) => break,
             Ok(n) => {
                 let chunk = &buf[..n];
@@ -117,46 +132,81 @@ fn drain<R: Read>(mut src: R, capture: &Mutex<Capture>, stream: Option<StreamTo>
     }
 }
 
-/// One pipe's reader thread and what it has captured so far.
+/// A pipe to drain into its capture.
+struct Work {
+    src: Box<dyn Read + Send>,
+    capture: Arc<Mutex<Capture>>,
+    stream: Option<StreamTo>,
+}
+
+/// Reader threads waiting for a pipe, each reached through its own channel. A thread whose pipe
+/// a leftover process holds open stays away until that pipe closes; the pool grows instead.
+static IDLE_READERS: Mutex<Vec<Sender<Work>>> = Mutex::new(Vec::new());
+
+/// Hand `work` to an idle reader thread, or to a new one.
+fn dispatch(work: Work) -> io::Result<()> {
+    let idle = IDLE_READERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .pop();
+    let work = match idle {
+        // A thread waiting on its channel always receives (it never exits while idle).
+        Some(reader) => match reader.send(work) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::SendError(work)) => work,
+        },
+        None => work,
+    };
+    let (tx, rx) = mpsc::channel::<Work>();
+    tx.send(work)
+        .map_err(|_| io::Error::other("reader channel closed"))?;
+    std::thread::Builder::new()
+        .name("job-output".to_string())
+        .spawn(move || {
+            let mut buf = vec![0u8; READ_CHUNK];
+            while let Ok(mut work) = rx.recv() {
+                drain(&mut *work.src, &mut buf, &work.capture, work.stream);
+                // The pipe's end is closed here, before the thread offers itself again.
+                drop(work);
+                IDLE_READERS
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push(tx.clone());
+            }
+        })?;
+    Ok(())
+}
+
+/// One pipe's reader and what it has captured so far.
 pub(super) struct Reader {
     capture: Arc<Mutex<Capture>>,
-    handle: Option<JoinHandle<()>>,
     pub(super) abandoned: bool,
 }
 
 impl Reader {
     pub(super) fn spawn<R: Read + Send + 'static>(
-        name: &str,
         src: R,
         stream: Option<StreamTo>,
     ) -> io::Result<Reader> {
         let capture = Arc::new(Mutex::new(Capture {
             tail: TailBuffer::new(OUTPUT_TAIL_BYTES),
             total: 0,
+            finished: false,
         }));
-        let shared = Arc::clone(&capture);
-        let handle = std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || drain(src, &shared, stream))?;
+        dispatch(Work {
+            src: Box::new(src),
+            capture: Arc::clone(&capture),
+            stream,
+        })?;
         Ok(Reader {
             capture,
-            handle: Some(handle),
             abandoned: false,
         })
     }
 
-    /// True once the reader reached EOF (joined) or was abandoned. Never blocks.
+    /// True once the reader reached EOF or was abandoned. Never blocks.
     pub(super) fn settled(&mut self) -> bool {
-        if let Some(handle) = &self.handle {
-            if handle.is_finished() {
-                if let Some(handle) = self.handle.take() {
-                    // Finished: join returns at once. A panic is ignored (the
-                    // captured data so far is still in `capture`).
-                    let _ = handle.join();
-                }
-            }
-        }
-        self.handle.is_none() || self.abandoned
+        self.abandoned || lock(&self.capture).finished
     }
 
     pub(super) fn snapshot(&self) -> (Vec<u8>, u64) {
@@ -168,6 +218,45 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settle(reader: &mut Reader) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !reader.settled() {
+            assert!(std::time::Instant::now() < deadline, "reader never settled");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Readers reuse threads: each pipe's capture is its own, complete, whichever thread read it,
+    /// and a pipe held open by someone else keeps only its own reader waiting.
+    #[test]
+    fn each_reader_captures_its_own_pipe_while_another_stays_open() {
+        let (held_read, held_write) = std::io::pipe().expect("pipe");
+        let mut held = Reader::spawn(held_read, None).expect("reader");
+        for round in 0..50u64 {
+            let mut readers: Vec<(Vec<u8>, Reader)> = (0..4)
+                .map(|i| {
+                    let data = format!("round {round} pipe {i}\n")
+                        .repeat(1 + i * 1000)
+                        .into_bytes();
+                    let reader =
+                        Reader::spawn(io::Cursor::new(data.clone()), None).expect("reader");
+                    (data, reader)
+                })
+                .collect();
+            for (data, reader) in &mut readers {
+                settle(reader);
+                let (tail, total) = reader.snapshot();
+                assert_eq!(total, data.len() as u64);
+                assert_eq!(tail, data[data.len().saturating_sub(OUTPUT_TAIL_BYTES)..]);
+            }
+        }
+        assert!(!held.settled(), "its pipe is still open");
+        (&held_write).write_all(b"late").expect("write");
+        drop(held_write);
+        settle(&mut held);
+        assert_eq!(held.snapshot(), (b"late".to_vec(), 4));
+    }
 
     #[test]
     fn tail_buffer_keeps_last_bytes_in_order() {

@@ -321,8 +321,8 @@ impl RunningJob {
             .stderr
             .take()
             .ok_or_else(|| io::Error::other("stderr pipe missing"))?;
-        let stdout = Reader::spawn("job-stdout", out, stream.then_some(StreamTo::Stdout))?;
-        let stderr = Reader::spawn("job-stderr", err, stream.then_some(StreamTo::Stderr))?;
+        let stdout = Reader::spawn(out, stream.then_some(StreamTo::Stdout))?;
+        let stderr = Reader::spawn(err, stream.then_some(StreamTo::Stderr))?;
         Ok((stdout, stderr))
     }
 
@@ -555,7 +555,7 @@ impl RunningJob {
                     Some(killed_at) => {
                         if now.saturating_duration_since(killed_at) >= LEAK_DRAIN {
                             // Something outside our reach holds the pipe: give up
-                            // on it (the thread ends whenever the pipe closes).
+                            // on it (its reader goes back to the pool whenever the pipe closes).
                             self.stdout.abandoned = true;
                             self.stderr.abandoned = true;
                             readers_done = true;
