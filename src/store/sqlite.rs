@@ -808,32 +808,34 @@ impl Columns<'_, '_> {
 /// `Store::finish_attempt`).
 fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
     let (result, run) = (&end.result, &end.run);
-    let changed = tx.execute(
+    // Cached: every attempt's end runs these two statements (compiling them each time was a
+    // twentieth of a draining tick's CPU).
+    let changed = tx.prepare_cached(
             "UPDATE job_runs SET status = ?3, run_at = coalesce(?4, run_at), owner = NULL, lease_token = NULL,
                  lease_expires_at = NULL, heartbeat_at = NULL, error_code = ?5, error_detail = ?6, finished_at = ?7
              WHERE id = ?1 AND lease_token = ?2 AND status = 'running'",
-            params![
-                result.run_id, result.lease_token, run.status.as_str(), run.run_at, run.error_code,
-                run.error_detail, run.finished_at
-            ],
-        )?;
+        )?
+        .execute(params![
+            result.run_id, result.lease_token, run.status.as_str(), run.run_at, run.error_code,
+            run.error_detail, run.finished_at
+        ])?;
     let applied = changed == 1;
     // The attempt row is fenced by the same token and closed by the runner that held it: when
     // its run write landed, or when the run was cancelled under it (cancel leaves the open
     // attempt to its runner). An attempt a recovering runner closed is never rewritten. One
     // recovered from another host stays open for that host to stop and close.
-    tx.execute(
+    tx.prepare_cached(
             "UPDATE job_attempts SET finished_at = ?4, duration_ms = ?5, outcome = ?6, exit_code = ?7, error_code = ?8,
                  error_detail = ?9, stdout_tail = ?10, stderr_tail = ?11, stdout_bytes = ?12, stderr_bytes = ?13
              WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL
                AND ((?14 AND NOT ?15) OR EXISTS (SELECT 1 FROM job_runs WHERE id = ?1 AND status = 'cancelled'))",
-            params![
-                result.run_id, result.attempt, result.lease_token, result.finished_at, result.duration_ms,
-                end.outcome.as_str(), result.exit_code, run.error_code, run.error_detail, result.stdout_tail,
-                result.stderr_tail, result.stdout_bytes as i64, result.stderr_bytes as i64, applied,
-                result.attempt_left_open
-            ],
-        )?;
+        )?
+        .execute(params![
+            result.run_id, result.attempt, result.lease_token, result.finished_at, result.duration_ms,
+            end.outcome.as_str(), result.exit_code, run.error_code, run.error_detail, result.stdout_tail,
+            result.stderr_tail, result.stdout_bytes as i64, result.stderr_bytes as i64, applied,
+            result.attempt_left_open
+        ])?;
     let at = result.finished_at;
     if !applied {
         let current = tx
