@@ -78,6 +78,11 @@ SELECT 6 + value, 'manual', $now - 20, 'running', $now - 20, 1, 'true', 3, 3600,
 FROM json_each('[0,1]');
 INSERT INTO runner_state (key, value) VALUES ('last_tick_at', $now - 30)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+-- A history this old has had its runs folded into the run tally by the hourly tick (schema.sql,
+-- job_run_tally); the tally is empty until then, so one INSERT ... SELECT folds them all.
+INSERT INTO job_run_tally (definition_id, status, runs, last_finished_at)
+SELECT definition_id, status, count(*), max(finished_at) FROM job_runs GROUP BY definition_id, status;
+UPDATE runner_state SET value = (SELECT max(id) FROM job_runs) WHERE key = 'tally_through';
 COMMIT;
 SQL
 }
