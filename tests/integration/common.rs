@@ -190,16 +190,25 @@ pub const RETRY_AT_ONCE: [&str; 6] = [
 /// from `runner run`.
 pub const NEVER: &str = "0 0 1 1 *";
 
-/// SQL that takes a SQLite database back to schema version 7 (undoing 9, each attempt's schedule
-/// id, and 8, the run tally), for tests that forge an older version and migrate it.
-pub const SQLITE_BACK_TO_7: &str = "DROP INDEX job_attempts_finished;
-     ALTER TABLE job_attempts DROP COLUMN definition_id;
-     CREATE INDEX job_attempts_finished ON job_attempts (finished_at, run_id, duration_ms)
-         WHERE finished_at IS NOT NULL;
-     DROP TRIGGER job_run_tally_delete;
+/// SQL that takes a SQLite database back to before schema version 8 (the run tally), for tests
+/// that forge an older version and migrate it (after `undo_attempt_schedule`).
+pub const SQLITE_BEFORE_TALLY: &str = "DROP TRIGGER job_run_tally_delete;
      DROP TRIGGER job_run_tally_update;
      DROP TABLE job_run_tally;
      DELETE FROM runner_state WHERE key IN ('tally_through', 'tally_folded_at');";
+
+/// Take the database back to before attempts carried their schedule's id (SQLite schema version
+/// 9, PostgreSQL 6), on either backend, for tests that forge an older version and migrate it.
+pub fn undo_attempt_schedule(env: &Env) {
+    for undo in [
+        "DROP INDEX job_attempts_finished",
+        "ALTER TABLE job_attempts DROP COLUMN definition_id",
+        "CREATE INDEX job_attempts_finished ON job_attempts (finished_at, run_id, duration_ms)
+             WHERE finished_at IS NOT NULL",
+    ] {
+        env.sql.exec(undo, &[]);
+    }
+}
 
 impl Env {
     /// `runner schedule add NAME --cron NEVER FLAGS -- COMMAND`: runs come from `runner run`.

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::common::{
     epoch, forge_vanished_runner, insert_finished_runs, json, run_ids, status_of, stderr, stdout,
-    Env, BIN, SQLITE_BACK_TO_7,
+    undo_attempt_schedule, Env, BIN, SQLITE_BEFORE_TALLY,
 };
 
 // ---------------------------------------------------------------------------
@@ -1198,25 +1198,19 @@ fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
          ON CONFLICT (key) DO UPDATE SET value = 7",
         &[],
     );
+    undo_attempt_schedule(&env);
     let (old, new) = match Backend::current() {
         Backend::Sqlite => {
             let sqlite = env.sql.sqlite();
-            sqlite.execute_batch(SQLITE_BACK_TO_7).expect("downgrade");
+            sqlite
+                .execute_batch(SQLITE_BEFORE_TALLY)
+                .expect("downgrade");
             sqlite
                 .execute_batch("PRAGMA user_version = 5")
                 .expect("downgrade");
             (5, 9)
         }
         Backend::Postgres => {
-            // Back to version 3: version 6 (attempts naming their schedule) undone here.
-            for undo in [
-                "DROP INDEX job_attempts_finished",
-                "ALTER TABLE job_attempts DROP COLUMN definition_id",
-                "CREATE INDEX job_attempts_finished ON job_attempts (finished_at, run_id, duration_ms)
-                     WHERE finished_at IS NOT NULL",
-            ] {
-                env.sql.exec(undo, &[]);
-            }
             env.sql
                 .exec("DELETE FROM runner_schema_version WHERE version >= 4", &[]);
             (3, 6)

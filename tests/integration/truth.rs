@@ -316,9 +316,10 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     // As schema version 3 left it: no zone on runs (and no timed pauses, version 5's, nor
     // dead-runs counters per schedule, version 6's, nor the run tally, version 8's, nor each
     // attempt's schedule, version 9's).
+    undo_attempt_schedule(&env);
     env.sql
         .sqlite()
-        .execute_batch(SQLITE_BACK_TO_7)
+        .execute_batch(SQLITE_BEFORE_TALLY)
         .expect("downgrade");
     env.sql
         .sqlite()
