@@ -967,6 +967,42 @@ impl TestDb {
         &self.location
     }
 
+    /// `location`, with PostgreSQL sessions opened through it named `name` (their
+    /// `application_name`), for [`TestDb::wait_for_sessions_to_end`]. SQLite: `location`.
+    pub fn location_named(&self, name: &str) -> String {
+        match self.kind {
+            Kind::Sqlite(_) => self.location.clone(),
+            Kind::Postgres { .. } => {
+                let joiner = if self.location.contains('?') {
+                    '&'
+                } else {
+                    '?'
+                };
+                format!("{}{joiner}application_name={name}", self.location)
+            }
+        }
+    }
+
+    /// After `kill -9` of a runner that connected through `location_named(name)`: wait until the
+    /// server has ended its sessions. A client killed just after sending COMMIT leaves the server
+    /// to carry the commit out after the client is gone, so until then what the dead runner
+    /// holds is not yet known. SQLite: nothing to wait for; a dead process writes nothing more.
+    pub fn wait_for_sessions_to_end(&self, name: &str, timeout: Duration) {
+        if self.backend() == Backend::Postgres {
+            wait_until(
+                timeout,
+                &format!("the server to end {name}'s sessions"),
+                || {
+                    self.query_i64(
+                        "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND application_name = $1",
+                        &[&name.to_string()],
+                    ) == 0
+                },
+            );
+        }
+    }
+
     pub fn backend(&self) -> Backend {
         match self.kind {
             Kind::Sqlite(_) => Backend::Sqlite,

@@ -323,6 +323,7 @@ fn four_ticks_drain_10000_runs_and_one_killed_mid_drain_is_recovered() {
     // host-0's jobs stall once it has executed some: it is killed holding a running run.
     let mut doomed = drain_tick(&env, namespaces, 0)
         .env("MANY_TICKS_STALL", "1")
+        .env("RUNNER_DB", env.sql.location_named("doomed"))
         .spawn()
         .expect("spawn tick");
     let ticks: Vec<Child> = (1..TICKS)
@@ -335,6 +336,10 @@ fn four_ticks_drain_10000_runs_and_one_killed_mid_drain_is_recovered() {
     kill9(doomed.id());
     let status = doomed.wait().expect("reap the killed tick");
     assert_eq!(status.code(), None, "killed by a signal");
+    // Killed after sending a claim's COMMIT, the tick still holds the claimed runs once the
+    // server has carried it out.
+    env.sql
+        .wait_for_sessions_to_end("doomed", Duration::from_secs(5 * 60));
     let held = env.sql.query_i64s(
         "SELECT id FROM job_runs WHERE status = 'running' AND owner = 'host-0' ORDER BY id",
         &[],
