@@ -92,16 +92,22 @@ CREATE INDEX job_runs_leases ON job_runs (lease_expires_at) WHERE status = 'runn
 -- The overlap rule: is a run of this schedule running, which is its oldest due pending run.
 CREATE INDEX job_runs_running_by_definition ON job_runs (definition_id) WHERE status = 'running';
 CREATE INDEX job_runs_pending_by_definition ON job_runs (definition_id, run_at, id) WHERE status = 'pending';
--- History, per schedule and overall, newest first; status filters.
+-- History, per schedule and overall, newest first.
 CREATE INDEX job_runs_definition_history ON job_runs (definition_id, scheduled_for DESC);
 CREATE INDEX job_runs_history ON job_runs (scheduled_for DESC, id DESC);
-CREATE INDEX job_runs_status ON job_runs (status, finished_at);
+-- The three by status hold finished runs only (0010): pending and running runs have the partial
+-- indexes above, and leaving them out spares every new run, claim and end three index writes.
+-- A query that uses them says `finished_at IS NOT NULL`, or compares finished_at.
+-- Pruning, and recent dead runs.
+CREATE INDEX job_runs_status ON job_runs (status, finished_at) WHERE finished_at IS NOT NULL;
 -- history --status S [NAME]: newest first within one status (and one schedule). (0002)
-CREATE INDEX job_runs_status_history ON job_runs (status, scheduled_for DESC, id DESC);
--- history NAME --status S; the latest finish per schedule and status, when job_run_tally's
--- triggers must look it up again (finished_at makes it covering).
+CREATE INDEX job_runs_status_history ON job_runs (status, scheduled_for DESC, id DESC)
+    WHERE finished_at IS NOT NULL;
+-- history NAME --status S; a schedule's last result; the latest finish per schedule and status,
+-- when job_run_tally's triggers must look it up again (finished_at makes it covering).
 CREATE INDEX job_runs_definition_status_history
-    ON job_runs (definition_id, status, scheduled_for DESC, id DESC, finished_at);
+    ON job_runs (definition_id, status, scheduled_for DESC, id DESC, finished_at)
+    WHERE finished_at IS NOT NULL;
 
 -- One row per attempt to execute a run.
 CREATE TABLE job_attempts (
@@ -191,6 +197,7 @@ BEGIN
             WHEN old.finished_at IS NULL OR old.finished_at < last_finished_at THEN last_finished_at
             ELSE (SELECT max(finished_at) FROM job_runs INDEXED BY job_runs_definition_status_history
                   WHERE definition_id = old.definition_id AND status = old.status
+                    AND finished_at IS NOT NULL
                     AND id <= (SELECT value FROM runner_state WHERE key = 'tally_through'))
         END
     WHERE definition_id = old.definition_id AND status = old.status;
@@ -217,6 +224,7 @@ BEGIN
                 THEN last_finished_at
             ELSE (SELECT max(finished_at) FROM job_runs INDEXED BY job_runs_definition_status_history
                   WHERE definition_id = old.definition_id AND status = old.status
+                    AND finished_at IS NOT NULL
                     AND id <= (SELECT value FROM runner_state WHERE key = 'tally_through'))
         END
     WHERE definition_id = old.definition_id AND status = old.status

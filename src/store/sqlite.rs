@@ -42,6 +42,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0007_metrics_covering.sql"),
     include_str!("../../migrations/0008_run_tally.sql"),
     include_str!("../../migrations/0009_attempt_schedule.sql"),
+    include_str!("../../migrations/0010_finished_indexes.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -1162,10 +1163,14 @@ const COUNT_EXPIRED_LEASES: &str =
 /// Runs retrying, by the attempt they are on: a pending run with attempts behind it waits out
 /// a backoff delay (its next attempt is attempt + 1); a running run past its first attempt is a
 /// retry executing now.
+///
+/// Two arms, not one OR: each reads its status's partial index (`job_runs_due`,
+/// `job_runs_running_by_definition`), which SQLite does not do for the terms of an OR.
 const RETRIES_IN_FLIGHT: &str = "
-SELECT CASE status WHEN 'pending' THEN attempt + 1 ELSE attempt END AS retry_attempt, count(*)
-FROM job_runs
-WHERE (status = 'pending' AND attempt >= 1) OR (status = 'running' AND attempt >= 2)
+SELECT retry_attempt, count(*)
+FROM (SELECT attempt + 1 AS retry_attempt FROM job_runs WHERE status = 'pending' AND attempt >= 1
+      UNION ALL
+      SELECT attempt FROM job_runs WHERE status = 'running' AND attempt >= 2)
 GROUP BY retry_attempt ORDER BY retry_attempt";
 /// Error codes of recently finished attempts, most frequent first (`job_attempts_errors`).
 const TOP_ERRORS: &str = "
@@ -1235,17 +1240,37 @@ ON CONFLICT (definition_id, status) DO UPDATE SET
 /// in the WHERE clause, so SQLite picks the index that serves them (`job_runs_history`,
 /// `job_runs_definition_history`, `job_runs_status_history`,
 /// `job_runs_definition_status_history`); an `(:x IS NULL OR ...)` form would defeat that.
+///
+/// The indexes by status hold finished runs only. Pending and running runs, work in flight, are
+/// read from their own partial indexes and sorted; named with INDEXED BY, because without
+/// statistics SQLite would rather walk all of history in order, looking for them.
 fn history_query(filter: &RunFilter) -> (String, Vec<(&'static str, rusqlite::types::Value)>) {
     use rusqlite::types::Value;
     let mut conditions: Vec<&str> = Vec::new();
     let mut values = vec![(":limit", Value::from(filter.limit as i64))];
+    let mut in_flight_index = None;
     if let Some(id) = filter.definition_id {
         conditions.push("r.definition_id = :definition_id");
         values.push((":definition_id", Value::from(id)));
     }
-    if let Some(status) = filter.status {
-        conditions.push("r.status = :status");
-        values.push((":status", Value::from(status.as_str().to_string())));
+    match filter.status {
+        None => {}
+        Some(status) if status.is_final() => {
+            conditions.push("r.status = :status AND r.finished_at IS NOT NULL");
+            values.push((":status", Value::from(status.as_str().to_string())));
+        }
+        Some(RunStatus::Pending) => {
+            conditions.push("r.status = 'pending'");
+            in_flight_index = Some(if filter.definition_id.is_some() {
+                "job_runs_pending_by_definition"
+            } else {
+                "job_runs_due"
+            });
+        }
+        Some(_) => {
+            conditions.push("r.status = 'running'");
+            in_flight_index = Some("job_runs_running_by_definition");
+        }
     }
     if let Some(since) = filter.since {
         conditions.push("r.scheduled_for >= :since");
@@ -1256,9 +1281,15 @@ fn history_query(filter: &RunFilter) -> (String, Vec<(&'static str, rusqlite::ty
     } else {
         format!("WHERE {}", conditions.join(" AND "))
     };
-    let sql = format!(
-        "{RUN_VIEW}\n{where_clause}\nORDER BY r.scheduled_for DESC, r.id DESC LIMIT :limit"
-    );
+    let view = match in_flight_index {
+        Some(index) => RUN_VIEW.replace(
+            "FROM job_runs r\n",
+            &format!("FROM job_runs r INDEXED BY {index}\n"),
+        ),
+        None => RUN_VIEW.to_string(),
+    };
+    let sql =
+        format!("{view}\n{where_clause}\nORDER BY r.scheduled_for DESC, r.id DESC LIMIT :limit");
     (sql, values)
 }
 
@@ -1611,6 +1642,7 @@ impl Store for SqliteStore {
             .query_row(
                 "SELECT id, status, scheduled_for, error_code FROM job_runs
                  WHERE definition_id = ?1 AND status IN ('succeeded', 'dead', 'cancelled', 'skipped')
+                   AND finished_at IS NOT NULL
                  ORDER BY scheduled_for DESC, id DESC LIMIT 1",
                 [definition_id],
                 |r| {
@@ -2603,13 +2635,24 @@ mod tests {
             ["SEARCH job_attempts USING COVERING INDEX job_attempts_finished (finished_at>?)"]
         );
         // Everything but the oldest run (the first entry of an index read in order) reads a
-        // range, not the whole of an index.
+        // range, or the whole of an index of pending or running runs only: never an index of
+        // all runs.
+        let of_unfinished_runs = [
+            "job_runs_due",
+            "job_runs_pending_by_definition",
+            "job_runs_leases",
+            "job_runs_running_by_definition",
+        ];
         for (name, sql) in queries.iter().filter(|(name, _)| *name != "oldest run") {
             let lines = plan(&store, sql);
+            let scans_all = |line: &String| {
+                (line.starts_with("SCAN r ") || line.starts_with("SCAN job_runs "))
+                    && !of_unfinished_runs
+                        .iter()
+                        .any(|index| line.ends_with(&format!("INDEX {index}")))
+            };
             assert!(
-                !lines
-                    .iter()
-                    .any(|l| l.starts_with("SCAN r ") || l.starts_with("SCAN job_runs ")),
+                !lines.iter().any(scans_all),
                 "{name}: scans all runs: {lines:#?}"
             );
         }
@@ -3031,7 +3074,12 @@ mod tests {
     fn history_queries_read_only_what_they_show() {
         let (_dir, store) = store();
         for definition_id in [None, Some(1)] {
-            for status in [None, Some(RunStatus::Dead)] {
+            for status in [
+                None,
+                Some(RunStatus::Dead),
+                Some(RunStatus::Pending),
+                Some(RunStatus::Running),
+            ] {
                 for since in [None, Some(0)] {
                     let filter = RunFilter {
                         definition_id,
@@ -3042,13 +3090,29 @@ mod tests {
                     let lines = plan(&store, &history_query(&filter).0);
                     let shown = format!("{filter:?}: {lines:#?}");
                     assert!(full_scans(&lines).is_empty(), "full scan: {shown}");
-                    // Newest first straight from an index: no sort of every matching run.
+                    // Newest first straight from an index: no sort of every matching run. Only
+                    // pending and running runs, work in flight, come from their own indexes in
+                    // another order and are sorted.
+                    let in_flight = status.is_some_and(|s| !s.is_final());
                     assert!(
-                        !lines.iter().any(|l| l == "USE TEMP B-TREE FOR ORDER BY"),
+                        in_flight || !lines.iter().any(|l| l == "USE TEMP B-TREE FOR ORDER BY"),
                         "sorts: {shown}"
                     );
                     let filtered = definition_id.is_some() || status.is_some() || since.is_some();
-                    if filtered {
+                    let own_indexes = [
+                        "job_runs_due",
+                        "job_runs_pending_by_definition",
+                        "job_runs_running_by_definition",
+                    ];
+                    if in_flight {
+                        assert!(
+                            lines.iter().any(|l| l.starts_with("S")
+                                && own_indexes
+                                    .iter()
+                                    .any(|index| l.contains(&format!("r USING INDEX {index}")))),
+                            "pending or running runs not read from their own index: {shown}"
+                        );
+                    } else if filtered {
                         assert!(
                             lines.iter().any(|l| l.starts_with("SEARCH r USING")),
                             "a filter without an index: {shown}"

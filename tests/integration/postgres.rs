@@ -145,18 +145,19 @@ fn init_creates_the_schema_and_other_commands_need_it() {
 
     // Every PostgreSQL migration (0002: runs keep their zone; 0003: timed pauses; 0004:
     // dead-runs counters per schedule; 0005: the covering index of metrics; 0006: attempts name
-    // their schedule).
+    // their schedule; 0007: the indexes by status hold finished runs only).
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        6
+        7
     );
     // The constraints and indexes SQLite has, partial ones included.
     let indexes = env.count(
         "SELECT count(*) FROM pg_indexes WHERE indexname IN ('job_runs_one_per_instant', 'job_runs_due',
-             'job_runs_leases', 'job_definitions_due', 'job_attempts_open', 'job_definitions_pause_ends')
+             'job_runs_leases', 'job_definitions_due', 'job_attempts_open', 'job_definitions_pause_ends',
+             'job_runs_status', 'job_runs_status_history', 'job_runs_definition_status_history')
            AND indexdef LIKE '% WHERE %'",
     );
-    assert_eq!(indexes, 6);
+    assert_eq!(indexes, 9);
     // A newer schema than this runner knows: refused, exit 4.
     env.client()
         .batch_execute("INSERT INTO runner_schema_version VALUES (99, 0)")

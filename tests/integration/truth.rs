@@ -274,21 +274,21 @@ fn init_says_what_it_created_and_quiet_silences_it() {
             let db = env.db.display();
             assert_eq!(
                 created,
-                format!("created {db} (mode 0600, schema version 9)\n")
+                format!("created {db} (mode 0600, schema version 10)\n")
             );
             assert_eq!(
                 again,
-                format!("database {db} is up to date (mode 0600, schema version 9)\n")
+                format!("database {db} is up to date (mode 0600, schema version 10)\n")
             );
         }
         Backend::Postgres => {
             assert!(
                 created.starts_with("created the runner schema in postgres")
-                    && created.ends_with(" (schema version 6)\n"),
+                    && created.ends_with(" (schema version 7)\n"),
                 "{created}"
             );
             assert!(
-                again.ends_with(" is up to date (schema version 6)\n"),
+                again.ends_with(" is up to date (schema version 7)\n"),
                 "{again}"
             );
             // The server and database are named, never the password.
@@ -335,7 +335,7 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     assert_eq!(
         out,
         format!(
-            "migrated {} from schema version 3 to 9 (mode 0600)\n",
+            "migrated {} from schema version 3 to 10 (mode 0600)\n",
             env.db.display()
         )
     );

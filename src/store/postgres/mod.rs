@@ -51,6 +51,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0004_dead_per_job.sql"),
     include_str!("../../../migrations/postgres/0005_metrics_covering.sql"),
     include_str!("../../../migrations/postgres/0006_attempt_schedule.sql"),
+    include_str!("../../../migrations/postgres/0007_finished_indexes.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
@@ -1242,8 +1243,20 @@ fn history_query(filter: &RunFilter) -> (String, Vec<Box<dyn ToSql + Sync>>) {
         conditions.push(format!("r.definition_id = ${}", values.len()));
     }
     if let Some(status) = filter.status {
-        values.push(Box::new(status.as_str().to_string()));
-        conditions.push(format!("r.status = ${}", values.len()));
+        if status.is_final() {
+            // The indexes by status hold finished runs only: saying so lets the planner use them.
+            values.push(Box::new(status.as_str().to_string()));
+            conditions.push(format!(
+                "r.status = ${} AND r.finished_at IS NOT NULL",
+                values.len()
+            ));
+        } else if status == RunStatus::Pending {
+            // Named literally, so that a generic plan can use the partial index of pending (or
+            // running) runs too.
+            conditions.push("r.status = 'pending'".to_string());
+        } else {
+            conditions.push("r.status = 'running'".to_string());
+        }
     }
     if let Some(since) = filter.since {
         values.push(Box::new(since));
@@ -1442,6 +1455,7 @@ impl Store for PostgresStore {
             let row = client.query_opt(
                 "SELECT id, status, scheduled_for, error_code FROM job_runs
                  WHERE definition_id = $1 AND status IN ('succeeded', 'dead', 'cancelled', 'skipped')
+                   AND finished_at IS NOT NULL
                  ORDER BY scheduled_for DESC, id DESC LIMIT 1",
                 &[&definition_id],
             )?;
