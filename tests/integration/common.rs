@@ -989,16 +989,17 @@ impl TestDb {
     /// holds is not yet known. SQLite: nothing to wait for; a dead process writes nothing more.
     pub fn wait_for_sessions_to_end(&self, name: &str, timeout: Duration) {
         if self.backend() == Backend::Postgres {
+            let sessions = || {
+                self.query_i64(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND application_name = $1",
+                    &[&name.to_string()],
+                )
+            };
             wait_until(
                 timeout,
                 &format!("the server to end {name}'s sessions"),
-                || {
-                    self.query_i64(
-                        "SELECT count(*) FROM pg_stat_activity
-                     WHERE datname = current_database() AND application_name = $1",
-                        &[&name.to_string()],
-                    ) == 0
-                },
+                || sessions() == 0,
             );
         }
     }

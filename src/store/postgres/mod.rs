@@ -1250,12 +1250,10 @@ fn history_query(filter: &RunFilter) -> (String, Vec<Box<dyn ToSql + Sync>>) {
                 "r.status = ${} AND r.finished_at IS NOT NULL",
                 values.len()
             ));
-        } else if status == RunStatus::Pending {
-            // Named literally, so that a generic plan can use the partial index of pending (or
-            // running) runs too.
-            conditions.push("r.status = 'pending'".to_string());
         } else {
-            conditions.push("r.status = 'running'".to_string());
+            // Pending or running, named literally, so that a generic plan can use its partial
+            // index too.
+            conditions.push(format!("r.status = '{}'", status.as_str()));
         }
     }
     if let Some(since) = filter.since {
