@@ -40,6 +40,9 @@ const KILLED_EXIT_WAIT: Duration = Duration::from_secs(5);
 /// How many polls look for leftovers after the shell exited, when the first look met a child
 /// of this runner that is not a job shell (see `note_leftovers`).
 const LEFTOVER_LOOKS: u8 = 2;
+/// The least time between those two looks, for a process caught in passing to finish its exec:
+/// the 1 ms that separated them when young jobs were polled no more often than that.
+const SECOND_LOOK_GAP: Duration = Duration::from_millis(1);
 
 /// The shells of the jobs this process supervises, from spawn until reaped. They are this
 /// runner's children, but never a job's leftovers, so the end-of-job look skips them rather than
@@ -334,6 +337,17 @@ impl RunningJob {
     /// How long since the job was released (or spawned, before that).
     pub fn age(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// The least time the caller should let pass before the next [`poll`](Self::poll): a
+    /// second look for leftovers needs [`SECOND_LOOK_GAP`] after the first; otherwise none.
+    pub fn min_poll_gap(&self) -> Duration {
+        let first_look_taken = self.leftover_looks > 0 && self.leftover_looks < LEFTOVER_LOOKS;
+        if self.exit.is_some() && first_look_taken {
+            SECOND_LOOK_GAP
+        } else {
+            Duration::ZERO
+        }
     }
 
     /// Open the gate: the command runs from now on, and its timeout counts from now.
