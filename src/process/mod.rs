@@ -1117,6 +1117,37 @@ mod tests {
         assert!(wait_dead(leftover, Duration::from_secs(20)));
     }
 
+    #[test]
+    fn a_second_look_for_leftovers_asks_for_its_gap() {
+        let mut job = started(&spec("sleep 30"));
+        assert_eq!(
+            job.min_poll_gap(),
+            Duration::ZERO,
+            "a running job needs no gap"
+        );
+        // What the first look leaves when it met a stranger (a child of the runner's main
+        // thread that is not a job shell, which a test thread cannot make): the shell reaped,
+        // one look taken, one to come.
+        job.kill(Instant::now());
+        let start = Instant::now();
+        while job.exit.is_none() {
+            job.reap(Instant::now());
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the shell never exited"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        job.leftover_looks = 1;
+        assert_eq!(job.min_poll_gap(), SECOND_LOOK_GAP);
+        job.leftover_looks = LEFTOVER_LOOKS;
+        assert_eq!(
+            job.min_poll_gap(),
+            Duration::ZERO,
+            "no look is left to wait for"
+        );
+    }
+
     /// Exactly one leftover, `pid`: named `sleep`, or `sh`/`setsid` if it had not exec'd yet.
     fn assert_named(leftovers: &[String], pid: u32) {
         assert_eq!(leftovers.len(), 1, "{leftovers:?}");
