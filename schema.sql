@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 8.
+-- Schema version 11.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -42,6 +42,12 @@ CREATE TABLE job_definitions (
     dead_runs_total      INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX job_definitions_due ON job_definitions (next_fire_at) WHERE paused = 0;
+-- Ticks also report schedules whose due-ness cannot be judged (a hand edit, a damaged file):
+-- only those are indexed, normally none, so an idle tick reads no schedule that is not due.
+-- The WHERE is the tick's condition, word for word. (0011)
+CREATE INDEX job_definitions_undecidable ON job_definitions (next_fire_at, id)
+    WHERE typeof(paused) <> 'integer' OR paused NOT IN (0, 1)
+        OR typeof(next_fire_at) NOT IN ('integer', 'null');
 -- Ticks look for pauses that have ended: only the few timed pauses are indexed.
 CREATE INDEX job_definitions_pause_ends ON job_definitions (paused_until) WHERE paused_until IS NOT NULL;
 

@@ -43,6 +43,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0008_run_tally.sql"),
     include_str!("../../migrations/0009_attempt_schedule.sql"),
     include_str!("../../migrations/0010_finished_indexes.sql"),
+    include_str!("../../migrations/0011_undecidable_schedules.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -671,6 +672,26 @@ fn create_private_file(path: &Path) -> Result<()> {
 const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, max_attempts, timeout_secs, \
      backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, materialized_through, \
      next_fire_at, created_at, updated_at, revision, leftovers, paused_until";
+
+/// The schedules a tick materialises: the due ones, served by `job_definitions_due` in its
+/// order, then those whose due-ness cannot be judged, so a damaged one is reported every tick
+/// rather than silently never due (`definition_from_row` reports it damaged). The second
+/// condition is `job_definitions_undecidable`'s WHERE, word for word, which is how SQLite knows
+/// that index (normally empty) serves it: without it, this half read every schedule on every
+/// tick. UNION ALL, with the second half leaving out the rows of the first: a UNION would sort
+/// every due row to find duplicates (a tenth of materialising 100,000).
+fn due_definitions_query() -> String {
+    format!(
+        "SELECT {DEFINITION_COLUMNS} FROM job_definitions
+         WHERE paused = 0 AND next_fire_at <= ?1
+         UNION ALL
+         SELECT {DEFINITION_COLUMNS} FROM job_definitions
+         WHERE (typeof(paused) <> 'integer' OR paused NOT IN (0, 1)
+                OR typeof(next_fire_at) NOT IN ('integer', 'null'))
+           AND NOT coalesce(paused = 0 AND next_fire_at <= ?1, 0)
+         ORDER BY next_fire_at, id"
+    )
+}
 
 /// The one conversion of a `job_definitions` row (selected with `DEFINITION_COLUMNS`). A row
 /// whose columns do not convert (an out-of-range integer, unknown policy text, a NULL, a blob) or
@@ -1665,21 +1686,7 @@ impl Store for SqliteStore {
     }
 
     fn due_definitions(&self, now: i64) -> Result<Vec<DefinitionRow>> {
-        // The first half is served by `job_definitions_due`, in its order. The second reads the
-        // (small) table for rows whose due-ness cannot be judged, so a damaged one is reported
-        // every tick rather than silently never due; `definition_from_row` reports them
-        // damaged. UNION ALL, with the second half leaving out the rows of the first: a UNION
-        // would sort every due row to find duplicates (a tenth of materialising 100,000).
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {DEFINITION_COLUMNS} FROM job_definitions
-             WHERE paused = 0 AND next_fire_at <= ?1
-             UNION ALL
-             SELECT {DEFINITION_COLUMNS} FROM job_definitions
-             WHERE (typeof(paused) <> 'integer' OR paused NOT IN (0, 1)
-                    OR typeof(next_fire_at) NOT IN ('integer', 'null'))
-               AND NOT coalesce(paused = 0 AND next_fire_at <= ?1, 0)
-             ORDER BY next_fire_at, id"
-        ))?;
+        let mut stmt = self.conn.prepare_cached(&due_definitions_query())?;
         let rows = stmt.query_map([now], |row| Ok(definition_from_row(row)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -2604,6 +2611,65 @@ mod tests {
             store.definition("a").expect("read"),
             Some(Err(damaged)) if damaged.name() == Some("a")
         ));
+    }
+
+    /// A tick reads the due schedules and those whose due-ness cannot be judged, each through
+    /// its own index: never every schedule, however many there are (with statistics that say
+    /// 100,000 of them, too). The undecidable ones still come back, damaged, whether due or not.
+    #[test]
+    fn the_due_schedules_query_reads_no_schedule_that_is_not_due() {
+        let (_dir, mut store) = store();
+        let settings = Settings {
+            command: "true".to_string(),
+            timeout_secs: 60,
+            backoff_max_secs: 60,
+            ..Settings::defaults("* * * * *")
+        };
+        for (name, next_fire_at) in [("due", 60), ("later", 600), ("when", 600), ("how", 600)] {
+            store
+                .add_definition(name, &settings, 0, Some(next_fire_at))
+                .expect("add");
+        }
+        store
+            .conn
+            .execute_batch(
+                "PRAGMA ignore_check_constraints = ON;
+                 UPDATE job_definitions SET next_fire_at = 'soon' WHERE name = 'when';
+                 UPDATE job_definitions SET paused = 2 WHERE name = 'how';",
+            )
+            .expect("forge");
+        let names = |rows: Vec<DefinitionRow>| -> Vec<String> {
+            rows.iter()
+                .map(|row| match row {
+                    Ok(d) => d.name.clone(),
+                    Err(damaged) => format!("damaged {}", damaged.name().unwrap_or("?")),
+                })
+                .collect()
+        };
+        let mut due = names(store.due_definitions(60).expect("due"));
+        due.sort();
+        assert_eq!(due, ["damaged how", "damaged when", "due"]);
+
+        for statistics in [
+            "",
+            "ANALYZE;
+             DELETE FROM sqlite_stat1;
+             INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES
+               ('job_definitions', 'job_definitions_due', '100000 1'),
+               ('job_definitions', 'job_definitions_undecidable', '1 1 1'),
+               ('job_definitions', 'sqlite_autoindex_job_definitions_1', '100000 1');
+             ANALYZE sqlite_schema;",
+        ] {
+            store.conn.execute_batch(statistics).expect("statistics");
+            let lines = plan(&store, &due_definitions_query());
+            assert!(full_scans(&lines).is_empty(), "full scan: {lines:#?}");
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.contains("USING INDEX job_definitions_undecidable")),
+                "the undecidable schedules are not read through their index: {lines:#?}"
+            );
+        }
     }
 
     #[test]

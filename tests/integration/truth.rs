@@ -274,11 +274,11 @@ fn init_says_what_it_created_and_quiet_silences_it() {
             let db = env.db.display();
             assert_eq!(
                 created,
-                format!("created {db} (mode 0600, schema version 10)\n")
+                format!("created {db} (mode 0600, schema version 11)\n")
             );
             assert_eq!(
                 again,
-                format!("database {db} is up to date (mode 0600, schema version 10)\n")
+                format!("database {db} is up to date (mode 0600, schema version 11)\n")
             );
         }
         Backend::Postgres => {
@@ -315,7 +315,7 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     let run = env.enqueue("old").to_string();
     // As schema version 3 left it: no zone on runs (and no timed pauses, version 5's, nor
     // dead-runs counters per schedule, version 6's, nor the run tally, version 8's, nor each
-    // attempt's schedule, version 9's).
+    // attempt's schedule, version 9's, nor the index of undecidable schedules, version 11's).
     undo_attempt_schedule(&env);
     env.sql
         .sqlite()
@@ -324,7 +324,8 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     env.sql
         .sqlite()
         .execute_batch(
-            "ALTER TABLE job_definitions DROP COLUMN dead_runs_total;
+            "DROP INDEX job_definitions_undecidable;
+             ALTER TABLE job_definitions DROP COLUMN dead_runs_total;
              ALTER TABLE job_runs DROP COLUMN timezone;
              DROP INDEX job_definitions_pause_ends;
              ALTER TABLE job_definitions DROP COLUMN paused_until;
@@ -335,7 +336,7 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     assert_eq!(
         out,
         format!(
-            "migrated {} from schema version 3 to 10 (mode 0600)\n",
+            "migrated {} from schema version 3 to 11 (mode 0600)\n",
             env.db.display()
         )
     );
