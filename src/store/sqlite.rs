@@ -454,6 +454,19 @@ impl SqliteStore {
         lease_secs: i64,
         batch: usize,
     ) -> Result<Claimed> {
+        // Nothing due at all (an idle tick, a recheck): a read says so, without the write lock
+        // and without compiling the claim. Work that becomes due meanwhile waits for the next
+        // claim, as it would have had this one come a moment sooner.
+        let anything_due: bool = self
+            .conn
+            .prepare_cached(MORE_DUE_SQL)?
+            .query_row([now], |r| r.get(0))?;
+        if !anything_due {
+            return Ok(Claimed {
+                runs: Vec::new(),
+                more_due: false,
+            });
+        }
         let tx = self.write_with(Commit::Deferred)?;
         let claimed = claim_in(&tx, only, actor, now, lease_secs, batch)?;
         tx.commit()?;
@@ -3068,6 +3081,53 @@ mod tests {
             None,
             "synced by a commit, not by an fsync of the WAL"
         );
+    }
+
+    /// A claim that finds nothing due takes no write lock: an idle tick (or a recheck) neither
+    /// waits for a runner that is writing nor holds it up. Once a run is due, the claim takes
+    /// the lock as before.
+    #[test]
+    fn a_claim_with_nothing_due_takes_no_write_lock() {
+        let (dir, mut store) = store();
+        let settings = Settings {
+            command: "true".to_string(),
+            timeout_secs: 60,
+            backoff_max_secs: 60,
+            ..Settings::defaults("* * * * *")
+        };
+        store
+            .add_definition("later", &settings, 0, Some(600))
+            .expect("add");
+        let actor = Actor {
+            owner: "test:1".to_string(),
+            host: "test".to_string(),
+            pid: 1,
+            start_time: None,
+        };
+        let other = Connection::open(dir.path().join("runner.db")).expect("open");
+        other
+            .execute_batch("BEGIN IMMEDIATE")
+            .expect("hold the write lock");
+        let claimed = store
+            .claim(&actor, 60, 30, 8)
+            .expect("a claim with nothing due does not wait for the lock");
+        assert!(claimed.runs.is_empty() && !claimed.more_due);
+        other.execute_batch("COMMIT").expect("release");
+
+        store
+            .conn
+            .execute(
+                "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at,
+                     command, max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs,
+                     idempotency_key, created_at)
+                 SELECT id, 'manual', 60, 'pending', 60, command, max_attempts, timeout_secs,
+                     backoff_base_secs, backoff_max_secs, 'k', 60
+                 FROM job_definitions",
+                [],
+            )
+            .expect("a due run");
+        let claimed = store.claim(&actor, 60, 30, 8).expect("claim");
+        assert_eq!(claimed.runs.len(), 1);
     }
 
     /// The same, with the statistics `ANALYZE` gathers on a large history (a million runs, a
