@@ -2584,17 +2584,22 @@ mod tests {
         );
     }
 
+    /// A schedule's settings: `true` every minute, a minute's timeout.
+    fn every_minute_true() -> Settings {
+        Settings {
+            command: "true".to_string(),
+            timeout_secs: 60,
+            backoff_max_secs: 60,
+            ..Settings::defaults("* * * * *")
+        }
+    }
+
     /// Rows forged past the schema's checks come back damaged, one problem per bad column, and
     /// never fail the read of the others.
     #[test]
     fn damaged_rows_name_their_columns() {
         let (_dir, mut store) = store();
-        let settings = Settings {
-            command: "true".to_string(),
-            timeout_secs: 60,
-            backoff_max_secs: 60,
-            ..Settings::defaults("* * * * *")
-        };
+        let settings = every_minute_true();
         for name in ["a", "b", "c"] {
             store
                 .add_definition(name, &settings, 0, Some(60))
@@ -2632,12 +2637,7 @@ mod tests {
     #[test]
     fn the_due_schedules_query_reads_no_schedule_that_is_not_due() {
         let (_dir, mut store) = store();
-        let settings = Settings {
-            command: "true".to_string(),
-            timeout_secs: 60,
-            backoff_max_secs: 60,
-            ..Settings::defaults("* * * * *")
-        };
+        let settings = every_minute_true();
         for (name, next_fire_at) in [("due", 60), ("later", 600), ("when", 600), ("how", 600)] {
             store
                 .add_definition(name, &settings, 0, Some(next_fire_at))
@@ -3089,12 +3089,7 @@ mod tests {
     #[test]
     fn a_claim_with_nothing_due_takes_no_write_lock() {
         let (dir, mut store) = store();
-        let settings = Settings {
-            command: "true".to_string(),
-            timeout_secs: 60,
-            backoff_max_secs: 60,
-            ..Settings::defaults("* * * * *")
-        };
+        let settings = every_minute_true();
         store
             .add_definition("later", &settings, 0, Some(600))
             .expect("add");
