@@ -657,11 +657,12 @@ impl Suite {
         println!("\nS3: idle tick, {schedules} schedules, nothing due, {history} finished runs");
         let repeats = self.options.sizes.process_repeats;
         let before = run_count(db)?;
-        let mut tick = Vec::new();
+        let (mut tick, mut cpu) = (Vec::new(), Vec::new());
         for _ in 0..repeats {
+            let before = children_cpu_ms()?;
             tick.push(ms(time(|| self.runner_ok(db, &["tick"]))?));
+            cpu.push(children_cpu_ms()? - before);
         }
-        let cpu = self.cpu_per_tick(db, repeats)?;
         ensure!(
             run_count(db)? == before,
             "S3: an idle tick changed the number of runs"
@@ -695,15 +696,13 @@ impl Suite {
             unit: "ms",
             ratio,
         });
-        if let Some(cpu) = cpu {
-            self.add_line(Line {
-                scenario: "S3",
-                label: "  its CPU time (user + sys)".into(),
-                samples: vec![cpu],
-                unit: "ms",
-                ratio: None,
-            });
-        }
+        self.add_line(Line {
+            scenario: "S3",
+            label: "  its CPU time (user + sys)".into(),
+            samples: cpu,
+            unit: "ms",
+            ratio: None,
+        });
         if let Some(b) = baseline {
             self.add_line(Line {
                 scenario: "S3",
@@ -714,38 +713,6 @@ impl Suite {
             });
         }
         Ok(())
-    }
-
-    /// CPU time (user + sys, ms) of one idle tick: GNU time over `repeats` ticks in a row (its
-    /// resolution is 10 ms), divided. None without GNU time.
-    fn cpu_per_tick(&self, db: &Path, repeats: usize) -> Result<Option<f64>> {
-        let gnu_time = Path::new("/usr/bin/time");
-        if !gnu_time.exists() {
-            return Ok(None);
-        }
-        let out = self.work.join("cpu");
-        let status = Command::new(gnu_time)
-            .args(["-f", "%U %S", "-o"])
-            .arg(&out)
-            .args([
-                "sh",
-                "-c",
-                r#"for _ in $(seq "$1"); do "$2" tick || exit 1; done"#,
-                "sh",
-            ])
-            .arg(repeats.to_string())
-            .arg(&self.runner)
-            .env("RUNNER_DB", db)
-            .env_remove("RUNNER_RETENTION")
-            .status()?;
-        ensure!(status.success(), "S3: an idle tick failed");
-        let text = std::fs::read_to_string(&out)?;
-        let line = text.trim().lines().last().unwrap_or_default();
-        let secs: f64 = line
-            .split_whitespace()
-            .map(|p| p.parse::<f64>().unwrap_or(0.0))
-            .sum();
-        Ok(Some(secs * 1000.0 / repeats as f64))
     }
 
     fn s7(&mut self, large: &Path, small: &Path, large_n: usize, small_n: usize) -> Result<()> {
@@ -1083,6 +1050,16 @@ fn which(program: &str) -> bool {
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// The CPU time (user + sys, ms) of this process's children that have ended and been waited
+/// for: read before and after one of them runs, the difference is that child's own, to the
+/// microsecond.
+fn children_cpu_ms() -> Result<f64> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).context("getrusage")?;
+    let ms = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1000.0 + t.tv_usec() as f64 / 1000.0;
+    Ok(ms(usage.user_time()) + ms(usage.system_time()))
 }
 
 /// The floor without bookkeeping, 1: `xargs -P8` running `sh -c true` `n` times.
