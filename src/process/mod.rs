@@ -1129,15 +1129,12 @@ mod tests {
         // thread that is not a job shell, which a test thread cannot make): the shell reaped,
         // one look taken, one to come.
         job.kill(Instant::now());
-        let start = Instant::now();
-        while job.exit.is_none() {
-            job.reap(Instant::now());
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the shell never exited"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        assert!(
+            wait_dead(job.pid(), Duration::from_secs(20)),
+            "the shell never exited"
+        );
+        job.reap(Instant::now());
+        assert!(job.exit.is_some(), "the shell was not reaped");
         job.leftover_looks = 1;
         assert_eq!(job.min_poll_gap(), SECOND_LOOK_GAP);
         job.leftover_looks = LEFTOVER_LOOKS;

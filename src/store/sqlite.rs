@@ -3089,10 +3089,7 @@ mod tests {
     #[test]
     fn a_claim_with_nothing_due_takes_no_write_lock() {
         let (dir, mut store) = store();
-        let settings = every_minute_true();
-        store
-            .add_definition("later", &settings, 0, Some(600))
-            .expect("add");
+        add_definitions(&store.conn, 1);
         let actor = Actor {
             owner: "test:1".to_string(),
             host: "test".to_string(),
@@ -3109,18 +3106,7 @@ mod tests {
         assert!(claimed.runs.is_empty() && !claimed.more_due);
         other.execute_batch("COMMIT").expect("release");
 
-        store
-            .conn
-            .execute(
-                "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at,
-                     command, max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs,
-                     idempotency_key, created_at)
-                 SELECT id, 'manual', 60, 'pending', 60, command, max_attempts, timeout_secs,
-                     backoff_base_secs, backoff_max_secs, 'k', 60
-                 FROM job_definitions",
-                [],
-            )
-            .expect("a due run");
+        add_run(&store.conn, 60, 1, "pending", None);
         let claimed = store.claim(&actor, 60, 30, 8).expect("claim");
         assert_eq!(claimed.runs.len(), 1);
     }
