@@ -4,7 +4,7 @@
 
 use std::process::Stdio;
 
-use super::common::{status_of, stderr, Env};
+use super::common::{status_of, stderr, Backend, Env};
 use crate::sqlite_only;
 
 /// 2026-01-01T00:00:00Z; the schedules below were handled through the minute before.
@@ -72,18 +72,36 @@ fn racing_ticks_materialise_many_batches_once_each() {
 
 #[test]
 fn a_schedule_whose_write_fails_fails_alone_and_its_instant_waits() {
-    sqlite_only!("forges the failure with a SQLite trigger");
     let env = Env::init();
     due_schedules(&env, 3);
-    // Forged: inserting a run of job-2 fails (as a full disk or a damaged index might).
-    env.sql
-        .sqlite()
-        .execute_batch(
-            "CREATE TRIGGER refuse_job_2 BEFORE INSERT ON job_runs
-             WHEN NEW.definition_id = (SELECT id FROM job_definitions WHERE name = 'job-2')
-             BEGIN SELECT RAISE(ABORT, 'forged failure'); END;",
-        )
-        .expect("trigger");
+    // Forged: inserting a run of job-2 fails (as a full disk or a damaged index might). On
+    // PostgreSQL the batch's runs are one statement, so this also checks that the statement's
+    // failure does not take job-1 and job-3 with it.
+    let (refuse, allow): (&[&str], &str) = match Backend::current() {
+        Backend::Sqlite => (
+            &["CREATE TRIGGER refuse_job_2 BEFORE INSERT ON job_runs
+               WHEN NEW.definition_id = (SELECT id FROM job_definitions WHERE name = 'job-2')
+               BEGIN SELECT RAISE(ABORT, 'forged failure'); END"],
+            "DROP TRIGGER refuse_job_2",
+        ),
+        Backend::Postgres => (
+            &[
+                "CREATE FUNCTION refuse_job_2() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                     IF NEW.definition_id = (SELECT id FROM job_definitions WHERE name = 'job-2') THEN
+                         RAISE EXCEPTION 'forged failure';
+                     END IF;
+                     RETURN NEW;
+                 END $$",
+                "CREATE TRIGGER refuse_job_2 BEFORE INSERT ON job_runs
+                 FOR EACH ROW EXECUTE FUNCTION refuse_job_2()",
+            ],
+            "DROP TRIGGER refuse_job_2 ON job_runs",
+        ),
+    };
+    for sql in refuse {
+        env.sql.exec(sql, &[]);
+    }
     let out = env.run(&["--now", "2026-01-01T00:00:30Z", "tick", "--max-tick", "0s"]);
     assert!(!out.status.success(), "a runner error is reported");
     let err = stderr(&out);
@@ -113,10 +131,7 @@ fn a_schedule_whose_write_fails_fails_alone_and_its_instant_waits() {
         ),
         MIDNIGHT - 60
     );
-    env.sql
-        .sqlite()
-        .execute_batch("DROP TRIGGER refuse_job_2")
-        .expect("drop trigger");
+    env.sql.exec(allow, &[]);
     env.ok(&["--now", "2026-01-01T00:00:40Z", "tick", "--max-tick", "0s"]);
     assert_eq!(
         (runs_of("job-1"), runs_of("job-2"), runs_of("job-3")),

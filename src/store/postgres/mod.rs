@@ -888,95 +888,151 @@ fn insert_event(
     Ok(())
 }
 
-/// `Store::materialize` within `tx`: the compare-and-swap on the cursor, then the runs `plan`
-/// returns, each with its event. One round trip for the cursor (with the schedule's running run)
-/// and one per run (with its event), where it took two of each.
-fn materialize_in(
+/// `Store::materialize_together` within `tx`, in two statements for the whole batch rather than
+/// two per schedule: move every cursor that is still as read (each its own compare-and-swap),
+/// then insert all the runs their plans return (`plan(i, running)` for `cursors[i]`), with their
+/// events. Per schedule, in order: the runs inserted (0 if another tick got there first).
+fn materialize_all(
     tx: &mut Transaction<'_>,
-    cursor: CursorMove,
+    cursors: &[CursorMove],
     now: i64,
     actor: &Actor,
-    plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
-) -> Result<usize> {
-    // The compare-and-swap: a racing tick waits for this row's lock, then finds the cursor moved
-    // and changes nothing (no row). The running run, if any, is read in the same statement.
-    let move_cursor = prepared(
+    plan: &mut dyn FnMut(usize, Option<i64>) -> Vec<NewRun>,
+) -> Result<Vec<usize>> {
+    // A racing tick waits for each row's lock, then finds the cursor moved and skips the row;
+    // the running run of each moved schedule is read in the same statement. Two ticks locking
+    // the same schedules in different orders can deadlock: one is aborted, and the caller then
+    // writes each schedule in its own transaction (`Store::materialize_batch`).
+    let move_cursors = prepared(
         tx,
-        "UPDATE job_definitions d SET materialized_through = $4, next_fire_at = $5
-         WHERE id = $1 AND materialized_through = $2 AND revision = $3 AND paused = 0
-         RETURNING (SELECT r.id FROM job_runs r
-                    WHERE r.definition_id = d.id AND r.status = 'running' ORDER BY r.id LIMIT 1)",
+        "UPDATE job_definitions d SET materialized_through = m.new_through, next_fire_at = m.next_fire_at
+         FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[])
+             AS m (id, expected_through, expected_revision, new_through, next_fire_at)
+         WHERE d.id = m.id AND d.materialized_through = m.expected_through
+             AND d.revision = m.expected_revision AND d.paused = 0
+         RETURNING d.id, (SELECT r.id FROM job_runs r
+                          WHERE r.definition_id = d.id AND r.status = 'running'
+                          ORDER BY r.id LIMIT 1)",
     )?;
-    let Some(moved) = tx.query_opt(
-        &move_cursor,
-        &[
-            &cursor.definition_id,
-            &cursor.expected_through,
-            &cursor.expected_revision,
-            &cursor.new_through,
-            &cursor.next_fire_at,
-        ],
-    )?
-    else {
-        return Ok(0);
-    };
-    let running: Option<i64> = moved.try_get(0)?;
-    let mut inserted = 0;
-    for run in plan(running) {
-        if insert_run(tx, cursor.definition_id, &run, now, actor)?.is_some() {
-            inserted += 1;
-        }
-    }
-    Ok(inserted)
+    let ids: Vec<i64> = cursors.iter().map(|c| c.definition_id).collect();
+    let expected_throughs: Vec<i64> = cursors.iter().map(|c| c.expected_through).collect();
+    let expected_revisions: Vec<i64> = cursors.iter().map(|c| c.expected_revision).collect();
+    let new_throughs: Vec<i64> = cursors.iter().map(|c| c.new_through).collect();
+    let next_fire_ats: Vec<Option<i64>> = cursors.iter().map(|c| c.next_fire_at).collect();
+    let moved: HashMap<i64, Option<i64>> = tx
+        .query(
+            &move_cursors,
+            &[
+                &ids,
+                &expected_throughs,
+                &expected_revisions,
+                &new_throughs,
+                &next_fire_ats,
+            ],
+        )?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, postgres::Error>>()?;
+    let plans: Vec<Vec<NewRun>> = cursors
+        .iter()
+        .enumerate()
+        .map(|(i, c)| match moved.get(&c.definition_id) {
+            Some(&running) => plan(i, running),
+            None => Vec::new(),
+        })
+        .collect();
+    let runs: Vec<(i64, &NewRun)> = cursors
+        .iter()
+        .zip(&plans)
+        .flat_map(|(c, runs)| runs.iter().map(|run| (c.definition_id, run)))
+        .collect();
+    let ids = insert_runs(tx, &runs, now, actor)?;
+    Ok(plans
+        .iter()
+        .map(|runs| {
+            let inserted = runs.iter().filter(|r| ids.contains_key(&r.idempotency_key));
+            inserted.count()
+        })
+        .collect())
 }
 
-/// Insert a run of definition `definition_id`, copying the schedule's command and policies, as
-/// `run` says, with its `NewRun::event()`, in one statement; `None` when its instant already has
-/// a schedule run (one run per instant) or the schedule is gone.
-fn insert_run(
+/// Insert each `(definition_id, run)`, copying its schedule's command and policies, as the run
+/// says, with its `NewRun::event()`, in one statement. Returns the ids of the runs inserted, by
+/// idempotency key; a run is left out where its instant already has a schedule run (one run per
+/// instant) or its schedule is gone.
+fn insert_runs(
     tx: &mut Transaction<'_>,
-    definition_id: i64,
-    run: &NewRun,
+    runs: &[(i64, &NewRun)],
     now: i64,
     actor: &Actor,
-) -> Result<Option<i64>> {
-    let status = run.status();
-    let finished_at = status.is_final().then_some(now);
-    let event = run.event();
+) -> Result<HashMap<String, i64>> {
+    if runs.is_empty() {
+        return Ok(HashMap::new());
+    }
     let insert = prepared(
         tx,
-        "WITH run AS (
+        "WITH planned AS (
+             SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[],
+                                  $6::text[], $7::bigint[], $8::text[], $9::text[])
+                 WITH ORDINALITY AS p (definition_id, trigger, scheduled_for, status,
+                                       idempotency_key, skip_reason, finished_at, kind, detail, n)
+         ), run AS (
              INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
                  max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
                  skip_reason, created_at, finished_at, leftovers, timezone)
-             SELECT id, $1::text, $2::bigint, $3::text, $2::bigint, command, workdir, max_attempts, timeout_secs,
-                 backoff_base_secs, backoff_max_secs, $4::text, $5::text, $6::bigint, $7::bigint, leftovers, timezone
-             FROM job_definitions WHERE id = $8
+             SELECT d.id, p.trigger, p.scheduled_for, p.status, p.scheduled_for, d.command, d.workdir,
+                 d.max_attempts, d.timeout_secs, d.backoff_base_secs, d.backoff_max_secs,
+                 p.idempotency_key, p.skip_reason, $10::bigint, p.finished_at, d.leftovers, d.timezone
+             FROM planned p JOIN job_definitions d ON d.id = p.definition_id
+             ORDER BY p.n
              ON CONFLICT (definition_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
-             RETURNING id
+             RETURNING id, idempotency_key
          ), event AS (
              INSERT INTO job_events (run_id, at, kind, actor, detail)
-             SELECT id, $6::bigint, $9::text, $10::text, $11::text FROM run
+             SELECT run.id, $10::bigint, p.kind, $11::text, p.detail
+             FROM run JOIN planned p USING (idempotency_key)
+             ORDER BY run.id
          )
-         SELECT id FROM run",
+         SELECT idempotency_key, id FROM run",
     )?;
-    let row = tx.query_opt(
+    let definition_ids: Vec<i64> = runs.iter().map(|(id, _)| *id).collect();
+    let triggers: Vec<&str> = runs.iter().map(|(_, r)| r.trigger.as_str()).collect();
+    let scheduled_fors: Vec<i64> = runs.iter().map(|(_, r)| r.scheduled_for).collect();
+    let statuses: Vec<RunStatus> = runs.iter().map(|(_, r)| r.status()).collect();
+    let status_names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+    let keys: Vec<&str> = runs
+        .iter()
+        .map(|(_, r)| r.idempotency_key.as_str())
+        .collect();
+    let skip_reasons: Vec<Option<&str>> =
+        runs.iter().map(|(_, r)| r.skip_reason.as_deref()).collect();
+    let finished_ats: Vec<Option<i64>> = statuses
+        .iter()
+        .map(|s| s.is_final().then_some(now))
+        .collect();
+    let events: Vec<NewEvent> = runs.iter().map(|(_, r)| r.event()).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let details: Vec<String> = events.iter().map(|e| e.detail.to_string()).collect();
+    let rows = tx.query(
         &insert,
         &[
-            &run.trigger.as_str(),
-            &run.scheduled_for,
-            &status.as_str(),
-            &run.idempotency_key,
-            &run.skip_reason,
+            &definition_ids,
+            &triggers,
+            &scheduled_fors,
+            &status_names,
+            &keys,
+            &skip_reasons,
+            &finished_ats,
+            &kinds,
+            &details,
             &now,
-            &finished_at,
-            &definition_id,
-            &event.kind.as_str(),
             &actor.owner,
-            &event.detail.to_string(),
         ],
     )?;
-    Ok(row.map(|r| r.try_get(0)).transpose()?)
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, postgres::Error>>()
+        .map_err(Into::into)
 }
 
 /// A lease token column.
@@ -1528,9 +1584,10 @@ impl Store for PostgresStore {
         actor: &Actor,
         plan: &mut dyn FnMut(Option<i64>) -> Vec<NewRun>,
     ) -> StoreResult<usize> {
-        self.write_with(Commit::Deferred, |tx| {
-            materialize_in(tx, cursor, now, actor, plan)
-        })
+        let inserted = self.write_with(Commit::Deferred, |tx| {
+            materialize_all(tx, &[cursor], now, actor, &mut |_, running| plan(running))
+        })?;
+        Ok(inserted.into_iter().sum())
     }
 
     fn materialize_together(
@@ -1539,11 +1596,11 @@ impl Store for PostgresStore {
         now: i64,
         actor: &Actor,
     ) -> StoreResult<Vec<usize>> {
+        let cursors: Vec<CursorMove> = batch.iter().map(|m| m.cursor).collect();
         self.write_with(Commit::Deferred, |tx| {
-            batch
-                .iter_mut()
-                .map(|m| materialize_in(tx, m.cursor, now, actor, &mut m.plan))
-                .collect::<Result<Vec<_>>>()
+            materialize_all(tx, &cursors, now, actor, &mut |i, running| {
+                (batch[i].plan)(running)
+            })
         })
     }
 
@@ -1800,7 +1857,8 @@ impl Store for PostgresStore {
         actor: &Actor,
     ) -> StoreResult<i64> {
         self.write(|tx| {
-            let run_id = insert_run(tx, definition_id, run, now, actor)?.ok_or_else(|| {
+            let inserted = insert_runs(tx, &[(definition_id, run)], now, actor)?;
+            let run_id = inserted.get(&run.idempotency_key).copied().ok_or_else(|| {
                 anyhow::anyhow!(
                     "the schedule of run {} was removed meanwhile",
                     run.idempotency_key
