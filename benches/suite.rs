@@ -15,7 +15,7 @@
 //! - S6 peak RSS of the S1 and S2 ticks (needs GNU time at /usr/bin/time);
 //! - S7 `history --limit 50`, `status`, `metrics` with 1,000,000 runs and with 1,000.
 //!
-//! S1 and S5 have PostgreSQL rows too, the tick given `--db postgres://...`, when a server is at
+//! S1, S2 and S5 have PostgreSQL rows too, the tick given `--db postgres://...`, when a server is at
 //! hand: `RUNNER_BENCH_PG` (or `--db URL`) names one on which the suite may CREATE DATABASE
 //! (`./bench` starts a private one with PostgreSQL's default durability); beside S1's the peer
 //! pgqueuer drains the same jobs on the same server. Without a server those rows are skipped,
@@ -113,6 +113,9 @@ fn run() -> Result<()> {
     }
     if suite.wants("S2") || suite.wants("S6") {
         suite.s2()?;
+    }
+    if suite.wants("S2") {
+        suite.s2_postgres()?;
     }
     if suite.wants("S3") || suite.wants("S4") || suite.wants("S7") {
         suite.history_scenarios()?;
@@ -254,27 +257,27 @@ struct Suite {
     report: Vec<Line>,
 }
 
-/// A drained database: a temporary SQLite file, or a database on the PostgreSQL server, which
+/// A scenario's database: a temporary SQLite file, or a database on the PostgreSQL server, which
 /// the runner is given with `--db URL`.
-enum DrainDb {
+enum BenchDb {
     Sqlite(PathBuf),
     Postgres(String),
 }
 
-impl DrainDb {
+impl BenchDb {
     /// What `RUNNER_DB` names.
     fn location(&self) -> &OsStr {
         match self {
-            DrainDb::Sqlite(path) => path.as_os_str(),
-            DrainDb::Postgres(url) => OsStr::new(url),
+            BenchDb::Sqlite(path) => path.as_os_str(),
+            BenchDb::Postgres(url) => OsStr::new(url),
         }
     }
 
     /// A runner command line on it: `--db URL` first for PostgreSQL.
     fn args<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
         let mut all = match self {
-            DrainDb::Sqlite(_) => Vec::new(),
-            DrainDb::Postgres(url) => vec!["--db", url.as_str()],
+            BenchDb::Sqlite(_) => Vec::new(),
+            BenchDb::Postgres(url) => vec!["--db", url.as_str()],
         };
         all.extend_from_slice(args);
         all
@@ -282,9 +285,32 @@ impl DrainDb {
 
     fn check_drained(&self, n: usize) -> Result<()> {
         match self {
-            DrainDb::Sqlite(path) => check_drained(path, n),
-            DrainDb::Postgres(url) => pg_check_drained(url, n),
+            BenchDb::Sqlite(path) => check_drained(path, n),
+            BenchDb::Postgres(url) => pg_check_drained(url, n),
         }
+    }
+
+    /// S2's check: `n` pending runs, one per schedule, all for the instant that was due.
+    fn check_materialised(&self, n: usize) -> Result<()> {
+        let sql = "SELECT count(*), count(DISTINCT definition_id),
+                          count(*) FILTER (WHERE status = 'pending' AND scheduled_for = $1)
+                   FROM job_runs";
+        let due = S2_NOW - 30;
+        let (runs, schedules, pending): (i64, i64, i64) = match self {
+            BenchDb::Sqlite(path) => Connection::open(path)?
+                .query_row(sql, [due], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?,
+            BenchDb::Postgres(url) => {
+                let row =
+                    postgres::Client::connect(url, postgres::NoTls)?.query_one(sql, &[&due])?;
+                (row.get(0), row.get(1), row.get(2))
+            }
+        };
+        ensure!(
+            (runs, schedules, pending) == (n as i64, n as i64, n as i64),
+            "S2: expected {n} pending runs, one per schedule, found {runs} runs of {schedules} \
+             schedules ({pending} pending for the due instant)"
+        );
+        Ok(())
     }
 }
 
@@ -539,41 +565,48 @@ impl Suite {
     // ---- S2 (and S6 for its tick) ----
 
     fn s2(&mut self) -> Result<()> {
+        self.s2_on(None)
+    }
+
+    fn s2_postgres(&mut self) -> Result<()> {
+        let Some(server) = self.postgres_server("S2") else {
+            return Ok(());
+        };
+        self.s2_on(Some(&server))?;
+        pg_drop(&server, "runner_bench_s2")
+    }
+
+    /// S2 on SQLite, or on the PostgreSQL `server`.
+    fn s2_on(&mut self, server: Option<&str>) -> Result<()> {
         let n = self.options.sizes.schedules;
-        println!("\nS2: one tick materialising {n} due schedules");
+        let on = match server {
+            None => String::new(),
+            Some(server) => format!(" on PostgreSQL ({})", pg_settings(server)?),
+        };
+        println!("\nS2{on}: one tick materialising {n} due schedules");
         let mut rates = Vec::new();
         let mut secs = Vec::new();
         let mut rss = Vec::new();
         for _ in 0..self.options.sizes.repeats {
-            let db = self.fresh_db("s2")?;
-            seed_definitions(&db, n, S2_NOW - 60, Some(S2_NOW - 30), "* * * * *")?;
-            let (elapsed, peak) =
-                self.timed_tick(&db, &["--now", S2_NOW_TEXT, "tick", "--max-tick", "0s"])?;
-            let conn = Connection::open(&db)?;
-            let (runs, pending): (i64, i64) = conn.query_row(
-                "SELECT count(*), count(*) FILTER (WHERE status = 'pending' AND scheduled_for = ?1)
-                 FROM job_runs",
-                [S2_NOW - 30],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
-            ensure!(
-                runs == n as i64 && pending == n as i64,
-                "S2: expected {n} pending runs, one per schedule, found {runs} runs ({pending} as expected)"
-            );
+            let db = self.s2_db(server, n)?;
+            let args = db.args(&["--now", S2_NOW_TEXT, "tick", "--max-tick", "0s"]);
+            let (elapsed, peak) = self.timed_tick(db.location(), &args)?;
+            db.check_materialised(n)?;
             rates.push(n as f64 / elapsed.as_secs_f64());
             secs.push(elapsed.as_secs_f64());
             rss.extend(peak);
         }
+        let backend = if server.is_some() { ", PostgreSQL" } else { "" };
         self.add_line(Line {
             scenario: "S2",
-            label: format!("materialise {n} schedules, whole tick"),
+            label: format!("materialise {n} schedules, whole tick{backend}"),
             samples: secs,
             unit: "s",
             ratio: None,
         });
         self.add_line(Line {
             scenario: "S2",
-            label: "materialisation rate".into(),
+            label: format!("materialisation rate{backend}"),
             samples: rates,
             unit: "rows/s",
             ratio: None,
@@ -581,13 +614,36 @@ impl Suite {
         if !rss.is_empty() {
             self.add_line(Line {
                 scenario: "S6",
-                label: format!("peak RSS of the S2 tick ({n} schedules)"),
+                label: format!("peak RSS of the S2 tick ({n} schedules){backend}"),
                 samples: rss,
                 unit: "MB",
                 ratio: None,
             });
         }
         Ok(())
+    }
+
+    /// A fresh database holding `n` every-minute schedules, due 30 s before `S2_NOW`.
+    fn s2_db(&self, server: Option<&str>, n: usize) -> Result<BenchDb> {
+        let (through, due) = (S2_NOW - 60, S2_NOW - 30);
+        Ok(match server {
+            None => {
+                let db = self.fresh_db("s2")?;
+                seed_definitions(&db, n, through, Some(due), "* * * * *")?;
+                BenchDb::Sqlite(db)
+            }
+            Some(server) => {
+                let url = self.pg_fresh_db(server, "runner_bench_s2")?;
+                postgres::Client::connect(&url, postgres::NoTls)?.execute(
+                    "INSERT INTO job_definitions (name, cron, timezone, command,
+                         materialized_through, next_fire_at, created_at, updated_at)
+                     SELECT 'job-' || i, '* * * * *', 'UTC', 'true', $2, $3, $2, $2
+                     FROM generate_series(1, $1::bigint) i",
+                    &[&(n as i64), &through, &due],
+                )?;
+                BenchDb::Postgres(url)
+            }
+        })
     }
 
     // ---- S3, S7, S4: one large and one small history ----
@@ -866,17 +922,17 @@ impl Suite {
     }
 
     /// `drain_db` on a SQLite file (`server` None), or `pg_drain_db` on the server.
-    fn drain(&self, server: Option<&str>, name: &str, n: usize, command: &str) -> Result<DrainDb> {
+    fn drain(&self, server: Option<&str>, name: &str, n: usize, command: &str) -> Result<BenchDb> {
         Ok(match server {
-            None => DrainDb::Sqlite(self.drain_db(name, n, command)?),
+            None => BenchDb::Sqlite(self.drain_db(name, n, command)?),
             Some(server) => {
                 let name = format!("runner_bench_{}", name.replace('-', "_"));
-                DrainDb::Postgres(self.pg_drain_db(server, &name, n, command)?)
+                BenchDb::Postgres(self.pg_drain_db(server, &name, n, command)?)
             }
         })
     }
 
-    // ---- the PostgreSQL rows of S1 and S5 ----
+    // ---- the PostgreSQL rows of S1 and S5 (S2's are `s2_on`) ----
 
     /// The PostgreSQL server, or `None` after saying the rows of `scenario` are skipped.
     fn postgres_server(&self, scenario: &str) -> Option<String> {
