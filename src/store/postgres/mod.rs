@@ -19,6 +19,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use anyhow::Result;
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, IsolationLevel, Row, Statement, Transaction};
 
@@ -1543,19 +1544,20 @@ impl Store for PostgresStore {
     fn due_definitions(&self, now: i64) -> StoreResult<Vec<DefinitionRow>> {
         // Served by `job_definitions_due`. Unlike SQLite, a column cannot hold a value of the
         // wrong type here, so every row's due-ness can be judged.
+        // Each row is read as it arrives, not all rows first: with 100,000 due schedules, the
+        // rows held at once were most of the tick's memory (122 MB).
         self.read(|client| {
-            Ok(client
-                .query(
-                    &format!(
-                        "SELECT {DEFINITION_COLUMNS} FROM job_definitions
-                         WHERE paused = 0 AND next_fire_at <= $1
-                         ORDER BY next_fire_at, id"
-                    ),
-                    &[&now],
-                )?
-                .iter()
-                .map(definition_from_row)
-                .collect())
+            let sql = format!(
+                "SELECT {DEFINITION_COLUMNS} FROM job_definitions
+                 WHERE paused = 0 AND next_fire_at <= $1
+                 ORDER BY next_fire_at, id"
+            );
+            let mut rows = client.query_raw(&sql, [&now])?;
+            let mut due = Vec::new();
+            while let Some(row) = rows.next()? {
+                due.push(definition_from_row(&row));
+            }
+            Ok(due)
         })
     }
 
