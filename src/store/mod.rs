@@ -758,7 +758,7 @@ pub trait Store {
     /// before, so the tick can tell whether its clock is behind what the database has seen.
     ///
     /// Committed `Deferred`: a tick mark lost to a power cut is one minute's staleness, and an
-    /// idle tick (cron's every-minute wake-up) then writes nothing it waits for.
+    /// idle tick (cron's every-minute wake-up) does not wait for the disk at this commit.
     fn record_tick(&mut self, now: i64) -> Result<Option<i64>>;
     /// Enabled definitions whose next fire time is at or before `now`, and damaged rows whose
     /// pause flag or next fire time cannot be read (so a tick reports them instead of never
