@@ -177,3 +177,68 @@ fn a_claim_that_fails_does_not_take_the_ends_before_it_with_it() {
     env.tick(&[]);
     assert_eq!(status_of(&env, second), "succeeded");
 }
+
+/// A batch of schedules is materialised in its own transaction, on either backend, not by the
+/// per-schedule fallback of `Store::materialize_batch`: that fallback makes the same runs, a
+/// transaction each, so a broken batch would pass the tests above, only slower. Each schedule
+/// keeps its own compare-and-swap: the same batch again changes nothing.
+#[test]
+fn a_batch_of_schedules_materialises_in_one_transaction_each_once() {
+    use runner::model::{Actor, NewRun};
+    use runner::store::{CursorMove, Location, Materialization, OpenMode};
+
+    let env = Env::init();
+    due_schedules(&env, 3);
+    let mut store = runner::store::open(&Location::parse(env.sql.location()), OpenMode::MustExist)
+        .expect("open the store");
+    let actor = Actor {
+        owner: "test:1".to_string(),
+        host: "test".to_string(),
+        pid: 1,
+        start_time: None,
+    };
+    let batch = || -> Vec<Materialization> {
+        (1..=3)
+            .map(|i| {
+                let name = format!("job-{i}");
+                let definition_id = env.sql.query_i64(
+                    "SELECT id FROM job_definitions WHERE name = $1",
+                    &[&name.as_str()],
+                );
+                Materialization {
+                    cursor: CursorMove {
+                        definition_id,
+                        expected_through: MIDNIGHT - 60,
+                        expected_revision: 0,
+                        new_through: MIDNIGHT + 1,
+                        next_fire_at: Some(MIDNIGHT + 60),
+                    },
+                    plan: Box::new(move |running| {
+                        assert_eq!(running, None, "nothing of {name} is running");
+                        vec![NewRun::scheduled(&name, MIDNIGHT, None)]
+                    }),
+                }
+            })
+            .collect()
+    };
+    let inserted = store
+        .materialize_together(&mut batch(), MIDNIGHT + 1, &actor)
+        .expect("the batch's own transaction");
+    assert_eq!(inserted, vec![1, 1, 1]);
+    let again = store
+        .materialize_together(&mut batch(), MIDNIGHT + 2, &actor)
+        .expect("the batch's own transaction");
+    assert_eq!(again, vec![0, 0, 0]);
+    let count = |sql: &str| env.sql.query_i64(sql, &[&MIDNIGHT]);
+    assert_eq!(
+        count("SELECT count(*) FROM job_runs WHERE scheduled_for = $1"),
+        3
+    );
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM job_events e JOIN job_runs r ON r.id = e.run_id
+               WHERE r.scheduled_for = $1 AND e.kind = 'ENQUEUED'"
+        ),
+        3
+    );
+}
