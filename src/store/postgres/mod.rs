@@ -915,7 +915,7 @@ fn materialize_all(
                           WHERE r.definition_id = d.id AND r.status = 'running'
                           ORDER BY r.id LIMIT 1)",
     )?;
-    let ids: Vec<i64> = cursors.iter().map(|c| c.definition_id).collect();
+    let definition_ids: Vec<i64> = cursors.iter().map(|c| c.definition_id).collect();
     let expected_throughs: Vec<i64> = cursors.iter().map(|c| c.expected_through).collect();
     let expected_revisions: Vec<i64> = cursors.iter().map(|c| c.expected_revision).collect();
     let new_throughs: Vec<i64> = cursors.iter().map(|c| c.new_through).collect();
@@ -924,7 +924,7 @@ fn materialize_all(
         .query(
             &move_cursors,
             &[
-                &ids,
+                &definition_ids,
                 &expected_throughs,
                 &expected_revisions,
                 &new_throughs,
@@ -947,12 +947,13 @@ fn materialize_all(
         .zip(&plans)
         .flat_map(|(c, runs)| runs.iter().map(|run| (c.definition_id, run)))
         .collect();
-    let ids = insert_runs(tx, &runs, now, actor)?;
+    let inserted = insert_runs(tx, &runs, now, actor)?;
     Ok(plans
         .iter()
         .map(|runs| {
-            let inserted = runs.iter().filter(|r| ids.contains_key(&r.idempotency_key));
-            inserted.count()
+            let runs = runs.iter();
+            runs.filter(|r| inserted.contains_key(&r.idempotency_key))
+                .count()
         })
         .collect())
 }
