@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use chrono::SecondsFormat;
-use chrono_tz::Tz;
 
 use crate::clock::from_epoch;
+use crate::tz::Tz;
 
 /// ISO 8601 with the zone's offset, e.g. `2026-03-08T03:00:00-04:00`.
 pub fn local_time(epoch: i64, tz: Tz) -> String {

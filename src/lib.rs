@@ -17,4 +17,5 @@ pub mod store;
 pub mod text_enum;
 pub mod tick;
 pub mod time_input;
+pub mod tz;
 pub mod why;

@@ -15,7 +15,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
-use chrono_tz::Tz;
+
+use crate::tz::Tz;
 
 /// What the forms above mean, for error messages (the full story is `runner help times`).
 pub const TIME_FORMS: &str = "use 2026-11-23, 2026-11-23T10:30, 2026-11-23 10:30, 10:30 (today) \

@@ -635,7 +635,7 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
             format!(
                 "the last tick was {} ago ({}): cron is not running it every minute",
                 crate::display::duration_of_secs(now - at),
-                crate::display::local_time(at, chrono_tz::Tz::UTC)
+                crate::display::local_time(at, crate::tz::Tz::UTC)
             ),
             "check the cron line and the daemon above, and cron's mail or syslog (`grep CRON /var/log/syslog`, `journalctl -u cron`) for errors".to_string(),
         ),

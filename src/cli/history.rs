@@ -1,7 +1,6 @@
 //! `runner history [NAME]`: past and pending runs, newest first.
 
 use anyhow::Result;
-use chrono_tz::Tz;
 use comfy_table::{Cell, Color, ContentArrangement, Table};
 use serde::Serialize;
 
@@ -11,6 +10,7 @@ use crate::exit::Failure;
 use crate::model::{truncate_detail, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
 use crate::time_input::{parse_since, TimeInput};
+use crate::tz::Tz;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -34,13 +34,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 use clap::{Parser, Subcommand};
 
 use crate::clock::Clock;
 use crate::exit::Failure;
 use crate::model::Actor;
 use crate::store::{self, Location, OpenMode, Store};
+use crate::tz::Tz;
 
 /// A cron + database job runner: cron wakes `runner tick` every minute; the database decides
 /// what runs, who holds it, and what happened.

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 use clap::builder::{OsStringValueParser, TypedValueParser};
 use comfy_table::Table;
 use serde::Serialize;
@@ -24,6 +23,7 @@ use crate::model::{
 use crate::schedule::{traps, Proposed, Timing, Trap};
 use crate::store::{DefinitionRow, LastResult, OpenMode, Removal, Store};
 use crate::tick::materialize::{materialize_definition, restart_cursor, resume_definition};
+use crate::tz::Tz;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {

@@ -6,7 +6,6 @@
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use chrono_tz::Tz;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -18,6 +17,7 @@ use crate::display::{
 use crate::exit::Failure;
 use crate::model::RunStatus;
 use crate::store::{AttemptView, EventView, OpenMode, RunView, Store};
+use crate::tz::Tz;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

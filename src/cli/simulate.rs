@@ -4,7 +4,6 @@
 
 use anyhow::Result;
 use chrono::TimeDelta;
-use chrono_tz::Tz;
 use comfy_table::Table;
 use serde::Serialize;
 
@@ -15,6 +14,7 @@ use crate::model::CatchUp;
 use crate::schedule::{plan_catch_up, Decision, Timing};
 use crate::store::OpenMode;
 use crate::time_input::{parse_time, TimeInput};
+use crate::tz::Tz;
 
 /// The most fire times one simulation lists: enough for a year of a job every five minutes.
 const MAX_INSTANTS: usize = 200_000;
@@ -234,6 +234,6 @@ fn render(sim: &Simulation) -> String {
     out
 }
 
-fn zone_of(sim: &Simulation) -> chrono_tz::Tz {
+fn zone_of(sim: &Simulation) -> Tz {
     super::zone(&sim.timezone)
 }

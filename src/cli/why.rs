@@ -5,7 +5,6 @@ use std::collections::HashMap;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 use serde::Serialize;
 
 use super::history::RunRow;
@@ -15,6 +14,7 @@ use crate::exit::Failure;
 use crate::model::{Definition, Overlap, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
 use crate::time_input::{parse_time, TimeInput};
+use crate::tz::Tz;
 use crate::why::{explain, locate, pick_latest, At, Cause, Facts, Latest, Located, LOOK_BACK};
 
 #[derive(Debug, clap::Args)]

@@ -91,7 +91,7 @@ pub fn plan_catch_up(
 mod tests {
     use super::*;
     use crate::schedule::testing::{sched, utc};
-    use chrono_tz::Tz;
+    use crate::tz::Tz;
 
     fn five_missed() -> (Vec<DateTime<Utc>>, DateTime<Utc>) {
         let s = sched("0 * * * *");

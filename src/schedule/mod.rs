@@ -13,7 +13,6 @@ mod warnings;
 mod zone;
 
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 
 pub use catch_up::{plan_catch_up, Decision, CATCH_UP_ALL_LIMIT};
 pub use syntax::{cron_problem, CronSchedule};
@@ -21,6 +20,7 @@ pub use warnings::{traps, Proposed, Trap, Warning};
 pub use zone::{parse_zone, resolve_local, DstRule, FireTimes, LocalTime};
 
 use crate::clock::from_epoch;
+use crate::tz::Tz;
 
 /// A cron expression or a time zone name that was rejected. `Display` is a complete message for
 /// a human.
@@ -155,12 +155,20 @@ mod tests {
 #[cfg(test)]
 mod testing {
     use super::CronSchedule;
+    use crate::tz::Tz;
     use chrono::{DateTime, Utc};
-    use chrono_tz::Tz;
 
-    pub const NY: Tz = chrono_tz::America::New_York;
-    pub const BERLIN: Tz = chrono_tz::Europe::Berlin;
-    pub const LORD_HOWE: Tz = chrono_tz::Australia::Lord_Howe;
+    pub fn ny() -> Tz {
+        "America/New_York".parse().expect("zone")
+    }
+
+    pub fn berlin() -> Tz {
+        "Europe/Berlin".parse().expect("zone")
+    }
+
+    pub fn lord_howe() -> Tz {
+        "Australia/Lord_Howe".parse().expect("zone")
+    }
 
     pub fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s)

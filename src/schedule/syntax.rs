@@ -552,9 +552,9 @@ fn field_count_message(found: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::testing::{sched, utc, NY};
+    use crate::schedule::testing::{ny, sched, utc};
+    use crate::tz::Tz;
     use chrono::{Datelike, NaiveDate, TimeDelta, Timelike};
-    use chrono_tz::Tz;
 
     fn err(expr: &str) -> String {
         match CronSchedule::parse(expr) {
@@ -687,7 +687,7 @@ mod tests {
             let e = sched(expanded);
             assert_eq!(m.expression(), mac);
             assert_eq!(m.is_wildcard(), e.is_wildcard(), "{mac}");
-            for tz in [Tz::UTC, NY] {
+            for tz in [Tz::UTC, ny()] {
                 assert_eq!(
                     m.fire_times_after(tz, from, 5),
                     e.fire_times_after(tz, from, 5),

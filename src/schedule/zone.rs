@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use chrono::{DateTime, LocalResult, NaiveDateTime, Offset, TimeDelta, TimeZone, Utc};
-use chrono_tz::Tz;
 
 use super::{CronError, CronSchedule};
+use crate::tz::Tz;
 
 impl CronSchedule {
     /// Fire instants strictly after `after`, ascending, at most `limit`.
@@ -389,7 +389,7 @@ pub fn resolve_local(tz: Tz, naive: NaiveDateTime) -> LocalTime {
 mod tests {
     use super::*;
     use crate::schedule::syntax::{DOW_NAMES, MONTH_NAMES};
-    use crate::schedule::testing::{sched, utc, BERLIN, LORD_HOWE, NY};
+    use crate::schedule::testing::{berlin, lord_howe, ny, sched, utc};
     use chrono::{Datelike, SecondsFormat, Timelike};
     use proptest::prelude::*;
     use std::collections::BTreeSet;
@@ -451,15 +451,15 @@ mod tests {
     fn zones_shift_wall_clock() {
         let s = sched("0 9 * * *");
         assert_eq!(
-            s.next_after(NY, utc("2026-01-05T00:00:00Z")),
+            s.next_after(ny(), utc("2026-01-05T00:00:00Z")),
             Some(utc("2026-01-05T14:00:00Z"))
         );
         assert_eq!(
-            s.next_after(NY, utc("2026-07-05T00:00:00Z")),
+            s.next_after(ny(), utc("2026-07-05T00:00:00Z")),
             Some(utc("2026-07-05T13:00:00Z"))
         );
         assert_eq!(
-            s.next_after(BERLIN, utc("2026-01-05T00:00:00Z")),
+            s.next_after(berlin(), utc("2026-01-05T00:00:00Z")),
             Some(utc("2026-01-05T08:00:00Z"))
         );
     }
@@ -470,42 +470,42 @@ mod tests {
     fn new_york_spring_forward() {
         let day = ("2026-03-08T05:00:00Z", "2026-03-09T04:00:00Z");
         assert_eq!(
-            fires("30 2 * * *", NY, day.0, day.1),
+            fires("30 2 * * *", ny(), day.0, day.1),
             ["2026-03-08T07:00:00Z"]
         );
         assert_eq!(
-            fires("0,30 2 * * *", NY, day.0, day.1),
+            fires("0,30 2 * * *", ny(), day.0, day.1),
             ["2026-03-08T07:00:00Z"]
         );
         assert_eq!(
-            fires("0 2,3 * * *", NY, day.0, day.1),
+            fires("0 2,3 * * *", ny(), day.0, day.1),
             ["2026-03-08T07:00:00Z"]
         );
         assert_eq!(
-            fires("30 1-3 * * *", NY, day.0, day.1),
+            fires("30 1-3 * * *", ny(), day.0, day.1),
             [
                 "2026-03-08T06:30:00Z",
                 "2026-03-08T07:00:00Z",
                 "2026-03-08T07:30:00Z"
             ]
         );
-        let half_hours = fires("*/30 * * * *", NY, day.0, day.1);
+        let half_hours = fires("*/30 * * * *", ny(), day.0, day.1);
         assert_eq!(half_hours.len(), 46);
         assert!(half_hours.contains(&"2026-03-08T06:30:00Z".to_string())); // 01:30 EST
         assert!(half_hours.contains(&"2026-03-08T07:00:00Z".to_string())); // 03:00 EDT
         let s = sched("*/30 * * * *");
         for t in s
-            .fire_times_between(NY, utc(day.0), utc(day.1), usize::MAX)
+            .fire_times_between(ny(), utc(day.0), utc(day.1), usize::MAX)
             .instants
         {
-            assert_ne!(t.with_timezone(&NY).hour(), 2, "{t}");
+            assert_ne!(t.with_timezone(&ny()).hour(), 2, "{t}");
         }
-        assert_eq!(fires("* 2 * * *", NY, day.0, day.1), Vec::<String>::new());
+        assert_eq!(fires("* 2 * * *", ny(), day.0, day.1), Vec::<String>::new());
         // Other days are unaffected.
         assert_eq!(
             fires(
                 "30 2 * * *",
-                NY,
+                ny(),
                 "2026-03-09T05:00:00Z",
                 "2026-03-10T04:00:00Z"
             ),
@@ -517,11 +517,11 @@ mod tests {
     fn new_york_fall_back() {
         let day = ("2026-11-01T04:00:00Z", "2026-11-02T05:00:00Z");
         assert_eq!(
-            fires("30 1 * * *", NY, day.0, day.1),
+            fires("30 1 * * *", ny(), day.0, day.1),
             ["2026-11-01T05:30:00Z"]
         );
         assert_eq!(
-            fires("*/30 1 * * *", NY, day.0, day.1),
+            fires("*/30 1 * * *", ny(), day.0, day.1),
             [
                 "2026-11-01T05:00:00Z",
                 "2026-11-01T05:30:00Z",
@@ -529,7 +529,7 @@ mod tests {
                 "2026-11-01T06:30:00Z"
             ]
         );
-        let all = fires("*/30 * * * *", NY, day.0, day.1);
+        let all = fires("*/30 * * * *", ny(), day.0, day.1);
         assert_eq!(all.len(), 50);
         for t in [
             "2026-11-01T05:00:00Z",
@@ -542,13 +542,13 @@ mod tests {
         // Starting inside the second pass: the fixed-time job already ran.
         let s = sched("30 1 * * *");
         assert_eq!(
-            s.next_after(NY, utc("2026-11-01T06:10:00Z")),
+            s.next_after(ny(), utc("2026-11-01T06:10:00Z")),
             Some(utc("2026-11-02T06:30:00Z"))
         );
         // Wildcard jobs asked from inside the first pass see the second pass too.
         let s = sched("*/30 * * * *");
         assert_eq!(
-            s.fire_times_after(NY, utc("2026-11-01T05:45:00Z"), 3),
+            s.fire_times_after(ny(), utc("2026-11-01T05:45:00Z"), 3),
             [
                 utc("2026-11-01T06:00:00Z"),
                 utc("2026-11-01T06:30:00Z"),
@@ -557,7 +557,7 @@ mod tests {
         );
         // ... and from the second pass, nothing of the first is repeated.
         assert_eq!(
-            s.fire_times_after(NY, utc("2026-11-01T06:00:00Z"), 2),
+            s.fire_times_after(ny(), utc("2026-11-01T06:00:00Z"), 2),
             [utc("2026-11-01T06:30:00Z"), utc("2026-11-01T07:00:00Z")]
         );
     }
@@ -566,28 +566,28 @@ mod tests {
     fn berlin_dst() {
         let spring = ("2026-03-28T23:00:00Z", "2026-03-29T22:00:00Z");
         assert_eq!(
-            fires("30 2 * * *", BERLIN, spring.0, spring.1),
+            fires("30 2 * * *", berlin(), spring.0, spring.1),
             ["2026-03-29T01:00:00Z"]
         );
         assert_eq!(
-            fires("0,30 2 * * *", BERLIN, spring.0, spring.1),
+            fires("0,30 2 * * *", berlin(), spring.0, spring.1),
             ["2026-03-29T01:00:00Z"]
         );
         let s = sched("*/30 * * * *");
-        let got = s.fire_times_between(BERLIN, utc(spring.0), utc(spring.1), usize::MAX);
+        let got = s.fire_times_between(berlin(), utc(spring.0), utc(spring.1), usize::MAX);
         assert_eq!(got.instants.len(), 46);
         assert!(got
             .instants
             .iter()
-            .all(|t| t.with_timezone(&BERLIN).hour() != 2));
+            .all(|t| t.with_timezone(&berlin()).hour() != 2));
 
         let autumn = ("2026-10-24T22:00:00Z", "2026-10-25T23:00:00Z");
         assert_eq!(
-            fires("30 2 * * *", BERLIN, autumn.0, autumn.1),
+            fires("30 2 * * *", berlin(), autumn.0, autumn.1),
             ["2026-10-25T00:30:00Z"]
         );
         assert_eq!(
-            fires("*/30 2 * * *", BERLIN, autumn.0, autumn.1),
+            fires("*/30 2 * * *", berlin(), autumn.0, autumn.1),
             [
                 "2026-10-25T00:00:00Z",
                 "2026-10-25T00:30:00Z",
@@ -595,7 +595,10 @@ mod tests {
                 "2026-10-25T01:30:00Z"
             ]
         );
-        assert_eq!(fires("*/30 * * * *", BERLIN, autumn.0, autumn.1).len(), 50);
+        assert_eq!(
+            fires("*/30 * * * *", berlin(), autumn.0, autumn.1).len(),
+            50
+        );
     }
 
     #[test]
@@ -603,20 +606,20 @@ mod tests {
         // Lord Howe: 2026-10-04 02:00 +10:30 -> 02:30 +11; 2026-04-05 02:00 +11 -> 01:30 +10:30.
         let spring = ("2026-10-03T13:00:00Z", "2026-10-04T13:00:00Z");
         assert_eq!(
-            fires("15 2 * * *", LORD_HOWE, spring.0, spring.1),
+            fires("15 2 * * *", lord_howe(), spring.0, spring.1),
             ["2026-10-03T15:30:00Z"]
         );
         assert_eq!(
-            fires("*/15 2 * * *", LORD_HOWE, spring.0, spring.1).len(),
+            fires("*/15 2 * * *", lord_howe(), spring.0, spring.1).len(),
             2
         );
         let autumn = ("2026-04-04T13:00:00Z", "2026-04-05T13:00:00Z");
         assert_eq!(
-            fires("45 1 * * *", LORD_HOWE, autumn.0, autumn.1),
+            fires("45 1 * * *", lord_howe(), autumn.0, autumn.1),
             ["2026-04-04T14:45:00Z"]
         );
         assert_eq!(
-            fires("*/15 1 * * *", LORD_HOWE, autumn.0, autumn.1),
+            fires("*/15 1 * * *", lord_howe(), autumn.0, autumn.1),
             [
                 "2026-04-04T14:00:00Z",
                 "2026-04-04T14:15:00Z",
@@ -680,7 +683,7 @@ mod tests {
     fn many_minutes_are_strictly_increasing() {
         let s = sched("* * * * *");
         let start = utc("2026-10-20T00:00:00Z");
-        let got = s.fire_times_after(BERLIN, start, 100_000);
+        let got = s.fire_times_after(berlin(), start, 100_000);
         assert_eq!(got.len(), 100_000);
         assert!(got.windows(2).all(|w| w[0] < w[1]));
         // Every minute is an instant, the repeated hour included.
@@ -695,9 +698,9 @@ mod tests {
             Some(utc("4001-01-01T00:00:00Z"))
         );
         // Beyond croner's year limit there is nothing, and no panic.
-        let _ = s.next_after(NY, DateTime::<Utc>::MAX_UTC);
+        let _ = s.next_after(ny(), DateTime::<Utc>::MAX_UTC);
         let _ = s.fire_times_between(
-            NY,
+            ny(),
             DateTime::<Utc>::MIN_UTC,
             DateTime::<Utc>::MIN_UTC + TimeDelta::days(400),
             2,
@@ -709,8 +712,8 @@ mod tests {
     #[test]
     fn zones_parse_by_iana_name() {
         assert_eq!(parse_zone("UTC"), Ok(Tz::UTC));
-        assert_eq!(parse_zone("America/New_York"), Ok(NY));
-        assert_eq!(parse_zone(" Europe/Berlin "), Ok(BERLIN));
+        assert_eq!(parse_zone("America/New_York"), Ok(ny()));
+        assert_eq!(parse_zone(" Europe/Berlin "), Ok(berlin()));
         let e = parse_zone("Mars/Olympus").expect_err("unknown zone");
         assert!(e.to_string().contains("\"Mars/Olympus\""), "{e}");
         assert!(e.to_string().contains("IANA"), "{e}");
@@ -720,7 +723,9 @@ mod tests {
 
     // ------------------------------------------------------------ proptest
 
-    const ZONES: [Tz; 4] = [Tz::UTC, NY, BERLIN, LORD_HOWE];
+    fn zones() -> [Tz; 4] {
+        [Tz::UTC, ny(), berlin(), lord_howe()]
+    }
 
     fn field_piece(min: u32, max: u32, names: &'static [&'static str]) -> BoxedStrategy<String> {
         let value = (min..=max).prop_map(|v| v.to_string()).boxed();
@@ -822,7 +827,7 @@ mod tests {
         #[test]
         fn next_after_is_later_and_matches(
             expr in expression(),
-            zone in 0..ZONES.len(),
+            zone in 0..zones().len(),
             secs in 946_684_800i64..2_208_988_800i64,
         ) {
             let s = match CronSchedule::parse(&expr) {
@@ -833,7 +838,7 @@ mod tests {
                     return Ok(());
                 }
             };
-            let tz = ZONES[zone];
+            let tz = zones()[zone];
             let after = DateTime::<Utc>::from_timestamp(secs, 0).expect("instant");
             let next = s.next_after(tz, after);
             prop_assert!(next.is_some(), "{} from {}", expr, after);
@@ -857,12 +862,12 @@ mod tests {
         #[test]
         fn matches_brute_force_around_transitions(
             expr in expression(),
-            zone in 0..ZONES.len(),
+            zone in 0..zones().len(),
             base in 0..TRANSITIONS.len(),
             shift_minutes in -1800i64..600,
         ) {
             let Ok(s) = CronSchedule::parse(&expr) else { return Ok(()); };
-            let tz = ZONES[zone];
+            let tz = zones()[zone];
             let after = utc(TRANSITIONS[base])
                 + TimeDelta::minutes(shift_minutes)
                 + TimeDelta::seconds(17);
@@ -890,7 +895,7 @@ mod tests {
         ];
         for expr in exprs {
             let s = sched(expr);
-            for tz in ZONES {
+            for tz in zones() {
                 for at in TRANSITIONS {
                     let after = utc(at) - TimeDelta::hours(12);
                     let until = after + TimeDelta::hours(24);
@@ -908,13 +913,13 @@ mod tests {
     fn dst_rules_are_named() {
         let rules = |expr: &str, from: &str, to: &str| -> Vec<(String, Option<String>)> {
             let s = sched(expr);
-            s.fire_times_between(NY, utc(from), utc(to), usize::MAX)
+            s.fire_times_between(ny(), utc(from), utc(to), usize::MAX)
                 .instants
                 .iter()
                 .map(|&t| {
                     (
                         t.to_rfc3339_opts(SecondsFormat::Secs, true),
-                        s.dst_rule(NY, t).map(|r| r.note()),
+                        s.dst_rule(ny(), t).map(|r| r.note()),
                     )
                 })
                 .collect()
