@@ -2505,8 +2505,20 @@ impl Store for SqliteStore {
     }
 
     fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> Result<bool> {
+        // Read first without the write lock, as the fold does: nearly every tick finds the turn
+        // not due. (No turn recorded yet is due.)
+        let due: bool = self.conn.query_row(
+            "SELECT coalesce((SELECT value <= ?1 - ?2 OR value > ?1
+                              FROM runner_state WHERE key = 'last_prune_at'), 1)",
+            params![now, every_secs],
+            |r| r.get(0),
+        )?;
+        if !due {
+            return Ok(false);
+        }
         let tx = self.write()?;
         // A turn recorded in the future means the clock went back (or --now was used): take it.
+        // Taken again under the write lock: another tick may have taken it since the read.
         let taken = tx.execute(
             "INSERT INTO runner_state (key, value) VALUES ('last_prune_at', ?1)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value
@@ -3109,6 +3121,36 @@ mod tests {
         add_run(&store.conn, 60, 1, "pending", None);
         let claimed = store.claim(&actor, 60, 30, 8).expect("claim");
         assert_eq!(claimed.runs.len(), 1);
+    }
+
+    /// An idle tick's automatic-prune turn, like its claim, is a read while the turn is not due:
+    /// it does not wait for another connection's write lock. A due turn (none recorded, an hour
+    /// old, or recorded in the future) is taken once.
+    #[test]
+    fn a_prune_turn_not_due_takes_no_write_lock() {
+        let (dir, mut store) = store();
+        let (now, hour) = (1_000_000, 3600);
+        store
+            .conn
+            .execute("DELETE FROM runner_state WHERE key = 'last_prune_at'", [])
+            .expect("no turn recorded");
+        assert!(store.claim_auto_prune(now, hour).expect("none recorded"));
+        let other = Connection::open(dir.path().join("runner.db")).expect("open");
+        other
+            .execute_batch("BEGIN IMMEDIATE")
+            .expect("hold the write lock");
+        assert!(!store
+            .claim_auto_prune(now + hour - 1, hour)
+            .expect("a turn not due does not wait for the lock"));
+        other.execute_batch("COMMIT").expect("release");
+        assert!(store
+            .claim_auto_prune(now + hour, hour)
+            .expect("an hour on"));
+        assert!(!store.claim_auto_prune(now + hour, hour).expect("taken"));
+        assert!(store
+            .claim_auto_prune(now, hour)
+            .expect("the clock went back"));
+        assert_eq!(state_value(&store, "last_prune_at"), Some(now));
     }
 
     /// The same, with the statistics `ANALYZE` gathers on a large history (a million runs, a
