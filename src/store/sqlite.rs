@@ -3123,6 +3123,24 @@ mod tests {
         assert_eq!(claimed.runs.len(), 1);
     }
 
+    /// SQLite is built without STAT4 (`.cargo/config.toml`): on an analyzed database it would
+    /// read every index's samples at each open, and under QPSG they inform no plan.
+    #[test]
+    fn sqlite_is_built_without_stat4() {
+        let (_dir, store) = store();
+        let mut stmt = store
+            .conn
+            .prepare("PRAGMA compile_options")
+            .expect("prepare");
+        let options: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<rusqlite::Result<_>>()
+            .expect("options");
+        assert!(options.iter().any(|o| o == "ENABLE_FTS5"), "{options:?}");
+        assert!(!options.iter().any(|o| o == "ENABLE_STAT4"), "{options:?}");
+    }
+
     /// An idle tick's automatic-prune turn, like its claim, is a read while the turn is not due:
     /// it does not wait for another connection's write lock. A due turn (none recorded, an hour
     /// old, or recorded in the future) is taken once.
