@@ -948,14 +948,11 @@ fn materialize_all(
         .flat_map(|(c, runs)| runs.iter().map(|run| (c.definition_id, run)))
         .collect();
     let inserted = insert_runs(tx, &runs, now, actor)?;
-    Ok(plans
-        .iter()
-        .map(|runs| {
-            let runs = runs.iter();
-            runs.filter(|r| inserted.contains_key(&r.idempotency_key))
-                .count()
-        })
-        .collect())
+    let inserted_of = |runs: &Vec<NewRun>| {
+        let is_inserted = |run: &&NewRun| inserted.contains_key(&run.idempotency_key);
+        runs.iter().filter(is_inserted).count()
+    };
+    Ok(plans.iter().map(inserted_of).collect())
 }
 
 /// Insert each `(definition_id, run)`, copying its schedule's command and policies, as the run
