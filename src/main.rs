@@ -7,6 +7,7 @@ use runner::exit::{self, Failure};
 
 fn main() {
     keep_inherited_descriptors_from_jobs();
+    seed_jitter_from_the_os();
     let cli = Cli::parse();
     let code = match dispatch(cli) {
         Ok(()) => exit::SUCCESS,
@@ -25,6 +26,16 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// fastrand seeds itself from the monotonic clock, which processes started together read alike:
+/// ticks racing for one database would then draw the same backoff jitter and busy-wait sleeps,
+/// and retry in lockstep. Seed this thread (the only one that draws) from the OS instead; should
+/// the OS refuse, the clock's seed stays, and only the spread suffers.
+fn seed_jitter_from_the_os() {
+    if let Ok(seed) = getrandom::u64() {
+        fastrand::seed(seed);
+    }
 }
 
 /// Jobs get stdin, stdout and stderr, nothing else. Descriptors this process opens are

@@ -686,8 +686,9 @@ impl NewRun {
         }
     }
 
-    /// A manual run of schedule `name`, due `now`: its key is unique (`nightly@manual:EPOCH:NONCE`)
-    /// since several manual runs may share one second.
+    /// A manual run of schedule `name`, due `now`: its key (`nightly@manual:EPOCH:NONCE`) is
+    /// unique by its nonce, since several manual runs may share one second; the caller draws the
+    /// nonce from the OS.
     pub fn manual(name: &str, now: i64, nonce: u64) -> NewRun {
         NewRun {
             trigger: Trigger::Manual,

@@ -44,7 +44,11 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     }
     let me = actor(None);
     let now = ctx.clock.epoch();
-    let run = NewRun::manual(&definition.name, now, fastrand::u64(..));
+    // From the OS, not from a generator seeded by the clock: processes started together read the
+    // same clock, and their runs would share a key (the second insert refused, its run lost).
+    let nonce =
+        getrandom::u64().map_err(|e| anyhow::anyhow!("no random number from the OS: {e}"))?;
+    let run = NewRun::manual(&definition.name, now, nonce);
     let run_id = store.enqueue(definition.id, &run, now, &me)?;
     if !args.wait {
         match paused {

@@ -1,7 +1,9 @@
-//! Steer what runs: `cancel` of a running or pending run, `retry` of a dead run or of one waiting
-//! out its backoff, on real databases through the real binary. Times are pinned with `--now`.
+//! Steer what runs: `run` (manual runs), `cancel` of a running or pending run, `retry` of a dead
+//! run or of one waiting out its backoff, and the jitter of retries, on real databases through
+//! the real binary. Times are pinned with `--now`.
 
 use std::fs;
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -297,4 +299,103 @@ fn retry_of_a_run_waiting_out_its_backoff_makes_it_due_now() {
             .len(),
         1
     );
+}
+
+/// Manual runs enqueued in the same second by processes that read the same monotonic instant
+/// each get their own run: the nonce in their idempotency key comes from the OS, not from a
+/// generator seeded by the clock (which gave two such runs one key: the second `runner run`
+/// failed on the unique key, and its run was lost).
+#[test]
+fn manual_runs_enqueued_at_the_same_clock_reading_are_all_kept() {
+    let env = Env::init();
+    env.add("report", &[], "true");
+    let frozen = frozen_monotonic_clock(&env);
+    for _ in 0..3 {
+        let out = env
+            .cmd()
+            .env("LD_PRELOAD", &frozen)
+            .args(["--now", "2026-07-01T12:00:00Z", "run", "report"])
+            .output()
+            .expect("spawn runner");
+        assert!(out.status.success(), "runner run: {}", stderr(&out));
+    }
+    let keys = env.sql.query_strings(
+        "SELECT DISTINCT r.idempotency_key FROM job_runs r
+         JOIN job_definitions d ON d.id = r.definition_id WHERE d.name = 'report'",
+        &[],
+    );
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert!(
+        keys.iter()
+            .all(|k| k.starts_with("report@manual:1782907200:")),
+        "{keys:?}"
+    );
+}
+
+/// Ticks that read the same monotonic instant still draw their own backoff jitter: a failed run
+/// in each of two databases, same schedule, same time, retries at two different times. (Seeded by
+/// the clock, both drew the same delay: retries across ticks in lockstep.) The delay is drawn
+/// from half a year and more, so two honest draws meet once in millions.
+#[test]
+fn ticks_reading_the_same_clock_draw_their_own_jitter() {
+    let retry_ats: Vec<i64> = (0..2)
+        .map(|_| {
+            let env = Env::init();
+            env.add(
+                "flaky",
+                &[
+                    "--max-attempts",
+                    "2",
+                    "--backoff-base",
+                    "365d",
+                    "--backoff-max",
+                    "365d",
+                ],
+                "exit 3",
+            );
+            let frozen = frozen_monotonic_clock(&env);
+            env.ok(&["--now", "2026-07-01T12:00:00Z", "run", "flaky"]);
+            let out = env
+                .cmd()
+                .env("LD_PRELOAD", &frozen)
+                .args(["--now", "2026-07-01T12:00:00Z", "tick"])
+                .output()
+                .expect("spawn runner");
+            assert!(out.status.success(), "runner tick: {}", stderr(&out));
+            let id = run_ids(&env, "flaky")[0];
+            assert_eq!(status_of(&env, id), "pending", "waiting to retry");
+            env.sql
+                .query_i64(&format!("SELECT run_at FROM job_runs WHERE id = {id}"), &[])
+        })
+        .collect();
+    assert_ne!(retry_ats[0], retry_ats[1], "the same jitter twice");
+}
+
+/// A C shim, preloaded into the binary, that stops the monotonic clock: every process reads the
+/// same instant, as processes started together may (a crontab with two `runner run` lines, a
+/// script enqueueing in parallel, ticks on one host). What must differ between such processes
+/// must not come from that clock. Built with `cc`, the linker Rust builds with.
+fn frozen_monotonic_clock(env: &Env) -> std::path::PathBuf {
+    const SHIM: &str = r#"#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <time.h>
+int clock_gettime(clockid_t id, struct timespec *ts) {
+    static int (*real)(clockid_t, struct timespec *);
+    if (id == CLOCK_MONOTONIC) { ts->tv_sec = 4242; ts->tv_nsec = 0; return 0; }
+    if (!real) real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+    return real(id, ts);
+}
+"#;
+    let source = env.path("frozen.c");
+    let shim = env.path("frozen.so");
+    fs::write(&source, SHIM).expect("write the shim");
+    let cc = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&shim)
+        .arg(&source)
+        .arg("-ldl")
+        .output()
+        .expect("cc");
+    assert!(cc.status.success(), "cc: {}", stderr(&cc));
+    shim
 }
