@@ -311,13 +311,11 @@ fn manual_runs_enqueued_at_the_same_clock_reading_are_all_kept() {
     env.add("report", &[], "true");
     let frozen = frozen_monotonic_clock(&env);
     for _ in 0..3 {
-        let out = env
-            .cmd()
-            .env("LD_PRELOAD", &frozen)
-            .args(["--now", "2026-07-01T12:00:00Z", "run", "report"])
-            .output()
-            .expect("spawn runner");
-        assert!(out.status.success(), "runner run: {}", stderr(&out));
+        ok_under(
+            &env,
+            &frozen,
+            &["--now", "2026-07-01T12:00:00Z", "run", "report"],
+        );
     }
     let keys = env.sql.query_strings(
         "SELECT DISTINCT r.idempotency_key FROM job_runs r
@@ -355,13 +353,7 @@ fn ticks_reading_the_same_clock_draw_their_own_jitter() {
             );
             let frozen = frozen_monotonic_clock(&env);
             env.ok(&["--now", "2026-07-01T12:00:00Z", "run", "flaky"]);
-            let out = env
-                .cmd()
-                .env("LD_PRELOAD", &frozen)
-                .args(["--now", "2026-07-01T12:00:00Z", "tick"])
-                .output()
-                .expect("spawn runner");
-            assert!(out.status.success(), "runner tick: {}", stderr(&out));
+            ok_under(&env, &frozen, &["--now", "2026-07-01T12:00:00Z", "tick"]);
             let id = run_ids(&env, "flaky")[0];
             assert_eq!(status_of(&env, id), "pending", "waiting to retry");
             env.sql
@@ -398,4 +390,15 @@ int clock_gettime(clockid_t id, struct timespec *ts) {
         .expect("cc");
     assert!(cc.status.success(), "cc: {}", stderr(&cc));
     shim
+}
+
+/// Run the binary with `shim` preloaded; it must succeed.
+fn ok_under(env: &Env, shim: &std::path::Path, args: &[&str]) {
+    let out = env
+        .cmd()
+        .env("LD_PRELOAD", shim)
+        .args(args)
+        .output()
+        .expect("spawn runner");
+    assert!(out.status.success(), "runner {args:?}: {}", stderr(&out));
 }
