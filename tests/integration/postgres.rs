@@ -258,6 +258,79 @@ fn ticks_on_several_hosts_run_every_run_exactly_once() {
     assert_eq!(env.count("SELECT count(*) FROM job_attempts"), 100);
 }
 
+/// A claim reads the due runs in the order of their index and stops at its batch, however long
+/// the backlog and whatever the planner's statistics say. Here 5,000 runs became due at once and
+/// nobody analyzed the table since, so the planner believes it nearly empty: the claim once
+/// hashed the schedules, read every due run and sorted them, so each claim of a drain read the
+/// whole backlog. Counted by the server (`pg_stat_user_indexes`), not timed.
+#[test]
+fn a_claim_reads_its_batch_not_the_whole_backlog() {
+    let Some(env) = PgEnv::init() else { return };
+    env.ok(&[
+        "schedule",
+        "add",
+        "backlog",
+        "--cron",
+        "0 0 1 1 *",
+        "--overlap",
+        "allow",
+        "--",
+        "true",
+    ]);
+    env.client()
+        .execute(
+            "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
+                 max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs,
+                 idempotency_key, created_at)
+             SELECT d.id, 'manual', 0, 'pending', 0, d.command, d.max_attempts, d.timeout_secs,
+                 d.backoff_base_secs, d.backoff_max_secs, 'backlog:' || i, 0
+             FROM generate_series(1, 5000) i, job_definitions d",
+            &[],
+        )
+        .expect("insert the backlog");
+    let before = index_entries_read(&env);
+    // The tick dies right after its first claim committed: one claim, nothing else of the drain.
+    let out = env
+        .cmd()
+        .env("RUNNER_TEST_HOOK", "claimed:kill")
+        .args(["tick", "--concurrency", "2"])
+        .output()
+        .expect("spawn tick");
+    assert!(
+        out.status.code().is_none(),
+        "the tick was to be killed: {out:?}"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_attempts"),
+        2,
+        "one claim of two runs"
+    );
+    let read = index_entries_read(&env) - before;
+    assert!(
+        read < 100,
+        "one claim of 2 runs read {read} index entries of job_runs (5,000 due)"
+    );
+}
+
+/// Index entries of `job_runs` read so far, once every other session on the database has ended
+/// (a session's counts reach the statistics when it ends).
+fn index_entries_read(env: &PgEnv) -> i64 {
+    super::common::wait_until(
+        Duration::from_secs(120),
+        "the other sessions on the test database to end",
+        || {
+            env.count(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            ) == 0
+        },
+    );
+    env.count(
+        "SELECT coalesce(sum(idx_tup_read), 0)::bigint FROM pg_stat_user_indexes
+         WHERE relname = 'job_runs'",
+    )
+}
+
 #[test]
 fn a_wrong_password_or_a_server_that_is_down_exit_4_naming_the_host_never_the_password() {
     let Some(env) = PgEnv::init() else { return };

@@ -76,6 +76,8 @@ pub struct PostgresStore {
     unsynced: std::cell::Cell<bool>,
     /// Which connection `client` holds (see `prepared`).
     connection: std::cell::Cell<u64>,
+    /// The plans its sessions allow (to connect again the same way).
+    plans: connect::Plans,
 }
 
 /// Connections made by this process, numbered so a prepared statement is only ever used on the
@@ -146,7 +148,11 @@ fn query_one_prepared(
 
 impl PostgresStore {
     pub fn open(url: &str, shown: &str, mode: OpenMode) -> Result<PostgresStore> {
-        let (client, server) = connect::connect(url, shown)?;
+        let plans = match mode {
+            OpenMode::Execute => connect::Plans::Indexed,
+            OpenMode::MustExist | OpenMode::CreateIfMissing => connect::Plans::Any,
+        };
+        let (client, server) = connect::connect(url, shown, plans)?;
         let mut store = PostgresStore {
             client: RefCell::new(client),
             server,
@@ -155,6 +161,7 @@ impl PostgresStore {
             found_version: 0,
             unsynced: std::cell::Cell::new(false),
             connection: std::cell::Cell::new(next_connection()),
+            plans,
         };
         store.found_version = store.migrate(mode)?;
         store.measure_clock_skew()?;
@@ -254,7 +261,7 @@ impl PostgresStore {
     fn client(&self) -> StoreResult<Held<'_>> {
         let mut client = self.client.borrow_mut();
         if client.is_closed() {
-            let (fresh, _) = connect::connect(&self.url, &self.shown)?;
+            let (fresh, _) = connect::connect(&self.url, &self.shown, self.plans)?;
             *client = fresh;
             self.connection.set(next_connection());
         }
@@ -1184,18 +1191,25 @@ WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < 
 /// when locked, so it is never taken twice. The overlap rule holds across hosts: a `forbid`
 /// schedule's oldest due run is the only one of it that may be taken, and two ticks cannot both
 /// lock it.
+///
+/// The due runs are read in the order of their index and the reading stops at the `LIMIT`,
+/// whatever the backlog. Their schedule is asked about in a subquery for each run, not joined:
+/// a join let the planner, when its estimates were low, hash the schedules, read every due run
+/// and sort them (see `connect::Plans::Indexed`).
 const CLAIM_SQL: &str = "
 WITH picked AS (
     SELECT r.id
-    FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-    WHERE r.status = 'pending' AND r.run_at <= $3 AND d.paused = 0
+    FROM job_runs r
+    WHERE r.status = 'pending' AND r.run_at <= $3
       {only}
-      AND (d.overlap = 'allow' OR (
-            -- forbid: nothing of this schedule running, and only its oldest due run
-            NOT EXISTS (SELECT 1 FROM job_runs o WHERE o.definition_id = r.definition_id AND o.status = 'running')
-            AND r.id = (SELECT p.id FROM job_runs p
-                        WHERE p.definition_id = r.definition_id AND p.status = 'pending' AND p.run_at <= $3
-                        ORDER BY p.run_at, p.id LIMIT 1)))
+      AND (SELECT d.paused = 0 AND (d.overlap = 'allow' OR (
+                -- forbid: nothing of this schedule running, and only its oldest due run
+                NOT EXISTS (SELECT 1 FROM job_runs o
+                            WHERE o.definition_id = r.definition_id AND o.status = 'running')
+                AND r.id = (SELECT p.id FROM job_runs p
+                            WHERE p.definition_id = r.definition_id AND p.status = 'pending' AND p.run_at <= $3
+                            ORDER BY p.run_at, p.id LIMIT 1)))
+           FROM job_definitions d WHERE d.id = r.definition_id)
     ORDER BY r.run_at, r.id
     LIMIT $4
     FOR UPDATE OF r SKIP LOCKED
@@ -1225,8 +1239,9 @@ FROM (SELECT set_config('synchronous_commit', 'off', true) AS deferred,
              -- Runs held by a paused schedule are not due work: a tick must not keep claiming
              -- for them. The statement's snapshot still sees the runs it claims as pending; in
              -- due order (the claim's index), they come first and are passed over.
-             (SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-              WHERE r.status = 'pending' AND r.run_at <= $3 AND d.paused = 0
+             (SELECT r.id FROM job_runs r
+              WHERE r.status = 'pending' AND r.run_at <= $3
+                AND (SELECT d.paused = 0 FROM job_definitions d WHERE d.id = r.definition_id)
                 AND r.id NOT IN (SELECT id FROM claimed)
               ORDER BY r.run_at, r.id LIMIT 1) IS NOT NULL AS more) due
 LEFT JOIN claimed c ON true";
