@@ -88,6 +88,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Create or migrate the database (idempotent).
     #[command(after_long_help = concat!(

@@ -26,6 +26,7 @@ use crate::tick::materialize::{materialize_definition, restart_cursor, resume_de
 use crate::tz::Tz;
 
 #[derive(Debug, clap::Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Define a schedule; prints its next 5 fire times.
     #[command(after_long_help = concat!(
@@ -262,8 +263,9 @@ pub struct EditArgs {
     pub quiet: bool,
 }
 
-/// The flags `add` takes and `edit` may change. `[add: X]` is the default for a new schedule;
-/// `edit` keeps the current value of every flag it is not given.
+// The flags `add` takes and `edit` may change. `[add: X]` is the default for a new schedule;
+// `edit` keeps the current value of every flag it is not given. (Not a doc comment: clap would
+// make it the about of `add` and `edit`, which build their flattened flags after their own.)
 #[derive(Debug, clap::Args)]
 pub struct SettingsFlags {
     /// Cron expression, Debian cron syntax: five fields or a macro like @daily.
