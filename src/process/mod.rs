@@ -17,6 +17,7 @@ pub mod procfs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -230,10 +231,33 @@ fn spawn_error(workdir: Option<&Path>, command: &str, err: &io::Error) -> SpawnE
     }
 }
 
+/// Jobs get stdin, stdout and stderr, nothing else. Descriptors this process opens are
+/// close-on-exec already (Rust and SQLite open everything that way); the ones it inherited are
+/// not, so mark them too, once, before the first job is spawned (a command that spawns none,
+/// an idle tick, skips the look at `/proc/self/fd`). Otherwise, e.g. under `flock -n LOCK
+/// runner tick`, every job would inherit the lock, and a job that leaves a daemon behind would
+/// hold it forever.
+fn keep_inherited_descriptors_from_jobs() {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let inherited: Vec<i32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in inherited {
+        // EBADF for the directory's own descriptor, closed by now: nothing to do.
+        let _ = fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
+    }
+}
+
 impl RunningJob {
     /// Start `/bin/sh -c COMMAND` in a new process group, held at the gate: nothing of the
     /// command runs before [`release`](Self::release).
     pub fn spawn(spec: &JobSpec) -> Result<RunningJob, SpawnError> {
+        static INHERITED_MARKED: Once = Once::new();
+        INHERITED_MARKED.call_once(keep_inherited_descriptors_from_jobs);
         let mut cmd = Command::new(SHELL);
         cmd.arg("-c")
             .arg(format!("{GATE}{}", spec.command))
