@@ -3123,10 +3123,12 @@ mod tests {
         assert_eq!(claimed.runs.len(), 1);
     }
 
-    /// SQLite is built without STAT4 (`.cargo/config.toml`): on an analyzed database it would
-    /// read every index's samples at each open, and under QPSG they inform no plan.
+    /// SQLite is built without STAT4 and COLUMN_METADATA (`.cargo/config.toml`): on an analyzed
+    /// database the first would read every index's samples at each open, and under QPSG they
+    /// inform no plan; the second makes every statement work out its columns' origins when it is
+    /// prepared, for APIs runner never calls.
     #[test]
-    fn sqlite_is_built_without_stat4() {
+    fn sqlite_is_built_without_stat4_or_column_metadata() {
         let (_dir, store) = store();
         let mut stmt = store
             .conn
@@ -3139,6 +3141,10 @@ mod tests {
             .expect("options");
         assert!(options.iter().any(|o| o == "ENABLE_FTS5"), "{options:?}");
         assert!(!options.iter().any(|o| o == "ENABLE_STAT4"), "{options:?}");
+        assert!(
+            !options.iter().any(|o| o == "ENABLE_COLUMN_METADATA"),
+            "{options:?}"
+        );
     }
 
     /// An idle tick's automatic-prune turn, like its claim, is a read while the turn is not due:
