@@ -3123,12 +3123,13 @@ mod tests {
         assert_eq!(claimed.runs.len(), 1);
     }
 
-    /// SQLite is built without STAT4 and COLUMN_METADATA (`.cargo/config.toml`): on an analyzed
-    /// database the first would read every index's samples at each open, and under QPSG they
-    /// inform no plan; the second makes every statement work out its columns' origins when it is
-    /// prepared, for APIs runner never calls.
+    /// SQLite is built without the options `.cargo/config.toml` leaves out: STAT4 (on an analyzed
+    /// database it would read every index's samples at each open, and under QPSG they inform no
+    /// plan), COLUMN_METADATA (every statement would work out its columns' origins when it is
+    /// prepared, for APIs runner never calls) and the extensions runner never uses (registered
+    /// on every connection).
     #[test]
-    fn sqlite_is_built_without_stat4_or_column_metadata() {
+    fn sqlite_is_built_without_what_runner_does_not_use() {
         let (_dir, store) = store();
         let mut stmt = store
             .conn
@@ -3139,12 +3140,25 @@ mod tests {
             .expect("query")
             .collect::<rusqlite::Result<_>>()
             .expect("options");
-        assert!(options.iter().any(|o| o == "ENABLE_FTS5"), "{options:?}");
-        assert!(!options.iter().any(|o| o == "ENABLE_STAT4"), "{options:?}");
+        // Read for real: rusqlite's bundled build sets these.
         assert!(
-            !options.iter().any(|o| o == "ENABLE_COLUMN_METADATA"),
+            options.iter().any(|o| o == "ENABLE_API_ARMOR"),
             "{options:?}"
         );
+        assert!(options.iter().any(|o| o == "THREADSAFE=1"), "{options:?}");
+        for left_out in [
+            "ENABLE_STAT4",
+            "ENABLE_COLUMN_METADATA",
+            "ENABLE_FTS3",
+            "ENABLE_FTS5",
+            "ENABLE_RTREE",
+            "ENABLE_DBSTAT_VTAB",
+        ] {
+            assert!(
+                !options.iter().any(|o| o == left_out),
+                "{left_out}: {options:?}"
+            );
+        }
     }
 
     /// An idle tick's automatic-prune turn, like its claim, is a read while the turn is not due:
