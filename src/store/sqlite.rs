@@ -3127,7 +3127,8 @@ mod tests {
     /// database it would read every index's samples at each open, and under QPSG they inform no
     /// plan), COLUMN_METADATA (every statement would work out its columns' origins when it is
     /// prepared, for APIs runner never calls) and the extensions runner never uses (registered
-    /// on every connection).
+    /// on every connection); and without the memory statistics runner never reads (kept under a
+    /// global mutex at every allocation).
     #[test]
     fn sqlite_is_built_without_what_runner_does_not_use() {
         let (_dir, store) = store();
@@ -3146,6 +3147,10 @@ mod tests {
             "{options:?}"
         );
         assert!(options.iter().any(|o| o == "THREADSAFE=1"), "{options:?}");
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+            "{options:?}"
+        );
         for left_out in [
             "ENABLE_STAT4",
             "ENABLE_COLUMN_METADATA",
