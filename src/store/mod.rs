@@ -6,6 +6,7 @@ mod sqlite;
 pub(crate) mod sqlite_files;
 mod sqlite_security;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::exit::Failure;
@@ -703,6 +704,15 @@ pub enum Commit {
     Deferred,
 }
 
+/// Due schedules read a batch at a time (see `Store::due_reader`). Each batch is read afresh, so
+/// it leaves out the schedules that the tick's own connection has materialised meanwhile (no
+/// longer due), as well as those returned before.
+pub trait DueReader: Send {
+    /// Up to `limit` due definitions, in `due_definitions`' order, that this reader has not
+    /// returned before; fewer when no more are due.
+    fn next_batch(&mut self, limit: usize) -> Result<Vec<DefinitionRow>>;
+}
+
 /// A backend persists what it is told, in the transaction it is told to use: every decision
 /// (a run's next state, the events that tell it, retry, overlap at materialisation, idempotency
 /// keys) is made in `model` and `tick` and handed over as values. Times are epoch seconds, taken
@@ -762,8 +772,14 @@ pub trait Store {
     fn record_tick(&mut self, now: i64) -> Result<Option<i64>>;
     /// Enabled definitions whose next fire time is at or before `now`, and damaged rows whose
     /// pause flag or next fire time cannot be read (so a tick reports them instead of never
-    /// seeing them).
-    fn due_definitions(&self, now: i64) -> Result<Vec<DefinitionRow>>;
+    /// seeing them), by next fire time then id; the first `limit` of them when one is given.
+    fn due_definitions(&self, now: i64, limit: Option<usize>) -> Result<Vec<DefinitionRow>>;
+    /// What `due_definitions(now, None)` returns, apart from the schedules in `read` (by id),
+    /// read a batch at a time on a connection of its own, for a thread: a tick writes one batch
+    /// while the next is read. `None` where the backend reads them on this connection instead.
+    fn due_reader(&self, _now: i64, _read: HashSet<i64>) -> Result<Option<Box<dyn DueReader>>> {
+        Ok(None)
+    }
     /// Paused definitions whose `paused_until` is at or before `now` (`pause --for` has ended):
     /// the tick resumes them (with `apply_definitions`, so only if unchanged since read).
     fn ended_pauses(&self, now: i64) -> Result<Vec<DefinitionRow>>;

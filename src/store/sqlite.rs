@@ -1,6 +1,7 @@
 //! The embedded SQLite backend: WAL, `synchronous=FULL`, foreign keys on every connection, a
 //! busy timeout, `BEGIN IMMEDIATE` for every write transaction, never `INSERT OR REPLACE`.
 
+use std::collections::HashSet;
 use std::fs::{DirBuilder, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -16,10 +17,10 @@ use rusqlite::{
 use super::sqlite_files as files;
 use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
-    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView,
-    Health, Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration, OpenMode,
-    PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView,
-    SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, DueReader,
+    EventView, Health, Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration,
+    OpenMode, PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView,
+    RunningView, SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
@@ -702,8 +703,54 @@ fn due_definitions_query() -> String {
          WHERE (typeof(paused) <> 'integer' OR paused NOT IN (0, 1)
                 OR typeof(next_fire_at) NOT IN ('integer', 'null'))
            AND NOT coalesce(paused = 0 AND next_fire_at <= ?1, 0)
-         ORDER BY next_fire_at, id"
+         ORDER BY next_fire_at, id
+         LIMIT ?2"
     )
+}
+
+/// `Store::due_reader` for SQLite: a second, read-only connection to the same database. Each
+/// batch is one short read (its own snapshot), so the tick's connection checkpoints and resets
+/// the WAL as usual meanwhile. The schedules the tick has materialised since are no longer due
+/// and are not met again; those it has read but not yet written (a batch or two) are met and
+/// passed over by id, before their other columns are converted. What it reads only plans
+/// instants: a run's command and settings are read on the tick's connection, in the transaction
+/// that writes the run, after its cursor's compare-and-swap.
+struct SqliteDueReader {
+    conn: Connection,
+    now: i64,
+    returned: HashSet<i64>,
+}
+
+impl SqliteDueReader {
+    fn open(path: &Path, now: i64, read: HashSet<i64>) -> rusqlite::Result<SqliteDueReader> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(path, flags)?;
+        conn.busy_handler(Some(wait_while_busy))?;
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+            true,
+        )?;
+        Ok(SqliteDueReader {
+            conn,
+            now,
+            returned: read,
+        })
+    }
+}
+
+impl super::DueReader for SqliteDueReader {
+    fn next_batch(&mut self, limit: usize) -> Result<Vec<DefinitionRow>> {
+        let mut stmt = self.conn.prepare_cached(&due_definitions_query())?;
+        let mut rows = stmt.query(params![self.now, -1])?;
+        let mut batch = Vec::with_capacity(limit);
+        while batch.len() < limit {
+            let Some(row) = rows.next()? else { break };
+            if self.returned.insert(row.get(0)?) {
+                batch.push(definition_from_row(row));
+            }
+        }
+        Ok(batch)
+    }
 }
 
 /// The one conversion of a `job_definitions` row (selected with `DEFINITION_COLUMNS`). A row
@@ -1698,10 +1745,22 @@ impl Store for SqliteStore {
         Ok(high_water)
     }
 
-    fn due_definitions(&self, now: i64) -> Result<Vec<DefinitionRow>> {
+    fn due_definitions(&self, now: i64, limit: Option<usize>) -> Result<Vec<DefinitionRow>> {
         let mut stmt = self.conn.prepare_cached(&due_definitions_query())?;
-        let rows = stmt.query_map([now], |row| Ok(definition_from_row(row)))?;
+        // A negative LIMIT is none.
+        let limit = limit.map_or(-1, |n| n as i64);
+        let rows = stmt.query_map(params![now, limit], |row| Ok(definition_from_row(row)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn due_reader(&self, now: i64, read: HashSet<i64>) -> Result<Option<Box<dyn DueReader>>> {
+        // Outside WAL mode, its reads would hold off the tick's commits.
+        if self.wal.is_none() {
+            return Ok(None);
+        }
+        let reader =
+            SqliteDueReader::open(&self.path, now, read).map_err(|e| open_error(&self.path, e))?;
+        Ok(Some(Box::new(reader)))
     }
 
     fn ended_pauses(&self, now: i64) -> Result<Vec<DefinitionRow>> {
@@ -2635,7 +2694,7 @@ mod tests {
         assert_eq!(columns(&rows[0]), ["max_attempts", "catch_up"]);
         assert_eq!(columns(&rows[1]), ["cron", "backoff_max_secs"]);
         assert!(rows[2].is_ok());
-        let due = store.due_definitions(60).expect("due");
+        let due = store.due_definitions(60, None).expect("due");
         assert_eq!(due.iter().filter(|row| row.is_err()).count(), 2);
         assert!(matches!(
             store.definition("a").expect("read"),
@@ -2671,7 +2730,7 @@ mod tests {
                 })
                 .collect()
         };
-        let mut due = names(store.due_definitions(60).expect("due"));
+        let mut due = names(store.due_definitions(60, None).expect("due"));
         due.sort();
         assert_eq!(due, ["damaged how", "damaged when", "due"]);
 
@@ -2695,6 +2754,66 @@ mod tests {
                 "the undecidable schedules are not read through their index: {lines:#?}"
             );
         }
+    }
+
+    /// A tick's second connection reads the due schedules a batch at a time, each once and in
+    /// order: never one the tick read itself, nor one returned before, nor one the tick has
+    /// materialised meanwhile (no longer due); damaged rows too. Its query streams: no sort.
+    #[test]
+    fn the_due_reader_returns_each_due_schedule_once() {
+        let (_dir, mut store) = store();
+        let settings = every_minute_true();
+        for name in ["a", "b", "c", "d", "e", "f"] {
+            store
+                .add_definition(name, &settings, 0, Some(60))
+                .expect("add");
+        }
+        store
+            .conn
+            .execute_batch(
+                "PRAGMA ignore_check_constraints = ON;
+                 UPDATE job_definitions SET paused = 2 WHERE name = 'f';",
+            )
+            .expect("forge");
+        let id = |name: &str| -> i64 {
+            store
+                .conn
+                .query_row(
+                    "SELECT id FROM job_definitions WHERE name = ?1",
+                    [name],
+                    |r| r.get(0),
+                )
+                .expect("id")
+        };
+        let names = |rows: Result<Vec<DefinitionRow>>| -> Vec<String> {
+            rows.expect("batch")
+                .iter()
+                .map(|row| match row {
+                    Ok(d) => d.name.clone(),
+                    Err(damaged) => format!("damaged {}", damaged.name().unwrap_or("?")),
+                })
+                .collect()
+        };
+        let mut reader = store
+            .due_reader(60, HashSet::from([id("a")]))
+            .expect("open")
+            .expect("SQLite has a reader");
+        assert_eq!(names(reader.next_batch(2)), ["b", "c"]);
+        store
+            .conn
+            .execute(
+                "UPDATE job_definitions SET next_fire_at = 120 WHERE name = 'd'",
+                [],
+            )
+            .expect("materialise d");
+        assert_eq!(names(reader.next_batch(10)), ["e", "damaged f"]);
+        assert!(names(reader.next_batch(10)).is_empty());
+
+        let lines = plan(&store, &due_definitions_query());
+        assert!(
+            !lines.iter().any(|l| l.contains("TEMP B-TREE")),
+            "the due schedules are sorted before the first is returned: {lines:#?}"
+        );
     }
 
     #[test]

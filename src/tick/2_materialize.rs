@@ -2,11 +2,14 @@
 //! catch-up and overlap policies. The cursor move and the inserts share one transaction, and the
 //! cursor is compare-and-swapped, so racing ticks never create a second run for an instant.
 //! Schedules are written `MATERIALIZE_BATCH` to a transaction (each with its own
-//! compare-and-swap): one commit per batch, not one per schedule.
+//! compare-and-swap): one commit per batch, not one per schedule. With more than a batch due,
+//! the next batch is read (on SQLite, by a thread on a second connection) while the current one
+//! is written, and no more than a few batches are ever held in memory.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
+use std::sync::mpsc::SyncSender;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -16,7 +19,8 @@ use crate::clock::{from_epoch, Now};
 use crate::model::{Actor, CatchUp, Cursor, Definition, NewRun, Overlap, Settings};
 use crate::schedule::{plan_catch_up, Decision, Timing};
 use crate::store::{
-    Applied, CursorMove, DefinitionChanges, Materialization, Store, MATERIALIZE_BATCH,
+    Applied, CursorMove, DefinitionChanges, DefinitionRow, DueReader, Materialization, Store,
+    MATERIALIZE_BATCH,
 };
 
 /// How many instants of one schedule a tick looks at (and records, run or skipped) at most;
@@ -78,58 +82,138 @@ pub fn resume_ended_pauses(tick: &mut Tick<'_>) -> Result<()> {
 }
 
 pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
-    let (store, errors) = (&mut *tick.store, &mut tick.report.errors);
-    let actor = &tick.options.actor;
     let now = tick.clock.read();
-    let mut inserted = 0;
-    let mut timings = Timings::default();
-    let mut names = Vec::with_capacity(MATERIALIZE_BATCH);
-    let mut batch = Vec::with_capacity(MATERIALIZE_BATCH);
-    let rows = store.due_definitions(now.secs())?;
-    let mut rows = rows.into_iter().peekable();
-    while let Some(row) = rows.next() {
-        match row {
-            Ok(definition) => match timings
-                .of(&definition)
-                .map(|planner| plan(&definition, &planner, now))
-            {
-                Ok(m) => {
-                    names.push(definition.name);
-                    batch.push(m);
+    let mut writer = Writer {
+        store: &mut *tick.store,
+        errors: &mut tick.report.errors,
+        actor: &tick.options.actor,
+        now,
+        timings: Timings::default(),
+        inserted: 0,
+    };
+    // An idle tick, and most others, find everything due in this first batch.
+    let first = writer
+        .store
+        .due_definitions(now.secs(), Some(MATERIALIZE_BATCH))?;
+    if first.len() < MATERIALIZE_BATCH {
+        writer.write(first);
+    } else {
+        let read: HashSet<i64> = first.iter().map(definition_id).collect();
+        match writer.store.due_reader(now.secs(), read.clone())? {
+            // The next batch is read on another core while this one is written.
+            Some(reader) => std::thread::scope(|scope| -> Result<()> {
+                let (send, batches) = std::sync::mpsc::sync_channel(1);
+                scope.spawn(move || read_batches(reader, send));
+                writer.write(first);
+                for batch in batches {
+                    writer.write(batch?);
                 }
-                // One broken schedule must not stop the others.
-                Err(e) => super::runner_error(errors, format!("schedule {}", definition.name), &e),
-            },
-            Err(damaged) => {
-                // A damaged row stops its own schedule only: one line naming it, the column and
-                // the repair; the others still run.
-                *errors += 1;
-                crate::complain!("runner: error: {damaged}");
-            }
-        }
-        if batch.len() == MATERIALIZE_BATCH || (rows.peek().is_none() && !batch.is_empty()) {
-            let count = batch.len();
-            match store.materialize_batch(std::mem::take(&mut batch), now.secs(), actor) {
-                Ok(results) => {
-                    for (name, result) in names.drain(..).zip(results) {
-                        match result {
-                            Ok(n) => inserted += n,
-                            Err(e) => {
-                                super::runner_error(errors, format!("schedule {name}"), &e.into())
-                            }
-                        }
-                    }
-                }
-                Err(e) => {
-                    names.clear();
-                    let context = format!("materialising {count} schedules");
-                    super::runner_error(errors, context, &e.into());
-                }
+                Ok(())
+            })?,
+            None => {
+                writer.write(first);
+                let rest = writer.store.due_definitions(now.secs(), None)?;
+                let unread = rest
+                    .into_iter()
+                    .filter(|row| !read.contains(&definition_id(row)));
+                writer.write(unread.collect());
             }
         }
     }
-    tick.report.materialized = inserted;
+    tick.report.materialized = writer.inserted;
     Ok(())
+}
+
+fn definition_id(row: &DefinitionRow) -> i64 {
+    match row {
+        Ok(definition) => definition.id,
+        Err(damaged) => damaged.definition.id,
+    }
+}
+
+/// Hand `reader`'s batches to the tick until none are left, or the tick stops taking them.
+fn read_batches(
+    mut reader: Box<dyn DueReader>,
+    send: SyncSender<crate::store::Result<Vec<DefinitionRow>>>,
+) {
+    loop {
+        let batch = reader.next_batch(MATERIALIZE_BATCH);
+        let last = !matches!(&batch, Ok(rows) if rows.len() == MATERIALIZE_BATCH);
+        if send.send(batch).is_err() || last {
+            return;
+        }
+    }
+}
+
+/// Plans due schedules and writes them `MATERIALIZE_BATCH` to a transaction.
+struct Writer<'t> {
+    store: &'t mut dyn Store,
+    errors: &'t mut usize,
+    actor: &'t Actor,
+    now: Now,
+    timings: Timings,
+    inserted: usize,
+}
+
+impl Writer<'_> {
+    fn write(&mut self, rows: Vec<DefinitionRow>) {
+        let mut names = Vec::with_capacity(MATERIALIZE_BATCH);
+        let mut batch = Vec::with_capacity(MATERIALIZE_BATCH);
+        let mut rows = rows.into_iter().peekable();
+        while let Some(row) = rows.next() {
+            match row {
+                Ok(definition) => match self
+                    .timings
+                    .of(&definition)
+                    .map(|planner| plan(&definition, &planner, self.now))
+                {
+                    Ok(m) => {
+                        names.push(definition.name);
+                        batch.push(m);
+                    }
+                    // One broken schedule must not stop the others.
+                    Err(e) => super::runner_error(
+                        self.errors,
+                        format!("schedule {}", definition.name),
+                        &e,
+                    ),
+                },
+                Err(damaged) => {
+                    // A damaged row stops its own schedule only: one line naming it, the column
+                    // and the repair; the others still run.
+                    *self.errors += 1;
+                    crate::complain!("runner: error: {damaged}");
+                }
+            }
+            if batch.len() == MATERIALIZE_BATCH || (rows.peek().is_none() && !batch.is_empty()) {
+                self.write_batch(std::mem::take(&mut batch), &mut names);
+            }
+        }
+    }
+
+    fn write_batch(&mut self, batch: Vec<Materialization>, names: &mut Vec<String>) {
+        let count = batch.len();
+        match self
+            .store
+            .materialize_batch(batch, self.now.secs(), self.actor)
+        {
+            Ok(results) => {
+                for (name, result) in names.drain(..).zip(results) {
+                    match result {
+                        Ok(n) => self.inserted += n,
+                        Err(e) => {
+                            super::runner_error(self.errors, format!("schedule {name}"), &e.into())
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                names.clear();
+                let context = format!("materialising {count} schedules");
+                super::runner_error(self.errors, context, &e.into());
+            }
+        }
+    }
 }
 
 /// Parsed timings by expression and zone: schedules often share one, and parsing it was most of

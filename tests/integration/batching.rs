@@ -139,6 +139,73 @@ fn a_schedule_whose_write_fails_fails_alone_and_its_instant_waits() {
     );
 }
 
+/// With more due schedules than one batch, a tick reads the next batch while it writes one (on
+/// SQLite, on a second connection). A schedule whose write fails stays due, yet is reported once
+/// and tried once, whether it was in the first batch or a later one, and the others all
+/// materialise once.
+#[test]
+fn failing_schedules_among_many_batches_are_reported_once_each() {
+    let env = Env::init();
+    let n = 1_234;
+    due_schedules(&env, n);
+    let refused = "(SELECT id FROM job_definitions WHERE name IN ('job-2', 'job-1100'))";
+    let refuse: Vec<String> = match Backend::current() {
+        Backend::Sqlite => vec![format!(
+            "CREATE TRIGGER refuse BEFORE INSERT ON job_runs
+             WHEN NEW.definition_id IN {refused}
+             BEGIN SELECT RAISE(ABORT, 'forged failure'); END"
+        )],
+        Backend::Postgres => vec![
+            format!(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                     IF NEW.definition_id IN {refused} THEN
+                         RAISE EXCEPTION 'forged failure';
+                     END IF;
+                     RETURN NEW;
+                 END $$"
+            ),
+            "CREATE TRIGGER refuse BEFORE INSERT ON job_runs
+             FOR EACH ROW EXECUTE FUNCTION refuse()"
+                .to_string(),
+        ],
+    };
+    for sql in &refuse {
+        env.sql.exec(sql, &[]);
+    }
+    let out = env.run(&["--now", "2026-01-01T00:00:30Z", "tick", "--max-tick", "0s"]);
+    assert!(!out.status.success(), "a runner error is reported");
+    let err = stderr(&out);
+    for name in ["job-2", "job-1100"] {
+        let reported = err
+            .lines()
+            .filter(|l| l.contains(&format!("schedule {name}:")))
+            .count();
+        assert_eq!(reported, 1, "{name} reported {reported} times: {err}");
+    }
+    assert_eq!(
+        env.sql.query_i64("SELECT count(*) FROM job_runs", &[]),
+        n - 2
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_events WHERE kind = 'ENQUEUED'",
+            &[]
+        ),
+        n - 2
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            &format!(
+                "SELECT count(*) FROM job_definitions WHERE materialized_through = {MIDNIGHT} - 60"
+            ),
+            &[]
+        ),
+        2,
+        "the failing schedules' instant waits for the next tick"
+    );
+}
+
 /// A supervisor's round records the ends of its jobs and claims the next runs in one
 /// transaction; should the claim fail, the ends are still recorded, on their own.
 #[test]

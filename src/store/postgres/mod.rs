@@ -1554,7 +1554,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn due_definitions(&self, now: i64) -> StoreResult<Vec<DefinitionRow>> {
+    fn due_definitions(&self, now: i64, limit: Option<usize>) -> StoreResult<Vec<DefinitionRow>> {
         // Served by `job_definitions_due`. Unlike SQLite, a column cannot hold a value of the
         // wrong type here, so every row's due-ness can be judged.
         // Each row is read as it arrives, not all rows first: with 100,000 due schedules, the
@@ -1563,9 +1563,13 @@ impl Store for PostgresStore {
             let sql = format!(
                 "SELECT {DEFINITION_COLUMNS} FROM job_definitions
                  WHERE paused = 0 AND next_fire_at <= $1
-                 ORDER BY next_fire_at, id"
+                 ORDER BY next_fire_at, id
+                 LIMIT $2"
             );
-            let mut rows = client.query_raw(&sql, [&now])?;
+            // LIMIT NULL is none.
+            let limit = limit.map(|n| n as i64);
+            let params: [&(dyn ToSql + Sync); 2] = [&now, &limit];
+            let mut rows = client.query_raw(&sql, params)?;
             let mut due = Vec::new();
             while let Some(row) = rows.next()? {
                 due.push(definition_from_row(&row));
