@@ -776,7 +776,8 @@ pub trait Store {
     fn due_definitions(&self, now: i64, limit: Option<usize>) -> Result<Vec<DefinitionRow>>;
     /// What `due_definitions(now, None)` returns, apart from the schedules in `read` (by id),
     /// read a batch at a time on a connection of its own, for a thread: a tick writes one batch
-    /// while the next is read. `None` where the backend reads them on this connection instead.
+    /// while the next is read. `None` where that would not help (SQLite outside WAL mode): the
+    /// caller reads them on this connection.
     fn due_reader(&self, _now: i64, _read: HashSet<i64>) -> Result<Option<Box<dyn DueReader>>> {
         Ok(None)
     }

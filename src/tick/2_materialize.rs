@@ -3,8 +3,8 @@
 //! cursor is compare-and-swapped, so racing ticks never create a second run for an instant.
 //! Schedules are written `MATERIALIZE_BATCH` to a transaction (each with its own
 //! compare-and-swap): one commit per batch, not one per schedule. With more than a batch due,
-//! the next batch is read (on SQLite, by a thread on a second connection) while the current one
-//! is written, and no more than a few batches are ever held in memory.
+//! a thread reads the next batch on a second connection while the current one is written, and
+//! no more than a few batches are ever held in memory.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};

@@ -16,7 +16,7 @@ mod connect;
 pub mod pgpass;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use anyhow::Result;
 use postgres::fallible_iterator::FallibleIterator;
@@ -27,10 +27,10 @@ use self::connect::Server;
 use super::JobRunStats;
 use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
-    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, EventView,
-    Health, Imported, LastResult, Materialization, MigratedOut, Migration, OpenMode, PruneCounts,
-    Reanchored, Removal, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage,
-    Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, DueReader,
+    EventView, Health, Imported, LastResult, Materialization, MigratedOut, Migration, OpenMode,
+    PruneCounts, Reanchored, Removal, Rows, RunBrief, RunFilter, RunView, RunningView,
+    SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -459,6 +459,70 @@ const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, ma
 /// The one conversion of a `job_definitions` row (selected with `DEFINITION_COLUMNS`). The
 /// schema's types and checks keep most damage out; what is left (a count beyond `u32`, a cron
 /// expression or zone that does not parse) comes back as a `DamagedDefinition` naming the columns.
+/// The schedules a tick materialises, served by `job_definitions_due` (`$1`: now; `$2`: the
+/// limit, NULL for none). Unlike SQLite, a column cannot hold a value of the wrong type here, so
+/// every row's due-ness can be judged.
+fn due_definitions_query() -> String {
+    format!(
+        "SELECT {DEFINITION_COLUMNS} FROM job_definitions
+         WHERE paused = 0 AND next_fire_at <= $1
+         ORDER BY next_fire_at, id
+         LIMIT $2"
+    )
+}
+
+/// `Store::due_reader` for PostgreSQL: a second connection, whose one read-only snapshot is read
+/// through a cursor, a batch at a time. It reads forward, so it never meets a schedule twice;
+/// those the tick read itself are passed over by id. What it reads only plans instants: a run's
+/// command and settings are read on the tick's connection, in the statement that writes it.
+struct PostgresDueReader {
+    client: Client,
+    server: Server,
+    read: HashSet<i64>,
+}
+
+impl PostgresDueReader {
+    fn open(store: &PostgresStore, now: i64, read: HashSet<i64>) -> Result<PostgresDueReader> {
+        let (mut client, server) = connect::connect(&store.url, &store.shown, store.plans)?;
+        client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
+        let no_limit: Option<i64> = None;
+        client.execute(
+            &format!(
+                "DECLARE due NO SCROLL CURSOR FOR {}",
+                due_definitions_query()
+            ),
+            &[&now, &no_limit],
+        )?;
+        Ok(PostgresDueReader {
+            client,
+            server,
+            read,
+        })
+    }
+}
+
+impl DueReader for PostgresDueReader {
+    fn next_batch(&mut self, limit: usize) -> StoreResult<Vec<DefinitionRow>> {
+        let mut batch = Vec::with_capacity(limit);
+        while batch.len() < limit {
+            let wanted = limit - batch.len();
+            let rows = self
+                .client
+                .query(&format!("FETCH {wanted} FROM due"), &[])
+                .map_err(|e| connect::failure(&self.server, &e))?;
+            for row in &rows {
+                if !self.read.remove(&row.get::<_, i64>(0)) {
+                    batch.push(definition_from_row(row));
+                }
+            }
+            if rows.len() < wanted {
+                break;
+            }
+        }
+        Ok(batch)
+    }
+}
+
 fn definition_from_row(row: &Row) -> DefinitionRow {
     let mut columns = Columns {
         row,
@@ -1555,27 +1619,24 @@ impl Store for PostgresStore {
     }
 
     fn due_definitions(&self, now: i64, limit: Option<usize>) -> StoreResult<Vec<DefinitionRow>> {
-        // Served by `job_definitions_due`. Unlike SQLite, a column cannot hold a value of the
-        // wrong type here, so every row's due-ness can be judged.
         // Each row is read as it arrives, not all rows first: with 100,000 due schedules, the
         // rows held at once were most of the tick's memory (122 MB).
         self.read(|client| {
-            let sql = format!(
-                "SELECT {DEFINITION_COLUMNS} FROM job_definitions
-                 WHERE paused = 0 AND next_fire_at <= $1
-                 ORDER BY next_fire_at, id
-                 LIMIT $2"
-            );
             // LIMIT NULL is none.
             let limit = limit.map(|n| n as i64);
             let params: [&(dyn ToSql + Sync); 2] = [&now, &limit];
-            let mut rows = client.query_raw(&sql, params)?;
+            let mut rows = client.query_raw(&due_definitions_query(), params)?;
             let mut due = Vec::new();
             while let Some(row) = rows.next()? {
                 due.push(definition_from_row(&row));
             }
             Ok(due)
         })
+    }
+
+    fn due_reader(&self, now: i64, read: HashSet<i64>) -> StoreResult<Option<Box<dyn DueReader>>> {
+        let reader = PostgresDueReader::open(self, now, read).map_err(|e| self.classify(e))?;
+        Ok(Some(Box::new(reader)))
     }
 
     fn ended_pauses(&self, now: i64) -> StoreResult<Vec<DefinitionRow>> {
