@@ -99,7 +99,20 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
         writer.write(first);
     } else {
         let read: HashSet<i64> = first.iter().map(definition_id).collect();
-        match writer.store.due_reader(now.secs(), read.clone())? {
+        let reader = if super::test_fault("due-reader") {
+            Err(anyhow::anyhow!("forged failure").into())
+        } else {
+            writer.store.due_reader(now.secs(), read.clone())
+        };
+        let reader = reader.unwrap_or_else(|e: crate::store::Error| {
+            // PostgreSQL at its connection limit, say: slower, but nothing is lost.
+            crate::complain!(
+                "runner: warning: cannot open a second connection to read the due schedules \
+                     ({e}); reading them on this one"
+            );
+            None
+        });
+        match reader {
             // The next batch is read on another core while this one is written.
             Some(reader) => std::thread::scope(|scope| -> Result<()> {
                 let (send, batches) = std::sync::mpsc::sync_channel(1);

@@ -206,6 +206,38 @@ fn failing_schedules_among_many_batches_are_reported_once_each() {
     );
 }
 
+/// Should the second connection not open (PostgreSQL at its connection limit, say), the tick
+/// says so and reads the due schedules on its own connection: each still materialised once.
+#[test]
+fn without_a_second_connection_the_due_schedules_are_read_on_the_first() {
+    let env = Env::init();
+    let n = 1_234;
+    due_schedules(&env, n);
+    let out = env
+        .cmd()
+        .args(["--now", "2026-01-01T00:00:30Z", "tick", "--max-tick", "0s"])
+        .env("RUNNER_TEST_HOOK", "due-reader:fail")
+        .output()
+        .expect("tick");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("cannot open a second connection").count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            &format!(
+                "SELECT count(DISTINCT definition_id) FROM job_runs WHERE scheduled_for = {MIDNIGHT}"
+            ),
+            &[]
+        ),
+        n
+    );
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), n);
+}
+
 /// A supervisor's round records the ends of its jobs and claims the next runs in one
 /// transaction; should the claim fail, the ends are still recorded, on their own.
 #[test]
