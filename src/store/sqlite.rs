@@ -2665,25 +2665,42 @@ mod tests {
         }
     }
 
-    /// Rows forged past the schema's checks come back damaged, one problem per bad column, and
-    /// never fail the read of the others.
-    #[test]
-    fn damaged_rows_name_their_columns() {
-        let (_dir, mut store) = store();
+    /// A store with the schedules `names`, `true` every minute, due at 60, then forged past the
+    /// schema's checks by the statements `forge`.
+    fn due_at_60_then(names: &[&str], forge: &str) -> (tempfile::TempDir, SqliteStore) {
+        let (dir, mut store) = store();
         let settings = every_minute_true();
-        for name in ["a", "b", "c"] {
+        for name in names {
             store
                 .add_definition(name, &settings, 0, Some(60))
                 .expect("add");
         }
         store
             .conn
-            .execute_batch(
-                "PRAGMA ignore_check_constraints = ON;
-                 UPDATE job_definitions SET max_attempts = 5000000000, catch_up = 'some' WHERE name = 'a';
-                 UPDATE job_definitions SET cron = '* * *', backoff_max_secs = 1 WHERE name = 'b';",
-            )
+            .execute_batch(&format!("PRAGMA ignore_check_constraints = ON; {forge}"))
             .expect("forge");
+        (dir, store)
+    }
+
+    /// Each row's schedule name, or `damaged NAME`.
+    fn row_names(rows: &[DefinitionRow]) -> Vec<String> {
+        rows.iter()
+            .map(|row| match row {
+                Ok(d) => d.name.clone(),
+                Err(damaged) => format!("damaged {}", damaged.name().unwrap_or("?")),
+            })
+            .collect()
+    }
+
+    /// Rows forged past the schema's checks come back damaged, one problem per bad column, and
+    /// never fail the read of the others.
+    #[test]
+    fn damaged_rows_name_their_columns() {
+        let (_dir, store) = due_at_60_then(
+            &["a", "b", "c"],
+            "UPDATE job_definitions SET max_attempts = 5000000000, catch_up = 'some' WHERE name = 'a';
+             UPDATE job_definitions SET cron = '* * *', backoff_max_secs = 1 WHERE name = 'b';",
+        );
         let rows = store.definitions().expect("definitions");
         let columns = |row: &DefinitionRow| -> Vec<&'static str> {
             match row {
@@ -2722,15 +2739,7 @@ mod tests {
                  UPDATE job_definitions SET paused = 2 WHERE name = 'how';",
             )
             .expect("forge");
-        let names = |rows: Vec<DefinitionRow>| -> Vec<String> {
-            rows.iter()
-                .map(|row| match row {
-                    Ok(d) => d.name.clone(),
-                    Err(damaged) => format!("damaged {}", damaged.name().unwrap_or("?")),
-                })
-                .collect()
-        };
-        let mut due = names(store.due_definitions(60, None).expect("due"));
+        let mut due = row_names(&store.due_definitions(60, None).expect("due"));
         due.sort();
         assert_eq!(due, ["damaged how", "damaged when", "due"]);
 
@@ -2761,20 +2770,10 @@ mod tests {
     /// materialised meanwhile (no longer due); damaged rows too. Its query streams: no sort.
     #[test]
     fn the_due_reader_returns_each_due_schedule_once() {
-        let (_dir, mut store) = store();
-        let settings = every_minute_true();
-        for name in ["a", "b", "c", "d", "e", "f"] {
-            store
-                .add_definition(name, &settings, 0, Some(60))
-                .expect("add");
-        }
-        store
-            .conn
-            .execute_batch(
-                "PRAGMA ignore_check_constraints = ON;
-                 UPDATE job_definitions SET paused = 2 WHERE name = 'f';",
-            )
-            .expect("forge");
+        let (_dir, store) = due_at_60_then(
+            &["a", "b", "c", "d", "e", "f"],
+            "UPDATE job_definitions SET paused = 2 WHERE name = 'f';",
+        );
         let id = |name: &str| -> i64 {
             store
                 .conn
@@ -2785,15 +2784,7 @@ mod tests {
                 )
                 .expect("id")
         };
-        let names = |rows: Result<Vec<DefinitionRow>>| -> Vec<String> {
-            rows.expect("batch")
-                .iter()
-                .map(|row| match row {
-                    Ok(d) => d.name.clone(),
-                    Err(damaged) => format!("damaged {}", damaged.name().unwrap_or("?")),
-                })
-                .collect()
-        };
+        let names = |rows: Result<Vec<DefinitionRow>>| row_names(&rows.expect("batch"));
         let mut reader = store
             .due_reader(60, HashSet::from([id("a")]))
             .expect("open")
