@@ -704,9 +704,8 @@ pub enum Commit {
     Deferred,
 }
 
-/// Due schedules read a batch at a time (see `Store::due_reader`). Each batch is read afresh, so
-/// it leaves out the schedules that the tick's own connection has materialised meanwhile (no
-/// longer due), as well as those returned before.
+/// Due schedules read a batch at a time (see `Store::due_reader`), each returned once, whatever
+/// the tick's own connection has written meanwhile.
 pub trait DueReader: Send {
     /// Up to `limit` due definitions, in `due_definitions`' order, that this reader has not
     /// returned before; fewer when no more are due.
