@@ -456,9 +456,6 @@ const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, ma
      backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, materialized_through, \
      next_fire_at, created_at, updated_at, revision, leftovers, paused_until";
 
-/// The one conversion of a `job_definitions` row (selected with `DEFINITION_COLUMNS`). The
-/// schema's types and checks keep most damage out; what is left (a count beyond `u32`, a cron
-/// expression or zone that does not parse) comes back as a `DamagedDefinition` naming the columns.
 /// The schedules a tick materialises, served by `job_definitions_due` (`$1`: now; `$2`: the
 /// limit, NULL for none). Unlike SQLite, a column cannot hold a value of the wrong type here, so
 /// every row's due-ness can be judged.
@@ -523,6 +520,9 @@ impl DueReader for PostgresDueReader {
     }
 }
 
+/// The one conversion of a `job_definitions` row (selected with `DEFINITION_COLUMNS`). The
+/// schema's types and checks keep most damage out; what is left (a count beyond `u32`, a cron
+/// expression or zone that does not parse) comes back as a `DamagedDefinition` naming the columns.
 fn definition_from_row(row: &Row) -> DefinitionRow {
     let mut columns = Columns {
         row,
