@@ -448,10 +448,10 @@ impl RunningJob {
         procfs::group_exists(self.pgid) && self.group_is_ours()
     }
 
-    /// Whether anything of the job is left: its group, or (when they are ours to stop) escaped
-    /// processes. Refreshes the escapees, so orphans of killed ones are found too, and collects
-    /// the ones that died.
-    fn anything_left(&mut self) -> bool {
+    /// Refresh the escapees (when they are ours to stop), so orphans of killed ones are found
+    /// too, and collect the ones that died. Returns every live process carrying the job's
+    /// marker, ours to stop or not.
+    fn refresh_escapees(&mut self) -> Vec<i32> {
         let marked = self.marked_children();
         for &pid in &self.escapees {
             if !marked.contains(&pid) {
@@ -459,10 +459,17 @@ impl RunningJob {
             }
         }
         self.escapees = if self.contains_escapees() {
-            marked
+            marked.clone()
         } else {
             Vec::new()
         };
+        marked
+    }
+
+    /// Whether anything of the job is left: its group, or (when they are ours to stop) escaped
+    /// processes. Refreshes the escapees first.
+    fn anything_left(&mut self) -> bool {
+        self.refresh_escapees();
         self.group_left() || !self.escapees.is_empty()
     }
 
@@ -495,11 +502,13 @@ impl RunningJob {
     /// scan of the group runs only when the cheap check found it non-empty.
     /// Returns whether this look found a process the earlier ones had not.
     fn note_leftovers(&mut self) -> bool {
+        // One read of this runner's children serves both the escapees and the record.
+        let marked = self.refresh_escapees();
         let mut found: Vec<i32> = Vec::new();
-        if self.anything_left() && self.group_left() {
+        if self.group_left() {
             found.extend(procfs::group_members(self.pgid));
         }
-        for pid in self.marked_children() {
+        for pid in marked {
             if !found.contains(&pid) {
                 found.push(pid);
             }
