@@ -6,9 +6,19 @@
 //! token) and its lease verified still held: the jobs of one claim are spawned blocked at their
 //! gate, their starts committed in one transaction, and only the ones that landed released. A
 //! runner that dies before that commit leaves shells that exit without running anything.
+//!
+//! While the jobs end quickly, the tick prepares the next ones ahead of a free slot: claimed,
+//! spawned at their gate by helper threads (a spawn waits for the shell's `exec`, which the
+//! supervisor would otherwise wait out with nothing else done), their starts recorded, held until
+//! a job ends, then released at once. At most `--concurrency` jobs run their command; as many
+//! again may wait, prepared, at the gate.
 
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -21,7 +31,7 @@ use super::record::{
 use super::{attempt_marker, runner_error, test_hook, Tick};
 use crate::display::utc_time;
 use crate::model::{ClaimedRun, Fenced, LeaseToken, StartRecord};
-use crate::process::{procfs, JobSpec, RunningJob};
+use crate::process::{procfs, JobSpec, RunningJob, SpawnError, SpawnErrorKind};
 use crate::store::Commit;
 
 /// How long the pipes may stay open after the shell exited (a process that escaped containment
@@ -36,6 +46,65 @@ const MIN_POLL_INTERVAL: Duration = Duration::from_micros(200);
 const MAX_POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// With free slots and nothing due, look for newly due work this often.
 const RECHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// Jobs are prepared ahead of a free slot only while the latest job to end ran for less than
+/// this: a prepared run shows as running while it waits, so it should not wait behind long jobs.
+const PREPARE_AHEAD_BELOW: Duration = Duration::from_millis(50);
+/// How long decided ends may wait for the claim whose transaction they would share. Their runs
+/// are no longer heart-beaten: they must be written well within a lease.
+const HOLD_ENDS_AT_MOST: Duration = Duration::from_millis(20);
+/// The least number of jobs prepared ahead (when any are): with fewer, a tick of low
+/// concurrency claims and records one run per transaction.
+const MIN_AHEAD: usize = 8;
+/// Helper threads that spawn prepared jobs. Two: a spawn is CPU work of the new shell (its
+/// `exec`), and this machine class has two cores; more threads measured no faster.
+const SPAWN_THREADS: usize = 2;
+
+/// Claimed runs to spawn at their gate, and what came of each: one batch per helper, so that a
+/// claim costs each helper one wake-up, and its starts are recorded together.
+type SpawnRequest = Vec<(ClaimedRun, JobSpec)>;
+type Spawned = Vec<(ClaimedRun, Result<RunningJob, SpawnError>)>;
+
+/// The helper threads that spawn claimed jobs at their gate while the supervisor goes on.
+struct Spawner {
+    /// `None` when no helper thread could be started: the supervisor spawns itself.
+    requests: Option<Sender<SpawnRequest>>,
+    spawned: Receiver<Spawned>,
+    /// Handed to the helpers, not back yet.
+    in_flight: usize,
+}
+
+fn spawn_requested(requests: &Mutex<Receiver<SpawnRequest>>, spawned: &Sender<Spawned>) {
+    loop {
+        // One helper waits on the queue at a time; the other waits for the lock.
+        let request = requests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .recv();
+        let Ok(batch) = request else {
+            return;
+        };
+        let jobs = batch
+            .into_iter()
+            .map(|(run, spec)| {
+                // Every request is answered, even by a spawn that panicked: the supervisor waits
+                // for each one it handed over.
+                let job = std::panic::catch_unwind(AssertUnwindSafe(|| RunningJob::spawn(&spec)))
+                    .unwrap_or_else(|_| {
+                        Err(SpawnError {
+                            kind: SpawnErrorKind::Other,
+                            message: "the spawning thread panicked".to_string(),
+                        })
+                    });
+                (run, job)
+            })
+            .collect();
+        // The supervisor is gone (it never leaves with spawns in flight): the jobs' gates close
+        // as they are dropped, and their shells exit without running the command.
+        if spawned.send(jobs).is_err() {
+            return;
+        }
+    }
+}
 
 struct Active {
     run: ClaimedRun,
@@ -59,7 +128,12 @@ struct Claiming {
 
 /// The jobs this runner supervises, with their leases.
 struct Supervisor {
+    /// Released: running their command (at most `--concurrency`).
     active: Vec<Active>,
+    /// Prepared ahead: started and recorded, held at the gate until a slot frees.
+    ready: VecDeque<Active>,
+    /// The latest job to end ran briefly: prepare the next ones ahead of a free slot.
+    prepare_ahead: bool,
     lease_secs: i64,
     heartbeat_every: Duration,
     last_heartbeat: Instant,
@@ -75,6 +149,8 @@ impl Supervisor {
         let lease_secs = tick.options.lease_secs();
         Supervisor {
             active: Vec::new(),
+            ready: VecDeque::new(),
+            prepare_ahead: false,
             lease_secs,
             heartbeat_every: Duration::from_secs((lease_secs / 3).max(1) as u64),
             last_heartbeat: Instant::now(),
@@ -90,6 +166,10 @@ impl Supervisor {
                 a.job.kill(Instant::now());
                 a.stopped = Some(StopReason::Shutdown(tick.options.on_shutdown));
             }
+            while let Some(mut a) = self.ready.pop_front() {
+                a.stopped = Some(StopReason::Shutdown(tick.options.on_shutdown));
+                self.admit_stopped(a);
+            }
         }
         shutting_down
     }
@@ -102,6 +182,7 @@ impl Supervisor {
         let mut index = 0;
         while index < self.active.len() {
             if let Some(finished) = self.active[index].job.poll(now) {
+                self.prepare_ahead = finished.duration < PREPARE_AHEAD_BELOW;
                 let done = self.active.swap_remove(index);
                 ends.push(End {
                     run: done.run,
@@ -117,20 +198,104 @@ impl Supervisor {
 
     /// Heart-beat the leases when a third of the lease has passed since the last time.
     fn heartbeat_if_due(&mut self, tick: &mut Tick<'_>) {
-        if !self.active.is_empty() && self.last_heartbeat.elapsed() >= self.heartbeat_every {
+        let holding = !self.active.is_empty() || !self.ready.is_empty();
+        if holding && self.last_heartbeat.elapsed() >= self.heartbeat_every {
             self.last_heartbeat = Instant::now();
-            heartbeat(tick, self.lease_secs, &mut self.active);
+            let lost = heartbeat(
+                tick,
+                self.lease_secs,
+                self.active.iter_mut().chain(self.ready.iter_mut()),
+            );
+            if lost {
+                // A prepared run whose lease is gone never runs its command: stopped at the gate.
+                let (stopped, ready) = std::mem::take(&mut self.ready)
+                    .into_iter()
+                    .partition::<Vec<_>, _>(|a| a.stopped.is_some());
+                self.ready = ready.into();
+                for a in stopped {
+                    self.admit_stopped(a);
+                }
+            }
         }
+    }
+
+    /// Release prepared jobs into the slots that are free.
+    fn admit_ready(&mut self, concurrency: usize) {
+        while self.active.len() < concurrency {
+            let Some(mut a) = self.ready.pop_front() else {
+                return;
+            };
+            a.job.release();
+            self.active.push(a);
+        }
+    }
+
+    /// A prepared job stopped before its release (its lease lost, or a shutdown): killed at the
+    /// gate, so its command never runs, then opened so that it is polled and recorded as any
+    /// stopped job. It takes no slot's worth of work.
+    fn admit_stopped(&mut self, mut a: Active) {
+        a.job.kill(Instant::now());
+        a.job.release();
+        self.active.push(a);
+    }
+
+    /// Runs claimed but not released yet, or not back from the spawner.
+    fn in_hand(&self, spawner: &Spawner) -> usize {
+        self.active.len() + self.ready.len() + spawner.in_flight
     }
 
     fn sleep(&self) {
         std::thread::sleep(poll_interval(&self.active));
+    }
+
+    /// Until the next poll is due, or a spawned job comes back (returned, to be recorded).
+    fn wait(&self, spawner: &mut Spawner) -> Spawned {
+        if spawner.in_flight == 0 {
+            self.sleep();
+            return Vec::new();
+        }
+        match spawner.spawned.recv_timeout(poll_interval(&self.active)) {
+            Ok(spawned) => spawned,
+            Err(RecvTimeoutError::Timeout) => Vec::new(),
+            Err(RecvTimeoutError::Disconnected) => {
+                // The helpers are gone (which they never are while the queue is open): what they
+                // held is lost unstarted, its leases expire into recovery; spawn here from now on.
+                spawner.in_flight = 0;
+                spawner.requests = None;
+                Vec::new()
+            }
+        }
     }
 }
 
 /// Execute due runs: claim while there is room and due work, supervise the jobs, record each
 /// end, until nothing is due and nothing runs, or the tick is old enough to stop claiming.
 pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
+    let (requests, queue) = mpsc::channel::<SpawnRequest>();
+    let (spawned, returned) = mpsc::channel::<Spawned>();
+    let queue = Mutex::new(queue);
+    std::thread::scope(|scope| {
+        let mut helpers = 0;
+        for _ in 0..SPAWN_THREADS {
+            let (queue, spawned) = (&queue, spawned.clone());
+            let helper = std::thread::Builder::new()
+                .name("job-spawner".to_string())
+                .spawn_scoped(scope, move || spawn_requested(queue, &spawned));
+            // No thread to be had: fewer helpers, or none, and the supervisor spawns itself.
+            helpers += usize::from(helper.is_ok());
+        }
+        drop(spawned);
+        let mut spawner = Spawner {
+            requests: (helpers > 0).then_some(requests),
+            spawned: returned,
+            in_flight: 0,
+        };
+        supervise_due(tick, &mut spawner)
+        // The spawner is dropped here: its queue closes, the helpers return, the scope joins them.
+    })
+}
+
+fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {
     let options = tick.options;
     let started = Instant::now();
     let mut supervisor = Supervisor::new(tick);
@@ -140,40 +305,67 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
         more_due: false,
         ended_since: false,
     };
+    let mut returned: Spawned = Vec::new();
+    // Ends decided but not written yet, and since when: they wait for the claim that is coming,
+    // to share its transaction, but never longer than `HOLD_ENDS_AT_MOST`.
+    let mut held: Option<(DecidedEnds, Instant)> = None;
 
     loop {
         let shutting_down = supervisor.stop_all_on_shutdown(tick);
         let young = started.elapsed() < options.max_tick && !shutting_down;
 
-        // The ends first, then the claim of what they leave room for.
-        let ends = supervisor.poll(tick);
-        let ended = !ends.is_empty();
-        if ended {
+        // The ends first, their slots given to prepared jobs at once, then the claim of what
+        // they leave room for.
+        let mut ends = supervisor.poll(tick);
+        supervisor.admit_ready(options.concurrency);
+        returned.extend(spawner.spawned.try_iter().flatten());
+        if !returned.is_empty() {
+            spawner.in_flight -= returned.len();
+            start_spawned(tick, std::mem::take(&mut returned), &mut supervisor);
+            supervisor.admit_ready(options.concurrency);
+        }
+        if !ends.is_empty() {
             claiming.ended_since = true;
             if claiming.more_due || ends.retry_due_by(tick.clock.epoch()) {
                 claiming.next_at = Instant::now();
             }
         }
-        if supervisor.active.is_empty() {
+        let mut held_since = None;
+        if let Some((mut earlier, since)) = held.take() {
+            earlier.append(ends);
+            ends = earlier;
+            held_since = Some(since);
+        }
+        let ended = !ends.is_empty();
+        if supervisor.in_hand(spawner) == 0 {
             // Before exiting, claim once more: these ends may have made work due.
             claiming.next_at = claiming.next_at.min(Instant::now());
         }
 
-        let room = options
-            .concurrency
-            .saturating_sub(supervisor.active.len())
+        let ahead = if supervisor.prepare_ahead {
+            options.concurrency.max(MIN_AHEAD)
+        } else {
+            0
+        };
+        let room = (options.concurrency + ahead)
+            .saturating_sub(supervisor.in_hand(spawner))
             .min(options.batch);
-        let claim_now = young && room > 0 && Instant::now() >= claiming.next_at;
-        if claim_now {
+        // While prepared jobs wait or spawns are under way, claim for several slots at once
+        // (fewer, larger transactions); with none, for any free slot.
+        let starving = supervisor.ready.is_empty() && spawner.in_flight == 0;
+        let worth_claiming = starving || room >= ahead.div_ceil(2).min(options.batch);
+        let claim_due_now = young && room > 0 && Instant::now() >= claiming.next_at;
+        if claim_due_now && worth_claiming {
             claiming.ended_since = false;
             // With ends to record, they and the claim are one store call, the ends deferred:
             // the durable commit of the new starts makes them durable too (one fsync for both),
-            // and `sync` below does if nothing starts.
+            // and `sync` below does if nothing is to start.
             let claimed = if ended {
                 record_decided_then_claim(tick, ends, room, supervisor.lease_secs)
             } else {
                 claim_due(tick, room, supervisor.lease_secs)
             };
+            let mut starting = false;
             match claimed {
                 Ok(claimed) => {
                     claiming.took_nothing = claimed.runs.is_empty();
@@ -185,7 +377,8 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
                     } else {
                         Instant::now() + RECHECK_INTERVAL
                     };
-                    start_all(tick, claimed.runs, &mut supervisor);
+                    starting = !claimed.runs.is_empty();
+                    dispatch(tick, claimed.runs, &mut supervisor, spawner);
                 }
                 Err(e) => {
                     runner_error(&mut tick.report.errors, "claiming runs", &e);
@@ -194,12 +387,21 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
                     claiming.next_at = Instant::now() + RECHECK_INTERVAL;
                 }
             }
-            // Nothing is reported, and nothing waited for, before the results are durable.
-            if ended {
+            // Nothing is reported, and nothing waited for, before the results are durable: the
+            // starts' commit does it when runs were claimed (the tick never leaves before their
+            // spawns are back and recorded).
+            if ended && !starting {
                 if let Err(e) = tick.store.sync() {
                     runner_error(&mut tick.report.errors, "syncing results", &e.into());
                 }
             }
+        } else if ended
+            && claim_due_now
+            && held_since.is_none_or(|since| since.elapsed() < HOLD_ENDS_AT_MOST)
+        {
+            // A claim comes as soon as a few more slots free: the ends wait to share its
+            // transaction.
+            held = Some((ends, held_since.unwrap_or_else(Instant::now)));
         } else if ended {
             record_decided(tick, ends, Commit::Durable);
         }
@@ -208,11 +410,54 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
         // take (whatever is still due is held back by another runner's run, which that runner
         // claims after it), or when the tick is old enough.
         let settled = claiming.took_nothing && !claiming.ended_since;
-        if supervisor.active.is_empty() && (settled || !young) {
+        if supervisor.in_hand(spawner) == 0 && (settled || !young) {
             return Ok(());
         }
         supervisor.heartbeat_if_due(tick);
-        supervisor.sleep();
+        returned = supervisor.wait(spawner);
+    }
+}
+
+/// Hand claimed runs to the spawner's helpers, or, without helpers, spawn them here and start
+/// them.
+fn dispatch(
+    tick: &mut Tick<'_>,
+    runs: Vec<ClaimedRun>,
+    supervisor: &mut Supervisor,
+    spawner: &mut Spawner,
+) {
+    let Some(requests) = &spawner.requests else {
+        start_all(tick, runs, supervisor);
+        return;
+    };
+    let requests_made = runs.len();
+    let mut batch: Vec<(ClaimedRun, JobSpec)> = runs
+        .into_iter()
+        .map(|run| {
+            let spec = job_spec(tick, &run, &supervisor.identity);
+            (run, spec)
+        })
+        .collect();
+    // A batch of four or more is shared among the helpers, so that they spawn side by side; a
+    // smaller one goes to one helper, its starts then recorded in one transaction (measured: for
+    // two, the second helper's transaction cost more than the spawn it saved).
+    let per_helper = if requests_made >= 4 {
+        requests_made.div_ceil(SPAWN_THREADS)
+    } else {
+        requests_made.max(1)
+    };
+    while !batch.is_empty() {
+        let rest = batch.split_off(per_helper.min(batch.len()));
+        let part = std::mem::replace(&mut batch, rest);
+        let count = part.len();
+        match requests.send(part) {
+            Ok(()) => spawner.in_flight += count,
+            // The helpers are gone (they never leave while the queue is open): spawn here.
+            Err(mpsc::SendError(part)) => {
+                let (runs, _): (Vec<ClaimedRun>, Vec<JobSpec>) = part.into_iter().unzip();
+                start_all(tick, runs, supervisor);
+            }
+        }
     }
 }
 
@@ -221,6 +466,7 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
 pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
     let mut supervisor = Supervisor::new(tick);
     start_all(tick, runs, &mut supervisor);
+    supervisor.admit_ready(usize::MAX);
     while !supervisor.active.is_empty() {
         supervisor.stop_all_on_shutdown(tick);
         let ends = supervisor.poll(tick);
@@ -234,17 +480,27 @@ pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
     }
 }
 
-/// Spawn the claimed runs at their gate, record their starts in one transaction, and release the
-/// ones whose start landed; the others never run their command.
+/// Spawn the claimed runs at their gate here, then [`start_spawned`].
 fn start_all(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>, supervisor: &mut Supervisor) {
     let specs: Vec<JobSpec> = runs
         .iter()
         .map(|run| job_spec(tick, run, &supervisor.identity))
         .collect();
-    let mut spawned = Vec::with_capacity(runs.len());
-    for (run, job) in runs.into_iter().zip(RunningJob::spawn_all(&specs)) {
+    let spawned = runs
+        .into_iter()
+        .zip(RunningJob::spawn_all(&specs))
+        .collect();
+    start_spawned(tick, spawned, supervisor);
+}
+
+/// Record the starts of jobs spawned at their gate in one transaction; the ones whose start
+/// landed are prepared (held at the gate until a slot frees), the others never run their
+/// command.
+fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervisor) {
+    let mut gated = Vec::with_capacity(spawned.len());
+    for (run, job) in spawned {
         match job {
-            Ok(job) => spawned.push(Active {
+            Ok(job) => gated.push(Active {
                 run,
                 job,
                 stopped: None,
@@ -252,11 +508,11 @@ fn start_all(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>, supervisor: &mut Superv
             Err(error) => record_end(tick, run, Err((error.kind, error.message)), None),
         }
     }
-    if spawned.is_empty() {
+    if gated.is_empty() {
         return;
     }
     test_hook("spawned");
-    let starts: Vec<StartRecord> = spawned
+    let starts: Vec<StartRecord> = gated
         .iter()
         .map(|a| StartRecord {
             run_id: a.run.run_id,
@@ -279,14 +535,13 @@ fn start_all(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>, supervisor: &mut Superv
                 "recording the start of jobs",
                 &e.into(),
             );
-            vec![Fenced::LeaseLost; spawned.len()]
+            vec![Fenced::LeaseLost; gated.len()]
         }
     };
     test_hook("recorded");
-    for (mut a, landed) in spawned.into_iter().zip(landed) {
+    for (a, landed) in gated.into_iter().zip(landed) {
         if landed == Fenced::Applied {
-            a.job.release();
-            supervisor.active.push(a);
+            supervisor.ready.push_back(a);
         } else {
             // Cancelled or taken over before it could start: it never runs.
             a.job.abort();
@@ -327,28 +582,34 @@ fn poll_interval(active: &[Active]) -> Duration {
     interval.max(floor.unwrap_or_default())
 }
 
-fn heartbeat(tick: &mut Tick<'_>, lease_secs: i64, active: &mut [Active]) {
-    let tokens: Vec<LeaseToken> = active
-        .iter()
-        .filter(|a| a.stopped.is_none())
-        .map(|a| a.run.lease_token.clone())
-        .collect();
+/// Extend the leases of the jobs not stopped yet; a job whose lease is gone is stopped (true if
+/// any was).
+fn heartbeat<'a>(
+    tick: &mut Tick<'_>,
+    lease_secs: i64,
+    jobs: impl Iterator<Item = &'a mut Active>,
+) -> bool {
+    let mut beating: Vec<&mut Active> = jobs.filter(|a| a.stopped.is_none()).collect();
+    let tokens: Vec<LeaseToken> = beating.iter().map(|a| a.run.lease_token.clone()).collect();
     // The current wall clock: a lease is "now plus the lease" whatever happened to the clock.
     let now = tick.clock.epoch();
     match tick.store.heartbeat(&tokens, now, now + lease_secs) {
         Ok(held) => {
-            let beating = active.iter_mut().filter(|a| a.stopped.is_none());
-            for (a, held) in beating.zip(held) {
+            let mut lost = false;
+            for (a, held) in beating.iter_mut().zip(held) {
                 if held == Fenced::LeaseLost {
                     // Cancelled, or recovered by another runner: this job must stop now.
                     a.job.kill(Instant::now());
                     a.stopped = Some(StopReason::LeaseLost);
+                    lost = true;
                 }
             }
+            lost
         }
         Err(e) => {
             // Keep running: the next heartbeat may succeed before the lease runs out.
             runner_error(&mut tick.report.errors, "heartbeat", &e.into());
+            false
         }
     }
 }

@@ -87,6 +87,12 @@ impl DecidedEnds {
         self.results.is_empty()
     }
 
+    /// Add later ends, to be written with these in one transaction.
+    pub fn append(&mut self, later: DecidedEnds) {
+        self.results.extend(later.results);
+        self.reports.extend(later.reports);
+    }
+
     /// Whether one of these runs is to be retried by `now`: a claim right after may take it.
     pub fn retry_due_by(&self, now: i64) -> bool {
         self.reports

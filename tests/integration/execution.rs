@@ -48,6 +48,21 @@ fn tick_until(
     errs
 }
 
+/// Insert `runs` manual runs of schedule `name`, all long due.
+fn insert_due_runs(env: &Env, name: &str, runs: i64) {
+    let past: i64 = 1_600_000_000; // 2020: long due
+    let inserted = env.sql.exec(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $2)
+         INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
+             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key, created_at)
+         SELECT d.id, 'manual', $1, 'pending', $1, d.command, d.workdir, d.max_attempts, d.timeout_secs,
+             d.backoff_base_secs, d.backoff_max_secs, d.name || '@bulk:' || n.i, $1
+         FROM n, job_definitions d WHERE d.name = $3",
+        &[&past, &runs, &name],
+    );
+    assert_eq!(inserted as i64, runs);
+}
+
 // ---------------------------------------------------------------------------
 // (1) many runs, four concurrent ticks: each executed exactly once
 // ---------------------------------------------------------------------------
@@ -59,17 +74,7 @@ fn two_thousand_runs_drained_by_four_concurrent_ticks_each_run_exactly_once() {
     let file = env.path("ids");
     let command = format!("echo $RUNNER_RUN_ID >> {}", sh_quote(&file));
     env.add("drain", &["--overlap", "allow"], &command);
-    let past: i64 = 1_600_000_000; // 2020: long due
-    let inserted = env.sql.exec(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $2)
-         INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command, workdir,
-             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key, created_at)
-         SELECT d.id, 'manual', $1, 'pending', $1, d.command, d.workdir, d.max_attempts, d.timeout_secs,
-             d.backoff_base_secs, d.backoff_max_secs, d.name || '@bulk:' || n.i, $1
-         FROM n, job_definitions d WHERE d.name = 'drain'",
-        &[&past, &RUNS],
-    );
-    assert_eq!(inserted as i64, RUNS);
+    insert_due_runs(&env, "drain", RUNS);
 
     let started = Instant::now();
     // A safety net against a hang, not a speed test: 2,000 spawns on a loaded 2-core machine
@@ -152,6 +157,67 @@ fn two_thousand_runs_drained_by_four_concurrent_ticks_each_run_exactly_once() {
     assert!(
         owners >= 2,
         "the four ticks should share the work, only {owners} owner(s) did"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// (1b) short jobs are prepared ahead of a free slot, but never run ahead of it
+// ---------------------------------------------------------------------------
+
+/// While its jobs end quickly, a tick holds the next runs prepared at their gate (claimed, started
+/// and recorded); their commands still wait for a free slot: at most `--concurrency` commands
+/// run at once, and every run executes once.
+#[test]
+fn a_tick_that_prepares_short_jobs_ahead_never_runs_more_than_its_concurrency() {
+    const RUNS: i64 = 300;
+    const CONCURRENCY: i64 = 3;
+    let env = Env::init();
+    let (lock, count, peaks) = (env.path("lock"), env.path("count"), env.path("peaks"));
+    fs::write(&count, "0\n").expect("count file");
+    // Each job counts itself in and out under a lock, and notes how many ran as it came in.
+    let (lock, count, peaks) = (sh_quote(&lock), sh_quote(&count), sh_quote(&peaks));
+    let command = format!(
+        "exec 9>>{lock}; flock 9; n=$(($(cat {count}) + 1)); echo $n >{count}; \
+         echo \"$RUNNER_RUN_ID $n\" >>{peaks}; flock -u 9; flock 9; \
+         echo $(($(cat {count}) - 1)) >{count}; flock -u 9"
+    );
+    env.add("short", &["--overlap", "allow"], &command);
+    insert_due_runs(&env, "short", RUNS);
+
+    // A safety net against a hang, not a speed test.
+    let concurrency = CONCURRENCY.to_string();
+    let (out, _) = env.tick_within(
+        &["--concurrency", &concurrency, "--max-tick", "15m"],
+        Duration::from_secs(1200),
+    );
+    assert!(out.status.success(), "tick failed: {}", stderr(&out));
+    assert_eq!(stderr(&out), "", "a tick whose jobs succeed prints nothing");
+
+    let text = fs::read_to_string(env.path("peaks")).expect("peaks file");
+    let mut runs_seen = HashSet::new();
+    for line in text.lines() {
+        let (run, running) = line.split_once(' ').expect("RUN COUNT");
+        assert!(
+            runs_seen.insert(run.to_string()),
+            "run {run} executed twice"
+        );
+        let running: i64 = running.parse().expect("a count");
+        assert!(
+            (1..=CONCURRENCY).contains(&running),
+            "{running} commands ran at once with --concurrency {CONCURRENCY}"
+        );
+    }
+    assert_eq!(runs_seen.len() as i64, RUNS, "every run executed");
+    assert_eq!(
+        fs::read_to_string(env.path("count")).expect("count").trim(),
+        "0"
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status = 'succeeded' AND attempt = 1",
+            &[]
+        ),
+        RUNS
     );
 }
 
