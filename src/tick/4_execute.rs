@@ -219,9 +219,10 @@ impl Supervisor {
         }
     }
 
-    /// Release prepared jobs into the slots that are free.
-    fn admit_ready(&mut self, concurrency: usize) {
-        while self.active.len() < concurrency {
+    /// Release prepared jobs into the slots that are free; none once the tick is told to stop
+    /// (the next `stop_all_on_shutdown` stops them at their gate).
+    fn admit_ready(&mut self, tick: &Tick<'_>, concurrency: usize) {
+        while self.active.len() < concurrency && !tick.options.shutdown.load(Ordering::Relaxed) {
             let Some(mut a) = self.ready.pop_front() else {
                 return;
             };
@@ -317,12 +318,12 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {
         // The ends first, their slots given to prepared jobs at once, then the claim of what
         // they leave room for.
         let mut ends = supervisor.poll(tick);
-        supervisor.admit_ready(options.concurrency);
+        supervisor.admit_ready(tick, options.concurrency);
         returned.extend(spawner.spawned.try_iter().flatten());
         if !returned.is_empty() {
             spawner.in_flight -= returned.len();
             start_spawned(tick, std::mem::take(&mut returned), &mut supervisor);
-            supervisor.admit_ready(options.concurrency);
+            supervisor.admit_ready(tick, options.concurrency);
         }
         if !ends.is_empty() {
             claiming.ended_since = true;
@@ -411,6 +412,11 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {
         // claims after it), or when the tick is old enough.
         let settled = claiming.took_nothing && !claiming.ended_since;
         if supervisor.in_hand(spawner) == 0 && (settled || !young) {
+            // Deferred results whose starts' commit never came (it failed) are made durable
+            // before the tick reports; usually there is nothing left to sync.
+            if let Err(e) = tick.store.sync() {
+                runner_error(&mut tick.report.errors, "syncing results", &e.into());
+            }
             return Ok(());
         }
         supervisor.heartbeat_if_due(tick);
@@ -466,8 +472,9 @@ fn dispatch(
 pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
     let mut supervisor = Supervisor::new(tick);
     start_all(tick, runs, &mut supervisor);
-    supervisor.admit_ready(usize::MAX);
-    while !supervisor.active.is_empty() {
+    supervisor.admit_ready(tick, usize::MAX);
+    // Prepared ones remain only when a signal came first: the loop stops them at their gate.
+    while !supervisor.active.is_empty() || !supervisor.ready.is_empty() {
         supervisor.stop_all_on_shutdown(tick);
         let ends = supervisor.poll(tick);
         if !ends.is_empty() {

@@ -184,6 +184,56 @@ fn a_tick_that_stalls_past_its_lease_never_starts_the_run() {
     assert_eq!(lines(&log), vec!["attempt 2".to_string()]);
 }
 
+/// A tick told to stop (SIGTERM) while jobs whose starts it recorded wait at their gate stops
+/// them there: their commands never run, and their attempts end as stopped (`SIGNAL:SIGTERM`),
+/// the runs retried by their policy. The tick is stalled right after recording the starts, and
+/// signalled there, so the jobs are still held when it goes on.
+#[test]
+fn a_tick_stopped_while_jobs_wait_at_their_gate_never_opens_it() {
+    let env = Env::init();
+    let (log, go) = (env.path("log"), env.path("go"));
+    env.add(
+        "held",
+        &["--overlap", "allow", "--backoff-base", "10m"],
+        &format!("echo \"$RUNNER_RUN_ID\" >> {}", sh_quote(&log)),
+    );
+    let runs: Vec<i64> = (0..3).map(|_| env.enqueue("held")).collect();
+    let mut cmd = env.cmd();
+    cmd.args(["tick", "--concurrency", "3"]).env(
+        "RUNNER_TEST_HOOK",
+        format!("recorded:wait={}", go.display()),
+    );
+    let mut stalled = StalledTick::spawn(cmd, &env);
+    wait_until(LONG, "the three starts to be recorded", || {
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_attempts WHERE child_pid IS NOT NULL",
+            &[],
+        ) == 3
+    });
+    let pid = stalled.pid();
+    kill(Pid::from_raw(pid as i32), Signal::SIGTERM).expect("SIGTERM the tick");
+    fs::write(&go, "").expect("go");
+    let out = stalled.finish();
+    assert!(
+        out.status.code().is_some(),
+        "the tick exits by itself: {:?}",
+        out.status
+    );
+
+    assert_eq!(lines(&log), Vec::<String>::new(), "no command ran");
+    for run in runs {
+        assert_eq!(status_of(&env, run), "pending", "run {run} is retried");
+        assert_eq!(
+            env.sql.query_strings(
+                "SELECT error_code FROM job_attempts WHERE run_id = $1 AND finished_at IS NOT NULL",
+                &[&run],
+            ),
+            vec!["SIGNAL:SIGTERM".to_string()],
+            "run {run}'s one attempt ended stopped"
+        );
+    }
+}
+
 /// A run whose command logs its attempt; a tick that claimed it and stalls right after the claim
 /// until the file `go` exists. Returns the run, the log, `go` and the stalled tick.
 fn claim_and_stall(env: &Env) -> (i64, std::path::PathBuf, std::path::PathBuf, StalledTick) {
@@ -217,6 +267,10 @@ impl StalledTick {
             .spawn()
             .expect("spawn tick");
         StalledTick(Some(child))
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.as_ref().map_or(0, std::process::Child::id)
     }
 
     fn finish(&mut self) -> std::process::Output {
