@@ -329,11 +329,17 @@ impl RunningJob {
         }
         let (first, second) = specs.split_at(specs.len() / 2);
         std::thread::scope(|scope| {
-            let helper = scope.spawn(|| second.iter().map(Self::spawn).collect::<Vec<_>>());
+            let helper = std::thread::Builder::new()
+                .name("job-spawner".to_string())
+                .spawn_scoped(scope, || second.iter().map(Self::spawn).collect::<Vec<_>>());
             let mut spawned: Vec<_> = first.iter().map(Self::spawn).collect();
-            match helper.join() {
-                Ok(rest) => spawned.extend(rest),
-                Err(panic) => std::panic::resume_unwind(panic),
+            match helper {
+                Ok(helper) => match helper.join() {
+                    Ok(rest) => spawned.extend(rest),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+                // No thread to be had (a process limit): spawn the rest here.
+                Err(_) => spawned.extend(second.iter().map(Self::spawn)),
             }
             spawned
         })

@@ -116,24 +116,38 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
             // The next batch is read on another core while this one is written.
             Some(reader) => std::thread::scope(|scope| -> Result<()> {
                 let (send, batches) = std::sync::mpsc::sync_channel(1);
-                scope.spawn(move || read_batches(reader, send));
+                let started = std::thread::Builder::new()
+                    .name("due-reader".to_string())
+                    .spawn_scoped(scope, move || read_batches(reader, send));
+                if started.is_err() {
+                    // No thread to be had (a process limit): slower, but nothing is lost.
+                    return write_all_here(&mut writer, first, &read);
+                }
                 writer.write(first);
                 for batch in batches {
                     writer.write(batch?);
                 }
                 Ok(())
             })?,
-            None => {
-                writer.write(first);
-                let rest = writer.store.due_definitions(now.secs(), None)?;
-                let unread = rest
-                    .into_iter()
-                    .filter(|row| !read.contains(&definition_id(row)));
-                writer.write(unread.collect());
-            }
+            None => write_all_here(&mut writer, first, &read)?,
         }
     }
     tick.report.materialized = writer.inserted;
+    Ok(())
+}
+
+/// Write the first batch, then every due schedule not in it, read on the tick's own connection.
+fn write_all_here(
+    writer: &mut Writer<'_>,
+    first: Vec<DefinitionRow>,
+    read: &HashSet<i64>,
+) -> Result<()> {
+    writer.write(first);
+    let rest = writer.store.due_definitions(writer.now.secs(), None)?;
+    let unread = rest
+        .into_iter()
+        .filter(|row| !read.contains(&definition_id(row)));
+    writer.write(unread.collect());
     Ok(())
 }
 

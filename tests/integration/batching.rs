@@ -4,7 +4,7 @@
 
 use std::process::Stdio;
 
-use super::common::{status_of, stderr, Backend, Env};
+use super::common::{status_of, stderr, Backend, Env, BIN};
 use crate::sqlite_only;
 
 /// 2026-01-01T00:00:00Z; the schedules below were handled through the minute before.
@@ -236,6 +236,95 @@ fn without_a_second_connection_the_due_schedules_are_read_on_the_first() {
         n
     );
     assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), n);
+}
+
+/// `runner ARGS` on `env`'s database under `prlimit --nproc=1`: no thread and no process to be
+/// had. As `nobody` (through setpriv, the database handed over) when the tests run as root, whom
+/// the limit does not bind. `None`, with a note, where util-linux's tools are missing.
+fn without_threads(env: &Env, args: &[&str]) -> Option<std::process::Output> {
+    let tools = ["/usr/bin/prlimit", "/usr/bin/setpriv"];
+    if tools
+        .iter()
+        .any(|tool| !std::path::Path::new(tool).exists())
+    {
+        println!("without threads: needs prlimit and setpriv (util-linux): skipped");
+        return None;
+    }
+    let mut cmd = if nix::unistd::Uid::effective().is_root() {
+        for path in [env.dir.path(), env.db.as_path()] {
+            std::os::unix::fs::chown(path, Some(65534), Some(65534)).expect("chown");
+        }
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "prlimit",
+        ]);
+        cmd
+    } else {
+        std::process::Command::new("prlimit")
+    };
+    cmd.args(["--nproc=1", "--", BIN])
+        .args(args)
+        .env("RUNNER_DB", &env.db)
+        .env("HOME", env.dir.path())
+        .current_dir(env.dir.path());
+    Some(cmd.output().expect("runner under prlimit"))
+}
+
+/// With no thread to be had (a process limit reached), a tick reads the due schedules on its own
+/// connection instead of a second one's thread: each is still materialised once, and the tick
+/// neither panics nor fails.
+#[test]
+fn without_a_thread_to_be_had_the_due_schedules_are_read_on_the_tick_itself() {
+    sqlite_only!("runs the binary on the database file as another user");
+    let env = Env::init();
+    let n = 1_234;
+    due_schedules(&env, n);
+    let args = ["--now", "2026-01-01T00:00:30Z", "tick", "--max-tick", "0s"];
+    let Some(out) = without_threads(&env, &args) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        env.sql.query_i64(
+            &format!(
+                "SELECT count(DISTINCT definition_id) FROM job_runs WHERE scheduled_for = {MIDNIGHT}"
+            ),
+            &[]
+        ),
+        n
+    );
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), n);
+}
+
+/// Nor does a tick that cannot start its spawning helpers, or its jobs: each run it claimed is
+/// recorded as a failed spawn (`SPAWN:OTHER`), retried by its policy.
+#[test]
+fn without_a_thread_or_process_to_be_had_a_tick_records_failed_spawns() {
+    sqlite_only!("runs the binary on the database file as another user");
+    let env = Env::init();
+    env.add(
+        "a",
+        &["--overlap", "allow", "--backoff-base", "10m"],
+        "true",
+    );
+    let runs = [env.enqueue("a"), env.enqueue("a")];
+    let Some(out) = without_threads(&env, &["tick", "--concurrency", "2"]) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", stderr(&out));
+    for run in runs {
+        assert_eq!(status_of(&env, run), "pending", "run {run} is retried");
+        assert_eq!(
+            env.sql.query_strings(
+                "SELECT error_code FROM job_attempts WHERE run_id = $1",
+                &[&run]
+            ),
+            vec!["SPAWN:OTHER".to_string()]
+        );
+    }
 }
 
 /// A supervisor's round records the ends of its jobs and claims the next runs in one
