@@ -11,6 +11,20 @@ use crate::sqlite_only;
 const MIDNIGHT: i64 = 1_767_225_600;
 
 /// `n` every-minute schedules `job-1`..`job-n`, handled through 23:59:00, due at 00:00:00.
+/// Each of the `n` schedules of `due_schedules` has its one run at midnight, and no other.
+fn assert_each_materialised_once(env: &Env, n: i64) {
+    assert_eq!(
+        env.sql.query_i64(
+            &format!(
+                "SELECT count(DISTINCT definition_id) FROM job_runs WHERE scheduled_for = {MIDNIGHT}"
+            ),
+            &[]
+        ),
+        n
+    );
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), n);
+}
+
 fn due_schedules(env: &Env, n: i64) {
     env.sql.exec("WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < $1)
              INSERT INTO job_definitions (name, cron, timezone, command, materialized_through,
@@ -226,16 +240,7 @@ fn without_a_second_connection_the_due_schedules_are_read_on_the_first() {
         1,
         "{err}"
     );
-    assert_eq!(
-        env.sql.query_i64(
-            &format!(
-                "SELECT count(DISTINCT definition_id) FROM job_runs WHERE scheduled_for = {MIDNIGHT}"
-            ),
-            &[]
-        ),
-        n
-    );
-    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), n);
+    assert_each_materialised_once(&env, n);
 }
 
 /// `runner ARGS` on `env`'s database under `prlimit --nproc=1`: no thread and no process to be
@@ -287,16 +292,7 @@ fn without_a_thread_to_be_had_the_due_schedules_are_read_on_the_tick_itself() {
         return;
     };
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(
-        env.sql.query_i64(
-            &format!(
-                "SELECT count(DISTINCT definition_id) FROM job_runs WHERE scheduled_for = {MIDNIGHT}"
-            ),
-            &[]
-        ),
-        n
-    );
-    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), n);
+    assert_each_materialised_once(&env, n);
 }
 
 /// Nor does a tick that cannot start its spawning helpers, or its jobs: each run it claimed is
