@@ -10,8 +10,8 @@
 //! While the jobs end quickly, the tick prepares the next ones ahead of a free slot: claimed,
 //! spawned at their gate by helper threads (a spawn waits for the shell's `exec`, which the
 //! supervisor would otherwise wait out with nothing else done), their starts recorded, held until
-//! a job ends, then released at once. At most `--concurrency` jobs run their command; as many
-//! again may wait, prepared, at the gate.
+//! a job ends, then released at once. At most `--concurrency` jobs run their command; up to
+//! `max(--concurrency, MIN_AHEAD)` more may wait, prepared, at the gate.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -31,7 +31,9 @@ use super::record::{
 use super::{attempt_marker, runner_error, test_hook, Tick};
 use crate::display::utc_time;
 use crate::model::{ClaimedRun, Fenced, LeaseToken, StartRecord};
-use crate::process::{procfs, JobSpec, RunningJob, SpawnError, SpawnErrorKind};
+use crate::process::{
+    procfs, JobSpec, RunningJob, SpawnError, SpawnErrorKind, SPAWN_SIDE_BY_SIDE_FROM,
+};
 use crate::store::Commit;
 
 /// How long the pipes may stay open after the shell exited (a process that escaped containment
@@ -432,22 +434,15 @@ fn dispatch(
     supervisor: &mut Supervisor,
     spawner: &mut Spawner,
 ) {
+    let requests_made = runs.len();
+    let mut batch = with_specs(tick, runs, &supervisor.identity);
     let Some(requests) = &spawner.requests else {
-        start_all(tick, runs, supervisor);
+        start_here(tick, batch, supervisor);
         return;
     };
-    let requests_made = runs.len();
-    let mut batch: Vec<(ClaimedRun, JobSpec)> = runs
-        .into_iter()
-        .map(|run| {
-            let spec = job_spec(tick, &run, &supervisor.identity);
-            (run, spec)
-        })
-        .collect();
-    // A batch of four or more is shared among the helpers, so that they spawn side by side; a
-    // smaller one goes to one helper, its starts then recorded in one transaction (measured: for
-    // two, the second helper's transaction cost more than the spawn it saved).
-    let per_helper = if requests_made >= 4 {
+    // Shared among the helpers from the size `spawn_all` splits at, so that they spawn side by
+    // side; a smaller batch goes to one helper, its starts then recorded in one transaction.
+    let per_helper = if requests_made >= SPAWN_SIDE_BY_SIDE_FROM {
         requests_made.div_ceil(SPAWN_THREADS)
     } else {
         requests_made.max(1)
@@ -459,10 +454,7 @@ fn dispatch(
         match requests.send(part) {
             Ok(()) => spawner.in_flight += count,
             // The helpers are gone (they never leave while the queue is open): spawn here.
-            Err(mpsc::SendError(part)) => {
-                let (runs, _): (Vec<ClaimedRun>, Vec<JobSpec>) = part.into_iter().unzip();
-                start_all(tick, runs, supervisor);
-            }
+            Err(mpsc::SendError(part)) => start_here(tick, part, supervisor),
         }
     }
 }
@@ -471,7 +463,8 @@ fn dispatch(
 /// them and record each end.
 pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
     let mut supervisor = Supervisor::new(tick);
-    start_all(tick, runs, &mut supervisor);
+    let batch = with_specs(tick, runs, &supervisor.identity);
+    start_here(tick, batch, &mut supervisor);
     supervisor.admit_ready(tick, usize::MAX);
     // Prepared ones remain only when a signal came first: the loop stops them at their gate.
     while !supervisor.active.is_empty() || !supervisor.ready.is_empty() {
@@ -487,12 +480,19 @@ pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
     }
 }
 
-/// Spawn the claimed runs at their gate here, then [`start_spawned`].
-fn start_all(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>, supervisor: &mut Supervisor) {
-    let specs: Vec<JobSpec> = runs
-        .iter()
-        .map(|run| job_spec(tick, run, &supervisor.identity))
-        .collect();
+/// Each claimed run with what starting its job takes.
+fn with_specs(tick: &Tick<'_>, runs: Vec<ClaimedRun>, identity: &str) -> SpawnRequest {
+    runs.into_iter()
+        .map(|run| {
+            let spec = job_spec(tick, &run, identity);
+            (run, spec)
+        })
+        .collect()
+}
+
+/// Spawn the batch's jobs at their gate here (not on the helpers), then [`start_spawned`].
+fn start_here(tick: &mut Tick<'_>, batch: SpawnRequest, supervisor: &mut Supervisor) {
+    let (runs, specs): (Vec<ClaimedRun>, Vec<JobSpec>) = batch.into_iter().unzip();
     let spawned = runs
         .into_iter()
         .zip(RunningJob::spawn_all(&specs))
