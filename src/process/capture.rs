@@ -1,13 +1,22 @@
-//! Output capture: one reader thread per pipe drains a job's stdout or stderr concurrently,
-//! keeping only the last [`OUTPUT_TAIL_BYTES`] (and counting the rest), so a chatty job can never
+//! Output capture: one pump thread drains every job's stdout and stderr as data arrives, keeping
+//! only the last [`OUTPUT_TAIL_BYTES`] of each (and counting the rest), so a chatty job can never
 //! fill a pipe and block, nor fill the runner's memory.
 //!
-//! The reader threads are kept for the next job's pipes once theirs reach EOF: a tick draining
-//! short jobs would otherwise create and reap two threads per job on the supervisor's thread.
+//! The pump waits on all the pipes at once (`epoll`): a tick draining short jobs would otherwise
+//! wake a reader thread per pipe, twice per job (measured: of one tick's 98,000 context switches
+//! draining 10,000 runs of `true`, 43,000 were the reader threads'). Pipes are non-blocking, and
+//! each readiness reads one chunk, so one busy pipe cannot starve the others.
 
+use std::collections::HashMap;
+use std::fs::File;
 use std::io::{self, Read, Write};
-use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 /// How many bytes of each output stream are kept (the tail).
 pub const OUTPUT_TAIL_BYTES: usize = 64 * 1024;
@@ -94,123 +103,218 @@ fn stream_chunk(to: StreamTo, data: &[u8]) {
     }
 }
 
-fn lock(capture: &Mutex<Capture>) -> MutexGuard<'_, Capture> {
-    capture
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// One pipe and what was read from it. The pump and the job's own poll may both drain it: one
+/// at a time (`reading`), so the bytes stay in order; the capture's own lock is held only to add
+/// a chunk or look at it, never while reading or streaming.
+struct Pipe {
+    file: File,
+    reading: Mutex<()>,
+    capture: Mutex<Capture>,
+    stream: Option<StreamTo>,
+    /// Its key in the pump's interest list.
+    token: u64,
 }
 
-/// Marks a capture finished when dropped: at EOF, and should the reading panic, so its job is
-/// never left waiting for a reader that is gone.
-struct FinishOnDrop<'a>(&'a Mutex<Capture>);
+/// How a drain left its pipe.
+#[derive(PartialEq, Eq)]
+enum Drained {
+    /// Open, nothing more to read for now (or another drain is under way).
+    Open,
+    /// EOF (or an error): this drain finished the capture.
+    Finished,
+    /// Finished earlier.
+    AlreadyFinished,
+}
 
-impl Drop for FinishOnDrop<'_> {
-    fn drop(&mut self) {
-        lock(self.0).finished = true;
+impl Pipe {
+    fn capture(&self) -> MutexGuard<'_, Capture> {
+        // A capture is whole after every push: one left by a panicking thread is still right.
+        self.capture.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Read up to `chunks` chunks, stopping early when the pipe has nothing more for now. With
+    /// `wait` false, give up at once if another drain of this pipe is under way.
+    fn drain(&self, buf: &mut [u8], chunks: usize, wait: bool) -> Drained {
+        let _reading = match self.reading.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) if wait => {
+                self.reading.lock().unwrap_or_else(|e| e.into_inner())
+            }
+            Err(TryLockError::WouldBlock) => return Drained::Open,
+        };
+        if self.capture().finished {
+            return Drained::AlreadyFinished;
+        }
+        let mut read = 0;
+        while read < chunks {
+            match (&self.file).read(buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let chunk = &buf[..n];
+                    {
+                        let mut capture = self.capture();
+                        capture.tail.push(chunk);
+                        capture.total += n as u64;
+                    }
+                    if let Some(to) = self.stream {
+                        stream_chunk(to, chunk);
+                    }
+                    read += 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Drained::Open,
+                Err(_) => break,
+            }
+        }
+        if read == chunks {
+            return Drained::Open;
+        }
+        self.capture().finished = true;
+        Drained::Finished
     }
 }
 
-fn drain(src: &mut dyn Read, buf: &mut [u8], capture: &Mutex<Capture>, stream: Option<StreamTo>) {
-    let _finish = FinishOnDrop(capture);
-    loop {
-        match src.read(buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let chunk = &buf[..n];
-                {
-                    let mut c = lock(capture);
-                    c.tail.push(chunk);
-                    c.total += n as u64;
-                }
-                if let Some(to) = stream {
-                    stream_chunk(to, chunk);
+/// The pump: one thread waiting on every pipe still open.
+struct Pump {
+    epoll: Epoll,
+    /// The pipes being drained, by token.
+    pipes: Mutex<HashMap<u64, Arc<Pipe>>>,
+    next_token: AtomicU64,
+}
+
+/// Started with the first pipe; kept for the life of the process.
+static PUMP: Mutex<Option<Arc<Pump>>> = Mutex::new(None);
+
+fn pump() -> io::Result<Arc<Pump>> {
+    let mut started = PUMP.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(pump) = started.as_ref() {
+        return Ok(Arc::clone(pump));
+    }
+    let pump = Arc::new(Pump {
+        epoll: Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?,
+        pipes: Mutex::new(HashMap::new()),
+        next_token: AtomicU64::new(0),
+    });
+    let running = Arc::clone(&pump);
+    // No thread to be had (a process limit): the error is the caller's, and the next pipe
+    // tries again.
+    std::thread::Builder::new()
+        .name("job-output".to_string())
+        .spawn(move || running.run())?;
+    *started = Some(Arc::clone(&pump));
+    Ok(pump)
+}
+
+impl Pump {
+    fn pipes(&self) -> MutexGuard<'_, HashMap<u64, Arc<Pipe>>> {
+        // The map holds whole entries only: one left by a panicking thread is still right.
+        self.pipes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn register(&self, fd: OwnedFd, stream: Option<StreamTo>) -> io::Result<Arc<Pipe>> {
+        let flags = OFlag::from_bits_retain(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?);
+        fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+        let pipe = Arc::new(Pipe {
+            file: File::from(fd),
+            capture: Mutex::new(Capture {
+                tail: TailBuffer::new(OUTPUT_TAIL_BYTES),
+                total: 0,
+                finished: false,
+            }),
+            reading: Mutex::new(()),
+            stream,
+            token: self.next_token.fetch_add(1, Ordering::Relaxed),
+        });
+        // In the map before the pump can hear of it.
+        self.pipes().insert(pipe.token, Arc::clone(&pipe));
+        let interest = EpollEvent::new(EpollFlags::EPOLLIN, pipe.token);
+        if let Err(e) = self.epoll.add(pipe.file.as_fd(), interest) {
+            self.pipes().remove(&pipe.token);
+            return Err(e.into());
+        }
+        Ok(pipe)
+    }
+
+    /// Stop watching a finished pipe. Its descriptor closes with the last reference, always
+    /// after this: a number the kernel hands out again is never in the interest list.
+    fn forget(&self, pipe: &Pipe) {
+        let _ = self.epoll.delete(pipe.file.as_fd());
+        self.pipes().remove(&pipe.token);
+    }
+
+    fn run(&self) {
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut events = vec![EpollEvent::empty(); 64];
+        loop {
+            // EINTR is the only error a valid epoll descriptor gives: wait again.
+            let ready = self
+                .epoll
+                .wait(&mut events, EpollTimeout::NONE)
+                .unwrap_or(0);
+            for event in &events[..ready] {
+                let Some(pipe) = self.pipes().get(&event.data()).cloned() else {
+                    continue;
+                };
+                // One chunk per readiness, so one busy pipe cannot starve the others. A panic
+                // while reading one pipe must not stop the others, nor leave its job waiting.
+                let drained =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| pipe.drain(&mut buf, 1, true)))
+                        .unwrap_or_else(|_| {
+                            pipe.capture().finished = true;
+                            Drained::Finished
+                        });
+                if drained != Drained::Open {
+                    self.forget(&pipe);
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
         }
     }
 }
 
-/// A pipe to drain into its capture.
-struct Work {
-    src: Box<dyn Read + Send>,
-    capture: Arc<Mutex<Capture>>,
-    stream: Option<StreamTo>,
-}
+/// The most a job's own poll reads from one of its pipes at a time, in chunks of the size below.
+const POLL_DRAIN_CHUNKS: usize = 8;
+const POLL_DRAIN_CHUNK: usize = 8 * 1024;
 
-/// Reader threads waiting for a pipe, each reached through its own channel. A thread whose pipe
-/// a leftover process holds open stays away until that pipe closes; the pool grows instead.
-static IDLE_READERS: Mutex<Vec<Sender<Work>>> = Mutex::new(Vec::new());
-
-/// Hand `work` to an idle reader thread, or to a new one.
-fn dispatch(work: Work) -> io::Result<()> {
-    let idle = IDLE_READERS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .pop();
-    let work = match idle {
-        // A thread waiting on its channel always receives (it never exits while idle).
-        Some(reader) => match reader.send(work) {
-            Ok(()) => return Ok(()),
-            Err(mpsc::SendError(work)) => work,
-        },
-        None => work,
-    };
-    let (tx, rx) = mpsc::channel::<Work>();
-    tx.send(work)
-        .map_err(|_| io::Error::other("reader channel closed"))?;
-    std::thread::Builder::new()
-        .name("job-output".to_string())
-        .spawn(move || {
-            let mut buf = vec![0u8; READ_CHUNK];
-            while let Ok(mut work) = rx.recv() {
-                drain(&mut *work.src, &mut buf, &work.capture, work.stream);
-                // The pipe's end is closed here, before the thread offers itself again.
-                drop(work);
-                IDLE_READERS
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .push(tx.clone());
-            }
-        })?;
-    Ok(())
-}
-
-/// One pipe's reader and what it has captured so far.
+/// One pipe's capture, drained by the pump (and by its job's poll, see [`Reader::drain_now`]).
 pub(super) struct Reader {
-    capture: Arc<Mutex<Capture>>,
+    pipe: Arc<Pipe>,
+    pump: Arc<Pump>,
     pub(super) abandoned: bool,
 }
 
 impl Reader {
-    pub(super) fn spawn<R: Read + Send + 'static>(
-        src: R,
-        stream: Option<StreamTo>,
-    ) -> io::Result<Reader> {
-        let capture = Arc::new(Mutex::new(Capture {
-            tail: TailBuffer::new(OUTPUT_TAIL_BYTES),
-            total: 0,
-            finished: false,
-        }));
-        dispatch(Work {
-            src: Box::new(src),
-            capture: Arc::clone(&capture),
-            stream,
-        })?;
+    pub(super) fn spawn(src: impl Into<OwnedFd>, stream: Option<StreamTo>) -> io::Result<Reader> {
+        let pump = pump()?;
+        let pipe = pump.register(src.into(), stream)?;
         Ok(Reader {
-            capture,
+            pipe,
+            pump,
             abandoned: false,
         })
     }
 
-    /// True once the reader reached EOF or was abandoned. Never blocks.
+    /// Read what the pipe holds now, here, rather than wait for the pump to be scheduled: once
+    /// the shell has exited, its job ends as soon as both pipes are at EOF. Never blocks: a pipe
+    /// the pump is reading, or one copied live to the runner's own output (which may block), is
+    /// left to the pump.
+    pub(super) fn drain_now(&mut self) {
+        if self.abandoned || self.pipe.stream.is_some() {
+            return;
+        }
+        let mut buf = [0u8; POLL_DRAIN_CHUNK];
+        if self.pipe.drain(&mut buf, POLL_DRAIN_CHUNKS, false) == Drained::Finished {
+            self.pump.forget(&self.pipe);
+        }
+    }
+
+    /// True once the pipe reached EOF or was abandoned. Never blocks.
     pub(super) fn settled(&mut self) -> bool {
-        self.abandoned || lock(&self.capture).finished
+        self.abandoned || self.pipe.capture().finished
     }
 
     pub(super) fn snapshot(&self) -> (Vec<u8>, u64) {
-        let c = lock(&self.capture);
+        let c = self.pipe.capture();
         (c.tail.to_vec(), c.total)
     }
 }
@@ -227,11 +331,11 @@ mod tests {
         }
     }
 
-    /// Readers reuse threads: each pipe's capture is its own, complete, whichever thread read it,
-    /// and a pipe held open by someone else keeps only its own reader waiting.
+    /// One pump drains every pipe: each pipe's capture is its own and complete, and a pipe held
+    /// open by someone else keeps only its own reader waiting.
     #[test]
     fn each_reader_captures_its_own_pipe_while_another_stays_open() {
-        let (held_read, held_write) = std::io::pipe().expect("pipe");
+        let (held_read, held_write) = io::pipe().expect("pipe");
         let mut held = Reader::spawn(held_read, None).expect("reader");
         for round in 0..50u64 {
             let mut readers: Vec<(Vec<u8>, Reader)> = (0..4)
@@ -239,8 +343,10 @@ mod tests {
                     let data = format!("round {round} pipe {i}\n")
                         .repeat(1 + i * 1000)
                         .into_bytes();
-                    let reader =
-                        Reader::spawn(io::Cursor::new(data.clone()), None).expect("reader");
+                    let (read, mut write) = io::pipe().expect("pipe");
+                    let reader = Reader::spawn(read, None).expect("reader");
+                    let written = data.clone();
+                    std::thread::spawn(move || write.write_all(&written).expect("write"));
                     (data, reader)
                 })
                 .collect();
@@ -256,6 +362,32 @@ mod tests {
         drop(held_write);
         settle(&mut held);
         assert_eq!(held.snapshot(), (b"late".to_vec(), 4));
+    }
+
+    /// The job's poll drains its pipe alongside the pump (`drain_now`): the capture still holds
+    /// every byte, in order.
+    #[test]
+    fn a_pipe_drained_by_both_the_pump_and_its_poll_keeps_its_bytes_in_order() {
+        let data: Vec<u8> = (0..60_000u32)
+            .flat_map(|i| format!("line {i}\n").into_bytes())
+            .collect();
+        let (read, mut write) = io::pipe().expect("pipe");
+        let mut reader = Reader::spawn(read, None).expect("reader");
+        let written = data.clone();
+        let writer = std::thread::spawn(move || {
+            for piece in written.chunks(1000) {
+                write.write_all(piece).expect("write");
+            }
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !reader.settled() {
+            assert!(std::time::Instant::now() < deadline, "reader never settled");
+            reader.drain_now();
+        }
+        writer.join().expect("writer");
+        let (tail, total) = reader.snapshot();
+        assert_eq!(total, data.len() as u64);
+        assert_eq!(tail, data[data.len() - OUTPUT_TAIL_BYTES..]);
     }
 
     #[test]

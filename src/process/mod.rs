@@ -5,7 +5,8 @@
 //! says so, after the caller has durably recorded the attempt. If the runner dies before that,
 //! the pipe closes and the shell exits without running anything.
 //!
-//! Its stdout and stderr are drained concurrently (see `capture`). [`RunningJob::poll`] is
+//! Its stdout and stderr are drained concurrently, by one pump thread for all jobs (see
+//! `capture`). [`RunningJob::poll`] is
 //! non-blocking: it reaps the child, enforces the timeout (SIGTERM to the group, SIGKILL after the
 //! grace period), terminates what the job left behind when its shell exits (its process group,
 //! and processes that escaped it but carry the job's marker), and makes sure a grandchild holding
@@ -596,6 +597,12 @@ impl RunningJob {
             }
         }
 
+        // The shell exited: what its pipes still hold is read here, so its end need not wait
+        // for the pump to be scheduled.
+        if self.exit.is_some() {
+            self.stdout.drain_now();
+            self.stderr.drain_now();
+        }
         // Pipe leak: the shell exited but something still holds the pipes.
         let mut readers_done = self.stdout.settled() & self.stderr.settled();
         if let Some((_, exited_at)) = self.exit {
@@ -612,7 +619,7 @@ impl RunningJob {
                     Some(killed_at) => {
                         if now.saturating_duration_since(killed_at) >= LEAK_DRAIN {
                             // Something outside our reach holds the pipe: give up
-                            // on it (its reader goes back to the pool whenever the pipe closes).
+                            // on it (the pump drains it until it closes).
                             self.stdout.abandoned = true;
                             self.stderr.abandoned = true;
                             readers_done = true;
