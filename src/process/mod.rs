@@ -6,11 +6,10 @@
 //! the pipe closes and the shell exits without running anything.
 //!
 //! Its stdout and stderr are drained concurrently, by one pump thread for all jobs (see
-//! `capture`). [`RunningJob::poll`] is
-//! non-blocking: it reaps the child, enforces the timeout (SIGTERM to the group, SIGKILL after the
-//! grace period), terminates what the job left behind when its shell exits (its process group,
-//! and processes that escaped it but carry the job's marker), and makes sure a grandchild holding
-//! the pipes open cannot make us wait forever.
+//! `capture`). [`RunningJob::poll`] is non-blocking: it reaps the child, enforces the timeout
+//! (SIGTERM to the group, SIGKILL after the grace period), terminates what the job left behind
+//! when its shell exits (its process group, and processes that escaped it but carry the job's
+//! marker), and makes sure a grandchild holding the pipes open cannot make us wait forever.
 
 mod capture;
 pub mod procfs;
