@@ -165,6 +165,9 @@ enum ExitKind {
 pub struct RunningJob {
     child: Child,
     pgid: i32,
+    /// The shell's start time (`/proc/<pid>/stat`), read where it was spawned: with the pid it
+    /// names the process for recovery in another runner. `None` if it could not be read.
+    start_time: Option<u64>,
     /// The gate: `Some` until the job is released (or aborted).
     gate: Option<ChildStdin>,
     started: Instant,
@@ -280,6 +283,8 @@ impl RunningJob {
         let pgid = i32::try_from(child.id()).unwrap_or(0);
         job_shells().push(pgid);
         let gate = child.stdin.take();
+        // The shell is at its gate, not yet reaped: the pid is still this shell's.
+        let start_time = procfs::process_start_time(child.id());
 
         let readers = Self::start_readers(&mut child, spec.stream_output);
         let (stdout, stderr) = match readers {
@@ -300,6 +305,7 @@ impl RunningJob {
         Ok(RunningJob {
             child,
             pgid,
+            start_time,
             gate,
             started: Instant::now(),
             deadline: None,
@@ -366,6 +372,11 @@ impl RunningJob {
     /// The shell's pid, which is also the process group id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The shell's start time in clock ticks since boot (see [`procfs::Stat`]), if readable.
+    pub fn start_time(&self) -> Option<u64> {
+        self.start_time
     }
 
     /// How long since the job was released (or spawned, before that).

@@ -3,6 +3,7 @@
 //! adopted as a subreaper. Linux only, like the rest of the runner.
 
 use std::fs;
+use std::io::Read;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
@@ -51,7 +52,19 @@ pub fn stat(pid: i32) -> Option<Stat> {
     if pid <= 0 {
         return None;
     }
-    parse_stat(&fs::read(format!("/proc/{pid}/stat")).ok()?)
+    let path = format!("/proc/{pid}/stat");
+    // The kernel writes the whole line at the first read, so one read into a buffer larger than
+    // any line returns all of it: `fs::read` would also ask for the size (which `/proc` gives
+    // as 0), read 32 bytes, then the rest, then once more to meet the end. A tick reads this
+    // for every job it starts.
+    let mut file = fs::File::open(&path).ok()?;
+    let mut line = [0u8; 2048];
+    let read = file.read(&mut line).ok()?;
+    if read < line.len() {
+        parse_stat(&line[..read])
+    } else {
+        parse_stat(&fs::read(&path).ok()?)
+    }
 }
 
 /// The start time of a process; `None` if there is no such process or it is unreadable.

@@ -526,7 +526,7 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
             attempt: a.run.attempt,
             lease_token: a.run.lease_token.clone(),
             child_pid: a.job.pid(),
-            child_start_time: procfs::process_start_time(a.job.pid()),
+            child_start_time: a.job.start_time(),
         })
         .collect();
     let now = tick.clock.epoch();
