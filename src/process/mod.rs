@@ -68,8 +68,9 @@ pub const SPAWN_SIDE_BY_SIDE_FROM: usize = 4;
 const SHELL: &str = "/bin/sh";
 
 /// Put before the job's command (same line, so the shell's line numbers stay the job's): block
-/// until the runner writes a line to stdin; on end of file (the runner died or refused the start)
-/// exit without running the command. Then stdin is `/dev/null`, as for any job.
+/// until the runner writes a line to stdin (an empty one: the shell's `read` takes one byte per
+/// system call); on end of file (the runner died or refused the start) exit without running the
+/// command. Then stdin is `/dev/null`, as for any job.
 const GATE: &str = "read -r RUNNER_GATE || exit 125; unset RUNNER_GATE; exec </dev/null; ";
 
 /// Everything needed to start one job.
@@ -399,7 +400,7 @@ impl RunningJob {
     pub fn release(&mut self) {
         if let Some(mut gate) = self.gate.take() {
             // A failed write means the shell is gone already; poll reports how it ended.
-            let _ = gate.write_all(b"go\n");
+            let _ = gate.write_all(b"\n");
             self.started = Instant::now();
             self.deadline = self.started.checked_add(self.timeout);
         }
