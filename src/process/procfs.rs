@@ -310,6 +310,11 @@ mod tests {
         assert_eq!(own.pgrp, getpgrp().as_raw());
         assert!(own.is_live());
         assert_eq!(process_start_time(me), Some(own.start_time));
+        // The one read says what reading the whole file says.
+        let whole = fs::read(format!("/proc/{me}/stat")).expect("own stat file");
+        let whole = parse_stat(&whole).expect("own stat line");
+        assert_eq!(own.start_time, whole.start_time);
+        assert_eq!((own.ppid, own.pgrp), (whole.ppid, whole.pgrp));
         assert_eq!(process_start_time(0), None);
         assert_eq!(process_start_time(u32::MAX), None);
     }
