@@ -13,6 +13,7 @@
 
 mod capture;
 pub mod procfs;
+pub mod wakeup;
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

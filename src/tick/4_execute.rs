@@ -32,7 +32,8 @@ use super::{attempt_marker, runner_error, test_hook, Tick};
 use crate::display::utc_time;
 use crate::model::{ClaimedRun, Fenced, LeaseToken, StartRecord};
 use crate::process::{
-    procfs, JobSpec, RunningJob, SpawnError, SpawnErrorKind, SPAWN_SIDE_BY_SIDE_FROM,
+    procfs, wakeup::Wakeup, JobSpec, RunningJob, SpawnError, SpawnErrorKind,
+    SPAWN_SIDE_BY_SIDE_FROM,
 };
 use crate::store::Commit;
 
@@ -45,6 +46,10 @@ const PIPE_LEAK_TIMEOUT: Duration = Duration::from_secs(2);
 /// faster: the round's jobs are seen to end sooner, in rounds only a little smaller); a job that
 /// has run for a while is polled rarely (its end a few ms late costs nothing).
 const MIN_POLL_INTERVAL: Duration = Duration::from_micros(200);
+/// The shortest sleep when a job's exit ends it ([`Wakeup`]): the timer then only serves what no
+/// exit announces. (Measured, four ticks of two slots draining 10,000 runs of `true`: a floor of
+/// 1 ms took 85,000 context switches, 3 ms 77,000, 10 ms 74,000, at about the same speed.)
+const WOKEN_POLL_FLOOR: Duration = Duration::from_millis(3);
 const MAX_POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// With free slots and nothing due, look for newly due work this often.
 const RECHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -67,15 +72,22 @@ type SpawnRequest = Vec<(ClaimedRun, JobSpec)>;
 type Spawned = Vec<(ClaimedRun, Result<RunningJob, SpawnError>)>;
 
 /// The helper threads that spawn claimed jobs at their gate while the supervisor goes on.
-struct Spawner {
+struct Spawner<'a> {
     /// `None` when no helper thread could be started: the supervisor spawns itself.
     requests: Option<Sender<SpawnRequest>>,
     spawned: Receiver<Spawned>,
     /// Handed to the helpers, not back yet.
     in_flight: usize,
+    /// Ends the supervisor's sleep when a job's shell exits or spawned jobs come back; without
+    /// it (the system refused a signalfd or an eventfd) the supervisor polls on a timer.
+    wakeup: Option<&'a Wakeup>,
 }
 
-fn spawn_requested(requests: &Mutex<Receiver<SpawnRequest>>, spawned: &Sender<Spawned>) {
+fn spawn_requested(
+    requests: &Mutex<Receiver<SpawnRequest>>,
+    spawned: &Sender<Spawned>,
+    wakeup: Option<&Wakeup>,
+) {
     loop {
         // One helper waits on the queue at a time; the other waits for the lock.
         let request = requests
@@ -104,6 +116,9 @@ fn spawn_requested(requests: &Mutex<Receiver<SpawnRequest>>, spawned: &Sender<Sp
         // as they are dropped, and their shells exit without running the command.
         if spawned.send(jobs).is_err() {
             return;
+        }
+        if let Some(wakeup) = wakeup {
+            wakeup.wake();
         }
     }
 }
@@ -253,6 +268,12 @@ impl Supervisor {
 
     /// Until the next poll is due, or a spawned job comes back (returned, to be recorded).
     fn wait(&self, spawner: &mut Spawner) -> Spawned {
+        if let Some(wakeup) = spawner.wakeup {
+            // Ends are seen as they come, so the timer is only for what no exit announces: a
+            // timeout, a kill's grace, pipes still being read, a second look for leftovers.
+            wakeup.sleep(poll_interval(&self.active).max(WOKEN_POLL_FLOOR));
+            return spawner.spawned.try_iter().flatten().collect();
+        }
         if spawner.in_flight == 0 {
             self.sleep();
             return Vec::new();
@@ -277,13 +298,16 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
     let (requests, queue) = mpsc::channel::<SpawnRequest>();
     let (spawned, returned) = mpsc::channel::<Spawned>();
     let queue = Mutex::new(queue);
+    // Made before the helpers start, so that they (and the output pump one of them starts)
+    // block SIGCHLD too.
+    let wakeup = Wakeup::new();
     std::thread::scope(|scope| {
         let mut helpers = 0;
         for _ in 0..SPAWN_THREADS {
-            let (queue, spawned) = (&queue, spawned.clone());
+            let (queue, spawned, wakeup) = (&queue, spawned.clone(), wakeup.as_ref());
             let helper = std::thread::Builder::new()
                 .name("job-spawner".to_string())
-                .spawn_scoped(scope, move || spawn_requested(queue, &spawned));
+                .spawn_scoped(scope, move || spawn_requested(queue, &spawned, wakeup));
             // No thread to be had: fewer helpers, or none, and the supervisor spawns itself.
             helpers += usize::from(helper.is_ok());
         }
@@ -292,6 +316,7 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
             requests: (helpers > 0).then_some(requests),
             spawned: returned,
             in_flight: 0,
+            wakeup: wakeup.as_ref(),
         };
         supervise_due(tick, &mut spawner)
         // The spawner is dropped here: its queue closes, the helpers return, the scope joins them.
