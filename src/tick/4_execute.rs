@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -272,7 +272,11 @@ impl Supervisor {
             // Ends are seen as they come, so the timer is only for what no exit announces: a
             // timeout, a kill's grace, pipes still being read, a second look for leftovers.
             wakeup.sleep(poll_interval(&self.active).max(WOKEN_POLL_FLOOR));
-            return spawner.spawned.try_iter().flatten().collect();
+            return match spawner.spawned.try_recv() {
+                Ok(spawned) => spawned,
+                Err(TryRecvError::Empty) => Vec::new(),
+                Err(TryRecvError::Disconnected) => spawner.helpers_gone(),
+            };
         }
         if spawner.in_flight == 0 {
             self.sleep();
@@ -281,14 +285,18 @@ impl Supervisor {
         match spawner.spawned.recv_timeout(poll_interval(&self.active)) {
             Ok(spawned) => spawned,
             Err(RecvTimeoutError::Timeout) => Vec::new(),
-            Err(RecvTimeoutError::Disconnected) => {
-                // The helpers are gone (which they never are while the queue is open): what they
-                // held is lost unstarted, its leases expire into recovery; spawn here from now on.
-                spawner.in_flight = 0;
-                spawner.requests = None;
-                Vec::new()
-            }
+            Err(RecvTimeoutError::Disconnected) => spawner.helpers_gone(),
         }
+    }
+}
+
+impl Spawner<'_> {
+    /// The helpers are gone (which they never are while the queue is open): what they held is
+    /// lost unstarted, its leases expire into recovery; the supervisor spawns from now on.
+    fn helpers_gone(&mut self) -> Spawned {
+        self.in_flight = 0;
+        self.requests = None;
+        Vec::new()
     }
 }
 
