@@ -7,7 +7,8 @@
 //! (its default action), whichever thread's child exited. Jobs still start with no signal
 //! blocked: Rust's spawn sets the child's mask to empty. A thread started before, with SIGCHLD
 //! not blocked, may take the signal and lose it; the sleep then ends at its timeout, as the
-//! polling did.
+//! polling did. So `runner tick` blocks it first thing ([`block_child_exits`]), before its
+//! database connection can start a thread.
 
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -27,6 +28,7 @@ pub fn block_child_exits() -> Option<SigSet> {
     Some(sigchld)
 }
 
+/// The supervisor's sleep: a signalfd for SIGCHLD and an eventfd other threads write.
 pub struct Wakeup {
     child_exited: SignalFd,
     asked: EventFd,
