@@ -40,11 +40,13 @@ use crate::store::Commit;
 /// How long the pipes may stay open after the shell exited (a process that escaped containment
 /// holding them).
 const PIPE_LEAK_TIMEOUT: Duration = Duration::from_secs(2);
-/// How often the loop wakes to poll children: a tenth of the youngest job's age, within these
-/// bounds. Most short jobs end within a millisecond or two, so young jobs are polled often (each
-/// poll is a `waitpid` per job; measured against a 1 ms floor, 0.2 ms drains short jobs 5-10%
-/// faster: the round's jobs are seen to end sooner, in rounds only a little smaller); a job that
-/// has run for a while is polled rarely (its end a few ms late costs nothing).
+/// How often the loop wakes to poll children when no job's exit wakes it (no [`Wakeup`], or
+/// `run --wait`; with one, never sooner than `WOKEN_POLL_FLOOR`): a tenth of the youngest job's
+/// age, within these bounds. Most short jobs end within a millisecond or two, so young jobs are
+/// polled often (each poll is a `waitpid` per job; measured against a 1 ms floor, 0.2 ms drains
+/// short jobs 5-10% faster: the round's jobs are seen to end sooner, in rounds only a little
+/// smaller); a job that has run for a while is polled rarely (its end a few ms late costs
+/// nothing).
 const MIN_POLL_INTERVAL: Duration = Duration::from_micros(200);
 /// The shortest sleep when a job's exit ends it ([`Wakeup`]): the timer then only serves what no
 /// exit announces. (Measured, four ticks of two slots draining 10,000 runs of `true`: a floor of
