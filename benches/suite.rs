@@ -5,7 +5,9 @@
 //!
 //! Scenarios (sizes at full scale):
 //! - S1 drain 10,000 due runs of `true` with one `tick --concurrency 8`, beside `xargs -P8` and a
-//!   minimal program (8 threads that only spawn `/bin/sh -c true` and wait), and peers;
+//!   minimal program (8 threads that only spawn `/bin/sh -c true` and wait), a program that
+//!   spawns each job as runner does (gate, pipes, process group, variables) with no database,
+//!   and peers;
 //! - S2 one tick materialising 100,000 due schedules;
 //! - S3 an idle tick (1,000 schedules, nothing due, 1,000,000 finished runs) as cron starts it
 //!   (after a pause, recording its heartbeat), and one right after another, each beside
@@ -392,11 +394,13 @@ impl Suite {
         println!("\nS1: drain {n} due runs of `true`, 8 at a time");
         let mut xargs = Vec::new();
         let mut minimal = Vec::new();
+        let mut like_runner = Vec::new();
         let mut runner = Vec::new();
         let mut rss = Vec::new();
         for _ in 0..self.options.sizes.repeats {
             xargs.push(rate(n, time(|| xargs_true(n))?));
             minimal.push(rate(n, time(|| spawn_and_wait(n, 8))?));
+            like_runner.push(rate(n, time(|| spawn_as_runner_does(n, 8))?));
             let db = self.drain_db("s1", n, "true")?;
             let (elapsed, peak) =
                 self.timed_tick(&db, &["tick", "--concurrency", "8", "--max-tick", "1h"])?;
@@ -430,9 +434,24 @@ impl Suite {
             unit: "jobs/s",
             ratio: r,
         });
+        // Not a floor (the faster baseline is): what the bookkeeping adds is runner against it.
+        let r = ratio(&like_runner);
+        let bookkeeping = median(&runner) / median(&like_runner);
+        self.add_line(Line {
+            scenario: "S1",
+            label: "8 threads spawning as runner does, no database".into(),
+            samples: like_runner.clone(),
+            unit: "jobs/s",
+            ratio: r,
+        });
         // Wall time each job adds to the drain over the faster baseline, at the same concurrency.
         let overhead_us = (1.0 / median(&runner) - 1.0 / fastest) * 1e6;
+        let bookkeeping_us = (1.0 / median(&runner) - 1.0 / median(&like_runner)) * 1e6;
         println!("    runner adds about {overhead_us:.0} us of wall time per job to the drain");
+        println!(
+            "    runner / spawning as runner does: {bookkeeping:.2} (the database's share: about \
+             {bookkeeping_us:.0} us per job)"
+        );
         if self.options.peers {
             self.peers(n, median(&runner))?;
         }
@@ -1183,6 +1202,66 @@ fn xargs_true(n: usize) -> Result<()> {
         .status()?;
     ensure!(status.success(), "xargs failed");
     Ok(())
+}
+
+/// Not a floor: `slots` threads that spawn each `sh -c true` with the process handling runner
+/// gives every job, and no database: its own process group, runner's seven `RUNNER_*` variables
+/// added to the environment, stdout and stderr piped and read to their end, stdin a pipe the
+/// shell reads one line from before it runs the command (runner's start gate, opened at once
+/// here). Runner against this line is what its bookkeeping costs.
+fn spawn_as_runner_does(n: usize, slots: usize) -> Result<()> {
+    use std::io::{Read, Write};
+    use std::os::unix::process::CommandExt;
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..slots)
+            .map(|_| {
+                scope.spawn(|| -> Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n {
+                            return Ok(());
+                        }
+                        let mut child = Command::new("/bin/sh")
+                            .args(["-c", "read -r gate || exit 125; exec </dev/null; true"])
+                            .process_group(0)
+                            .envs([
+                                ("RUNNER_JOB", "bench".to_string()),
+                                ("RUNNER_RUN_ID", i.to_string()),
+                                ("RUNNER_ATTEMPT", "1".to_string()),
+                                ("RUNNER_SCHEDULED_AT", "2026-11-28T10:00:00Z".to_string()),
+                                ("RUNNER_IDEMPOTENCY_KEY", format!("bench:{i}")),
+                                ("RUNNER_LEASE_TOKEN", format!("{i:032x}")),
+                                ("RUNNER_DATABASE", "/var/lib/runner/runner.db".to_string()),
+                            ])
+                            .stdin(Stdio::piped())
+                            .stdout(Stdio::piped())
+                            .stderr(Stdio::piped())
+                            .spawn()?;
+                        let mut gate = child.stdin.take().context("no stdin pipe")?;
+                        gate.write_all(b"\n")?;
+                        drop(gate);
+                        // `true` writes nothing: one pipe after the other cannot block.
+                        let mut output = Vec::new();
+                        child
+                            .stdout
+                            .take()
+                            .context("no stdout pipe")?
+                            .read_to_end(&mut output)?;
+                        child
+                            .stderr
+                            .take()
+                            .context("no stderr pipe")?
+                            .read_to_end(&mut output)?;
+                        ensure!(child.wait()?.success(), "sh -c true failed");
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("a spawning thread panicked"))
+    })
 }
 
 /// The floor without bookkeeping, 2: `slots` threads of this process that only spawn
