@@ -616,11 +616,11 @@ fn job_spec(tick: &Tick<'_>, run: &ClaimedRun, identity: &str) -> JobSpec {
 }
 
 /// How many places (free slots and prepared places) a claim waits for while prepared jobs remain:
-/// half of the `ahead` prepared places, or, for a tick with fewer slots than that, every place
-/// but a slot-full of prepared jobs. A tick of few slots frees only a place or two per round, so
-/// half its prepared places meant a claim, a transaction and a round of spawns for every few
-/// jobs; several such ticks on one database queue for its write lock with four times the
-/// transactions of one tick with their slots in all. (Measured, four ticks of two slots
+/// half of the `ahead` prepared places, or, for a tick with fewer slots than half of them, every
+/// place but a slot-full of prepared jobs. A tick of few slots frees only a place or two per
+/// round, so half its prepared places meant a claim, a transaction and a round of spawns for
+/// every few jobs, and four ticks of two slots on one database queued for its write lock with
+/// four times the transactions of one tick of eight. (Measured, four ticks of two slots
 /// draining 10,000 runs of `true`, alternating: 5.07-5.46 s against 5.26-6.00 s, less CPU; one
 /// tick of two slots alone, 3,000 runs: 1.62-1.75 s against 1.57-1.64 s, its first jobs of a
 /// larger batch coming back later. At four slots and more nothing changes.)
