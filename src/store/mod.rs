@@ -853,6 +853,9 @@ pub trait Store {
     /// never started (a start is recorded durably before its command runs, `record_starts`), so
     /// they are simply due again.
     fn claim(&mut self, actor: &Actor, now: i64, lease_secs: i64, batch: usize) -> Result<Claimed>;
+    /// Whether `claim` at `now` would find due work: a `pending` run with `run_at <= now` of a
+    /// schedule that is not paused. A read: no lock, nothing written.
+    fn anything_due(&self, now: i64) -> Result<bool>;
     /// Claim run `run_id` alone (`run --wait`), exactly as `claim` would, if the claim rule
     /// allows it now.
     fn claim_run(

@@ -458,11 +458,7 @@ impl SqliteStore {
         // Nothing due at all (an idle tick, a recheck): a read says so, without the write lock
         // and without compiling the claim. Work that becomes due meanwhile waits for the next
         // claim, as it would have had this one come a moment sooner.
-        let anything_due: bool = self
-            .conn
-            .prepare_cached(MORE_DUE_SQL)?
-            .query_row([now], |r| r.get(0))?;
-        if !anything_due {
+        if !self.anything_due(now)? {
             return Ok(Claimed {
                 runs: Vec::new(),
                 more_due: false,
@@ -1842,6 +1838,13 @@ impl Store for SqliteStore {
         self.claim_where(None, actor, now, lease_secs, batch)
     }
 
+    fn anything_due(&self, now: i64) -> Result<bool> {
+        Ok(self
+            .conn
+            .prepare_cached(MORE_DUE_SQL)?
+            .query_row([now], |r| r.get(0))?)
+    }
+
     fn claim_run(
         &mut self,
         run_id: i64,
@@ -3208,6 +3211,27 @@ mod tests {
     /// A claim that finds nothing due takes no write lock: an idle tick (or a recheck) neither
     /// waits for a runner that is writing nor holds it up. Once a run is due, the claim takes
     /// the lock as before.
+    #[test]
+    fn anything_due_sees_pending_runs_whose_time_came_of_schedules_not_paused() {
+        let (_dir, store) = store();
+        add_definitions(&store.conn, 1);
+        assert!(!store.anything_due(60).expect("read"), "no run at all");
+        add_run(&store.conn, 120, 1, "pending", None);
+        assert!(
+            !store.anything_due(60).expect("read"),
+            "not due before its time"
+        );
+        assert!(store.anything_due(120).expect("read"));
+        store
+            .conn
+            .execute("UPDATE job_definitions SET paused = 1 WHERE id = 1", [])
+            .expect("pause");
+        assert!(
+            !store.anything_due(120).expect("read"),
+            "a paused schedule's run is not due work"
+        );
+    }
+
     #[test]
     fn a_claim_with_nothing_due_takes_no_write_lock() {
         let (dir, mut store) = store();

@@ -305,6 +305,13 @@ impl Spawner<'_> {
 /// Execute due runs: claim while there is room and due work, supervise the jobs, record each
 /// end, until nothing is due and nothing runs, or the tick is old enough to stop claiming.
 pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
+    // Cron's usual minute has nothing due: one read says so, and the tick starts no helper
+    // thread and opens no signalfd for it. (With the sync that a tick which recorded no results
+    // skips, below: an idle tick 4.9 -> 4.0 ms, its CPU 4.0 -> 3.0 ms.) Should the read fail,
+    // the claim below meets the same error and reports it.
+    if let Ok(false) = tick.store.anything_due(tick.clock.epoch()) {
+        return Ok(());
+    }
     let (requests, queue) = mpsc::channel::<SpawnRequest>();
     let (spawned, returned) = mpsc::channel::<Spawned>();
     let queue = Mutex::new(queue);
@@ -347,6 +354,8 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {
     // Ends decided but not written yet, and since when: they wait for the claim that is coming,
     // to share its transaction, but never longer than `HOLD_ENDS_AT_MOST`.
     let mut held: Option<(DecidedEnds, Instant)> = None;
+    // Ends were written deferred, with a claim: the tick must not report before they are durable.
+    let mut results_deferred = false;
 
     loop {
         let shutting_down = supervisor.stop_all_on_shutdown(tick);
@@ -400,6 +409,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {
             // the durable commit of the new starts makes them durable too (one fsync for both),
             // and `sync` below does if nothing is to start.
             let claimed = if ended {
+                results_deferred = true;
                 record_decided_then_claim(tick, ends, room, supervisor.lease_secs)
             } else {
                 claim_due(tick, room, supervisor.lease_secs)
@@ -451,9 +461,13 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {
         let settled = claiming.took_nothing && !claiming.ended_since;
         if supervisor.in_hand(spawner) == 0 && (settled || !young) {
             // Deferred results whose starts' commit never came (it failed) are made durable
-            // before the tick reports; usually there is nothing left to sync.
-            if let Err(e) = tick.store.sync() {
-                runner_error(&mut tick.report.errors, "syncing results", &e.into());
+            // before the tick reports; usually there is nothing left to sync. Nothing else this
+            // tick defers needs it (its marks, a claim, materialised runs: see `store::Commit`),
+            // so a tick that recorded no results this way syncs nothing.
+            if results_deferred {
+                if let Err(e) = tick.store.sync() {
+                    runner_error(&mut tick.report.errors, "syncing results", &e.into());
+                }
             }
             return Ok(());
         }

@@ -1249,6 +1249,14 @@ SELECT id FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < $1
   AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = job_runs.id AND a.finished_at IS NULL)";
 
+/// Whether a claim would find due work (`Store::anything_due`): `CLAIM_SQL`'s `more` before
+/// anything is claimed, read the same way (in due order, each run's schedule asked about).
+const ANYTHING_DUE_SQL: &str = "
+SELECT (SELECT r.id FROM job_runs r
+        WHERE r.status = 'pending' AND r.run_at <= $1
+          AND (SELECT d.paused = 0 FROM job_definitions d WHERE d.id = r.definition_id)
+        ORDER BY r.run_at, r.id LIMIT 1) IS NOT NULL";
+
 /// Claim due runs: pick them with `FOR UPDATE OF r SKIP LOCKED` (rows another tick is claiming
 /// are passed over, not waited for) and take them in the same statement. Under read committed,
 /// a row another tick claimed and committed meanwhile is re-checked against `status = 'pending'`
@@ -1729,6 +1737,13 @@ impl Store for PostgresStore {
         batch: usize,
     ) -> StoreResult<Claimed> {
         self.claim_where(None, actor, now, lease_secs, batch)
+    }
+
+    fn anything_due(&self, now: i64) -> StoreResult<bool> {
+        self.read(|client| {
+            let due = prepared(client, ANYTHING_DUE_SQL)?;
+            Ok(client.query_one(&due, &[&now])?.try_get(0)?)
+        })
     }
 
     fn claim_run(
