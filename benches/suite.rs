@@ -1212,6 +1212,58 @@ fn xargs_true(n: usize) -> Result<()> {
 fn spawn_as_runner_does(n: usize, slots: usize) -> Result<()> {
     use std::io::{Read, Write};
     use std::os::unix::process::CommandExt;
+    on_threads(n, slots, |i| {
+        let mut child = Command::new("/bin/sh")
+            .args(["-c", "read -r gate || exit 125; exec </dev/null; true"])
+            .process_group(0)
+            .envs([
+                ("RUNNER_JOB", "bench".to_string()),
+                ("RUNNER_RUN_ID", i.to_string()),
+                ("RUNNER_ATTEMPT", "1".to_string()),
+                ("RUNNER_SCHEDULED_AT", "2026-11-28T10:00:00Z".to_string()),
+                ("RUNNER_IDEMPOTENCY_KEY", format!("bench:{i}")),
+                ("RUNNER_LEASE_TOKEN", format!("{i:032x}")),
+                ("RUNNER_DATABASE", "/var/lib/runner/runner.db".to_string()),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut gate = child.stdin.take().context("no stdin pipe")?;
+        gate.write_all(b"\n")?;
+        drop(gate);
+        // `true` writes nothing: one pipe after the other cannot block.
+        let mut output = Vec::new();
+        child
+            .stdout
+            .take()
+            .context("no stdout pipe")?
+            .read_to_end(&mut output)?;
+        child
+            .stderr
+            .take()
+            .context("no stderr pipe")?
+            .read_to_end(&mut output)?;
+        ensure!(child.wait()?.success(), "sh -c true failed");
+        Ok(())
+    })
+}
+
+/// The floor without bookkeeping, 2: `slots` threads of this process that only spawn
+/// `/bin/sh -c true` and wait for it, `n` times in all.
+fn spawn_and_wait(n: usize, slots: usize) -> Result<()> {
+    on_threads(n, slots, |_| {
+        let status = Command::new("/bin/sh")
+            .args(["-c", "true"])
+            .stdin(Stdio::null())
+            .status()?;
+        ensure!(status.success(), "sh -c true failed");
+        Ok(())
+    })
+}
+
+/// Jobs `0..n` done by `slots` threads of this process, each taking the next job as it is free.
+fn on_threads(n: usize, slots: usize, job: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
     let next = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..slots)
@@ -1222,64 +1274,8 @@ fn spawn_as_runner_does(n: usize, slots: usize) -> Result<()> {
                         if i >= n {
                             return Ok(());
                         }
-                        let mut child = Command::new("/bin/sh")
-                            .args(["-c", "read -r gate || exit 125; exec </dev/null; true"])
-                            .process_group(0)
-                            .envs([
-                                ("RUNNER_JOB", "bench".to_string()),
-                                ("RUNNER_RUN_ID", i.to_string()),
-                                ("RUNNER_ATTEMPT", "1".to_string()),
-                                ("RUNNER_SCHEDULED_AT", "2026-11-28T10:00:00Z".to_string()),
-                                ("RUNNER_IDEMPOTENCY_KEY", format!("bench:{i}")),
-                                ("RUNNER_LEASE_TOKEN", format!("{i:032x}")),
-                                ("RUNNER_DATABASE", "/var/lib/runner/runner.db".to_string()),
-                            ])
-                            .stdin(Stdio::piped())
-                            .stdout(Stdio::piped())
-                            .stderr(Stdio::piped())
-                            .spawn()?;
-                        let mut gate = child.stdin.take().context("no stdin pipe")?;
-                        gate.write_all(b"\n")?;
-                        drop(gate);
-                        // `true` writes nothing: one pipe after the other cannot block.
-                        let mut output = Vec::new();
-                        child
-                            .stdout
-                            .take()
-                            .context("no stdout pipe")?
-                            .read_to_end(&mut output)?;
-                        child
-                            .stderr
-                            .take()
-                            .context("no stderr pipe")?
-                            .read_to_end(&mut output)?;
-                        ensure!(child.wait()?.success(), "sh -c true failed");
+                        job(i)?;
                     }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .try_for_each(|w| w.join().expect("a spawning thread panicked"))
-    })
-}
-
-/// The floor without bookkeeping, 2: `slots` threads of this process that only spawn
-/// `/bin/sh -c true` and wait for it, `n` times in all.
-fn spawn_and_wait(n: usize, slots: usize) -> Result<()> {
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..slots)
-            .map(|_| {
-                scope.spawn(|| -> Result<()> {
-                    while next.fetch_add(1, Ordering::Relaxed) < n {
-                        let status = Command::new("/bin/sh")
-                            .args(["-c", "true"])
-                            .stdin(Stdio::null())
-                            .status()?;
-                        ensure!(status.success(), "sh -c true failed");
-                    }
-                    Ok(())
                 })
             })
             .collect();
