@@ -3208,9 +3208,6 @@ mod tests {
         );
     }
 
-    /// A claim that finds nothing due takes no write lock: an idle tick (or a recheck) neither
-    /// waits for a runner that is writing nor holds it up. Once a run is due, the claim takes
-    /// the lock as before.
     #[test]
     fn anything_due_sees_pending_runs_whose_time_came_of_schedules_not_paused() {
         let (_dir, store) = store();
@@ -3232,6 +3229,9 @@ mod tests {
         );
     }
 
+    /// A claim that finds nothing due takes no write lock: an idle tick (or a recheck) neither
+    /// waits for a runner that is writing nor holds it up. Once a run is due, the claim takes
+    /// the lock as before.
     #[test]
     fn a_claim_with_nothing_due_takes_no_write_lock() {
         let (dir, mut store) = store();
