@@ -643,24 +643,28 @@ impl Suite {
         Ok(())
     }
 
-    /// A fresh database holding `n` every-minute schedules, due 30 s before `S2_NOW`.
+    /// A fresh database holding `n` every-minute schedules, due 30 s before `S2_NOW`, as a tick
+    /// a minute before `S2_NOW` left it (`ticked_at`).
     fn s2_db(&self, server: Option<&str>, n: usize) -> Result<BenchDb> {
         let (through, due) = (S2_NOW - 60, S2_NOW - 30);
         Ok(match server {
             None => {
                 let db = self.fresh_db("s2")?;
                 seed_definitions(&db, n, through, Some(due), "* * * * *")?;
+                Connection::open(&db)?.execute_batch(&ticked_at(through))?;
                 BenchDb::Sqlite(db)
             }
             Some(server) => {
                 let url = self.pg_fresh_db(server, "runner_bench_s2")?;
-                postgres::Client::connect(&url, postgres::NoTls)?.execute(
+                let mut client = postgres::Client::connect(&url, postgres::NoTls)?;
+                client.execute(
                     "INSERT INTO job_definitions (name, cron, timezone, command,
                          materialized_through, next_fire_at, created_at, updated_at)
                      SELECT 'job-' || i, '* * * * *', 'UTC', 'true', $2, $3, $2, $2
                      FROM generate_series(1, $1::bigint) i",
                     &[&(n as i64), &through, &due],
                 )?;
+                client.batch_execute(&ticked_at(through))?;
                 BenchDb::Postgres(url)
             }
         })
@@ -1341,6 +1345,19 @@ fn seed_definitions(
         rusqlite::params![n as i64, cron, through, next_fire_at],
     )?;
     Ok(())
+}
+
+/// SQL that records the hourly turns of a tick at `at` (the run tally's fold and the automatic
+/// prune), on SQLite or PostgreSQL. `init` takes them at the real time, which is after `S2_NOW`:
+/// a tick told `--now S2_NOW` would find those turns recorded in the future and take them again
+/// (as after a clock step back), folding every run it just made into the tally. A tick every
+/// minute takes them once an hour, so S2 measures a tick that does not.
+fn ticked_at(at: i64) -> String {
+    format!(
+        "UPDATE runner_state SET value = {at} WHERE key = 'tally_folded_at';
+         INSERT INTO runner_state (key, value) VALUES ('last_prune_at', {at})
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value;"
+    )
 }
 
 /// `schedules` schedules that are not due (yearly, next firing in a year), and `runs` finished
