@@ -61,6 +61,11 @@ const PREPARE_AHEAD_BELOW: Duration = Duration::from_millis(50);
 /// How long decided ends may wait for the claim whose transaction they would share. Their runs
 /// are no longer heart-beaten: they must be written well within a lease.
 const HOLD_ENDS_AT_MOST: Duration = Duration::from_millis(20);
+/// A prepared job whose lease was last seen held longer ago than this has it looked at again
+/// (a heartbeat) before its gate opens: meanwhile its run may have been cancelled, or its lease
+/// taken over, and a job released on an old look would run a command nobody wants run. In a
+/// drain of short jobs a prepared job waits a few ms, and none is looked at twice.
+const LEASE_RECHECK_AT_GATE: Duration = Duration::from_millis(100);
 /// The least number of jobs prepared ahead (when any are): with fewer, a tick of low
 /// concurrency claims and records one run per transaction.
 const MIN_AHEAD: usize = 8;
@@ -129,6 +134,9 @@ struct Active {
     run: ClaimedRun,
     job: RunningJob,
     stopped: Option<StopReason>,
+    /// When its lease was last seen held: when the transaction that recorded its start, or the
+    /// latest heartbeat, returned.
+    lease_seen_at: Instant,
 }
 
 /// The supervisor's view of due work, from its latest claim.
@@ -156,6 +164,9 @@ struct Supervisor {
     lease_secs: i64,
     heartbeat_every: Duration,
     last_heartbeat: Instant,
+    /// When the store last failed to say whether prepared jobs still hold their leases: their
+    /// gates stay shut, and the look is tried again a `RECHECK_INTERVAL` later.
+    gate_check_failed_at: Option<Instant>,
     /// The database's identity, for the jobs' markers.
     identity: String,
 }
@@ -173,6 +184,7 @@ impl Supervisor {
             lease_secs,
             heartbeat_every: Duration::from_secs((lease_secs / 3).max(1) as u64),
             last_heartbeat: Instant::now(),
+            gate_check_failed_at: None,
             identity: tick.store.identity(),
         }
     }
@@ -220,33 +232,66 @@ impl Supervisor {
         let holding = !self.active.is_empty() || !self.ready.is_empty();
         if holding && self.last_heartbeat.elapsed() >= self.heartbeat_every {
             self.last_heartbeat = Instant::now();
-            let lost = heartbeat(
+            let beaten = heartbeat(
                 tick,
                 self.lease_secs,
                 self.active.iter_mut().chain(self.ready.iter_mut()),
             );
-            if lost {
-                // A prepared run whose lease is gone never runs its command: stopped at the gate.
-                let (stopped, ready) = std::mem::take(&mut self.ready)
-                    .into_iter()
-                    .partition::<Vec<_>, _>(|a| a.stopped.is_some());
-                self.ready = ready.into();
-                for a in stopped {
-                    self.admit_stopped(a);
-                }
+            if beaten == Some(true) {
+                self.stop_lost_at_gate();
             }
         }
     }
 
+    /// A prepared run whose lease is gone never runs its command: stopped at the gate.
+    fn stop_lost_at_gate(&mut self) {
+        let (stopped, ready) = std::mem::take(&mut self.ready)
+            .into_iter()
+            .partition::<Vec<_>, _>(|a| a.stopped.is_some());
+        self.ready = ready.into();
+        for a in stopped {
+            self.admit_stopped(a);
+        }
+    }
+
     /// Release prepared jobs into the slots that are free; none once the tick is told to stop
-    /// (the next `stop_all_on_shutdown` stops them at their gate).
-    fn admit_ready(&mut self, tick: &Tick<'_>, concurrency: usize) {
-        while self.active.len() < concurrency && !tick.options.shutdown.load(Ordering::Relaxed) {
-            let Some(mut a) = self.ready.pop_front() else {
+    /// (the next `stop_all_on_shutdown` stops them at their gate). Jobs that waited at their
+    /// gate have their leases looked at first (`LEASE_RECHECK_AT_GATE`); while the store cannot
+    /// say, their gates stay shut.
+    fn admit_ready(&mut self, tick: &mut Tick<'_>, concurrency: usize) {
+        loop {
+            let free = concurrency.saturating_sub(self.active.len());
+            let next = self.ready.len().min(free);
+            if next == 0 || tick.options.shutdown.load(Ordering::Relaxed) {
                 return;
-            };
-            a.job.release();
-            self.active.push(a);
+            }
+            let waited = self
+                .ready
+                .iter()
+                .take(next)
+                .any(|a| a.lease_seen_at.elapsed() >= LEASE_RECHECK_AT_GATE);
+            if waited {
+                if self
+                    .gate_check_failed_at
+                    .is_some_and(|at| at.elapsed() < RECHECK_INTERVAL)
+                {
+                    return;
+                }
+                match heartbeat(tick, self.lease_secs, self.ready.iter_mut().take(next)) {
+                    None => {
+                        self.gate_check_failed_at = Some(Instant::now());
+                        return;
+                    }
+                    Some(true) => self.stop_lost_at_gate(),
+                    Some(false) => {}
+                }
+                self.gate_check_failed_at = None;
+                continue;
+            }
+            for mut a in self.ready.drain(..next) {
+                a.job.release();
+                self.active.push(a);
+            }
         }
     }
 
@@ -561,6 +606,7 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
                 run,
                 job,
                 stopped: None,
+                lease_seen_at: Instant::now(),
             }),
             Err(error) => record_end(tick, run, Err((error.kind, error.message)), None),
         }
@@ -595,9 +641,11 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
             vec![Fenced::LeaseLost; gated.len()]
         }
     };
+    let seen_at = Instant::now();
     test_hook("recorded");
-    for (a, landed) in gated.into_iter().zip(landed) {
+    for (mut a, landed) in gated.into_iter().zip(landed) {
         if landed == Fenced::Applied {
+            a.lease_seen_at = seen_at;
             supervisor.ready.push_back(a);
         } else {
             // Cancelled or taken over before it could start: it never runs.
@@ -652,19 +700,23 @@ fn poll_interval(active: &[Active]) -> Duration {
     interval.max(floor.unwrap_or_default())
 }
 
-/// Extend the leases of the jobs not stopped yet; a job whose lease is gone is stopped (true if
-/// any was).
+/// Extend the leases of the jobs not stopped yet; a job whose lease is gone is stopped. Whether
+/// any was, or `None` when the store could not say (reported; nothing is stopped).
 fn heartbeat<'a>(
     tick: &mut Tick<'_>,
     lease_secs: i64,
     jobs: impl Iterator<Item = &'a mut Active>,
-) -> bool {
+) -> Option<bool> {
     let mut beating: Vec<&mut Active> = jobs.filter(|a| a.stopped.is_none()).collect();
     let tokens: Vec<LeaseToken> = beating.iter().map(|a| a.run.lease_token.clone()).collect();
     // The current wall clock: a lease is "now plus the lease" whatever happened to the clock.
     let now = tick.clock.epoch();
     match tick.store.heartbeat(&tokens, now, now + lease_secs) {
         Ok(held) => {
+            // As of its commit, which a cancel committed later cannot tell from one after the
+            // job's release. (Not the instant it was asked: a slow store would then have the
+            // jobs at the gate looked at again and again.)
+            let seen_at = Instant::now();
             let mut lost = false;
             for (a, held) in beating.iter_mut().zip(held) {
                 if held == Fenced::LeaseLost {
@@ -672,14 +724,16 @@ fn heartbeat<'a>(
                     a.job.kill(Instant::now());
                     a.stopped = Some(StopReason::LeaseLost);
                     lost = true;
+                } else {
+                    a.lease_seen_at = seen_at;
                 }
             }
-            lost
+            Some(lost)
         }
         Err(e) => {
             // Keep running: the next heartbeat may succeed before the lease runs out.
             runner_error(&mut tick.report.errors, "heartbeat", &e.into());
-            false
+            None
         }
     }
 }

@@ -184,6 +184,51 @@ fn a_tick_that_stalls_past_its_lease_never_starts_the_run() {
     assert_eq!(lines(&log), vec!["attempt 2".to_string()]);
 }
 
+/// A run cancelled while its job waits at the gate (its start recorded, the tick stalled before
+/// opening it, as a prepared job waits behind long jobs) never runs its command: a job that
+/// waited has its lease looked at again before its gate opens.
+#[test]
+fn a_run_cancelled_while_its_job_waits_at_the_gate_never_starts() {
+    let env = Env::init();
+    let (log, go) = (env.path("log"), env.path("go"));
+    env.add(
+        "held",
+        &["--backoff-base", "10m"],
+        &format!("echo ran >> {}", sh_quote(&log)),
+    );
+    let run = env.enqueue("held");
+    let mut cmd = env.cmd();
+    cmd.arg("tick").env(
+        "RUNNER_TEST_HOOK",
+        format!("recorded:wait={}", go.display()),
+    );
+    let mut stalled = StalledTick::spawn(cmd, &env);
+    wait_until(LONG, "its start to be recorded", || {
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_attempts WHERE child_pid IS NOT NULL",
+            &[],
+        ) == 1
+    });
+    let out = env.run(&["cancel", &run.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The gate may open without a second look within 0.1 s of the start's commit (a cancel
+    // that close is no different from one just after the start): wait well past that.
+    std::thread::sleep(Duration::from_millis(300));
+    fs::write(&go, "").expect("release the stalled tick");
+    let out = stalled.finish();
+    assert!(
+        out.status.code().is_some(),
+        "the tick exits by itself: {:?}",
+        out.status
+    );
+    assert!(
+        lines(&log).is_empty(),
+        "a cancelled run's command ran: {:?}",
+        lines(&log)
+    );
+    assert_eq!(status_of(&env, run), "cancelled");
+}
+
 /// A tick told to stop (SIGTERM) while jobs whose starts it recorded wait at their gate stops
 /// them there: their commands never run, and their attempts end as stopped (`SIGNAL:SIGTERM`),
 /// the runs retried by their policy. The tick is stalled right after recording the starts, and
