@@ -262,6 +262,15 @@ fn keep_inherited_descriptors_from_jobs() {
     }
 }
 
+/// What a look at a job's leftovers found that the earlier looks had not.
+#[derive(Default)]
+struct NewLeftovers {
+    /// Anything.
+    any: bool,
+    /// Processes outside the job's process group (escaped ones carrying its marker).
+    outside_group: Vec<i32>,
+}
+
 impl RunningJob {
     /// Start `/bin/sh -c COMMAND` in a new process group, held at the gate: nothing of the
     /// command runs before [`release`](Self::release).
@@ -497,12 +506,16 @@ impl RunningJob {
     }
 
     fn signal_all(&mut self, signal: Signal) {
-        if self.group_is_ours() {
-            procfs::signal_group(self.pgid, signal);
-        }
+        let group_signalled = self.group_is_ours() && procfs::signal_group(self.pgid, signal);
         if self.contains_escapees() {
             self.anything_left();
             for &pid in &self.escapees {
+                // Orphaned by the signal just sent (its shell died of it), a member of the group
+                // is adopted by this runner and met here: it had the group's signal, and a
+                // second SIGTERM makes many programs skip their cleanup.
+                if group_signalled && procfs::stat(pid).is_some_and(|s| s.pgrp == self.pgid) {
+                    continue;
+                }
                 procfs::signal_process_and_its_group(pid, signal);
             }
         }
@@ -523,14 +536,15 @@ impl RunningJob {
     /// What is alive once the shell has exited, for the record: its group's members and the
     /// escaped processes carrying its marker, whether or not they are ours to stop. The `/proc`
     /// scan of the group runs only when the cheap check found it non-empty.
-    /// Returns whether this look found a process the earlier ones had not.
-    fn note_leftovers(&mut self) -> bool {
+    /// Returns what this look found that the earlier ones had not.
+    fn note_leftovers(&mut self) -> NewLeftovers {
         // One read of this runner's children serves both the escapees and the record.
         let marked = self.refresh_escapees();
         let mut found: Vec<i32> = Vec::new();
         if self.group_left() {
             found.extend(procfs::group_members(self.pgid));
         }
+        let in_group = found.len();
         for pid in marked {
             if !found.contains(&pid) {
                 found.push(pid);
@@ -544,12 +558,15 @@ impl RunningJob {
             self.leftover_looks = LEFTOVER_LOOKS;
         }
         let seen = self.leftovers.get_or_insert_with(Vec::new);
-        let mut new = false;
-        for pid in found {
+        let mut new = NewLeftovers::default();
+        for (index, pid) in found.into_iter().enumerate() {
             let named = format!("{pid} ");
             if !seen.iter().any(|d| d.starts_with(&named)) {
                 seen.push(procfs::describe(pid));
-                new = true;
+                new.any = true;
+                if index >= in_group {
+                    new.outside_group.push(pid);
+                }
             }
         }
         new
@@ -578,11 +595,17 @@ impl RunningJob {
         // by the first (between `setsid` and its exec) is seen by the second. One look is
         // enough when nothing but job shells is around, and then the job can end in this poll.
         if self.exit.is_some() && self.leftover_looks < LEFTOVER_LOOKS {
-            if self.note_leftovers() && self.contains_escapees() {
+            let new = self.note_leftovers();
+            if new.any && self.contains_escapees() {
                 if self.term_sent_at.is_none() {
                     self.send_term(now);
                 } else {
-                    self.signal_all(Signal::SIGTERM);
+                    // The group had its SIGTERM (a timeout, a stop, the first look): a second
+                    // one makes many programs skip their cleanup. Only processes found outside
+                    // it for the first time have not had theirs.
+                    for pid in new.outside_group {
+                        procfs::signal_process_and_its_group(pid, Signal::SIGTERM);
+                    }
                 }
             }
             if self.leftover_looks < LEFTOVER_LOOKS {
@@ -619,7 +642,11 @@ impl RunningJob {
         let mut readers_done = self.stdout.settled() & self.stderr.settled();
         if let Some((_, exited_at)) = self.exit {
             if !readers_done {
+                // A SIGTERM's grace runs its course first: what holds the pipes may be a
+                // process cleaning up, and the escalation above kills it when the grace ends.
+                let in_grace = self.term_sent_at.is_some() && self.kill_sent_at.is_none();
                 match self.leak_kill_at {
+                    None if in_grace => {}
                     None => {
                         if now.saturating_duration_since(exited_at) >= self.pipe_leak_timeout {
                             if self.policy == Leftovers::Kill {

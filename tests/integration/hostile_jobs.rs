@@ -46,6 +46,37 @@ fn job_ignoring_sigterm_is_killed_after_the_grace() {
     assert!(!process_alive(sleeper), "the TERM-ignoring child survived");
 }
 
+/// A timed-out job whose leftover (a child holding its output) cleans up on SIGTERM gets the
+/// whole grace for it, and one SIGTERM: neither the pipe-leak timeout (2 s after the shell
+/// exits) nor the look for leftovers cuts its cleanup short. Its cleanup takes 4 s, ignoring
+/// further SIGTERMs but logging each one its trap sees.
+#[test]
+fn a_leftover_cleaning_up_after_a_timeout_gets_the_grace_and_one_sigterm() {
+    let env = Env::init();
+    let log = env.path("log");
+    env.add(
+        "cleans-up",
+        &["--timeout", "1s", "--max-attempts", "1"],
+        &format!(
+            "( trap 'echo TERM >> {log}; stop=1' TERM; stop=; \
+               while [ -z \"$stop\" ]; do sleep 0.2; done; \
+               (trap '' TERM; exec sleep 4); echo DONE >> {log} ) & sleep 60",
+            log = log.display()
+        ),
+    );
+    let run = env.enqueue("cleans-up");
+    let (out, _) = env.tick_within(&[], Duration::from_secs(60));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let row = run_row(&env, run);
+    assert_eq!(row.error_code.as_deref(), Some("TIMEOUT"));
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        logged.lines().collect::<Vec<_>>(),
+        vec!["TERM", "DONE"],
+        "one SIGTERM, then the cleanup finished within the grace"
+    );
+}
+
 /// A job that forks a daemon into a new session: the daemon leaves the job's process group, so
 /// the group kill cannot reach it. What runner guarantees: the tick still ends (a daemon holding
 /// the output pipes is given up on after the pipe-leak timeout), the run is recorded by the
