@@ -700,14 +700,18 @@ fn poll_interval(active: &[Active]) -> Duration {
     interval.max(floor.unwrap_or_default())
 }
 
-/// Extend the leases of the jobs not stopped yet; a job whose lease is gone is stopped. Whether
-/// any was, or `None` when the store could not say (reported; nothing is stopped).
+/// Extend the leases of the jobs that still hold one; a job whose lease is gone is stopped.
+/// Whether any was, or `None` when the store could not say (reported; nothing is stopped). Jobs
+/// stopped for a shutdown are heart-beaten too: their grace (and what they leave behind) can
+/// outlast a short lease, and recovery would then kill them in the middle of their cleanup.
 fn heartbeat<'a>(
     tick: &mut Tick<'_>,
     lease_secs: i64,
     jobs: impl Iterator<Item = &'a mut Active>,
 ) -> Option<bool> {
-    let mut beating: Vec<&mut Active> = jobs.filter(|a| a.stopped.is_none()).collect();
+    let mut beating: Vec<&mut Active> = jobs
+        .filter(|a| a.stopped != Some(StopReason::LeaseLost))
+        .collect();
     let tokens: Vec<LeaseToken> = beating.iter().map(|a| a.run.lease_token.clone()).collect();
     // The current wall clock: a lease is "now plus the lease" whatever happened to the clock.
     let now = tick.clock.epoch();
@@ -720,9 +724,10 @@ fn heartbeat<'a>(
             let mut lost = false;
             for (a, held) in beating.iter_mut().zip(held) {
                 if held == Fenced::LeaseLost {
-                    // Cancelled, or recovered by another runner: this job must stop now.
+                    // Cancelled, or recovered by another runner: this job must stop now. (One
+                    // stopped for a shutdown already is, and keeps that reason.)
                     a.job.kill(Instant::now());
-                    a.stopped = Some(StopReason::LeaseLost);
+                    a.stopped.get_or_insert(StopReason::LeaseLost);
                     lost = true;
                 } else {
                     a.lease_seen_at = seen_at;

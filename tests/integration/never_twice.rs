@@ -279,6 +279,60 @@ fn a_tick_stopped_while_jobs_wait_at_their_gate_never_opens_it() {
     }
 }
 
+/// A tick told to stop (SIGTERM) keeps heart-beating the jobs it stopped while they clean up:
+/// a cleanup that outlasts the lease is not taken for a dead runner's job, and another tick's
+/// recovery does not kill it halfway. (Lease 6 s, a heartbeat every 2 s; the cleanup waits for
+/// the test, which runs a recovery tick 7 s after the stop, past where the lease would have
+/// expired without heartbeats.)
+#[test]
+fn a_stopping_tick_heart_beats_its_jobs_while_they_clean_up() {
+    let env = Env::init();
+    let (log, go) = (env.path("log"), env.path("go"));
+    env.add(
+        "tidy",
+        &["--backoff-base", "10m"],
+        &format!(
+            "trap 'echo cleaning >> {log}; while [ ! -e {go} ]; do sleep 0.1; done; \
+             echo cleaned >> {log}; exit 0' TERM; sleep 60 & wait",
+            log = sh_quote(&log),
+            go = sh_quote(&go)
+        ),
+    );
+    let run = env.enqueue("tidy");
+    let mut cmd = env.cmd();
+    cmd.args(["tick", "--lease", "6s"]);
+    let mut stopping = StalledTick::spawn(cmd, &env);
+    wait_until(LONG, "the job to start", || {
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_attempts WHERE child_pid IS NOT NULL",
+            &[],
+        ) == 1
+    });
+    kill(Pid::from_raw(stopping.pid() as i32), Signal::SIGTERM).expect("SIGTERM the tick");
+    wait_until(LONG, "the job to start cleaning up", || {
+        lines(&log) == ["cleaning"]
+    });
+    std::thread::sleep(Duration::from_secs(7));
+    let out = env.run(&["tick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    fs::write(&go, "").expect("let the cleanup finish");
+    let out = stopping.finish();
+    assert!(out.status.code().is_some(), "{:?}", out.status);
+    assert_eq!(
+        lines(&log),
+        ["cleaning", "cleaned"],
+        "the cleanup ran to its end"
+    );
+    assert_eq!(
+        env.sql.query_strings(
+            "SELECT error_code FROM job_attempts WHERE run_id = $1 AND finished_at IS NOT NULL",
+            &[&run],
+        ),
+        vec!["SIGNAL:SIGTERM".to_string()],
+        "recorded by the tick that stopped it, not recovered"
+    );
+}
+
 /// A run whose command logs its attempt; a tick that claimed it and stalls right after the claim
 /// until the file `go` exists. Returns the run, the log, `go` and the stalled tick.
 fn claim_and_stall(env: &Env) -> (i64, std::path::PathBuf, std::path::PathBuf, StalledTick) {
