@@ -212,7 +212,7 @@ fn stop_cancelled(
     run: &RunView,
     attempt: u32,
 ) -> Result<String> {
-    Ok(match store.open_attempt(run.id)? {
+    Ok(match store.open_attempt(run.id, attempt)? {
         None => "its attempt had already ended".to_string(),
         Some(holder) if holder.host != me.host => format!(
             "attempt {attempt} runs on host {}: the tick there terminates it at its next \

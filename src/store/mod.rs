@@ -946,8 +946,9 @@ pub trait Store {
     /// Make every commit this store made so far durable (one durable commit, if any `Deferred`
     /// one came after the last durable one; nothing otherwise).
     fn sync(&mut self) -> Result<()>;
-    /// The open attempt of a run, if any.
-    fn open_attempt(&self, run_id: i64) -> Result<Option<AttemptHolder>>;
+    /// Attempt `attempt` of a run, if it is still open. (A run can have two open attempts: one
+    /// of another host that recovery retried, left for that host to close, and the retry's.)
+    fn open_attempt(&self, run_id: i64, attempt: u32) -> Result<Option<AttemptHolder>>;
     /// Attempts on `host` still open whose run no longer holds them (cancelled or recovered
     /// under them): their processes may be alive and must be stopped before they are closed.
     fn orphaned_attempts(&self, host: &str, limit: usize) -> Result<Vec<AttemptHolder>>;

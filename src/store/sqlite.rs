@@ -1991,12 +1991,15 @@ impl Store for SqliteStore {
         self.sync_wal()
     }
 
-    fn open_attempt(&self, run_id: i64) -> Result<Option<AttemptHolder>> {
+    fn open_attempt(&self, run_id: i64, attempt: u32) -> Result<Option<AttemptHolder>> {
         Ok(self
             .conn
             .query_row(
-                &format!("{ATTEMPT_HOLDER} WHERE a.run_id = ?1 AND a.finished_at IS NULL"),
-                [run_id],
+                &format!(
+                    "{ATTEMPT_HOLDER}
+                     WHERE a.run_id = ?1 AND a.attempt = ?2 AND a.finished_at IS NULL"
+                ),
+                params![run_id, attempt],
                 |r| attempt_holder_from_row(r, 0),
             )
             .optional()?)

@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::{
-    epoch, json, process_alive, run_ids, status_of, stderr, utc, wait_until, Bg, Env, RETRY_AT_ONCE,
+    epoch, json, process_alive, run_ids, status_of, stderr, stdout, utc, wait_until, Bg, Env,
+    RETRY_AT_ONCE,
 };
 
 #[test]
@@ -113,6 +114,42 @@ fn cancel_of_a_running_run_stops_its_process_group_and_status_shows_its_lease() 
     let err = env.fails(2, &["cancel", &run_id.to_string()]);
     assert!(err.contains("already finished"), "{err}");
     env.fails(2, &["retry", &run_id.to_string()]);
+}
+
+/// A run that recovery took from another host and retried has two open attempts while that
+/// host has not closed its own yet (recovery leaves that to it): `cancel` speaks of the retry's
+/// attempt, the one it cancelled, and succeeds.
+#[test]
+fn cancel_of_a_retried_run_speaks_of_its_current_attempt() {
+    let env = Env::init();
+    env.add("retried", &[], "true");
+    let run = env.enqueue("retried");
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'running', attempt = 2, owner = 'elsewhere:1',
+                 lease_token = 'second', lease_expires_at = 4102444800, heartbeat_at = 1,
+                 started_at = 1
+         WHERE id = $1",
+        &[&run],
+    );
+    for (attempt, owner, host, token) in [
+        (1_i64, "gone:1", "gone-host", "first"),
+        (2, "elsewhere:1", "elsewhere", "second"),
+    ] {
+        env.sql.exec(
+            "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
+                 started_at, definition_id)
+             SELECT $1, $2, $3, $4, 1, $5, 1, definition_id FROM job_runs WHERE id = $1",
+            &[&run, &attempt, &owner, &host, &token],
+        );
+    }
+    let out = env.run(&["cancel", &run.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("attempt 2 runs on host elsewhere"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(status_of(&env, run), "cancelled");
 }
 
 #[test]

@@ -1883,12 +1883,15 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    fn open_attempt(&self, run_id: i64) -> StoreResult<Option<AttemptHolder>> {
+    fn open_attempt(&self, run_id: i64, attempt: u32) -> StoreResult<Option<AttemptHolder>> {
         self.read(|client| {
             client
                 .query_opt(
-                    &format!("{ATTEMPT_HOLDER} WHERE a.run_id = $1 AND a.finished_at IS NULL"),
-                    &[&run_id],
+                    &format!(
+                        "{ATTEMPT_HOLDER}
+                         WHERE a.run_id = $1 AND a.attempt = $2 AND a.finished_at IS NULL"
+                    ),
+                    &[&run_id, &i64::from(attempt)],
                 )?
                 .map(|r| attempt_holder_from_row(&r, 0))
                 .transpose()
