@@ -164,9 +164,6 @@ struct Supervisor {
     lease_secs: i64,
     heartbeat_every: Duration,
     last_heartbeat: Instant,
-    /// When the store last failed to say whether prepared jobs still hold their leases: their
-    /// gates stay shut, and the look is tried again a `RECHECK_INTERVAL` later.
-    gate_check_failed_at: Option<Instant>,
     /// The database's identity, for the jobs' markers.
     identity: String,
 }
@@ -184,7 +181,6 @@ impl Supervisor {
             lease_secs,
             heartbeat_every: Duration::from_secs((lease_secs / 3).max(1) as u64),
             last_heartbeat: Instant::now(),
-            gate_check_failed_at: None,
             identity: tick.store.identity(),
         }
     }
@@ -256,8 +252,7 @@ impl Supervisor {
 
     /// Release prepared jobs into the slots that are free; none once the tick is told to stop
     /// (the next `stop_all_on_shutdown` stops them at their gate). Jobs that waited at their
-    /// gate have their leases looked at first (`LEASE_RECHECK_AT_GATE`); while the store cannot
-    /// say, their gates stay shut.
+    /// gate have their leases looked at first (`LEASE_RECHECK_AT_GATE`).
     fn admit_ready(&mut self, tick: &mut Tick<'_>, concurrency: usize) {
         loop {
             let free = concurrency.saturating_sub(self.active.len());
@@ -271,22 +266,30 @@ impl Supervisor {
                 .take(next)
                 .any(|a| a.lease_seen_at.elapsed() >= LEASE_RECHECK_AT_GATE);
             if waited {
-                if self
-                    .gate_check_failed_at
-                    .is_some_and(|at| at.elapsed() < RECHECK_INTERVAL)
+                let lost = match heartbeat(tick, self.lease_secs, self.ready.iter_mut().take(next))
                 {
-                    return;
-                }
-                match heartbeat(tick, self.lease_secs, self.ready.iter_mut().take(next)) {
+                    Some(lost) => lost,
+                    // The store cannot say (reported). A job seen holding its lease less than a
+                    // lease ago holds it still, unless cancelled meanwhile, which the periodic
+                    // heartbeat then finds, as it does for running jobs; one not seen for a
+                    // whole lease may have been recovered, and never starts.
                     None => {
-                        self.gate_check_failed_at = Some(Instant::now());
-                        return;
+                        let lease = Duration::from_secs(self.lease_secs.max(0).unsigned_abs());
+                        let mut unseen = false;
+                        for a in self.ready.iter_mut().take(next) {
+                            if a.lease_seen_at.elapsed() >= lease {
+                                a.stopped = Some(StopReason::LeaseLost);
+                                unseen = true;
+                            }
+                        }
+                        unseen
                     }
-                    Some(true) => self.stop_lost_at_gate(),
-                    Some(false) => {}
+                };
+                if lost {
+                    // Fewer are left at the front: look again at which may go.
+                    self.stop_lost_at_gate();
+                    continue;
                 }
-                self.gate_check_failed_at = None;
-                continue;
             }
             for mut a in self.ready.drain(..next) {
                 a.job.release();
