@@ -203,12 +203,7 @@ fn a_run_cancelled_while_its_job_waits_at_the_gate_never_starts() {
         format!("recorded:wait={}", go.display()),
     );
     let mut stalled = StalledTick::spawn(cmd, &env);
-    wait_until(LONG, "its start to be recorded", || {
-        env.sql.query_i64(
-            "SELECT count(*) FROM job_attempts WHERE child_pid IS NOT NULL",
-            &[],
-        ) == 1
-    });
+    wait_for_recorded_starts(&env, 1);
     let out = env.run(&["cancel", &run.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     // The gate may open without a second look within 0.1 s of the start's commit (a cancel
@@ -249,12 +244,7 @@ fn a_tick_stopped_while_jobs_wait_at_their_gate_never_opens_it() {
         format!("recorded:wait={}", go.display()),
     );
     let mut stalled = StalledTick::spawn(cmd, &env);
-    wait_until(LONG, "the three starts to be recorded", || {
-        env.sql.query_i64(
-            "SELECT count(*) FROM job_attempts WHERE child_pid IS NOT NULL",
-            &[],
-        ) == 3
-    });
+    wait_for_recorded_starts(&env, 3);
     let pid = stalled.pid();
     kill(Pid::from_raw(pid as i32), Signal::SIGTERM).expect("SIGTERM the tick");
     fs::write(&go, "").expect("go");
@@ -302,12 +292,7 @@ fn a_stopping_tick_heart_beats_its_jobs_while_they_clean_up() {
     let mut cmd = env.cmd();
     cmd.args(["tick", "--lease", "6s"]);
     let mut stopping = StalledTick::spawn(cmd, &env);
-    wait_until(LONG, "the job to start", || {
-        env.sql.query_i64(
-            "SELECT count(*) FROM job_attempts WHERE child_pid IS NOT NULL",
-            &[],
-        ) == 1
-    });
+    wait_for_recorded_starts(&env, 1);
     kill(Pid::from_raw(stopping.pid() as i32), Signal::SIGTERM).expect("SIGTERM the tick");
     wait_until(LONG, "the job to start cleaning up", || {
         lines(&log) == ["cleaning"]
@@ -331,6 +316,16 @@ fn a_stopping_tick_heart_beats_its_jobs_while_they_clean_up() {
         vec!["SIGNAL:SIGTERM".to_string()],
         "recorded by the tick that stopped it, not recovered"
     );
+}
+
+/// Wait until `count` jobs' starts are on record (their pids in their attempts).
+fn wait_for_recorded_starts(env: &Env, count: i64) {
+    wait_until(LONG, "the jobs' starts to be recorded", || {
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_attempts WHERE child_pid IS NOT NULL",
+            &[],
+        ) == count
+    });
 }
 
 /// A run whose command logs its attempt; a tick that claimed it and stalls right after the claim
