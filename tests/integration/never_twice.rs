@@ -271,9 +271,11 @@ fn a_tick_stopped_while_jobs_wait_at_their_gate_never_opens_it() {
 
 /// A tick told to stop (SIGTERM) keeps heart-beating the jobs it stopped while they clean up:
 /// a cleanup that outlasts the lease is not taken for a dead runner's job, and another tick's
-/// recovery does not kill it halfway. (Lease 6 s, a heartbeat every 2 s; the cleanup waits for
-/// the test, which runs a recovery tick 7 s after the stop, past where the lease would have
-/// expired without heartbeats.)
+/// recovery does not kill it halfway. (Lease 5 s, a heartbeat every second; the cleanup waits
+/// for the test, which runs a recovery tick 6 s after the cleanup began: past where the lease,
+/// kept in whole seconds, would have expired without heartbeats, and 4 s before the grace ends
+/// in a SIGKILL. Either side has 4 s to spare: a heartbeat late by that much, or a test that
+/// slow.)
 #[test]
 fn a_stopping_tick_heart_beats_its_jobs_while_they_clean_up() {
     let env = Env::init();
@@ -290,14 +292,14 @@ fn a_stopping_tick_heart_beats_its_jobs_while_they_clean_up() {
     );
     let run = env.enqueue("tidy");
     let mut cmd = env.cmd();
-    cmd.args(["tick", "--lease", "6s"]);
+    cmd.args(["tick", "--lease", "5s"]);
     let mut stopping = StalledTick::spawn(cmd, &env);
     wait_for_recorded_starts(&env, 1);
     kill(Pid::from_raw(stopping.pid() as i32), Signal::SIGTERM).expect("SIGTERM the tick");
     wait_until(LONG, "the job to start cleaning up", || {
         lines(&log) == ["cleaning"]
     });
-    std::thread::sleep(Duration::from_secs(7));
+    std::thread::sleep(Duration::from_secs(6));
     let out = env.run(&["tick"]);
     assert!(out.status.success(), "{}", stderr(&out));
     fs::write(&go, "").expect("let the cleanup finish");
