@@ -802,6 +802,10 @@ pub struct AttemptResult {
     /// host's reach, so the attempt stays open until that host's next tick has stopped them and
     /// closes it (`recover::stop_orphaned_attempts`).
     pub attempt_left_open: bool,
+    /// Recovery only: the lease expiry it found passed. Its write lands only while the run still
+    /// has that expiry, so a holder that renewed its lease meanwhile (a late heartbeat) keeps its
+    /// run, and the job never runs beside its retry.
+    pub lease_expired_at: Option<i64>,
 }
 
 text_enum!(

@@ -885,7 +885,8 @@ pub trait Store {
         now: i64,
         lease_expires_at: i64,
     ) -> Result<Vec<Fenced>>;
-    /// Write an attempt's decided end, fenced by its token, in one transaction: the run moves to
+    /// Write an attempt's decided end, fenced by its token (and, for a recovery, by the lease
+    /// expiry it read: `end.result.lease_expired_at`), in one transaction: the run moves to
     /// `end.run` (lease released), then `end.events` are recorded, and, if `end.counts_dead`, the
     /// dead-runs counter of the run's schedule rises by one. The attempt row is closed with `end.result` and
     /// `end.outcome` when the run write landed (unless `end.result.attempt_left_open`: recovered

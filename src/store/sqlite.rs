@@ -891,11 +891,12 @@ fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>
     let changed = tx.prepare_cached(
             "UPDATE job_runs SET status = ?3, run_at = coalesce(?4, run_at), owner = NULL, lease_token = NULL,
                  lease_expires_at = NULL, heartbeat_at = NULL, error_code = ?5, error_detail = ?6, finished_at = ?7
-             WHERE id = ?1 AND lease_token = ?2 AND status = 'running'",
+             WHERE id = ?1 AND lease_token = ?2 AND status = 'running'
+               AND (?8 IS NULL OR lease_expires_at = ?8)",
         )?
         .execute(params![
             result.run_id, result.lease_token, run.status.as_str(), run.run_at, run.error_code,
-            run.error_detail, run.finished_at
+            run.error_detail, run.finished_at, result.lease_expired_at
         ])?;
     let applied = changed == 1;
     // The attempt row is fenced by the same token and closed by the runner that held it: when

@@ -32,10 +32,11 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
     let identity = tick.store.identity();
     let options = tick.options;
     let actor = &options.actor;
-    for lease in tick
+    let expired = tick
         .store
-        .expired_leases(tick.clock.epoch(), RECOVER_BATCH)?
-    {
+        .expired_leases(tick.clock.epoch(), RECOVER_BATCH)?;
+    super::test_hook("recovering");
+    for lease in expired {
         let mut detail = format!(
             "lease expired at {} (its runner stopped heart-beating)",
             crate::display::utc_time(lease.lease_expires_at)
@@ -88,6 +89,7 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
             leftovers: Vec::new(),
             leftovers_killed: false,
             attempt_left_open: elsewhere.is_some(),
+            lease_expired_at: Some(lease.lease_expires_at),
         };
         if write_end(tick, &lease.job_name, result)? == Fenced::Applied {
             tick.report.recovered += 1;

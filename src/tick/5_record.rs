@@ -246,6 +246,7 @@ fn attempt_result(
         stderr_bytes: finished.map_or(0, |f| f.stderr_total),
         leftovers,
         attempt_left_open: false,
+        lease_expired_at: None,
     };
     (result, outcome, error_code, after)
 }

@@ -166,7 +166,9 @@ pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: 
 
 /// Test-only crash and stall points, so tests can make races deterministic instead of hoping a
 /// sleep wins them. `RUNNER_TEST_HOOK=POINT:kill` SIGKILLs this process at POINT;
-/// `RUNNER_TEST_HOOK=POINT:wait=PATH` stalls there until PATH exists. Points: `claimed` (after a
+/// `RUNNER_TEST_HOOK=POINT:wait=PATH` stalls there until PATH exists, having created
+/// `PATH.reached` so the test knows it got there. Points: `recovering` (expired leases read,
+/// before any is recovered), `claimed` (after a
 /// claim committed, before any job is spawned), `spawned` (jobs spawned at their gate, before
 /// their start is recorded), `recorded` (starts recorded, before the gates open),
 /// `apply-commit` (`schedule apply`, planned, before its commit), `migrated` (`migrate`: the
@@ -186,6 +188,7 @@ pub fn test_hook(point: &str) {
     if action == "kill" {
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
     } else if let Some(path) = action.strip_prefix("wait=") {
+        let _ = std::fs::write(format!("{path}.reached"), "");
         while !std::path::Path::new(path).exists() {
             std::thread::sleep(Duration::from_millis(10));
         }

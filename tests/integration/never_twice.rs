@@ -320,6 +320,68 @@ fn a_stopping_tick_heart_beats_its_jobs_while_they_clean_up() {
     );
 }
 
+/// Recovery's write is fenced on the expiry it read, not only on the lease token: a holder
+/// whose late heartbeat renews an expired lease between recovery's read and its write keeps its
+/// run. Otherwise the run would be retried while its job, on another host, goes on running
+/// until its next heartbeat. The recovering tick is stalled right after its read; the renewal
+/// is forged (another host's runner, as `forge_running`), then the tick goes on.
+#[test]
+fn recovery_never_takes_a_lease_renewed_after_it_looked() {
+    let env = Env::init();
+    let go = env.path("go");
+    env.add("held", &["--backoff-base", "10m"], "true");
+    let run = env.enqueue("held");
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'running', attempt = 1, owner = 'elsewhere:1',
+                 lease_token = 'late', lease_expires_at = 1, heartbeat_at = 1, started_at = 1
+         WHERE id = $1",
+        &[&run],
+    );
+    env.sql.exec(
+        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
+             started_at, definition_id)
+         SELECT $1, 1, 'elsewhere:1', 'elsewhere', 1, 'late', 1, definition_id
+         FROM job_runs WHERE id = $1",
+        &[&run],
+    );
+    let mut cmd = env.cmd();
+    cmd.args(["tick", "--max-tick", "0s"]).env(
+        "RUNNER_TEST_HOOK",
+        format!("recovering:wait={}", go.display()),
+    );
+    let mut stalled = StalledTick::spawn(cmd, &env);
+    let reached = env.path("go.reached");
+    wait_until(LONG, "the tick to read the expired lease", || {
+        reached.exists()
+    });
+    env.sql.exec(
+        "UPDATE job_runs SET lease_expires_at = 4102444800, heartbeat_at = 2
+         WHERE id = $1 AND lease_token = 'late'",
+        &[&run],
+    );
+    fs::write(&go, "").expect("release the stalled tick");
+    let out = stalled.finish();
+    let err = fs::read_to_string(env.path("stalled.err")).unwrap_or_default();
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert_eq!(status_of(&env, run), "running", "the renewed lease is kept");
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE id = $1 AND lease_token = 'late'",
+            &[&run],
+        ),
+        1,
+        "still held by its runner"
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_attempts WHERE run_id = $1 AND finished_at IS NULL",
+            &[&run],
+        ),
+        1,
+        "its attempt stays open, with its runner"
+    );
+}
+
 /// Wait until `count` jobs' starts are on record (their pids in their attempts).
 fn wait_for_recorded_starts(env: &Env, count: i64) {
     wait_until(LONG, "the jobs' starts to be recorded", || {

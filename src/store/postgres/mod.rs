@@ -866,7 +866,8 @@ fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Resul
         "UPDATE job_runs SET status = $3, run_at = coalesce($4, run_at), owner = NULL, lease_token = NULL,
              lease_expires_at = NULL, heartbeat_at = NULL, error_code = $5, error_detail = $6,
              finished_at = $7
-         WHERE id = $1 AND lease_token = $2 AND status = 'running'",
+         WHERE id = $1 AND lease_token = $2 AND status = 'running'
+           AND ($8::bigint IS NULL OR lease_expires_at = $8)",
     )?;
     let changed = tx.execute(
         &finish_run,
@@ -878,6 +879,7 @@ fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Resul
             &run.error_code,
             &run.error_detail,
             &run.finished_at,
+            &result.lease_expired_at,
         ],
     )?;
     let applied = changed == 1;
@@ -1851,11 +1853,13 @@ impl Store for PostgresStore {
         if ends.is_empty() {
             return Ok(Vec::new());
         }
-        // The usual group (every lease held, nobody dead) in one statement, one round trip;
-        // anything else, or a group that statement leaves alone, end by end in one transaction.
+        // The usual group (every lease held, nobody dead, no recovery) in one statement, one
+        // round trip; anything else, or a group that statement leaves alone, end by end in one
+        // transaction.
         let distinct: std::collections::HashSet<i64> =
             ends.iter().map(|end| end.result.run_id).collect();
-        if distinct.len() == ends.len() && !ends.iter().any(|end| end.counts_dead) {
+        let usual = |end: &AttemptEnd| !end.counts_dead && end.result.lease_expired_at.is_none();
+        if distinct.len() == ends.len() && ends.iter().all(usual) {
             if commit == Commit::Deferred {
                 self.unsynced.set(true);
             }
