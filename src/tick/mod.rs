@@ -173,7 +173,9 @@ pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: 
 /// their start is recorded), `recorded` (starts recorded, before the gates open),
 /// `apply-commit` (`schedule apply`, planned, before its commit), `migrated` (`migrate`: the
 /// target committed, the source not yet; `POINT:fail` fails there, see [`test_fault`]),
-/// `due-reader` (a tick opening its second connection for the due schedules; `:fail` only).
+/// `due-reader` (a tick opening its second connection for the due schedules; `:fail` only),
+/// `removal-locked` (PostgreSQL: `schedule rm` or `apply --prune` holds its locks on a schedule
+/// and its runs, before the delete).
 /// Unset in real use; nothing else reads it.
 pub fn test_hook(point: &str) {
     let Ok(hook) = std::env::var("RUNNER_TEST_HOOK") else {

@@ -4,10 +4,11 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::common::{forge_running, stderr, stdout, wait_until, Env};
+use crate::common::{forge_running, sh_quote, stderr, stdout, wait_until, Backend, Env};
 use crate::sqlite_only;
 
 const T0: &str = "2026-11-23T10:00:30Z";
+const LONG: Duration = Duration::from_secs(120);
 
 fn write(env: &Env, name: &str, text: &str) -> PathBuf {
     let path = env.path(name);
@@ -272,6 +273,71 @@ fn prune_with_force_cancels_a_running_run_then_removes_its_schedule() {
         0
     );
     assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
+}
+
+/// On PostgreSQL, `apply --prune` locks a schedule it removes, then its runs, as `schedule rm`
+/// does: a tick that would materialise and start a run of it meanwhile waits for the removal, so
+/// no run of it starts only to be deleted under its job. The removal is stalled inside its
+/// transaction; the test goes on once the tick waits for a lock, ran the job, or exited.
+#[test]
+fn a_tick_waits_for_prune_to_remove_a_schedule_it_would_run() {
+    if Backend::current() != Backend::Postgres {
+        println!("skipped: PostgreSQL only (SQLite's write lock covers the whole removal)");
+        return;
+    }
+    let env = Env::init();
+    let (ran, gate) = (env.path("ran"), env.path("gate"));
+    env.add_at(
+        Some(T0),
+        "doomed",
+        "* * * * *",
+        &[],
+        &format!("echo ran >> {}", sh_quote(&ran)),
+    );
+    let file = write(&env, "empty.toml", "");
+    let quiet = || Stdio::null();
+    let mut prune = env.cmd();
+    prune
+        .args([
+            "schedule",
+            "apply",
+            file.to_str().expect("utf-8"),
+            "--prune",
+        ])
+        .env(
+            "RUNNER_TEST_HOOK",
+            format!("removal-locked:wait={}", gate.display()),
+        )
+        .stdout(quiet())
+        .stderr(quiet());
+    let mut prune = prune.spawn().expect("spawn apply");
+    let reached = env.path("gate.reached");
+    wait_until(LONG, "the removal to hold its locks", || reached.exists());
+    let mut tick = env
+        .cmd()
+        .args(["--now", "2026-11-23T10:05:30Z", "tick", "--max-tick", "30s"])
+        .stdout(quiet())
+        .stderr(quiet())
+        .spawn()
+        .expect("spawn tick");
+    wait_until(LONG, "the tick to wait for the lock, run, or exit", || {
+        env.sql.query_i64(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            &[],
+        ) > 0
+            || ran.exists()
+            || tick.try_wait().expect("try_wait").is_some()
+    });
+    std::fs::write(&gate, "").expect("open the gate");
+    assert!(prune.wait().expect("apply").success());
+    assert!(tick.wait().expect("tick").code().is_some());
+    assert!(!ran.exists(), "a run of the schedule being removed started");
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions", &[]),
+        0
+    );
 }
 
 #[test]

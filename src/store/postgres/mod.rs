@@ -681,6 +681,32 @@ fn insert_definition(
 
 /// Rewrite a schedule's settings and cursor (the cursor never moves back), bumping its revision;
 /// only while its revision is still `expected_revision`, when given. Returns the rows changed.
+/// Lock schedule `name` for its removal, then its runs: materialisation and manual runs wait for
+/// the schedule's row, and a claim passes locked runs over, so no run of it can start between
+/// this check and the delete. `None` when there is no such schedule; otherwise its id and its
+/// running runs (a removal must refuse while there are any).
+fn lock_for_removal(tx: &mut Transaction<'_>, name: &str) -> Result<Option<(i64, Vec<i64>)>> {
+    let Some(definition) = tx.query_opt(
+        "SELECT id FROM job_definitions WHERE name = $1 FOR UPDATE",
+        &[&name],
+    )?
+    else {
+        return Ok(None);
+    };
+    let id: i64 = definition.try_get(0)?;
+    let running = tx
+        .query(
+            "SELECT id, status FROM job_runs WHERE definition_id = $1 ORDER BY id FOR UPDATE",
+            &[&id],
+        )?
+        .iter()
+        .filter(|row| row.try_get::<_, &str>(1).ok() == Some("running"))
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+    crate::tick::test_hook("removal-locked");
+    Ok(Some((id, running)))
+}
+
 fn rewrite_definition(
     tx: &mut Transaction<'_>,
     d: &Definition,
@@ -1508,21 +1534,13 @@ impl Store for PostgresStore {
             // transaction around it commits.
             let mut all = tx.transaction()?;
             for name in &changes.remove {
-                // Lock the schedule's runs (a claim passes them over), as `remove_definition` does.
-                let running = all
-                    .query(
-                        "SELECT r.status FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-                         WHERE d.name = $1 FOR UPDATE OF r",
-                        &[name],
-                    )?
-                    .iter()
-                    .any(|row| row.try_get::<_, &str>(0).ok() == Some("running"));
-                if running {
+                let Some((id, running)) = lock_for_removal(&mut all, name)? else {
+                    return Ok(Applied::Conflict(name.clone()));
+                };
+                if !running.is_empty() {
                     return Ok(Applied::Running(name.clone()));
                 }
-                if all.execute("DELETE FROM job_definitions WHERE name = $1", &[name])? == 0 {
-                    return Ok(Applied::Conflict(name.clone()));
-                }
+                all.execute("DELETE FROM job_definitions WHERE id = $1", &[&id])?;
             }
             for d in &changes.update {
                 if rewrite_definition(&mut all, d, now, Some(d.revision))? == 0 {
@@ -1541,25 +1559,9 @@ impl Store for PostgresStore {
 
     fn remove_definition(&mut self, name: &str) -> StoreResult<Removal> {
         self.write(|tx| {
-            // Lock the schedule (materialisation and manual runs wait for it) and its runs (a
-            // claim passes them over): no run of it can start between the check and the delete.
-            let Some(definition) = tx.query_opt(
-                "SELECT id FROM job_definitions WHERE name = $1 FOR UPDATE",
-                &[&name],
-            )?
-            else {
+            let Some((id, running)) = lock_for_removal(tx, name)? else {
                 return Ok(Removal::NotFound);
             };
-            let id: i64 = definition.try_get(0)?;
-            let running: Vec<i64> = tx
-                .query(
-                    "SELECT id, status FROM job_runs WHERE definition_id = $1 ORDER BY id FOR UPDATE",
-                    &[&id],
-                )?
-                .iter()
-                .filter(|row| row.try_get::<_, &str>(1).ok() == Some("running"))
-                .map(|row| row.try_get(0))
-                .collect::<Result<_, _>>()?;
             if !running.is_empty() {
                 return Ok(Removal::Running(running));
             }
