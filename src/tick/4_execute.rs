@@ -25,8 +25,8 @@ use anyhow::Result;
 
 use super::claim::claim_due;
 use super::record::{
-    decide_ends, record_decided, record_decided_then_claim, record_end, DecidedEnds, End,
-    StopReason, KILL_GRACE,
+    decide_ends, record_decided, record_decided_then_claim, record_end, results_durable,
+    DecidedEnds, End, StopReason, KILL_GRACE,
 };
 use super::{attempt_marker, runner_error, test_hook, Tick};
 use crate::display::utc_time;
@@ -488,9 +488,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {
             // starts' commit does it when runs were claimed (the tick never leaves before their
             // spawns are back and recorded).
             if ended && !starting {
-                if let Err(e) = tick.store.sync() {
-                    runner_error(&mut tick.report.errors, "syncing results", &e.into());
-                }
+                sync_results(tick);
             }
         } else if ended
             && claim_due_now
@@ -513,14 +511,21 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {
             // tick defers needs it (its marks, a claim, materialised runs: see `store::Commit`),
             // so a tick that recorded no results this way syncs nothing.
             if results_deferred {
-                if let Err(e) = tick.store.sync() {
-                    runner_error(&mut tick.report.errors, "syncing results", &e.into());
-                }
+                sync_results(tick);
             }
             return Ok(());
         }
         supervisor.heartbeat_if_due(tick);
         returned = supervisor.wait(spawner);
+    }
+}
+
+/// Make the results written deferred durable. If that fails, the runs that went dead are not
+/// reported: their leases expire into recovery, which decides them again.
+fn sync_results(tick: &mut Tick<'_>) {
+    match tick.store.sync() {
+        Ok(()) => results_durable(tick),
+        Err(e) => runner_error(&mut tick.report.errors, "syncing results", &e.into()),
     }
 }
 
@@ -633,7 +638,11 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
         .store
         .record_starts(&starts, now, now + supervisor.lease_secs)
     {
-        Ok(landed) => landed,
+        Ok(landed) => {
+            // A durable commit: the results written deferred before it are durable too.
+            results_durable(tick);
+            landed
+        }
         Err(e) => {
             // Not recorded, so not started: the leases expire and recovery retries the runs.
             runner_error(

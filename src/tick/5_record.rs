@@ -120,7 +120,7 @@ pub fn decide_ends(tick: &mut Tick<'_>, ends: Vec<End>) -> DecidedEnds {
 
 /// Write decided ends in one transaction, committed as `commit` says (see `record_ends`).
 pub fn record_decided(tick: &mut Tick<'_>, decided: DecidedEnds, commit: Commit) {
-    write_decided(tick, decided, |tick, ends| {
+    write_decided(tick, decided, commit, |tick, ends| {
         tick.store
             .finish_attempts(ends, &tick.options.actor, commit)
     });
@@ -137,7 +137,7 @@ pub fn record_decided_then_claim(
 ) -> Result<Claimed> {
     let now = tick.clock.epoch();
     let mut claimed = None;
-    write_decided(tick, decided, |tick, ends| {
+    write_decided(tick, decided, Commit::Deferred, |tick, ends| {
         let actor = &tick.options.actor;
         let (finished, claim) = tick
             .store
@@ -145,6 +145,7 @@ pub fn record_decided_then_claim(
         claimed = Some(claim);
         finished
     });
+    test_hook("ends-deferred");
     let claimed = match claimed {
         Some(claim) => claim?,
         None => anyhow::bail!("the claim was not made"),
@@ -153,15 +154,16 @@ pub fn record_decided_then_claim(
     Ok(claimed)
 }
 
-/// Write decided ends with `write` (a store call that writes them in one transaction, and
-/// returns per end whether it landed), then report them.
+/// Write decided ends with `write` (a store call that writes them in one transaction, committed
+/// as `commit` says, and returns per end whether it landed), then report them.
 fn write_decided(
     tick: &mut Tick<'_>,
     decided: DecidedEnds,
+    commit: Commit,
     write: impl FnOnce(&mut Tick<'_>, &[AttemptEnd]) -> StoreResult<Vec<Fenced>>,
 ) {
     let DecidedEnds { results, reports } = decided;
-    let recorded = match write_ends(tick, results, write) {
+    let recorded = match write_ends(tick, results, commit, write) {
         Ok(recorded) => recorded,
         Err(e) => {
             // The leases will expire and recovery will retry the runs: at-least-once holds.
@@ -329,7 +331,7 @@ fn last_line(bytes: &[u8]) -> Option<String> {
 /// a run that went dead gets (cron mails it).
 pub fn write_end(tick: &mut Tick<'_>, job: &str, result: AttemptResult) -> Result<Fenced> {
     let results = vec![(job.to_string(), result)];
-    let recorded = write_ends(tick, results, |tick, ends| {
+    let recorded = write_ends(tick, results, Commit::Durable, |tick, ends| {
         tick.store
             .finish_attempts(ends, &tick.options.actor, Commit::Durable)
     })?;
@@ -337,10 +339,13 @@ pub fn write_end(tick: &mut Tick<'_>, job: &str, result: AttemptResult) -> Resul
 }
 
 /// Decide several attempts' ends (each with its job's name) and write them with `write`, in one
-/// transaction; a run that went dead gets its stderr line once the write landed.
+/// transaction committed as `commit` says. A run that went dead gets its stderr line once the
+/// write is durable: at once for a durable commit, else at the next durable point
+/// ([`results_durable`]).
 fn write_ends(
     tick: &mut Tick<'_>,
     results: Vec<(String, AttemptResult)>,
+    commit: Commit,
     write: impl FnOnce(&mut Tick<'_>, &[AttemptEnd]) -> StoreResult<Vec<Fenced>>,
 ) -> Result<Vec<Fenced>> {
     let (jobs, ends): (Vec<String>, Vec<AttemptEnd>) = results
@@ -351,16 +356,26 @@ fn write_ends(
     for ((job, end), fenced) in jobs.iter().zip(&ends).zip(&recorded) {
         if let Some(failure) = &end.result.failure {
             if *fenced == Fenced::Applied && failure.then == AfterFailure::Dead {
-                crate::complain!(
+                tick.report.dead_not_yet_durable.push(format!(
                     "runner: job {job} run {} is dead after {} attempt(s): {}",
-                    end.result.run_id,
-                    end.result.attempt,
-                    failure.code
-                );
+                    end.result.run_id, end.result.attempt, failure.code
+                ));
             }
         }
     }
+    if commit == Commit::Durable {
+        results_durable(tick);
+    }
     Ok(recorded)
+}
+
+/// Every result written so far is durable (a durable commit, which makes the deferred ones
+/// before it durable too, or a sync): say which runs went dead. Never before: a power cut would
+/// lose a result already reported.
+pub fn results_durable(tick: &mut Tick<'_>) {
+    for line in tick.report.dead_not_yet_durable.drain(..) {
+        crate::complain!("{line}");
+    }
 }
 
 #[cfg(test)]

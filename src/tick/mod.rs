@@ -72,6 +72,9 @@ pub struct TickReport {
     pub errors: usize,
     /// Why automatic pruning did not run, when the clock may not decide it.
     pub auto_prune_skipped: Option<&'static str>,
+    /// The stderr lines of runs that went dead, written deferred and not durable yet
+    /// (`record::results_durable` prints them).
+    pub dead_not_yet_durable: Vec<String>,
 }
 
 /// What the steps of a tick share: the store, the clock, the options (who we are), randomness
@@ -171,6 +174,7 @@ pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: 
 /// before any is recovered), `claimed` (after a
 /// claim committed, before any job is spawned), `spawned` (jobs spawned at their gate, before
 /// their start is recorded), `recorded` (starts recorded, before the gates open),
+/// `ends-deferred` (ends written deferred with a claim, not durable yet),
 /// `apply-commit` (`schedule apply`, planned, before its commit), `migrated` (`migrate`: the
 /// target committed, the source not yet; `POINT:fail` fails there, see [`test_fault`]),
 /// `due-reader` (a tick opening its second connection for the due schedules; `:fail` only),

@@ -382,6 +382,42 @@ fn recovery_never_takes_a_lease_renewed_after_it_looked() {
     );
 }
 
+/// A run's "dead" line is printed only once its result is durable, never between the deferred
+/// commit of its end (shared with the claim after it) and the sync that makes it durable, where
+/// a power cut would lose a result already reported. The tick is stalled right after the
+/// deferred write.
+#[test]
+fn a_dead_run_is_reported_only_once_its_result_is_durable() {
+    let env = Env::init();
+    let go = env.path("go");
+    env.add("doomed", &["--max-attempts", "1"], "exit 3");
+    let run = env.enqueue("doomed");
+    let mut cmd = env.cmd();
+    cmd.arg("tick").env(
+        "RUNNER_TEST_HOOK",
+        format!("ends-deferred:wait={}", go.display()),
+    );
+    let mut stalled = StalledTick::spawn(cmd, &env);
+    let reached = env.path("go.reached");
+    wait_until(LONG, "the end to be written deferred", || reached.exists());
+    let said = || fs::read_to_string(env.path("stalled.err")).unwrap_or_default();
+    assert!(
+        !said().contains("is dead"),
+        "reported before durable: {}",
+        said()
+    );
+    fs::write(&go, "").expect("release the stalled tick");
+    let out = stalled.finish();
+    assert!(out.status.code().is_some(), "{:?}", out.status);
+    assert!(
+        said().contains(&format!(
+            "runner: job doomed run {run} is dead after 1 attempt(s): EXIT:3"
+        )),
+        "{}",
+        said()
+    );
+}
+
 /// Wait until `count` jobs' starts are on record (their pids in their attempts).
 fn wait_for_recorded_starts(env: &Env, count: i64) {
     wait_until(LONG, "the jobs' starts to be recorded", || {
