@@ -85,6 +85,9 @@ CREATE TABLE job_runs (
     -- The schedule's zone when the run was made: its times print in it (NULL: made before
     -- schema version 4; the schedule's zone is used).
     timezone          TEXT,
+    -- 1 while a run of a `forbid` schedule runs (set by its claim), else NULL: see the index
+    -- job_runs_running_by_definition. (0012)
+    running_alone     INTEGER CHECK (running_alone = 1),
     CHECK ((status = 'running') = (lease_token IS NOT NULL)),
     CHECK (status <> 'running' OR (owner IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
@@ -96,7 +99,10 @@ CREATE INDEX job_runs_due ON job_runs (run_at, id) WHERE status = 'pending';
 -- Recovery: running runs by lease expiry.
 CREATE INDEX job_runs_leases ON job_runs (lease_expires_at) WHERE status = 'running';
 -- The overlap rule: is a run of this schedule running, which is its oldest due pending run.
-CREATE INDEX job_runs_running_by_definition ON job_runs (definition_id) WHERE status = 'running';
+-- Unique: at most one running run of a schedule claimed under `forbid` (running_alone = 1),
+-- any number under `allow` (NULL), whatever snapshots concurrent claims read. (0012)
+CREATE UNIQUE INDEX job_runs_running_by_definition ON job_runs (definition_id, running_alone)
+    WHERE status = 'running';
 CREATE INDEX job_runs_pending_by_definition ON job_runs (definition_id, run_at, id) WHERE status = 'pending';
 -- History, per schedule and overall, newest first.
 CREATE INDEX job_runs_definition_history ON job_runs (definition_id, scheduled_for DESC);

@@ -842,6 +842,8 @@ pub trait Store {
     /// runs alike, until `resume`), and, if its schedule's overlap policy is `forbid`, no run of
     /// that schedule is `running` and it is the schedule's oldest such run (by `run_at`, then id).
     /// So a claim never starts a second run of a `forbid` schedule, and never takes two at once.
+    /// Where claims read from snapshots (PostgreSQL), the unique index on running `forbid` runs
+    /// (`running_alone`, which the claim sets) refuses the second, and the claim is made again.
     ///
     /// Each claimed run becomes `running` under a fresh random lease token owned by
     /// `actor.owner`, expiring at `now + lease_secs`, with `heartbeat_at = now`, its attempt

@@ -45,6 +45,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0009_attempt_schedule.sql"),
     include_str!("../../migrations/0010_finished_indexes.sql"),
     include_str!("../../migrations/0011_undecidable_schedules.sql"),
+    include_str!("../../migrations/0012_one_forbid_run.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -1402,7 +1403,8 @@ SET status = 'running',
     lease_expires_at = :lease_expires_at,
     heartbeat_at = :now,
     attempt = attempt + 1,
-    started_at = coalesce(started_at, :now)
+    started_at = coalesce(started_at, :now),
+    running_alone = (SELECT CASE overlap WHEN 'forbid' THEN 1 END FROM job_definitions WHERE id = definition_id)
 WHERE id IN (
     SELECT r.id
     FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
@@ -3086,8 +3088,12 @@ mod tests {
         assert_tally_counts(&store, "with a run made since the fold");
     }
 
-    /// Takes a database back to schema version 8: attempts without their schedule's id.
-    const BEFORE_ATTEMPT_SCHEDULE: &str = "DROP INDEX job_attempts_finished;
+    /// Takes a database back to schema version 8: attempts without their schedule's id (and
+    /// runs without `running_alone`, version 12; versions 10 and 11 may be applied again).
+    const BEFORE_ATTEMPT_SCHEDULE: &str = "DROP INDEX job_runs_running_by_definition;
+        ALTER TABLE job_runs DROP COLUMN running_alone;
+        CREATE INDEX job_runs_running_by_definition ON job_runs (definition_id) WHERE status = 'running';
+        DROP INDEX job_attempts_finished;
         ALTER TABLE job_attempts DROP COLUMN definition_id;
         CREATE INDEX job_attempts_finished ON job_attempts (finished_at, run_id, duration_ms)
             WHERE finished_at IS NOT NULL;

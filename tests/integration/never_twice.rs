@@ -418,6 +418,77 @@ fn a_dead_run_is_reported_only_once_its_result_is_durable() {
     );
 }
 
+/// Two ticks on PostgreSQL judge "nothing of this `forbid` schedule is running" from two
+/// snapshots. Here another host's claim of run X is made but not committed (the test holds it
+/// open), and an older run R becomes due: the tick, whose snapshot sees neither X running nor
+/// anything but R as the oldest, picks R. The unique index on running `forbid` runs makes it
+/// wait for the other claim, then refuses it; the tick claims again, sees X running, and R
+/// never starts beside it.
+#[test]
+fn two_claims_never_start_two_runs_of_a_forbid_schedule() {
+    if crate::common::Backend::current() != crate::common::Backend::Postgres {
+        println!("skipped: PostgreSQL only (SQLite's claims hold one write lock)");
+        return;
+    }
+    let env = Env::init();
+    let log = env.path("log");
+    env.add(
+        "alone",
+        &["--backoff-base", "10m"],
+        &format!("echo \"$RUNNER_RUN_ID\" >> {}", sh_quote(&log)),
+    );
+    let x = env.enqueue("alone");
+    let r = env.enqueue("alone");
+    let mut other_host = postgres::Client::connect(env.sql.location(), postgres::NoTls)
+        .expect("connect as the other host");
+    let mut claim = other_host.transaction().expect("begin");
+    claim
+        .execute(
+            "UPDATE job_runs SET status = 'running', attempt = 1, owner = 'elsewhere:1',
+                 lease_token = 'other', lease_expires_at = 4102444800, heartbeat_at = 1,
+                 started_at = 1, running_alone = 1
+             WHERE id = $1",
+            &[&x],
+        )
+        .expect("the other host's claim");
+    // R is due before X: the tick's claim takes R, the oldest due run it can see pending.
+    env.sql.exec(
+        "UPDATE job_runs SET run_at = run_at - 60 WHERE id = $1",
+        &[&r],
+    );
+    let mut tick = env
+        .cmd()
+        .arg("tick")
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(env.path("tick.err")).expect("err"))
+        .spawn()
+        .expect("spawn tick");
+    wait_until(
+        LONG,
+        "the tick to wait for the other claim, run R, or exit",
+        || {
+            env.sql.query_i64(
+                "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            ) > 0
+                || !lines(&log).is_empty()
+                || tick.try_wait().expect("try_wait").is_some()
+        },
+    );
+    claim.commit().expect("the other host's claim commits");
+    let status = tick.wait().expect("tick");
+    let err = fs::read_to_string(env.path("tick.err")).unwrap_or_default();
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(
+        lines(&log).is_empty(),
+        "run R started beside X: {:?}",
+        lines(&log)
+    );
+    assert_eq!(status_of(&env, r), "pending");
+    assert_eq!(status_of(&env, x), "running");
+}
+
 /// Wait until `count` jobs' starts are on record (their pids in their attempts).
 fn wait_for_recorded_starts(env: &Env, count: i64) {
     wait_until(LONG, "the jobs' starts to be recorded", || {

@@ -53,6 +53,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0005_metrics_covering.sql"),
     include_str!("../../../migrations/postgres/0006_attempt_schedule.sql"),
     include_str!("../../../migrations/postgres/0007_finished_indexes.sql"),
+    include_str!("../../../migrations/postgres/0008_one_forbid_run.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
@@ -358,7 +359,16 @@ impl PostgresStore {
                 params.push(run_id);
             }
             let claim = prepared(client, &sql)?;
-            let rows = client.query(&claim, &params)?;
+            // Another claim started a run of one of these `forbid` schedules after this
+            // statement's snapshot: the unique index refused the second. Claim again, from a
+            // snapshot that sees it running.
+            let mut tries = 0;
+            let rows = loop {
+                match client.query(&claim, &params) {
+                    Err(e) if tries < CLAIM_TRIES && second_forbid_run(&e) => tries += 1,
+                    result => break result?,
+                }
+            };
             let more_due = match rows.first() {
                 Some(row) => row.try_get(0)?,
                 None => anyhow::bail!("the claim returned no row"),
@@ -1290,7 +1300,9 @@ SELECT (SELECT r.id FROM job_runs r
 /// a row another tick claimed and committed meanwhile is re-checked against `status = 'pending'`
 /// when locked, so it is never taken twice. The overlap rule holds across hosts: a `forbid`
 /// schedule's oldest due run is the only one of it that may be taken, and two ticks cannot both
-/// lock it.
+/// lock it; two ticks whose snapshots differ on which run is the oldest, or on whether one is
+/// running, are held apart by the unique index on running `forbid` runs (`running_alone`), whose
+/// refusal `claim_where` answers by claiming again.
 ///
 /// The due runs are read in the order of their index and the reading stops at the `LIMIT`,
 /// whatever the backlog. Their schedule is asked about in a subquery for each run, not joined:
@@ -1321,7 +1333,8 @@ WITH picked AS (
         lease_expires_at = $2,
         heartbeat_at = $3,
         attempt = r.attempt + 1,
-        started_at = coalesce(r.started_at, $3)
+        started_at = coalesce(r.started_at, $3),
+        running_alone = CASE d.overlap WHEN 'forbid' THEN 1 END
     FROM picked, job_definitions d
     WHERE r.id = picked.id AND d.id = r.definition_id AND r.status = 'pending'
     RETURNING r.id, r.definition_id, d.name, r.attempt, r.max_attempts, r.scheduled_for, r.command, r.workdir,
@@ -1345,6 +1358,18 @@ FROM (SELECT set_config('synchronous_commit', 'off', true) AS deferred,
                 AND r.id NOT IN (SELECT id FROM claimed)
               ORDER BY r.run_at, r.id LIMIT 1) IS NOT NULL AS more) due
 LEFT JOIN claimed c ON true";
+
+/// How many times a claim is made again after the one-running-`forbid`-run index refused it.
+const CLAIM_TRIES: u32 = 3;
+
+/// The claim would have started a second running run of a `forbid` schedule (refused by the
+/// unique index `job_runs_running_by_definition`).
+fn second_forbid_run(error: &postgres::Error) -> bool {
+    error.as_db_error().is_some_and(|db| {
+        *db.code() == postgres::error::SqlState::UNIQUE_VIOLATION
+            && db.constraint() == Some("job_runs_running_by_definition")
+    })
+}
 
 /// `NewEvent::claimed`'s detail for `host`, split around the attempt number, so the claim's
 /// statement can write it for attempts it numbers itself (`prefix || attempt || suffix`).
