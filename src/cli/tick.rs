@@ -50,9 +50,6 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     if args.max_tick > MAX_LEASE {
         return Err(Failure::usage("--max-tick must be at most 24h"));
     }
-    // Before any thread starts (a PostgreSQL connection may start some), so that every thread
-    // has SIGCHLD blocked and none can take it from the supervisor's wake-up.
-    crate::process::wakeup::block_child_exits();
     let mut store = ctx.open(OpenMode::Execute)?;
     let options = TickOptions {
         actor: actor(args.owner),

@@ -1088,6 +1088,28 @@ mod tests {
         assert_eq!(f.outcome, Outcome::Exited(4));
     }
 
+    /// A job starts with no signal blocked while the supervisor listens for SIGCHLD (`wakeup`):
+    /// a program the job `exec`s that relies on SIGCHLD (a trap, an event loop) gets it. (It
+    /// used to be blocked in the tick's threads, and a spawned shell inherits its thread's mask.)
+    /// The shell reads its own mask with builtins: a forked child would read it while dash
+    /// blocks every signal around its vfork.
+    #[test]
+    fn a_job_starts_with_no_signal_blocked() {
+        std::thread::spawn(|| {
+            let _listening = wakeup::Wakeup::new().expect("SIGCHLD handler");
+            let f = run(&spec(
+                "while read -r key value; do [ \"$key\" = SigBlk: ] && echo \"$value\"; \
+                 done < /proc/$$/status",
+            ));
+            assert_eq!(
+                String::from_utf8_lossy(&f.stdout_tail).trim(),
+                "0000000000000000"
+            );
+        })
+        .join()
+        .expect("the test thread");
+    }
+
     #[test]
     fn env_vars_are_visible() {
         let mut s = spec("printf '%s|%s' \"$RUNNER_TEST_A\" \"$RUNNER_TEST_B\"");

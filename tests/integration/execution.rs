@@ -6,8 +6,8 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    json, last_run_id, process_alive, read_pid, sh_quote, status_of, stderr, stdout, wait_until,
-    Bg, Env, Strays, Val, NEVER, RETRY_AT_ONCE,
+    json, last_attempt, last_run_id, process_alive, read_pid, run_row, sh_quote, status_of, stderr,
+    stdout, wait_until, Bg, Env, Strays, Val, NEVER, RETRY_AT_ONCE,
 };
 
 // ---------------------------------------------------------------------------
@@ -1086,4 +1086,53 @@ fn idle_tick_exits_zero_and_prints_nothing() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(stdout(&out), "");
     assert_eq!(stderr(&out), "");
+}
+
+// ---------------------------------------------------------------------------
+// The signals a job starts with
+// ---------------------------------------------------------------------------
+
+/// A program a job `exec`s starts with no signal blocked, as it would from a terminal: one that
+/// relies on SIGCHLD (a trap, an event loop) must get it. The tick used to block SIGCHLD in its
+/// threads to hear its jobs end, and a spawned shell inherits its thread's mask.
+#[test]
+fn a_program_a_job_execs_starts_with_no_signal_blocked() {
+    let env = Env::init();
+    env.add(
+        "masked",
+        &["--overlap", "allow"],
+        "exec grep SigBlk /proc/self/status",
+    );
+    let runs: Vec<i64> = (0..3).map(|_| env.enqueue("masked")).collect();
+    let out = env.run(&["tick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for run in runs {
+        let shown = String::from_utf8_lossy(&last_attempt(&env, run).stdout_tail).to_string();
+        assert_eq!(shown.trim(), "SigBlk:\t0000000000000000", "run {run}");
+    }
+}
+
+/// A tick started with SIGCHLD ignored (by a parent that set it so: it survives `exec`; here
+/// coreutils' `env --ignore-signal`) still learns how its jobs ended: ignored, children reap
+/// themselves and their exit codes are lost (every job used to end as `EXIT:-1`).
+#[test]
+fn a_tick_started_with_sigchld_ignored_still_records_exit_codes() {
+    let env = Env::init();
+    env.add("three", &["--max-attempts", "1"], "exit 3");
+    let run = env.enqueue("three");
+    let tick = env.cmd();
+    let mut ignoring = std::process::Command::new("env");
+    ignoring
+        .arg("--ignore-signal=CHLD")
+        .arg(tick.get_program())
+        .arg("tick");
+    for (key, value) in tick.get_envs() {
+        match value {
+            Some(value) => ignoring.env(key, value),
+            None => ignoring.env_remove(key),
+        };
+    }
+    let out = ignoring.output().expect("tick under sh");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(run_row(&env, run).error_code.as_deref(), Some("EXIT:3"));
 }
