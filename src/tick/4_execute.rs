@@ -278,7 +278,7 @@ impl Supervisor {
                         let mut unseen = false;
                         for a in self.ready.iter_mut().take(next) {
                             if a.lease_seen_at.elapsed() >= lease {
-                                a.stopped = Some(StopReason::LeaseLost);
+                                a.stopped = Some(StopReason::LeaseUnconfirmed);
                                 unseen = true;
                             }
                         }
@@ -727,7 +727,12 @@ fn heartbeat<'a>(
     let tokens: Vec<LeaseToken> = beating.iter().map(|a| a.run.lease_token.clone()).collect();
     // The current wall clock: a lease is "now plus the lease" whatever happened to the clock.
     let now = tick.clock.epoch();
-    match tick.store.heartbeat(&tokens, now, now + lease_secs) {
+    let beat = if super::test_fault("heartbeat") {
+        Err(anyhow::anyhow!("forged failure").into())
+    } else {
+        tick.store.heartbeat(&tokens, now, now + lease_secs)
+    };
+    match beat {
         Ok(held) => {
             // As of its commit, which a cancel committed later cannot tell from one after the
             // job's release. (Not the instant it was asked: a slow store would then have the

@@ -33,6 +33,9 @@ pub struct Executed {
 pub enum StopReason {
     /// The lease is gone: cancelled, or recovered by another runner.
     LeaseLost,
+    /// A prepared job's lease could not be looked at (the store did not answer) and it had not
+    /// been seen held for a whole lease: it may have been recovered, so it never starts.
+    LeaseUnconfirmed,
     /// This runner was asked to exit.
     Shutdown(OnShutdown),
 }
@@ -280,6 +283,9 @@ fn classify(
         }
         (Outcome::Killed, Some(StopReason::Shutdown(OnShutdown::Retry))) => {
             (ErrorCode::Signal("SIGTERM".into()), "the runner was asked to stop; the job was terminated".into())
+        }
+        (Outcome::Killed, Some(StopReason::LeaseUnconfirmed)) => {
+            (ErrorCode::LeaseExpired, "its lease could not be confirmed for a whole lease (the database did not answer); the job was stopped at its gate, before its command ran".into())
         }
         (Outcome::Killed, _) => {
             (ErrorCode::Cancelled, "the run was cancelled or its lease was lost; the job was terminated".into())

@@ -170,27 +170,26 @@ pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: 
 /// Test-only crash and stall points, so tests can make races deterministic instead of hoping a
 /// sleep wins them. `RUNNER_TEST_HOOK=POINT:kill` SIGKILLs this process at POINT;
 /// `RUNNER_TEST_HOOK=POINT:wait=PATH` stalls there until PATH exists, having created
-/// `PATH.reached` so the test knows it got there. Points: `recovering` (expired leases read,
-/// before any is recovered), `claimed` (after a
-/// claim committed, before any job is spawned), `spawned` (jobs spawned at their gate, before
-/// their start is recorded), `recorded` (starts recorded, before the gates open),
-/// `ends-deferred` (ends written deferred with a claim, not durable yet),
-/// `apply-commit` (`schedule apply`, planned, before its commit), `migrated` (`migrate`: the
-/// target committed, the source not yet; `POINT:fail` fails there, see [`test_fault`]),
-/// `due-reader` (a tick opening its second connection for the due schedules; `:fail` only),
-/// `removal-locked` (PostgreSQL: `schedule rm` or `apply --prune` holds its locks on a schedule
-/// and its runs, before the delete).
+/// `PATH.reached` so the test knows it got there; `POINT:fail` fails there, at the points that
+/// can (see [`test_fault`]). Several may be given, comma-separated. The points:
+/// - `recovering`: expired leases read, before any is recovered;
+/// - `claimed`: a claim committed, before any job is spawned;
+/// - `spawned`: jobs spawned at their gate, before their start is recorded;
+/// - `recorded`: starts recorded, before the gates open;
+/// - `ends-deferred`: ends written deferred with a claim, not durable yet;
+/// - `heartbeat` (`:fail` only): every heartbeat of a tick, the look at a job's lease at its
+///   gate included;
+/// - `due-reader` (`:fail` only): a tick opening its second connection for the due schedules;
+/// - `apply-commit`: `schedule apply`, planned, before its commit;
+/// - `migrated`: `migrate`, the target committed, the source not yet;
+/// - `removal-locked`: PostgreSQL's `schedule rm` or `apply --prune` holds its locks on a
+///   schedule and its runs, before the delete.
+///
 /// Unset in real use; nothing else reads it.
 pub fn test_hook(point: &str) {
-    let Ok(hook) = std::env::var("RUNNER_TEST_HOOK") else {
+    let Some(action) = test_hook_action(point) else {
         return;
     };
-    let Some((at, action)) = hook.split_once(':') else {
-        return;
-    };
-    if at != point {
-        return;
-    }
     if action == "kill" {
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
     } else if let Some(path) = action.strip_prefix("wait=") {
@@ -201,10 +200,20 @@ pub fn test_hook(point: &str) {
     }
 }
 
+/// What `RUNNER_TEST_HOOK` asks at `point`: several `POINT:ACTION`s may be given, comma-separated.
+fn test_hook_action(point: &str) -> Option<String> {
+    let hooks = std::env::var("RUNNER_TEST_HOOK").ok()?;
+    hooks
+        .split(',')
+        .filter_map(|hook| hook.split_once(':'))
+        .find(|(at, _)| *at == point)
+        .map(|(_, action)| action.to_string())
+}
+
 /// [`test_hook`] at a point that can also fail: true when `RUNNER_TEST_HOOK=POINT:fail`, and the
 /// caller then fails as if its database had (how a test reaches an error path no real database
 /// can be made to take on cue).
 pub fn test_fault(point: &str) -> bool {
     test_hook(point);
-    std::env::var("RUNNER_TEST_HOOK").is_ok_and(|hook| hook == format!("{point}:fail"))
+    test_hook_action(point).as_deref() == Some("fail")
 }

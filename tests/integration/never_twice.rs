@@ -224,6 +224,72 @@ fn a_run_cancelled_while_its_job_waits_at_the_gate_never_starts() {
     assert_eq!(status_of(&env, run), "cancelled");
 }
 
+/// The look at a waiting job's lease fails (the store cannot answer): a job seen holding its
+/// lease less than a lease ago is released, as a running job keeps running when a heartbeat
+/// fails; the failure is reported. (Stalled after recording the start, then every heartbeat
+/// fails.)
+#[test]
+fn a_job_whose_gate_check_fails_soon_after_its_start_is_released() {
+    let env = Env::init();
+    let (log, go) = (env.path("log"), env.path("go"));
+    env.add("held", &[], &format!("echo ran >> {}", sh_quote(&log)));
+    let run = env.enqueue("held");
+    let mut cmd = env.cmd();
+    cmd.args(["tick", "--lease", "60s"]).env(
+        "RUNNER_TEST_HOOK",
+        format!("recorded:wait={},heartbeat:fail", go.display()),
+    );
+    let mut stalled = StalledTick::spawn(cmd, &env);
+    let reached = env.path("go.reached");
+    wait_until(LONG, "the start to be recorded", || reached.exists());
+    // Past LEASE_RECHECK_AT_GATE (0.1 s), far short of the lease.
+    std::thread::sleep(Duration::from_millis(300));
+    fs::write(&go, "").expect("release the stalled tick");
+    let out = stalled.finish();
+    let err = fs::read_to_string(env.path("stalled.err")).unwrap_or_default();
+    assert!(out.status.code().is_some(), "{:?}", out.status);
+    assert!(err.contains("heartbeat"), "the failure is reported: {err}");
+    assert_eq!(lines(&log), ["ran"]);
+    assert_eq!(status_of(&env, run), "succeeded");
+}
+
+/// The look at a waiting job's lease fails, and the job has not been seen holding its lease for
+/// a whole lease: another runner may have recovered it, so it never starts. The tick stalls past
+/// the lease (3 s) after recording the start; it ends by itself.
+#[test]
+fn a_job_whose_gate_check_fails_a_lease_after_its_start_never_starts() {
+    let env = Env::init();
+    let (log, go) = (env.path("log"), env.path("go"));
+    env.add(
+        "held",
+        &["--backoff-base", "10m"],
+        &format!("echo ran >> {}", sh_quote(&log)),
+    );
+    let run = env.enqueue("held");
+    let mut cmd = env.cmd();
+    cmd.args(["tick", "--lease", "3s"]).env(
+        "RUNNER_TEST_HOOK",
+        format!("recorded:wait={},heartbeat:fail", go.display()),
+    );
+    let mut stalled = StalledTick::spawn(cmd, &env);
+    let reached = env.path("go.reached");
+    wait_until(LONG, "the start to be recorded", || reached.exists());
+    std::thread::sleep(Duration::from_millis(3500));
+    fs::write(&go, "").expect("release the stalled tick");
+    let out = stalled.finish();
+    assert!(out.status.code().is_some(), "{:?}", out.status);
+    assert!(lines(&log).is_empty(), "its command ran: {:?}", lines(&log));
+    // As if its lease had expired: retried by its policy.
+    assert_eq!(status_of(&env, run), "pending");
+    assert_eq!(
+        env.sql.query_string(
+            "SELECT error_code FROM job_attempts WHERE run_id = $1",
+            &[&run]
+        ),
+        "LEASE:EXPIRED"
+    );
+}
+
 /// A tick told to stop (SIGTERM) while jobs whose starts it recorded wait at their gate stops
 /// them there: their commands never run, and their attempts end as stopped (`SIGNAL:SIGTERM`),
 /// the runs retried by their policy. The tick is stalled right after recording the starts, and
