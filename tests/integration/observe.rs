@@ -1208,12 +1208,12 @@ fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
             sqlite
                 .execute_batch("PRAGMA user_version = 5")
                 .expect("downgrade");
-            (5, 11)
+            (5, 12)
         }
         Backend::Postgres => {
             env.sql
                 .exec("DELETE FROM runner_schema_version WHERE version >= 4", &[]);
-            (3, 7)
+            (3, 8)
         }
     };
     let out = env.ok(&["init"]);
