@@ -231,23 +231,19 @@ fn a_run_cancelled_while_its_job_waits_at_the_gate_never_starts() {
 #[test]
 fn a_job_whose_gate_check_fails_soon_after_its_start_is_released() {
     let env = Env::init();
-    let (log, go) = (env.path("log"), env.path("go"));
+    let log = env.path("log");
     env.add("held", &[], &format!("echo ran >> {}", sh_quote(&log)));
     let run = env.enqueue("held");
-    let mut cmd = env.cmd();
-    cmd.args(["tick", "--lease", "60s"]).env(
-        "RUNNER_TEST_HOOK",
-        format!("recorded:wait={},heartbeat:fail", go.display()),
+    let mut stalled = StalledTick::at(
+        &env,
+        &["tick", "--lease", "60s"],
+        "recorded",
+        ",heartbeat:fail",
     );
-    let mut stalled = StalledTick::spawn(cmd, &env);
-    let reached = env.path("go.reached");
-    wait_until(LONG, "the start to be recorded", || reached.exists());
     // Past LEASE_RECHECK_AT_GATE (0.1 s), far short of the lease.
     std::thread::sleep(Duration::from_millis(300));
-    fs::write(&go, "").expect("release the stalled tick");
-    let out = stalled.finish();
-    let err = fs::read_to_string(env.path("stalled.err")).unwrap_or_default();
-    assert!(out.status.code().is_some(), "{:?}", out.status);
+    let (status, err) = stalled.go_on();
+    assert!(status.code().is_some(), "{status:?}");
     assert!(err.contains("heartbeat"), "the failure is reported: {err}");
     assert_eq!(lines(&log), ["ran"]);
     assert_eq!(status_of(&env, run), "succeeded");
@@ -259,25 +255,22 @@ fn a_job_whose_gate_check_fails_soon_after_its_start_is_released() {
 #[test]
 fn a_job_whose_gate_check_fails_a_lease_after_its_start_never_starts() {
     let env = Env::init();
-    let (log, go) = (env.path("log"), env.path("go"));
+    let log = env.path("log");
     env.add(
         "held",
         &["--backoff-base", "10m"],
         &format!("echo ran >> {}", sh_quote(&log)),
     );
     let run = env.enqueue("held");
-    let mut cmd = env.cmd();
-    cmd.args(["tick", "--lease", "3s"]).env(
-        "RUNNER_TEST_HOOK",
-        format!("recorded:wait={},heartbeat:fail", go.display()),
+    let mut stalled = StalledTick::at(
+        &env,
+        &["tick", "--lease", "3s"],
+        "recorded",
+        ",heartbeat:fail",
     );
-    let mut stalled = StalledTick::spawn(cmd, &env);
-    let reached = env.path("go.reached");
-    wait_until(LONG, "the start to be recorded", || reached.exists());
     std::thread::sleep(Duration::from_millis(3500));
-    fs::write(&go, "").expect("release the stalled tick");
-    let out = stalled.finish();
-    assert!(out.status.code().is_some(), "{:?}", out.status);
+    let (status, _) = stalled.go_on();
+    assert!(status.code().is_some(), "{status:?}");
     assert!(lines(&log).is_empty(), "its command ran: {:?}", lines(&log));
     // As if its lease had expired: retried by its policy.
     assert_eq!(status_of(&env, run), "pending");
@@ -394,7 +387,6 @@ fn a_stopping_tick_heart_beats_its_jobs_while_they_clean_up() {
 #[test]
 fn recovery_never_takes_a_lease_renewed_after_it_looked() {
     let env = Env::init();
-    let go = env.path("go");
     env.add("held", &["--backoff-base", "10m"], "true");
     let run = env.enqueue("held");
     env.sql.exec(
@@ -410,25 +402,14 @@ fn recovery_never_takes_a_lease_renewed_after_it_looked() {
          FROM job_runs WHERE id = $1",
         &[&run],
     );
-    let mut cmd = env.cmd();
-    cmd.args(["tick", "--max-tick", "0s"]).env(
-        "RUNNER_TEST_HOOK",
-        format!("recovering:wait={}", go.display()),
-    );
-    let mut stalled = StalledTick::spawn(cmd, &env);
-    let reached = env.path("go.reached");
-    wait_until(LONG, "the tick to read the expired lease", || {
-        reached.exists()
-    });
+    let mut stalled = StalledTick::at(&env, &["tick", "--max-tick", "0s"], "recovering", "");
     env.sql.exec(
         "UPDATE job_runs SET lease_expires_at = 4102444800, heartbeat_at = 2
          WHERE id = $1 AND lease_token = 'late'",
         &[&run],
     );
-    fs::write(&go, "").expect("release the stalled tick");
-    let out = stalled.finish();
-    let err = fs::read_to_string(env.path("stalled.err")).unwrap_or_default();
-    assert!(out.status.success(), "{:?}: {err}", out.status);
+    let (status, err) = stalled.go_on();
+    assert!(status.success(), "{status:?}: {err}");
     assert_eq!(status_of(&env, run), "running", "the renewed lease is kept");
     assert_eq!(
         env.sql.query_i64(
@@ -455,32 +436,18 @@ fn recovery_never_takes_a_lease_renewed_after_it_looked() {
 #[test]
 fn a_dead_run_is_reported_only_once_its_result_is_durable() {
     let env = Env::init();
-    let go = env.path("go");
     env.add("doomed", &["--max-attempts", "1"], "exit 3");
     let run = env.enqueue("doomed");
-    let mut cmd = env.cmd();
-    cmd.arg("tick").env(
-        "RUNNER_TEST_HOOK",
-        format!("ends-deferred:wait={}", go.display()),
-    );
-    let mut stalled = StalledTick::spawn(cmd, &env);
-    let reached = env.path("go.reached");
-    wait_until(LONG, "the end to be written deferred", || reached.exists());
-    let said = || fs::read_to_string(env.path("stalled.err")).unwrap_or_default();
+    let mut stalled = StalledTick::at(&env, &["tick"], "ends-deferred", "");
+    let said = fs::read_to_string(env.path("stalled.err")).unwrap_or_default();
+    assert!(!said.contains("is dead"), "reported before durable: {said}");
+    let (status, said) = stalled.go_on();
+    assert!(status.code().is_some(), "{status:?}");
     assert!(
-        !said().contains("is dead"),
-        "reported before durable: {}",
-        said()
-    );
-    fs::write(&go, "").expect("release the stalled tick");
-    let out = stalled.finish();
-    assert!(out.status.code().is_some(), "{:?}", out.status);
-    assert!(
-        said().contains(&format!(
+        said.contains(&format!(
             "runner: job doomed run {run} is dead after 1 attempt(s): EXIT:3"
         )),
-        "{}",
-        said()
+        "{said}"
     );
 }
 
@@ -587,25 +554,61 @@ fn claim_and_stall(env: &Env) -> (i64, std::path::PathBuf, std::path::PathBuf, S
 }
 
 /// A tick started with a test hook, in the background.
-struct StalledTick(Option<std::process::Child>);
+struct StalledTick {
+    child: Option<std::process::Child>,
+    /// The file that lets a tick stalled by [`at`](Self::at) go on.
+    go: Option<std::path::PathBuf>,
+    stderr: std::path::PathBuf,
+}
 
 impl StalledTick {
     fn spawn(mut cmd: std::process::Command, env: &Env) -> StalledTick {
+        let stderr = env.path("stalled.err");
         let child = cmd
             .stdin(std::process::Stdio::null())
             .stdout(fs::File::create(env.path("stalled.out")).expect("out"))
-            .stderr(fs::File::create(env.path("stalled.err")).expect("err"))
+            .stderr(fs::File::create(&stderr).expect("err"))
             .spawn()
             .expect("spawn tick");
-        StalledTick(Some(child))
+        StalledTick {
+            child: Some(child),
+            go: None,
+            stderr,
+        }
+    }
+
+    /// `runner ARGS` stalled at hook point `point` (`POINT:wait=PATH`, then the hooks in `more`,
+    /// each after a comma), once it got there; [`go_on`](Self::go_on) lets it go on.
+    fn at(env: &Env, args: &[&str], point: &str, more: &str) -> StalledTick {
+        let go = env.path("go");
+        let mut cmd = env.cmd();
+        cmd.args(args).env(
+            "RUNNER_TEST_HOOK",
+            format!("{point}:wait={}{more}", go.display()),
+        );
+        let mut stalled = StalledTick::spawn(cmd, env);
+        let reached = env.path("go.reached");
+        wait_until(LONG, &format!("the tick to stall at {point}"), || {
+            reached.exists()
+        });
+        stalled.go = Some(go);
+        stalled
+    }
+
+    /// Let a tick stalled by [`at`](Self::at) go on: its exit status, and what it said on stderr.
+    fn go_on(&mut self) -> (std::process::ExitStatus, String) {
+        let go = self.go.take().expect("stalled by `at`");
+        fs::write(&go, "").expect("let the stalled tick go on");
+        let status = self.finish().status;
+        (status, fs::read_to_string(&self.stderr).unwrap_or_default())
     }
 
     fn pid(&self) -> u32 {
-        self.0.as_ref().map_or(0, std::process::Child::id)
+        self.child.as_ref().map_or(0, std::process::Child::id)
     }
 
     fn finish(&mut self) -> std::process::Output {
-        let mut child = self.0.take().expect("running");
+        let mut child = self.child.take().expect("running");
         let mut status = None;
         wait_until(LONG, "the stalled tick to exit", || {
             status = child.try_wait().expect("try_wait");
@@ -621,7 +624,7 @@ impl StalledTick {
 
 impl Drop for StalledTick {
     fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
+        if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
