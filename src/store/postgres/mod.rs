@@ -689,8 +689,6 @@ fn insert_definition(
     )?)
 }
 
-/// Rewrite a schedule's settings and cursor (the cursor never moves back), bumping its revision;
-/// only while its revision is still `expected_revision`, when given. Returns the rows changed.
 /// Lock schedule `name` for its removal, then its runs: materialisation and manual runs wait for
 /// the schedule's row, and a claim passes locked runs over, so no run of it can start between
 /// this check and the delete. `None` when there is no such schedule; otherwise its id and its
@@ -717,6 +715,8 @@ fn lock_for_removal(tx: &mut Transaction<'_>, name: &str) -> Result<Option<(i64,
     Ok(Some((id, running)))
 }
 
+/// Rewrite a schedule's settings and cursor (the cursor never moves back), bumping its revision;
+/// only while its revision is still `expected_revision`, when given. Returns the rows changed.
 fn rewrite_definition(
     tx: &mut Transaction<'_>,
     d: &Definition,
