@@ -950,12 +950,15 @@ const SNAPSHOT_LEN: usize = 8;
 
 const MOVE_CURSOR: &str = "UPDATE job_definitions SET materialized_through = ?4, next_fire_at = ?5
 WHERE id = ?1 AND materialized_through = ?2 AND revision = ?3 AND paused = 0";
-/// A schedule's snapshot, and its running run (for the overlap policy), if any.
+/// A schedule's snapshot, and its running run (for the overlap policy), if any: the oldest,
+/// by `min(id)`, not `ORDER BY id LIMIT 1`, which its index (`job_runs_running_by_definition`,
+/// by schedule and `running_alone`) does not hold in id order: a sort for every schedule
+/// materialised made S2's tick 10% slower.
 const SNAPSHOT_AND_RUNNING: &str = concat!(
     "SELECT ",
     snapshot_columns!(),
     ",
-    (SELECT id FROM job_runs WHERE definition_id = ?1 AND status = 'running' ORDER BY id LIMIT 1)
+    (SELECT min(id) FROM job_runs WHERE definition_id = ?1 AND status = 'running')
 FROM job_definitions WHERE id = ?1"
 );
 /// A plain `VALUES` insert, without `RETURNING` (nor `INSERT ... SELECT`): SQLite copies every
