@@ -691,16 +691,26 @@ pub fn unshare_allowed() -> bool {
 /// (`unshare -u`; check [`unshare_allowed`] first), then `exec`ed, so the child's pid is the
 /// command's own. Program, arguments, environment and directory are `cmd`'s.
 pub fn on_other_host(cmd: &Command, host: &str) -> Command {
-    let mut wrapped = Command::new("unshare");
-    wrapped
-        .args([
+    wrapped(
+        &[
+            "unshare",
             "-u",
             "sh",
             "-c",
             r#"hostname "$1" && shift && exec "$@""#,
             "sh",
             host,
-        ])
+        ],
+        cmd,
+    )
+}
+
+/// `cmd` started by `wrapper` (a program and its arguments, which end by `exec`ing the rest):
+/// `cmd`'s program and arguments follow the wrapper's, with `cmd`'s environment and directory.
+pub fn wrapped(wrapper: &[&str], cmd: &Command) -> Command {
+    let mut wrapped = Command::new(wrapper[0]);
+    wrapped
+        .args(&wrapper[1..])
         .arg(cmd.get_program())
         .args(cmd.get_args());
     for (key, value) in cmd.get_envs() {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{
     json, last_attempt, last_run_id, process_alive, read_pid, run_row, sh_quote, status_of, stderr,
-    stdout, wait_until, Bg, Env, Strays, Val, NEVER, RETRY_AT_ONCE,
+    stdout, wait_until, wrapped, Bg, Env, Strays, Val, NEVER, RETRY_AT_ONCE,
 };
 
 // ---------------------------------------------------------------------------
@@ -1120,19 +1120,11 @@ fn a_tick_started_with_sigchld_ignored_still_records_exit_codes() {
     let env = Env::init();
     env.add("three", &["--max-attempts", "1"], "exit 3");
     let run = env.enqueue("three");
-    let tick = env.cmd();
-    let mut ignoring = std::process::Command::new("env");
-    ignoring
-        .arg("--ignore-signal=CHLD")
-        .arg(tick.get_program())
-        .arg("tick");
-    for (key, value) in tick.get_envs() {
-        match value {
-            Some(value) => ignoring.env(key, value),
-            None => ignoring.env_remove(key),
-        };
-    }
-    let out = ignoring.output().expect("tick under sh");
+    let mut tick = env.cmd();
+    tick.arg("tick");
+    let out = wrapped(&["env", "--ignore-signal=CHLD"], &tick)
+        .output()
+        .expect("tick under env");
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(run_row(&env, run).error_code.as_deref(), Some("EXIT:3"));
 }
