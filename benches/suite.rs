@@ -735,8 +735,9 @@ impl Suite {
 
     /// Two kinds of idle tick, each beside `sqlite3 DB 'select 1'` started the same way:
     /// - as cron starts it: after a pause (here a second; cron's is a minute), recording its
-    ///   heartbeat (`last_tick_at`), which is a write: SQLite creates the `-wal`, syncs it, and on
-    ///   close checkpoints it into the database and removes it. This is the S3 figure.
+    ///   heartbeat (`last_tick_at`), which is a write: appended to the `-wal` the tick before left,
+    ///   unsynced, and left there (runner's builds before this one checkpointed it into the
+    ///   database on close and removed it: four fsyncs). This is the S3 figure.
     /// - right after another, in the same second: the heartbeat is current, nothing is written,
     ///   and the process runs warm. Until this suite measured both, S3 was this one.
     fn s3(&mut self, db: &Path, history: usize, schedules: usize) -> Result<()> {
@@ -1172,8 +1173,10 @@ fn which(program: &str) -> bool {
 /// for: read before and after one of them runs, the difference is that child's own, to the
 /// microsecond.
 /// The heartbeat a tick records, `None` where the schema keeps none (an older `--runner`).
+/// Read-only, so this look does not checkpoint the `-wal` an idle tick leaves for the next one,
+/// which would make the next tick create a new `-wal`, unlike cron's next tick.
 fn last_tick_at(db: &Path) -> Option<i64> {
-    let conn = Connection::open(db).ok()?;
+    let conn = Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
     conn.query_row(
         "SELECT value FROM runner_state WHERE key = 'last_tick_at'",
         [],

@@ -68,7 +68,24 @@ pub struct SqliteStore {
     /// and then this file is synced, outside the write lock (see `sync_wal`). `None` outside WAL
     /// mode, where a durable commit is a FULL one.
     wal: Option<WalFile>,
+    /// What this connection has written so far: decides whether its close checkpoints.
+    written: Written,
 }
+
+/// What a connection has written, for its close (see `impl Drop for SqliteStore`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    Nothing,
+    /// Only the tick marks (`record_tick`): the last tick's time, the clock's high water.
+    TickMarks,
+    /// Anything else: runs, results, schedules, a migration.
+    More,
+}
+
+/// How large a `-wal` holding only tick marks may grow before a close copies it into the
+/// database: about an hour of idle ticks (4 KiB pages), so that opening the database, which
+/// reads the whole `-wal` when no other connection has it open, stays cheap.
+const IDLE_WAL_LIMIT: u64 = 256 * 1024;
 
 /// The `-wal` file of an open WAL database, for `SqliteStore::sync_wal`.
 struct WalFile {
@@ -134,6 +151,42 @@ impl FromSql for LeaseToken {
     }
 }
 
+/// The last connection to close a WAL database copies the `-wal` into the database file and
+/// removes it (a checkpoint: the `-wal` synced, the database written and synced). For an idle
+/// tick, whose one write is its tick marks, that was four fsyncs a minute (with the new `-wal`'s
+/// header and directory) to make durable what needs no durability: a power cut that loses the
+/// marks costs one minute of "last tick". So a connection that wrote nothing else leaves the
+/// `-wal` (and `-shm`) as they are, for the next connection that writes anything else, or the
+/// close that finds the `-wal` past `IDLE_WAL_LIMIT`, to checkpoint. Every other commit is made
+/// durable as before: explicitly (`sync`, FULL commits), or by the checkpoint of its own close.
+/// Readers read the `-wal` (read-only users too: SQLite reads it without writing the `-shm`).
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // The database as SQLite opened it (a symlink resolved): its sidecars are next to it.
+        let Some(db) = self
+            .conn
+            .path()
+            .filter(|_| self.wal.is_some())
+            .map(PathBuf::from)
+        else {
+            return;
+        };
+        let leave_wal =
+            self.written != Written::More && (1..=IDLE_WAL_LIMIT).contains(&files::wal_bytes(&db));
+        if !leave_wal {
+            return;
+        }
+        // Refused only on a closed connection, where no close will checkpoint anyway.
+        let _ = self.conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        );
+        if self.written == Written::TickMarks {
+            files::match_database_mode(&db);
+        }
+    }
+}
+
 impl SqliteStore {
     pub fn open(path: &Path, mode: OpenMode) -> Result<SqliteStore> {
         // Check before opening: opening replays a WAL file, which is exactly what an attacker
@@ -187,6 +240,7 @@ impl SqliteStore {
             synchronous: Commit::Durable,
             unsynced: false,
             wal: None,
+            written: Written::Nothing,
         };
         match store.configure() {
             Ok(()) => {}
@@ -199,7 +253,9 @@ impl SqliteStore {
                 if files::immutable_read_sees_everything(path) {
                     return Self::open_immutable(path).map_err(|_| open_error(path, e).into());
                 }
-                return Err(match files::unreadable_wal(path) {
+                return Err(match files::unreadable_sidecar(path)
+                    .or_else(|| files::unreadable_wal(path))
+                {
                     Some(why) => Failure::database(why),
                     None => read_only_error(path, e),
                 }
@@ -227,6 +283,7 @@ impl SqliteStore {
             synchronous: Commit::Durable,
             unsynced: false,
             wal: None,
+            written: Written::Nothing,
         };
         store.configure().map_err(|e| open_error(path, e))?;
         store.migrate()?;
@@ -359,8 +416,9 @@ impl SqliteStore {
             self.synchronous = commit;
         }
         // Set on beginning, not on committing: a deferred transaction that rolls back leaves
-        // `sync` one needless commit, never a missed one.
+        // `sync` one needless commit, never a missed one; and its close a needless checkpoint.
         self.unsynced |= commit == Commit::Deferred;
+        self.written = Written::More;
         if self.conn.is_readonly(rusqlite::MAIN_DB)? {
             return Err(cannot_write(&self.path, None).into());
         }
@@ -1736,6 +1794,7 @@ impl Store for SqliteStore {
     }
 
     fn record_tick(&mut self, now: i64) -> Result<Option<i64>> {
+        let written_before = self.written;
         let tx = self.write_with(Commit::Deferred)?;
         let high_water: Option<i64> = tx.query_row(CLOCK_HIGH_WATER, [], |r| r.get(0))?;
         tx.execute(
@@ -1744,6 +1803,9 @@ impl Store for SqliteStore {
             [now, high_water.map_or(now, |high| high.max(now))],
         )?;
         tx.commit()?;
+        if written_before != Written::More {
+            self.written = Written::TickMarks;
+        }
         Ok(high_water)
     }
 

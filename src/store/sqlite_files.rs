@@ -3,7 +3,7 @@
 //! read-only open is safe, and to name the file at fault (and its fix) when SQLite only says
 //! "attempt to write a readonly database".
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::unistd::{access, AccessFlags};
@@ -76,6 +76,43 @@ fn make_writable(path: &Path) -> String {
             m.uid()
         ),
         Err(_) => "make it writable by this user".to_string(),
+    }
+}
+
+/// A `-wal` or `-shm` file this user cannot read (while it can read the database): SQLite reads
+/// both as part of the database. `None` when there is none. (They take the database's mode when
+/// SQLite creates them, and an idle tick, which leaves them, gives them the database's mode
+/// again: see `match_database_mode`.)
+pub fn unreadable_sidecar(db: &Path) -> Option<String> {
+    let unreadable = ["-wal", "-shm"]
+        .map(|suffix| sidecar(db, suffix))
+        .into_iter()
+        .find(|file| file.exists() && !can(file, AccessFlags::R_OK))?;
+    Some(format!(
+        "cannot read {}: {} is not readable by this user ({}), and SQLite reads it as part of the \
+         database; the next `runner tick` gives it the database's mode ({}), or have its owner do \
+         that with `chmod`",
+        db.display(),
+        unreadable.display(),
+        describe(&unreadable),
+        describe(db),
+    ))
+}
+
+/// Give the `-wal` and `-shm` files the database's permission bits, as SQLite does when it
+/// creates them, for files that outlive the connection (an idle tick leaves them, see
+/// `SqliteStore`'s `Drop`): whoever may read the database may read them too, after a `chmod` of
+/// the database as well, and nobody else. Best effort: a reader says what to fix.
+pub fn match_database_mode(db: &Path) {
+    let Ok(mode) = std::fs::metadata(db).map(|m| m.mode() & 0o777) else {
+        return;
+    };
+    for suffix in ["-wal", "-shm"] {
+        let file = sidecar(db, suffix);
+        // Not through a symlink: only a regular file of ours is SQLite's.
+        if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file() && m.mode() & 0o777 != mode) {
+            let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode));
+        }
     }
 }
 

@@ -746,3 +746,181 @@ fn racing_first_use_creates_one_database() {
         assert_eq!(mode(&db), 0o600);
     }
 }
+
+// ---- The files an idle tick leaves ----
+
+/// Bytes in the database's `-wal` file (0 when there is none).
+fn wal_bytes(db: &Path) -> u64 {
+    fs::metadata(format!("{}-wal", db.display())).map_or(0, |m| m.len())
+}
+
+/// The last tick's time as stored: in the database file alone (SQLite's immutable mode ignores
+/// the `-wal`), or as a reader sees it (read-only: it reads the `-wal`, and cannot checkpoint it).
+fn last_tick_at(db: &Path, file_alone: bool) -> Option<i64> {
+    use rusqlite::OpenFlags;
+    let conn = if file_alone {
+        Connection::open_with_flags(
+            format!("file:{}?immutable=1", db.display()),
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+        )
+    } else {
+        Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)
+    }
+    .expect("open read-only");
+    conn.query_row(
+        "SELECT value FROM runner_state WHERE key = 'last_tick_at'",
+        [],
+        |r| r.get(0),
+    )
+    .ok()
+}
+
+/// A tick with nothing to do writes only its tick marks, whose loss in a power cut costs a
+/// minute of "last tick": it leaves them in the `-wal` rather than copying them into the
+/// database on close (four fsyncs a minute). Readers still see them. Anything else written is
+/// checkpointed on close as before, so the database file alone holds every run and result.
+#[test]
+fn an_idle_tick_leaves_its_marks_in_the_wal_and_any_other_write_is_checkpointed() {
+    sqlite_only!("SQLite's -wal file");
+    let env = Env::init();
+    env.add("job", &[], "true");
+    let base = crate::common::real_now() / 60 * 60 + 86_400;
+    let at = |minute: i64| crate::common::utc(base + 60 * minute);
+    env.tick_at(&at(0));
+
+    // Nothing due: the tick only records itself.
+    env.tick_at(&at(1));
+    assert!(
+        wal_bytes(&env.db) > 0,
+        "the idle tick's marks are in the -wal"
+    );
+    assert_ne!(
+        last_tick_at(&env.db, true),
+        Some(base + 60),
+        "the file alone: not copied"
+    );
+    assert_eq!(
+        last_tick_at(&env.db, false),
+        Some(base + 60),
+        "a reader sees them"
+    );
+    // Readers, and a tick that writes nothing at all, leave the -wal as it is.
+    let status = crate::common::json(&env.ok(&["--now", &at(1), "status", "--json"]));
+    assert_eq!(status["last_tick_at_epoch"], base + 60, "{status}");
+    env.tick_at(&at(1));
+    assert!(wal_bytes(&env.db) > 0);
+    assert_ne!(last_tick_at(&env.db, true), Some(base + 60));
+
+    // A command that writes anything else checkpoints on close, the marks with it.
+    env.ok(&["--now", &at(1), "run", "job"]);
+    assert_eq!(wal_bytes(&env.db), 0, "the run's write was checkpointed");
+    assert_eq!(last_tick_at(&env.db, true), Some(base + 60));
+    // So does a tick that has work.
+    env.tick_at(&at(2));
+    assert_eq!(
+        wal_bytes(&env.db),
+        0,
+        "the tick that ran the job checkpointed"
+    );
+    assert_eq!(last_tick_at(&env.db, true), Some(base + 120));
+    let conn = Connection::open_with_flags(
+        format!("file:{}?immutable=1", env.db.display()),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+    )
+    .expect("open the file alone");
+    let succeeded: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM job_runs WHERE status = 'succeeded'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(
+        succeeded, 1,
+        "the run's result is in the database file itself"
+    );
+}
+
+/// Opening a database reads its whole `-wal` when no other connection has it open, so idle ticks
+/// do not let it grow: the close that finds it past 256 KiB (about an hour of idle ticks)
+/// checkpoints it.
+#[test]
+fn idle_ticks_never_grow_the_wal_past_its_limit() {
+    sqlite_only!("SQLite's -wal file");
+    let env = Env::init();
+    env.add("never", &[], "true");
+    let base = crate::common::real_now() / 60 * 60 + 86_400;
+    env.tick_at(&crate::common::utc(base));
+    let mut checkpointed_at = None;
+    for minute in 1..=120 {
+        env.tick_at(&crate::common::utc(base + 60 * minute));
+        let bytes = wal_bytes(&env.db);
+        // The limit, plus the one tick's write that took it past.
+        assert!(
+            bytes <= 256 * 1024 + 64 * 1024,
+            "minute {minute}: {bytes} bytes"
+        );
+        if bytes == 0 {
+            checkpointed_at = Some(minute);
+            break;
+        }
+    }
+    let minute = checkpointed_at.expect("120 idle ticks never checkpointed the -wal");
+    assert_eq!(last_tick_at(&env.db, true), Some(base + 60 * minute));
+}
+
+/// A user who can read the database but not write it (or its directory) reads the tick marks an
+/// idle tick left in the `-wal`, as SQLite reads a WAL it cannot write. After a `chmod` of the
+/// database, the `-wal` and `-shm` keep their old mode until the next tick gives them the
+/// database's: until then the reader is told which file and why. As root, the reader is `nobody`
+/// (setpriv); otherwise skipped.
+#[test]
+fn a_reader_who_cannot_write_reads_the_marks_an_idle_tick_left() {
+    sqlite_only!("file permissions");
+    if !crate::common::is_root() || !Path::new("/usr/bin/setpriv").exists() {
+        println!("needs root and setpriv to read as another user: skipped");
+        return;
+    }
+    let env = Env::init();
+    env.add("never", &[], "true");
+    let base = crate::common::real_now() / 60 * 60 + 86_400;
+    let at = |minute: i64| crate::common::utc(base + 60 * minute);
+    env.tick_at(&at(0));
+    env.tick_at(&at(1));
+    assert!(wal_bytes(&env.db) > 0);
+    crate::common::chmod(env.dir.path(), 0o755);
+    crate::common::chmod(&env.db, 0o644);
+    let read_as_nobody = || {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(crate::common::BIN)
+            .arg("--db")
+            .arg(&env.db)
+            .args(["--now", &at(2), "status", "--json"])
+            .env_remove("RUNNER_DB")
+            .env("HOME", "/")
+            .current_dir("/")
+            .output()
+            .expect("setpriv")
+    };
+    let out = read_as_nobody();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("runner.db-wal is not readable by this user") && err.contains("runner tick"),
+        "names the file and the fix: {err}"
+    );
+
+    env.tick_at(&at(2));
+    assert_eq!(mode(Path::new(&format!("{}-wal", env.db.display()))), 0o644);
+    let out = read_as_nobody();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status = crate::common::json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(status["last_tick_at_epoch"], base + 120, "{status}");
+    assert!(wal_bytes(&env.db) > 0, "the reader left the -wal as it was");
+    assert_eq!(
+        last_tick_at(&env.db, true),
+        Some(base),
+        "and checkpointed nothing"
+    );
+}
