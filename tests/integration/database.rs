@@ -749,30 +749,59 @@ fn racing_first_use_creates_one_database() {
 
 // ---- The files an idle tick leaves ----
 
-/// Bytes in the database's `-wal` file (0 when there is none).
-fn wal_bytes(db: &Path) -> u64 {
-    fs::metadata(format!("{}-wal", db.display())).map_or(0, |m| m.len())
+/// A database with one schedule that never fires, ticked at whole minutes a day ahead of the real
+/// clock (so no tick warns of a clock behind): `at(m)` is minute `m`, `base` minute 0.
+struct IdleTicks {
+    env: Env,
+    base: i64,
 }
 
-/// The last tick's time as stored: in the database file alone (SQLite's immutable mode ignores
-/// the `-wal`), or as a reader sees it (read-only: it reads the `-wal`, and cannot checkpoint it).
-fn last_tick_at(db: &Path, file_alone: bool) -> Option<i64> {
-    use rusqlite::OpenFlags;
-    let conn = if file_alone {
-        Connection::open_with_flags(
-            format!("file:{}?immutable=1", db.display()),
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
-        )
-    } else {
-        Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)
+impl IdleTicks {
+    fn new() -> IdleTicks {
+        let env = Env::init();
+        env.add("job", &[], "true");
+        let base = crate::common::real_now() / 60 * 60 + 86_400;
+        IdleTicks { env, base }
     }
-    .expect("open read-only");
-    conn.query_row(
-        "SELECT value FROM runner_state WHERE key = 'last_tick_at'",
-        [],
-        |r| r.get(0),
-    )
-    .ok()
+
+    fn at(&self, minute: i64) -> String {
+        crate::common::utc(self.base + 60 * minute)
+    }
+
+    fn tick(&self, minute: i64) {
+        self.env.tick_at(&self.at(minute));
+    }
+
+    /// Bytes in the database's `-wal` file (0 when there is none).
+    fn wal_bytes(&self) -> u64 {
+        fs::metadata(format!("{}-wal", self.env.db.display())).map_or(0, |m| m.len())
+    }
+
+    /// A read-only connection: to the database file alone (SQLite's immutable mode ignores the
+    /// `-wal`), or as a reader sees it (it reads the `-wal`, and cannot checkpoint it).
+    fn reader(&self, file_alone: bool) -> Connection {
+        use rusqlite::OpenFlags;
+        if file_alone {
+            Connection::open_with_flags(
+                format!("file:{}?immutable=1", self.env.db.display()),
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+            )
+        } else {
+            Connection::open_with_flags(&self.env.db, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        }
+        .expect("open read-only")
+    }
+
+    /// The last tick's time as stored, in the file alone or as a reader sees it.
+    fn last_tick_at(&self, file_alone: bool) -> Option<i64> {
+        self.reader(file_alone)
+            .query_row(
+                "SELECT value FROM runner_state WHERE key = 'last_tick_at'",
+                [],
+                |r| r.get(0),
+            )
+            .ok()
+    }
 }
 
 /// A tick with nothing to do writes only its tick marks, whose loss in a power cut costs a
@@ -782,53 +811,43 @@ fn last_tick_at(db: &Path, file_alone: bool) -> Option<i64> {
 #[test]
 fn an_idle_tick_leaves_its_marks_in_the_wal_and_any_other_write_is_checkpointed() {
     sqlite_only!("SQLite's -wal file");
-    let env = Env::init();
-    env.add("job", &[], "true");
-    let base = crate::common::real_now() / 60 * 60 + 86_400;
-    let at = |minute: i64| crate::common::utc(base + 60 * minute);
-    env.tick_at(&at(0));
+    let idle = IdleTicks::new();
+    let minute_1 = Some(idle.base + 60);
+    idle.tick(0);
 
     // Nothing due: the tick only records itself.
-    env.tick_at(&at(1));
+    idle.tick(1);
     assert!(
-        wal_bytes(&env.db) > 0,
+        idle.wal_bytes() > 0,
         "the idle tick's marks are in the -wal"
     );
     assert_ne!(
-        last_tick_at(&env.db, true),
-        Some(base + 60),
+        idle.last_tick_at(true),
+        minute_1,
         "the file alone: not copied"
     );
-    assert_eq!(
-        last_tick_at(&env.db, false),
-        Some(base + 60),
-        "a reader sees them"
-    );
+    assert_eq!(idle.last_tick_at(false), minute_1, "a reader sees them");
     // Readers, and a tick that writes nothing at all, leave the -wal as it is.
-    let status = crate::common::json(&env.ok(&["--now", &at(1), "status", "--json"]));
-    assert_eq!(status["last_tick_at_epoch"], base + 60, "{status}");
-    env.tick_at(&at(1));
-    assert!(wal_bytes(&env.db) > 0);
-    assert_ne!(last_tick_at(&env.db, true), Some(base + 60));
+    let status = crate::common::json(&idle.env.ok(&["--now", &idle.at(1), "status", "--json"]));
+    assert_eq!(status["last_tick_at_epoch"], idle.base + 60, "{status}");
+    idle.tick(1);
+    assert!(idle.wal_bytes() > 0);
+    assert_ne!(idle.last_tick_at(true), minute_1);
 
     // A command that writes anything else checkpoints on close, the marks with it.
-    env.ok(&["--now", &at(1), "run", "job"]);
-    assert_eq!(wal_bytes(&env.db), 0, "the run's write was checkpointed");
-    assert_eq!(last_tick_at(&env.db, true), Some(base + 60));
+    idle.env.ok(&["--now", &idle.at(1), "run", "job"]);
+    assert_eq!(idle.wal_bytes(), 0, "the run's write was checkpointed");
+    assert_eq!(idle.last_tick_at(true), minute_1);
     // So does a tick that has work.
-    env.tick_at(&at(2));
+    idle.tick(2);
     assert_eq!(
-        wal_bytes(&env.db),
+        idle.wal_bytes(),
         0,
         "the tick that ran the job checkpointed"
     );
-    assert_eq!(last_tick_at(&env.db, true), Some(base + 120));
-    let conn = Connection::open_with_flags(
-        format!("file:{}?immutable=1", env.db.display()),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
-    )
-    .expect("open the file alone");
-    let succeeded: i64 = conn
+    assert_eq!(idle.last_tick_at(true), Some(idle.base + 120));
+    let succeeded: i64 = idle
+        .reader(true)
         .query_row(
             "SELECT count(*) FROM job_runs WHERE status = 'succeeded'",
             [],
@@ -847,14 +866,12 @@ fn an_idle_tick_leaves_its_marks_in_the_wal_and_any_other_write_is_checkpointed(
 #[test]
 fn idle_ticks_never_grow_the_wal_past_its_limit() {
     sqlite_only!("SQLite's -wal file");
-    let env = Env::init();
-    env.add("never", &[], "true");
-    let base = crate::common::real_now() / 60 * 60 + 86_400;
-    env.tick_at(&crate::common::utc(base));
+    let idle = IdleTicks::new();
+    idle.tick(0);
     let mut checkpointed_at = None;
     for minute in 1..=120 {
-        env.tick_at(&crate::common::utc(base + 60 * minute));
-        let bytes = wal_bytes(&env.db);
+        idle.tick(minute);
+        let bytes = idle.wal_bytes();
         // The limit, plus the one tick's write that took it past.
         assert!(
             bytes <= 256 * 1024 + 64 * 1024,
@@ -866,7 +883,7 @@ fn idle_ticks_never_grow_the_wal_past_its_limit() {
         }
     }
     let minute = checkpointed_at.expect("120 idle ticks never checkpointed the -wal");
-    assert_eq!(last_tick_at(&env.db, true), Some(base + 60 * minute));
+    assert_eq!(idle.last_tick_at(true), Some(idle.base + 60 * minute));
 }
 
 /// A user who can read the database but not write it (or its directory) reads the tick marks an
@@ -881,22 +898,20 @@ fn a_reader_who_cannot_write_reads_the_marks_an_idle_tick_left() {
         println!("needs root and setpriv to read as another user: skipped");
         return;
     }
-    let env = Env::init();
-    env.add("never", &[], "true");
-    let base = crate::common::real_now() / 60 * 60 + 86_400;
-    let at = |minute: i64| crate::common::utc(base + 60 * minute);
-    env.tick_at(&at(0));
-    env.tick_at(&at(1));
-    assert!(wal_bytes(&env.db) > 0);
-    crate::common::chmod(env.dir.path(), 0o755);
-    crate::common::chmod(&env.db, 0o644);
+    let idle = IdleTicks::new();
+    let db = &idle.env.db;
+    idle.tick(0);
+    idle.tick(1);
+    assert!(idle.wal_bytes() > 0);
+    crate::common::chmod(idle.env.dir.path(), 0o755);
+    crate::common::chmod(db, 0o644);
     let read_as_nobody = || {
         std::process::Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(crate::common::BIN)
             .arg("--db")
-            .arg(&env.db)
-            .args(["--now", &at(2), "status", "--json"])
+            .arg(db)
+            .args(["--now", &idle.at(2), "status", "--json"])
             .env_remove("RUNNER_DB")
             .env("HOME", "/")
             .current_dir("/")
@@ -911,16 +926,16 @@ fn a_reader_who_cannot_write_reads_the_marks_an_idle_tick_left() {
         "names the file and the fix: {err}"
     );
 
-    env.tick_at(&at(2));
-    assert_eq!(mode(Path::new(&format!("{}-wal", env.db.display()))), 0o644);
+    idle.tick(2);
+    assert_eq!(mode(Path::new(&format!("{}-wal", db.display()))), 0o644);
     let out = read_as_nobody();
     assert!(out.status.success(), "{}", stderr(&out));
     let status = crate::common::json(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(status["last_tick_at_epoch"], base + 120, "{status}");
-    assert!(wal_bytes(&env.db) > 0, "the reader left the -wal as it was");
+    assert_eq!(status["last_tick_at_epoch"], idle.base + 120, "{status}");
+    assert!(idle.wal_bytes() > 0, "the reader left the -wal as it was");
     assert_eq!(
-        last_tick_at(&env.db, true),
-        Some(base),
+        idle.last_tick_at(true),
+        Some(idle.base),
         "and checkpointed nothing"
     );
 }
