@@ -895,7 +895,7 @@ pub trait Store {
     /// from another host, whose next tick closes it), or when the run was cancelled under it
     /// (cancel leaves the open attempt to its runner); one that a recovering runner closed is
     /// never rewritten. When the fence refuses and the run still exists, `end.lease_lost(current)` is
-    /// recorded instead, and nothing else changes.
+    /// recorded instead (except for a recovery, which records nothing), and nothing else changes.
     /// Committed `Durable`.
     fn finish_attempt(&mut self, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
         let recorded = self.finish_attempts(std::slice::from_ref(end), actor, Commit::Durable)?;

@@ -427,6 +427,14 @@ fn recovery_never_takes_a_lease_renewed_after_it_looked() {
         1,
         "its attempt stays open, with its runner"
     );
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_events WHERE run_id = $1 AND kind = 'LEASE_LOST'",
+            &[&run],
+        ),
+        0,
+        "the refused recovery is no stale runner's write: no LEASE_LOST event"
+    );
 }
 
 /// A run's "dead" line is printed only once its result is durable, never between the deferred
