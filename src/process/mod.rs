@@ -262,6 +262,27 @@ fn keep_inherited_descriptors_from_jobs() {
     }
 }
 
+/// Call before spawning anything whose exit status matters. A runner started with SIGCHLD
+/// ignored (a parent set it so, and that survives `exec`) has children that reap themselves: no
+/// exit status can be had (a job would end as `EXIT:-1`, and one that succeeded would be
+/// retried; `doctor` would find every command missing), and every job's shell would inherit the
+/// ignored signal. The tick's [`wakeup::Wakeup`] installs a handler for SIGCHLD; where none is in
+/// place (`run --wait`, `doctor`, a tick whose `Wakeup` could not be made), install one that does
+/// nothing but make the signal handled: a handled signal is not ignored, and a program started
+/// from here begins with it at its default. The look is made once per process.
+pub fn hear_children_exit() {
+    static LOOKED: Once = Once::new();
+    LOOKED.call_once(|| {
+        if procfs::ignores(Signal::SIGCHLD) {
+            // Fails only for signals that cannot be handled, which SIGCHLD is not.
+            let _ = signal_hook::flag::register(
+                signal_hook::consts::SIGCHLD,
+                std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            );
+        }
+    });
+}
+
 /// What a look at a job's leftovers found that the earlier looks had not.
 #[derive(Default)]
 struct NewLeftovers {
@@ -277,6 +298,7 @@ impl RunningJob {
     pub fn spawn(spec: &JobSpec) -> Result<RunningJob, SpawnError> {
         static INHERITED_MARKED: Once = Once::new();
         INHERITED_MARKED.call_once(keep_inherited_descriptors_from_jobs);
+        hear_children_exit();
         let mut cmd = Command::new(SHELL);
         cmd.arg("-c")
             .arg(format!("{GATE}{}", spec.command))

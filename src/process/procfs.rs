@@ -181,6 +181,19 @@ pub fn become_subreaper() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
 }
 
+/// Whether this process ignores `signal` (`SigIgn` in `/proc/self/status`; a disposition it
+/// inherited, or set itself). `false` when that cannot be read.
+pub fn ignores(signal: Signal) -> bool {
+    let Ok(status) = fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signal as i32 - 1)) != 0)
+}
+
 /// This process's children (those the main thread spawned and the orphans it adopted).
 pub fn children() -> Vec<i32> {
     let me = std::process::id();

@@ -2,16 +2,23 @@
 //! temp ones through its test-only variables, so the real /etc and crontab are never touched.
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::Output;
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::common::{stdout, Env, BIN};
+use crate::common::{stdout, wrapped, Env, BIN};
 use crate::sqlite_only;
 
 /// A temp /etc with `cron_d` as /etc/cron.d/runner (if any), a temp /proc with a cron daemon (if
 /// `daemon`), no user crontab; then `runner doctor ARGS`.
 fn doctor(env: &Env, cron_d: Option<&str>, daemon: bool, args: &[&str]) -> Output {
+    doctor_cmd(env, cron_d, daemon, args)
+        .output()
+        .expect("runner doctor")
+}
+
+/// [`doctor`]'s command, not run yet.
+fn doctor_cmd(env: &Env, cron_d: Option<&str>, daemon: bool, args: &[&str]) -> Command {
     let etc = env.path("etc");
     std::fs::create_dir_all(etc.join("cron.d")).expect("etc");
     if let Some(text) = cron_d {
@@ -28,14 +35,13 @@ fn doctor(env: &Env, cron_d: Option<&str>, daemon: bool, args: &[&str]) -> Outpu
     } else {
         std::fs::create_dir_all(&proc).expect("proc");
     }
-    env.cmd()
-        .arg("doctor")
+    let mut cmd = env.cmd();
+    cmd.arg("doctor")
         .args(args)
         .env("RUNNER_DOCTOR_ETC", &etc)
         .env("RUNNER_DOCTOR_PROC", &proc)
-        .env("RUNNER_DOCTOR_CRONTAB", env.path("no-user-crontab"))
-        .output()
-        .expect("runner doctor")
+        .env("RUNNER_DOCTOR_CRONTAB", env.path("no-user-crontab"));
+    cmd
 }
 
 fn me() -> String {
@@ -139,6 +145,22 @@ fn a_good_setup_passes_every_check() {
         "{:?}",
         checks(&out)
     );
+}
+
+/// Started with SIGCHLD ignored (by a parent that set it so: it survives `exec`), doctor still
+/// reads the exit status of the `sh` it asks whether each command resolves: it used to find
+/// every command missing.
+#[test]
+fn a_doctor_started_with_sigchld_ignored_still_finds_the_commands() {
+    sqlite_only!("doctor inspects the database file, its modes and a cron line naming its path");
+    let env = good_setup();
+    let doctor = doctor_cmd(&env, Some(&cron_d(&env, "")), true, &["--json"]);
+    let out = wrapped(&["env", "--ignore-signal=CHLD"], &doctor)
+        .output()
+        .expect("doctor under env");
+    let (status, message) = status_of(&out, "commands");
+    assert_eq!(status, "ok", "{message}");
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
 }
 
 #[test]

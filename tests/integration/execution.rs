@@ -1128,3 +1128,51 @@ fn a_tick_started_with_sigchld_ignored_still_records_exit_codes() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(run_row(&env, run).error_code.as_deref(), Some("EXIT:3"));
 }
+
+/// `run --wait` started with SIGCHLD ignored: it executes its run itself, without the tick's
+/// handler for the signal. A job that succeeded was recorded as failed (`EXIT:-1`) and retried,
+/// so it ran twice, and a failing one lost its exit code; the job's shell inherited the ignored
+/// signal too.
+#[test]
+fn run_wait_started_with_sigchld_ignored_records_how_its_job_ended() {
+    let env = Env::init();
+    let log = env.path("ran.log");
+    env.add(
+        "once",
+        &RETRY_AT_ONCE,
+        &format!("echo ran >> {}", sh_quote(&log)),
+    );
+    env.add("three", &["--max-attempts", "1"], "exit 3");
+    env.add("signals", &[], "grep SigIgn /proc/$$/status");
+    let run_wait = |name: &str| {
+        let mut cmd = env.cmd();
+        cmd.args(["run", name, "--wait"]);
+        wrapped(&["env", "--ignore-signal=CHLD"], &cmd)
+            .output()
+            .expect("run --wait under env")
+    };
+
+    let out = run_wait("once");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let once = last_run_id(&env, "once");
+    assert_eq!(status_of(&env, once), "succeeded");
+    // Nothing is due again: a tick runs nothing more.
+    env.tick(&[]);
+    assert_eq!(fs::read_to_string(&log).expect("the job's log"), "ran\n");
+
+    let out = run_wait("three");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let three = last_run_id(&env, "three");
+    assert_eq!(run_row(&env, three).error_code.as_deref(), Some("EXIT:3"));
+
+    let out = run_wait("signals");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ignored = stdout(&out);
+    let mask = u64::from_str_radix(ignored.trim().trim_start_matches("SigIgn:").trim(), 16)
+        .unwrap_or_else(|_| panic!("{ignored:?}"));
+    assert_eq!(
+        mask & (1 << (17 - 1)),
+        0,
+        "the job's shell ignores SIGCHLD: {ignored}"
+    );
+}
