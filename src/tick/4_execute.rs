@@ -86,7 +86,8 @@ struct Spawner<'a> {
     /// Handed to the helpers, not back yet.
     in_flight: usize,
     /// Ends the supervisor's sleep when a job's shell exits or spawned jobs come back; without
-    /// it (the system refused a signalfd or an eventfd) the supervisor polls on a timer.
+    /// it (the system refused a socket pair, an eventfd or the handler) the supervisor polls on
+    /// a timer.
     wakeup: Option<&'a Wakeup>,
 }
 
@@ -354,7 +355,7 @@ impl Spawner<'_> {
 /// end, until nothing is due and nothing runs, or the tick is old enough to stop claiming.
 pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
     // Cron's usual minute has nothing due: one read says so, and the tick starts no helper
-    // thread and opens no signalfd for it. (With the sync that a tick which recorded no results
+    // thread and installs no SIGCHLD handler for it. (With the sync that a tick which recorded no results
     // skips, below: an idle tick 4.9 -> 4.0 ms, its CPU 4.0 -> 3.0 ms.) Should the read fail,
     // the claim below meets the same error and reports it.
     if let Ok(false) = tick.store.anything_due(tick.clock.epoch()) {
@@ -363,8 +364,8 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
     let (requests, queue) = mpsc::channel::<SpawnRequest>();
     let (spawned, returned) = mpsc::channel::<Spawned>();
     let queue = Mutex::new(queue);
-    // Made before the helpers start, so that they (and the output pump one of them starts)
-    // block SIGCHLD too.
+    // Made before the helpers start: its SIGCHLD handler is in place before the first job is
+    // spawned, so that no job's exit goes unheard.
     let wakeup = Wakeup::new();
     std::thread::scope(|scope| {
         let mut helpers = 0;
