@@ -355,9 +355,9 @@ impl Spawner<'_> {
 /// end, until nothing is due and nothing runs, or the tick is old enough to stop claiming.
 pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
     // Cron's usual minute has nothing due: one read says so, and the tick starts no helper
-    // thread and installs no SIGCHLD handler for it. (With the sync that a tick which recorded no results
-    // skips, below: an idle tick 4.9 -> 4.0 ms, its CPU 4.0 -> 3.0 ms.) Should the read fail,
-    // the claim below meets the same error and reports it.
+    // thread and installs no SIGCHLD handler for it. (With the sync that a tick which recorded
+    // no results skips, below: an idle tick 4.9 -> 4.0 ms, its CPU 4.0 -> 3.0 ms.) Should the
+    // read fail, the claim below meets the same error and reports it.
     if let Ok(false) = tick.store.anything_due(tick.clock.epoch()) {
         return Ok(());
     }
