@@ -1037,11 +1037,15 @@ pub trait Store {
     /// Delete up to `limit` runs finished before `cutoff` (with their attempts and events) in one
     /// short transaction; returns what was deleted (0 runs: nothing left).
     fn prune_batch(&mut self, cutoff: i64, limit: usize) -> Result<PruneCounts>;
-    /// Fold the runs made since the last fold into the run tally that `health` and
-    /// `job_run_stats` read, if no fold was made in the last `every_secs` (or one is recorded in
-    /// the future); true if this call took the turn. SQLite only: PostgreSQL counts its runs
-    /// where they are read, and does nothing here.
-    fn fold_run_tally(&mut self, now: i64, every_secs: i64) -> Result<bool>;
+    /// Take the run tally's fold turn, if no fold was taken in the last `every_secs` (or one is
+    /// recorded in the future): the newest run's id, which the turn folds through (with
+    /// [`fold_run_tally_batch`](Self::fold_run_tally_batch)), if this call took it. SQLite
+    /// only: PostgreSQL counts its runs where they are read, and never takes a turn.
+    fn claim_tally_fold(&mut self, now: i64, every_secs: i64) -> Result<Option<i64>>;
+    /// Fold up to `limit` runs made since the last fold, none after run `newest`, into the run
+    /// tally that `health` and `job_run_stats` read, in one short transaction; true if runs up
+    /// to `newest` are left to fold.
+    fn fold_run_tally_batch(&mut self, newest: i64, limit: i64) -> Result<bool>;
     /// Take the automatic-prune turn: true (and the turn is recorded) if no prune started in the
     /// last `every_secs` (or one is recorded in the future: the clock went back).
     fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> Result<bool>;

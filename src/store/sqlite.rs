@@ -2602,7 +2602,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn fold_run_tally(&mut self, now: i64, every_secs: i64) -> Result<bool> {
+    fn claim_tally_fold(&mut self, now: i64, every_secs: i64) -> Result<Option<i64>> {
         // The automatic prune's turn-taking (a turn recorded in the future is taken too), read
         // first without the write lock: nearly every tick finds the turn not due.
         const DUE: &str = "key = 'tally_folded_at' AND (value <= ?1 - ?2 OR value > ?1)";
@@ -2612,31 +2612,44 @@ impl Store for SqliteStore {
             |r| r.get(0),
         )?;
         if !due {
-            return Ok(false);
+            return Ok(None);
         }
-        // Deferred: a fold lost in a crash loses the tally and its mark together.
+        // Deferred: a turn lost in a crash is taken again by the next tick.
         let tx = self.write_with(Commit::Deferred)?;
         let taken = tx.execute(
             &format!("UPDATE runner_state SET value = ?1 WHERE {DUE}"),
             params![now, every_secs],
         )?;
-        if taken == 1 {
-            let (through, newest): (i64, i64) = tx.query_row(
-                "SELECT (SELECT value FROM runner_state WHERE key = 'tally_through'),
-                        (SELECT coalesce(max(id), 0) FROM job_runs)",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+        let newest: i64 = tx.query_row("SELECT coalesce(max(id), 0) FROM job_runs", [], |r| {
+            r.get(0)
+        })?;
+        tx.commit()?;
+        Ok((taken == 1).then_some(newest))
+    }
+
+    fn fold_run_tally_batch(&mut self, newest: i64, limit: i64) -> Result<bool> {
+        // Deferred: a batch lost in a crash loses the tally and its mark together.
+        let tx = self.write_with(Commit::Deferred)?;
+        // Read again under the write lock: a prune or a deletion since the last batch may have
+        // lowered the mark, and it must never pass the largest run id left (schema.sql's
+        // job_run_tally_delete says why).
+        let (through, largest): (i64, i64) = tx.query_row(
+            "SELECT (SELECT value FROM runner_state WHERE key = 'tally_through'),
+                    (SELECT coalesce(max(id), 0) FROM job_runs)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let end = newest.min(largest);
+        let upto = end.min(through.saturating_add(limit));
+        if upto > through {
+            tx.execute(FOLD_RUN_TALLY, params![through, upto])?;
+            tx.execute(
+                "UPDATE runner_state SET value = ?1 WHERE key = 'tally_through'",
+                [upto],
             )?;
-            if newest > through {
-                tx.execute(FOLD_RUN_TALLY, params![through, newest])?;
-                tx.execute(
-                    "UPDATE runner_state SET value = ?1 WHERE key = 'tally_through'",
-                    [newest],
-                )?;
-            }
         }
         tx.commit()?;
-        Ok(taken == 1)
+        Ok(upto < end)
     }
 
     fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> Result<bool> {
@@ -2674,6 +2687,16 @@ mod tests {
         let store = SqliteStore::open(&dir.path().join("runner.db"), OpenMode::CreateIfMissing)
             .expect("open store");
         (dir, store)
+    }
+
+    /// Take the fold turn at `now` (once per `every` seconds) and fold batch by batch, `limit`
+    /// runs at a time, as the tick does; true if the turn was taken.
+    fn fold(store: &mut SqliteStore, now: i64, every: i64, limit: i64) -> bool {
+        let Some(newest) = store.claim_tally_fold(now, every).expect("fold turn") else {
+            return false;
+        };
+        while store.fold_run_tally_batch(newest, limit).expect("fold") {}
+        true
     }
 
     /// `runner_state`'s value for `key`, if it has one.
@@ -3108,7 +3131,7 @@ mod tests {
                     .expect("delete the newest");
                 }
                 _ => {
-                    folds += i64::from(store.fold_run_tally(1_000_000 + step, 0).expect("fold"));
+                    folds += i64::from(fold(&mut store, 1_000_000 + step, 0, next(4) + 1));
                 }
             }
             assert_tally_counts(&store, &format!("after step {step}"));
@@ -3138,21 +3161,59 @@ mod tests {
         let through = |store: &SqliteStore| state_value(store, "tally_through");
         // When init folded (nothing): the next turn is an hour after it.
         let now = state_value(&store, "tally_folded_at").expect("init's fold");
-        assert!(
-            !store.fold_run_tally(now, 3600).expect("fold"),
-            "init counts as a fold"
-        );
+        assert!(!fold(&mut store, now, 3600, 100), "init counts as a fold");
         add_run(&store.conn, 1, 1, "succeeded", Some(10));
         add_run(&store.conn, 2, 1, "pending", None);
         assert_eq!(through(&store), Some(0));
-        assert!(store.fold_run_tally(now + 3600, 3600).expect("fold"));
+        assert!(fold(&mut store, now + 3600, 3600, 100));
         assert_eq!(through(&store), Some(2));
         add_run(&store.conn, 3, 1, "pending", None);
-        assert!(!store
-            .fold_run_tally(now + 3600 + 1_800, 3600)
-            .expect("fold"));
+        assert!(!fold(&mut store, now + 3600 + 1_800, 3600, 100));
         assert_eq!(through(&store), Some(2), "not folded twice in an hour");
         assert_tally_counts(&store, "with a run made since the fold");
+    }
+
+    /// A turn folds in batches, each its own transaction, and writes between them are counted
+    /// exactly: the newest runs deleted after the turn was taken (their ids given again to new
+    /// runs) leave the mark at the largest run id, never past it.
+    #[test]
+    fn a_fold_in_batches_counts_the_writes_between_them() {
+        let (_dir, mut store) = store();
+        add_definitions(&store.conn, 2);
+        let through = |store: &SqliteStore| state_value(store, "tally_through");
+        for key in 1..=10 {
+            add_run(&store.conn, key, 1 + key % 2, "succeeded", Some(100 + key));
+        }
+        let now = state_value(&store, "tally_folded_at").expect("init's fold") + 3600;
+        let newest = store.claim_tally_fold(now, 3600).expect("turn");
+        assert_eq!(newest, Some(10));
+        assert!(
+            store.fold_run_tally_batch(10, 4).expect("fold"),
+            "more to fold"
+        );
+        assert_eq!(through(&store), Some(4));
+        assert_tally_counts(&store, "after the first batch");
+        store
+            .conn
+            .execute("DELETE FROM job_runs WHERE id >= 8", [])
+            .expect("the newest runs go");
+        add_run(&store.conn, 11, 1, "dead", Some(300));
+        assert!(
+            !store.fold_run_tally_batch(10, 4).expect("fold"),
+            "all folded"
+        );
+        assert_eq!(
+            through(&store),
+            Some(8),
+            "the largest run id, not the turn's newest"
+        );
+        assert_tally_counts(&store, "after the last batch");
+        for key in 12..=14 {
+            add_run(&store.conn, key, 2, "pending", None);
+        }
+        assert!(!store.fold_run_tally_batch(10, 4).expect("fold"));
+        assert_eq!(through(&store), Some(10), "never past the turn's newest id");
+        assert_tally_counts(&store, "with runs made after the turn");
     }
 
     /// Takes a database back to schema version 8: attempts without their schedule's id (and

@@ -2523,7 +2523,11 @@ impl Store for PostgresStore {
     /// No tally here: PostgreSQL counts runs per status and schedule where they are read. Row
     /// triggers keeping one would make concurrent ticks on several hosts queue (or deadlock) on
     /// the same few counter rows.
-    fn fold_run_tally(&mut self, _now: i64, _every_secs: i64) -> StoreResult<bool> {
+    fn claim_tally_fold(&mut self, _now: i64, _every_secs: i64) -> StoreResult<Option<i64>> {
+        Ok(None)
+    }
+
+    fn fold_run_tally_batch(&mut self, _newest: i64, _limit: i64) -> StoreResult<bool> {
         Ok(false)
     }
 
