@@ -12,6 +12,7 @@
 //! marker), and makes sure a grandchild holding the pipes open cannot make us wait forever.
 
 mod capture;
+pub mod open_files;
 pub mod procfs;
 pub mod wakeup;
 
@@ -315,6 +316,7 @@ impl RunningJob {
             .map_err(|e| spawn_error(spec.workdir.as_deref(), &spec.command, &e))?;
         let pgid = i32::try_from(child.id()).unwrap_or(0);
         job_shells().push(pgid);
+        open_files::give_back_to(child.id());
         let gate = child.stdin.take();
         // The shell is at its gate, not yet reaped: the pid is still this shell's.
         let start_time = procfs::process_start_time(child.id());

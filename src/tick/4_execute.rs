@@ -361,6 +361,16 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
     if let Ok(false) = tick.store.anything_due(tick.clock.epoch()) {
         return Ok(());
     }
+    let concurrency = tick.options.concurrency;
+    let needed = open_files_needed(concurrency);
+    if let Err(limit) = crate::process::open_files::make_room_for(needed) {
+        crate::complain!(
+            "runner: warning: the open-file limit (ulimit -n) is {limit} and its hard limit \
+             allows no more; --concurrency {concurrency} needs about {needed}: jobs may fail to \
+             start (SPAWN:OTHER). Raise the hard limit (limits.conf, or `ulimit -Hn` as root), \
+             or lower --concurrency"
+        );
+    }
     let (requests, queue) = mpsc::channel::<SpawnRequest>();
     let (spawned, returned) = mpsc::channel::<Spawned>();
     let queue = Mutex::new(queue);
@@ -387,6 +397,15 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
         supervise_due(tick, &mut spawner)
         // The spawner is dropped here: its queue closes, the helpers return, the scope joins them.
     })
+}
+
+/// Files a tick of `concurrency` slots may have open at once: three per job it holds (running,
+/// or prepared ahead at its gate), three more per spawn under way, and a margin for the rest (the
+/// database's files, standard streams, the wake-up's pipe, the pump's epoll, `/proc` reads).
+fn open_files_needed(concurrency: usize) -> u64 {
+    let held = concurrency.saturating_add(concurrency.max(MIN_AHEAD));
+    let files = held.saturating_add(SPAWN_THREADS).saturating_mul(3);
+    u64::try_from(files).unwrap_or(u64::MAX).saturating_add(64)
 }
 
 fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {

@@ -1129,6 +1129,67 @@ fn a_tick_started_with_sigchld_ignored_still_records_exit_codes() {
     assert_eq!(run_row(&env, run).error_code.as_deref(), Some("EXIT:3"));
 }
 
+/// A tick started with a soft open-file limit too low for its jobs' pipes (`ulimit -S -n`)
+/// raises its own up to the hard limit: before, every job failed to start (`SPAWN:OTHER`, an
+/// attempt spent each tick until the run went dead). Each job gets the limit the tick was
+/// started with back, and no descriptor of the tick's.
+#[test]
+fn a_tick_started_with_a_low_open_file_limit_runs_its_jobs_under_that_limit() {
+    let env = Env::init();
+    let runs: Vec<i64> = (0..6)
+        .map(|i| {
+            let name = format!("files-{i}");
+            env.add(
+                &name,
+                &["--max-attempts", "1"],
+                "ulimit -n; ls /proc/self/fd | wc -l",
+            );
+            env.enqueue(&name)
+        })
+        .collect();
+    let mut tick = env.cmd();
+    tick.args(["tick", "--concurrency", "6"]);
+    let out = wrapped(&["sh", "-c", "ulimit -S -n 16 && exec \"$@\"", "sh"], &tick)
+        .output()
+        .expect("tick under a low limit");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "",
+        "nothing to warn of: the hard limit allows enough"
+    );
+    for run in runs {
+        assert_eq!(run_row(&env, run).error_code, None, "run {run}");
+        assert_eq!(status_of(&env, run), "succeeded", "run {run}");
+        // `ls` itself has stdin, stdout, stderr and the directory open.
+        let output = String::from_utf8(last_attempt(&env, run).stdout_tail).expect("text");
+        assert_eq!(output.split_whitespace().collect::<Vec<_>>(), ["16", "4"]);
+    }
+}
+
+/// Where the hard limit is too low too, the tick says so (cron mails it): its jobs may fail to
+/// start, and the fix is the limit, not the jobs.
+#[test]
+fn a_tick_whose_hard_open_file_limit_is_too_low_says_so() {
+    let env = Env::init();
+    env.add("one", &[], "true");
+    let run = env.enqueue("one");
+    let mut tick = env.cmd();
+    tick.args(["tick", "--concurrency", "50"]);
+    let out = wrapped(&["sh", "-c", "ulimit -n 64 && exec \"$@\"", "sh"], &tick)
+        .output()
+        .expect("tick under a low hard limit");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let warning = stderr(&out);
+    assert!(
+        warning.contains("open-file limit (ulimit -n) is 64")
+            && warning.contains("--concurrency 50")
+            && warning.contains("SPAWN:OTHER"),
+        "{warning}"
+    );
+    assert_eq!(status_of(&env, run), "succeeded");
+}
+
 /// `run --wait` started with SIGCHLD ignored: it executes its run itself, without the tick's
 /// handler for the signal. A job that succeeded was recorded as failed (`EXIT:-1`) and retried,
 /// so it ran twice, and a failing one lost its exit code; the job's shell inherited the ignored
