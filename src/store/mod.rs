@@ -470,10 +470,11 @@ impl Rows {
     }
 }
 
-/// What `runner migrate` moves from one database to another (see `Store::migrate_out`): every
-/// schedule (with its dead-runs counter, history or not: it is the schedule's), the runs that
-/// must not be lost (pending ones; with history, every run), their attempts and events. Ids are
-/// the source's.
+/// A batch of what `runner migrate` moves from one database to another (see
+/// `Store::migrate_out`): every schedule (with its dead-runs counter, history or not: it is the
+/// schedule's) in the first batch, and in each up to [`MIGRATE_BATCH`] of the runs that must not be
+/// lost (pending ones; with history, every run), in id order, with their attempts and events.
+/// Ids are the source's.
 #[derive(Debug, Clone, Default)]
 pub struct Migration {
     pub definitions: Rows,
@@ -507,6 +508,121 @@ impl Migration {
     }
 }
 
+/// Runs per batch of a migration, read together with their attempts and events: a migration of
+/// any size holds about this many in memory at once. (All at once, 610,000 runs and their events
+/// took `migrate` to 1 GB.) An attempt keeps up to 64 KiB of each output stream, so a batch is at
+/// most about 64 MB.
+pub const MIGRATE_BATCH: i64 = 500;
+
+/// A migration's rows, read batch by batch inside the source's transaction
+/// (`Store::migrate_out`), for the target to write (`Store::import_migration`).
+pub trait MigrationBatches {
+    /// The next batch: the first holds every schedule, each the runs after the previous batch's
+    /// with their attempts and events; `None` once every run to move was read.
+    fn next_batch(&mut self) -> Result<Option<Migration>>;
+}
+
+/// Which rows a migration reads, the same SQL for every backend (`placeholder(n)` is the
+/// backend's n-th parameter): every schedule; the runs to move (the pending ones, which would
+/// otherwise be lost, or with `with_history` every run) after run id parameter 1, parameter 2 of
+/// them; and the attempts, then the events, of the runs to move with ids after parameter 1 up to
+/// parameter 2.
+pub struct MigrationSql {
+    pub definitions: &'static str,
+    pub runs: String,
+    pub attempts: String,
+    pub events: String,
+}
+
+impl MigrationSql {
+    pub fn new(with_history: bool, placeholder: fn(usize) -> String) -> MigrationSql {
+        let moved = if with_history {
+            ""
+        } else {
+            " AND status = 'pending'"
+        };
+        let (p1, p2) = (placeholder(1), placeholder(2));
+        let of_moved_runs = |table: &str| {
+            format!(
+                "SELECT * FROM {table} WHERE run_id IN
+                     (SELECT id FROM job_runs WHERE id > {p1} AND id <= {p2}{moved})
+                 ORDER BY id"
+            )
+        };
+        MigrationSql {
+            definitions: "SELECT * FROM job_definitions ORDER BY id",
+            runs: format!("SELECT * FROM job_runs WHERE id > {p1}{moved} ORDER BY id LIMIT {p2}"),
+            attempts: of_moved_runs("job_attempts"),
+            events: of_moved_runs("job_events"),
+        }
+    }
+}
+
+/// Reads a migration batch by batch through `read` (a backend's: one table's rows for SQL with
+/// two integer parameters), and counts what it handed out.
+pub struct BatchReader<F> {
+    sql: MigrationSql,
+    read: F,
+    /// The last run id read; `None` before the first batch.
+    after: Option<i64>,
+    /// Every run to move was read.
+    pub done: bool,
+    pub counts: MigrationCounts,
+}
+
+impl<F> BatchReader<F>
+where
+    F: FnMut(Table, &str, [i64; 2]) -> Result<Rows>,
+{
+    pub fn new(sql: MigrationSql, read: F) -> Self {
+        BatchReader {
+            sql,
+            read,
+            after: None,
+            done: false,
+            counts: MigrationCounts::default(),
+        }
+    }
+}
+
+impl<F> MigrationBatches for BatchReader<F>
+where
+    F: FnMut(Table, &str, [i64; 2]) -> Result<Rows>,
+{
+    fn next_batch(&mut self) -> Result<Option<Migration>> {
+        if self.done {
+            return Ok(None);
+        }
+        let first = self.after.is_none();
+        let after = self.after.unwrap_or(i64::MIN);
+        let definitions = if first {
+            (self.read)(Table::Definitions, self.sql.definitions, [0, 0])?
+        } else {
+            Rows::default()
+        };
+        let runs = (self.read)(Table::Runs, &self.sql.runs, [after, MIGRATE_BATCH])?;
+        let id = runs.column("id")?;
+        let last = match runs.rows.last().map(|row| row[id].integer()) {
+            Some(Some(last)) => last,
+            Some(None) => return Err(Error(anyhow::anyhow!("a run to move has no id"))),
+            None => after,
+        };
+        self.done = (runs.rows.len() as i64) < MIGRATE_BATCH;
+        if runs.rows.is_empty() && !first {
+            return Ok(None);
+        }
+        let batch = Migration {
+            definitions,
+            attempts: (self.read)(Table::Attempts, &self.sql.attempts, [after, last])?,
+            events: (self.read)(Table::Events, &self.sql.events, [after, last])?,
+            runs,
+        };
+        self.after = Some(last);
+        self.counts += batch.counts();
+        Ok(Some(batch))
+    }
+}
+
 /// The table a row of a `Migration` goes into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Table {
@@ -531,18 +647,34 @@ impl Table {
 /// the id the target gave it.
 pub type InsertRow<'a> = dyn FnMut(Table, &[String], &[Value]) -> Result<i64> + 'a;
 
-/// Write a migration's rows through `insert` (which inserts one row into a table, the `id`
+/// The new ids a migration's target gave the schedules, by their old ones: the runs and attempts
+/// of every batch point at them. (A run's attempts and events come in its own batch.)
+#[derive(Debug, Default)]
+pub struct MigratedIds {
+    definitions: std::collections::HashMap<i64, i64>,
+}
+
+/// Write a batch of a migration through `insert` (which inserts one row into a table, the `id`
 /// column left out, and returns the id the target gave it), in dependency order, pointing each
 /// run at its schedule's new id, each attempt at its run's and its schedule's, and each event at
-/// its run's. Shared by the
-/// backends so the mapping is written once; each backend only inserts.
-pub fn insert_migration(migration: &Migration, insert: &mut InsertRow<'_>) -> Result<()> {
+/// its run's (schedules as `ids` holds them from the first batch). Shared by the backends so
+/// the mapping is written once; each backend only inserts.
+pub fn insert_migration(
+    migration: &Migration,
+    ids: &mut MigratedIds,
+    insert: &mut InsertRow<'_>,
+) -> Result<()> {
     use std::collections::HashMap;
-    // `parents`: the columns naming rows copied before, with their old ids' new ones.
+    // `parents`: the columns naming rows copied before, with their old ids' new ones. `new_ids`
+    // takes the rows' own, if anything points at them.
     let mut copy = |table: Table,
                     rows: &Rows,
-                    parents: &[(&str, &HashMap<i64, i64>)]|
-     -> Result<HashMap<i64, i64>> {
+                    parents: &[(&str, &HashMap<i64, i64>)],
+                    mut new_ids: Option<&mut HashMap<i64, i64>>|
+     -> Result<()> {
+        if rows.rows.is_empty() {
+            return Ok(()); // the schedules of a batch after the first
+        }
         let id = rows.column("id")?;
         let parents = parents
             .iter()
@@ -554,7 +686,6 @@ pub fn insert_migration(migration: &Migration, insert: &mut InsertRow<'_>) -> Re
             .filter(|c| *c != "id")
             .cloned()
             .collect();
-        let mut new_ids = HashMap::new();
         for row in &rows.rows {
             let mut values = Vec::with_capacity(columns.len());
             for (index, value) in row.iter().enumerate() {
@@ -579,24 +710,33 @@ pub fn insert_migration(migration: &Migration, insert: &mut InsertRow<'_>) -> Re
                 }
             }
             let new_id = insert(table, &columns, &values)?;
-            if let Some(old) = row[id].integer() {
+            if let (Some(new_ids), Some(old)) = (new_ids.as_deref_mut(), row[id].integer()) {
                 new_ids.insert(old, new_id);
             }
         }
-        Ok(new_ids)
+        Ok(())
     };
-    let definitions = copy(Table::Definitions, &migration.definitions, &[])?;
-    let runs = copy(
+    let definitions = &mut ids.definitions;
+    let mut runs = HashMap::new();
+    copy(
+        Table::Definitions,
+        &migration.definitions,
+        &[],
+        Some(definitions),
+    )?;
+    copy(
         Table::Runs,
         &migration.runs,
-        &[("definition_id", &definitions)],
+        &[("definition_id", definitions)],
+        Some(&mut runs),
     )?;
     copy(
         Table::Attempts,
         &migration.attempts,
-        &[("run_id", &runs), ("definition_id", &definitions)],
+        &[("run_id", &runs), ("definition_id", definitions)],
+        None,
     )?;
-    copy(Table::Events, &migration.events, &[("run_id", &runs)])?;
+    copy(Table::Events, &migration.events, &[("run_id", &runs)], None)?;
     Ok(())
 }
 
@@ -616,16 +756,6 @@ pub fn insert_row_sql(
         names.join(", "),
         values.join(", ")
     )
-}
-
-/// The runs `runner migrate` moves (ids, the same SQL for every backend): the pending ones,
-/// which would otherwise be lost, or with `with_history` every run.
-pub fn moved_runs_sql(with_history: bool) -> &'static str {
-    if with_history {
-        "SELECT id FROM job_runs"
-    } else {
-        "SELECT id FROM job_runs WHERE status = 'pending'"
-    }
 }
 
 /// Raises by one the dead-runs counter of the schedule of the run that just went dead (the same
@@ -665,6 +795,16 @@ pub struct MigrationCounts {
     pub finished_runs: usize,
     pub attempts: usize,
     pub events: usize,
+}
+
+impl std::ops::AddAssign for MigrationCounts {
+    fn add_assign(&mut self, other: MigrationCounts) {
+        self.schedules += other.schedules;
+        self.pending_runs += other.pending_runs;
+        self.finished_runs += other.finished_runs;
+        self.attempts += other.attempts;
+        self.events += other.events;
+    }
 }
 
 impl Migration {
@@ -1009,9 +1149,10 @@ pub trait Store {
     /// `runner migrate`, the source side, in ONE write transaction held from start to end (so no
     /// tick materialises or claims meanwhile; PostgreSQL: the tables are locked against writes):
     /// if any run is `running`, return `MigratedOut::Running` having changed nothing. Otherwise
-    /// read every schedule (every column, its dead-runs counter among them), the `pending` runs
-    /// (with `with_history`, every run), their attempts and events; call `write` with them
-    /// (it writes and commits them elsewhere); if it fails, roll back and return its error. Then
+    /// call `write` with a reader of every schedule (every column, its dead-runs counter among
+    /// them), the `pending` runs (with `with_history`, every run), their attempts and events, in
+    /// batches ([`MigrationBatches`]), which writes them elsewhere and commits there; if it fails,
+    /// or leaves batches unread, roll back and return the error. Then
     /// pause every schedule (revision + 1, `updated_at = now`), and cancel each moved pending
     /// run (`finished_at = now`, error `CANCELLED` with `moved_detail`) with `moved_event(attempt)`
     /// recorded by `actor`, and commit. An error after `write` succeeded means both databases
@@ -1023,13 +1164,13 @@ pub trait Store {
         actor: &Actor,
         moved_detail: &str,
         moved_event: &dyn Fn(u32) -> NewEvent,
-        write: &mut dyn FnMut(&Migration) -> anyhow::Result<()>,
+        write: &mut dyn FnMut(&mut dyn MigrationBatches) -> anyhow::Result<()>,
     ) -> Result<MigratedOut>;
     /// `runner migrate`, the target side, in ONE transaction: if a schedule of one of the
     /// migration's names exists, return `Imported::NamesTaken` (all of them) having written
-    /// nothing; else insert every row through `insert_migration` (new ids, every column as read,
-    /// the schedules' dead-runs counters among them).
-    fn import_migration(&mut self, migration: &Migration) -> Result<Imported>;
+    /// nothing; else insert every row of every batch through `insert_migration` (new ids, every
+    /// column as read, the schedules' dead-runs counters among them), and commit.
+    fn import_migration(&mut self, batches: &mut dyn MigrationBatches) -> Result<Imported>;
 
     // ---- retention ----
     /// What pruning runs finished before `cutoff` would delete.

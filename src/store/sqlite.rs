@@ -17,10 +17,11 @@ use rusqlite::{
 use super::sqlite_files as files;
 use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
-    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, DueReader,
-    EventView, Health, Imported, JobRunStats, LastResult, Materialization, MigratedOut, Migration,
-    OpenMode, PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView,
-    RunningView, SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
+    DefinitionRow, DueReader, EventView, Health, Imported, JobRunStats, LastResult,
+    Materialization, MigratedIds, MigratedOut, MigrationBatches, MigrationSql, OpenMode,
+    PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView,
+    SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
@@ -1636,11 +1637,10 @@ impl ToSql for Value {
 }
 
 /// Every column of the rows `sql` selects, as `Value`s (`runner migrate`).
-fn read_rows(tx: &Connection, table: Table, sql: &str) -> Result<Rows> {
-    let mut stmt = tx.prepare(sql)?;
+fn read_rows(stmt: &mut Statement<'_>, table: Table, params: &[i64]) -> Result<Rows> {
     let columns: Vec<String> = stmt.column_names().map(String::from).collect();
     let mut rows = Vec::new();
-    let mut query = stmt.query([])?;
+    let mut query = stmt.query(rusqlite::params_from_iter(params))?;
     while let Some(row) = query.next()? {
         let mut values = Vec::with_capacity(columns.len());
         for (index, column) in columns.iter().enumerate() {
@@ -2472,7 +2472,7 @@ impl Store for SqliteStore {
         actor: &Actor,
         moved_detail: &str,
         moved_event: &dyn Fn(u32) -> NewEvent,
-        write: &mut dyn FnMut(&Migration) -> anyhow::Result<()>,
+        write: &mut dyn FnMut(&mut dyn MigrationBatches) -> anyhow::Result<()>,
     ) -> Result<MigratedOut> {
         // BEGIN IMMEDIATE: the write lock from here to the commit, so no tick materialises,
         // claims or finishes anything between the read and the retirement.
@@ -2484,30 +2484,21 @@ impl Store for SqliteStore {
         if !running.is_empty() {
             return Ok(MigratedOut::Running(running));
         }
-        let moved = super::moved_runs_sql(with_history);
-        let migration = Migration {
-            definitions: read_rows(
-                &tx,
-                Table::Definitions,
-                "SELECT * FROM job_definitions ORDER BY id",
-            )?,
-            runs: read_rows(
-                &tx,
-                Table::Runs,
-                &format!("SELECT * FROM job_runs WHERE id IN ({moved}) ORDER BY id"),
-            )?,
-            attempts: read_rows(
-                &tx,
-                Table::Attempts,
-                &format!("SELECT * FROM job_attempts WHERE run_id IN ({moved}) ORDER BY id"),
-            )?,
-            events: read_rows(
-                &tx,
-                Table::Events,
-                &format!("SELECT * FROM job_events WHERE run_id IN ({moved}) ORDER BY id"),
-            )?,
-        };
-        write(&migration)?;
+        let sql = MigrationSql::new(with_history, |n| format!("?{n}"));
+        let mut batches = BatchReader::new(sql, |table, sql: &str, params: [i64; 2]| {
+            let mut stmt = tx.prepare_cached(sql)?;
+            // The schedules' statement takes no parameter.
+            let count = stmt.parameter_count();
+            read_rows(&mut stmt, table, &params[..count])
+        });
+        write(&mut batches)?;
+        if !batches.done {
+            return Err(anyhow::anyhow!(
+                "the migration's target left runs unread; nothing was moved"
+            )
+            .into());
+        }
+        let counts = batches.counts;
         // Written elsewhere and committed there: retire everything here, so a tick left running
         // on this database runs none of it.
         tx.execute(
@@ -2528,25 +2519,31 @@ impl Store for SqliteStore {
             insert_event(&tx, run_id, now, actor, &moved_event(attempt))?;
         }
         tx.commit()?;
-        Ok(MigratedOut::Done(migration.counts()))
+        Ok(MigratedOut::Done(counts))
     }
 
-    fn import_migration(&mut self, migration: &Migration) -> Result<Imported> {
+    fn import_migration(&mut self, batches: &mut dyn MigrationBatches) -> Result<Imported> {
         let tx = self.write()?;
         let existing = tx
             .prepare("SELECT name FROM job_definitions")?
             .query_map([], |r| r.get(0))?
             .collect::<rusqlite::Result<Vec<String>>>()?;
-        let taken = super::names_taken(migration, &existing);
-        if !taken.is_empty() {
-            return Ok(Imported::NamesTaken(taken));
+        let mut ids = MigratedIds::default();
+        let mut first = true;
+        while let Some(batch) = batches.next_batch()? {
+            if std::mem::take(&mut first) {
+                let taken = super::names_taken(&batch, &existing);
+                if !taken.is_empty() {
+                    return Ok(Imported::NamesTaken(taken));
+                }
+            }
+            super::insert_migration(&batch, &mut ids, &mut |table, columns, values| {
+                let sql = super::insert_row_sql(table, columns, |n| format!("?{n}"));
+                Ok(tx
+                    .prepare_cached(&sql)?
+                    .query_row(rusqlite::params_from_iter(values), |r| r.get(0))?)
+            })?;
         }
-        super::insert_migration(migration, &mut |table, columns, values| {
-            let sql = super::insert_row_sql(table, columns, |n| format!("?{n}"));
-            Ok(tx
-                .prepare_cached(&sql)?
-                .query_row(rusqlite::params_from_iter(values), |r| r.get(0))?)
-        })?;
         tx.commit()?;
         Ok(Imported::Done)
     }

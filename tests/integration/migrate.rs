@@ -382,6 +382,98 @@ fn to_sqlite_history_moves_runs_attempts_events_and_the_dead_counter() {
     history_moves(&env, &target);
 }
 
+/// A history larger than a batch of the migration (500 runs, read and written with their attempts
+/// and events before the next is read, so that memory stays bounded: all at once, 610,000 runs
+/// took `migrate` to 1 GB) moves whole: every run with its own attempts and events, under its
+/// own schedule, whatever batch it fell in.
+fn history_of_many_batches_moves_whole(env: &Env, target: &TestDb) {
+    env.add("gap", &[], "true"); // the source's schedule ids start at 2, the target's at 1
+    for name in ["bulk-0", "bulk-1", "bulk-2"] {
+        env.add(name, &[], "true");
+    }
+    env.ok(&["schedule", "rm", "gap"]);
+    let runs: i64 = 1_234;
+    env.sql.exec(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1)
+         INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
+             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
+             created_at, finished_at, attempt)
+         SELECT d.id, 'manual', 1600000000 + n.i, 'succeeded', 1600000000 + n.i, d.command,
+             d.max_attempts, d.timeout_secs, d.backoff_base_secs, d.backoff_max_secs,
+             d.name || '@bulk:' || n.i, 1600000000 + n.i, 1600000001 + n.i, 1
+         FROM n JOIN job_definitions d ON d.name = 'bulk-' || (n.i % 3)",
+        &[&runs],
+    );
+    env.sql.exec(
+        "INSERT INTO job_attempts (run_id, definition_id, attempt, owner, host, runner_pid,
+             lease_token, started_at, finished_at, duration_ms, outcome)
+         SELECT id, definition_id, 1, 'o', 'h', 1, idempotency_key, created_at, finished_at,
+             1000, 'succeeded'
+         FROM job_runs",
+        &[],
+    );
+    for kind in ["ENQUEUED", "SUCCEEDED"] {
+        env.sql.exec(
+            "INSERT INTO job_events (run_id, at, kind, actor, detail)
+             SELECT id, created_at, $1, 'test', '{\"key\":\"' || idempotency_key || '\"}'
+             FROM job_runs",
+            &[&kind],
+        );
+    }
+    let before = carried_all(&env.sql, "1 = 1");
+
+    let out = env.ok(&["migrate", "--to", target.location(), "--history"]);
+    assert!(
+        out.starts_with(&format!(
+            "moved 3 schedules, 0 pending runs (and 1,234 finished runs, 1,234 attempts, 2,468 \
+             events) to {}",
+            target.location()
+        )),
+        "{out}"
+    );
+    assert_eq!(carried_all(target, "1 = 1"), before);
+    // Each row points at its own run and schedule in the target: the key each carries is its
+    // run's, and the run's key names its schedule.
+    let misplaced = |sql: &str| target.query_i64(sql, &[]);
+    assert_eq!(
+        misplaced(
+            "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+             WHERE r.idempotency_key NOT LIKE d.name || '@bulk:%'"
+        ),
+        0
+    );
+    assert_eq!(
+        misplaced(
+            "SELECT count(*) FROM job_attempts a JOIN job_runs r ON r.id = a.run_id
+             WHERE a.definition_id <> r.definition_id OR a.lease_token <> r.idempotency_key"
+        ),
+        0
+    );
+    assert_eq!(
+        misplaced(
+            "SELECT count(*) FROM job_events e JOIN job_runs r ON r.id = e.run_id
+             WHERE e.detail <> '{\"key\":\"' || r.idempotency_key || '\"}'"
+        ),
+        0
+    );
+}
+
+#[test]
+fn to_postgres_history_of_many_batches_moves_whole() {
+    let Some(target) = postgres_target() else {
+        return;
+    };
+    let env = Env::init();
+    history_of_many_batches_moves_whole(&env, &target);
+}
+
+#[test]
+fn to_sqlite_history_of_many_batches_moves_whole() {
+    let env = Env::init();
+    let target = sqlite_target(&env);
+    history_of_many_batches_moves_whole(&env, &target);
+}
+
 /// Refusals change nothing in either database: a running run in the source (a tick at work), a
 /// schedule name the target already has, the source itself as target.
 fn refusals_change_nothing(env: &Env, target: &TestDb) {

@@ -27,10 +27,11 @@ use self::connect::Server;
 use super::JobRunStats;
 use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
-    Applied, AttemptView, Claimed, Commit, CursorMove, DefinitionChanges, DefinitionRow, DueReader,
-    EventView, Health, Imported, LastResult, Materialization, MigratedOut, Migration, OpenMode,
-    PruneCounts, Reanchored, Removal, Rows, RunBrief, RunFilter, RunView, RunningView,
-    SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
+    DefinitionRow, DueReader, EventView, Health, Imported, LastResult, Materialization,
+    MigratedIds, MigratedOut, MigrationBatches, MigrationSql, OpenMode, PruneCounts, Reanchored,
+    Removal, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store,
+    Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -1468,15 +1469,21 @@ fn history_query(filter: &RunFilter) -> (String, Vec<Box<dyn ToSql + Sync>>) {
 }
 
 /// Every column of the rows `sql` selects, as `Value`s (`runner migrate`).
-fn read_rows(tx: &mut Transaction<'_>, table: Table, sql: &str) -> Result<Rows> {
+fn read_rows(tx: &mut Transaction<'_>, table: Table, sql: &str, params: &[i64]) -> Result<Rows> {
     let statement = tx.prepare(sql)?;
+    // The schedules' statement takes no parameter.
+    let params: Params = params
+        .iter()
+        .take(statement.params().len())
+        .map(|p| p as &(dyn ToSql + Sync))
+        .collect();
     let columns: Vec<String> = statement
         .columns()
         .iter()
         .map(|c| c.name().to_string())
         .collect();
     let mut rows = Vec::new();
-    for row in tx.query(&statement, &[])? {
+    for row in tx.query(&statement, &params)? {
         let mut values = Vec::with_capacity(columns.len());
         for (index, column) in statement.columns().iter().enumerate() {
             let ty = column.type_();
@@ -2363,7 +2370,7 @@ impl Store for PostgresStore {
         actor: &Actor,
         moved_detail: &str,
         moved_event: &dyn Fn(u32) -> NewEvent,
-        write: &mut dyn FnMut(&Migration) -> anyhow::Result<()>,
+        write: &mut dyn FnMut(&mut dyn MigrationBatches) -> anyhow::Result<()>,
     ) -> StoreResult<MigratedOut> {
         self.write(|tx| {
             // Reads go on, writes wait until the commit: no tick materialises, claims or
@@ -2382,30 +2389,15 @@ impl Store for PostgresStore {
             if !running.is_empty() {
                 return Ok(MigratedOut::Running(running));
             }
-            let moved = super::moved_runs_sql(with_history);
-            let migration = Migration {
-                definitions: read_rows(
-                    tx,
-                    Table::Definitions,
-                    "SELECT * FROM job_definitions ORDER BY id",
-                )?,
-                runs: read_rows(
-                    tx,
-                    Table::Runs,
-                    &format!("SELECT * FROM job_runs WHERE id IN ({moved}) ORDER BY id"),
-                )?,
-                attempts: read_rows(
-                    tx,
-                    Table::Attempts,
-                    &format!("SELECT * FROM job_attempts WHERE run_id IN ({moved}) ORDER BY id"),
-                )?,
-                events: read_rows(
-                    tx,
-                    Table::Events,
-                    &format!("SELECT * FROM job_events WHERE run_id IN ({moved}) ORDER BY id"),
-                )?,
-            };
-            write(&migration)?;
+            let sql = MigrationSql::new(with_history, |n| format!("${n}"));
+            let mut batches = BatchReader::new(sql, |table, sql: &str, params: [i64; 2]| {
+                Ok(read_rows(tx, table, sql, &params)?)
+            });
+            write(&mut batches)?;
+            if !batches.done {
+                anyhow::bail!("the migration's target left runs unread; nothing was moved");
+            }
+            let counts = batches.counts;
             // Written elsewhere and committed there: retire everything here, so a tick left
             // running on this database runs none of it.
             tx.execute(
@@ -2431,11 +2423,11 @@ impl Store for PostgresStore {
                 )?;
                 insert_event(tx, run_id, now, actor, &moved_event(u32_at(&row, 1)?))?;
             }
-            Ok(MigratedOut::Done(migration.counts()))
+            Ok(MigratedOut::Done(counts))
         })
     }
 
-    fn import_migration(&mut self, migration: &Migration) -> StoreResult<Imported> {
+    fn import_migration(&mut self, batches: &mut dyn MigrationBatches) -> StoreResult<Imported> {
         self.write(|tx| {
             // Ticks of this database go on meanwhile. Should another migration bring the same
             // names at the same moment, the unique name index refuses the second, which rolls back.
@@ -2444,31 +2436,37 @@ impl Store for PostgresStore {
                 .iter()
                 .map(|r| r.try_get(0))
                 .collect::<Result<_, _>>()?;
-            let taken = super::names_taken(migration, &existing);
-            if !taken.is_empty() {
-                return Ok(Imported::NamesTaken(taken));
-            }
             let mut statements = std::collections::HashMap::new();
-            super::insert_migration(migration, &mut |table, columns, values| {
-                let statement = match statements.get(&table) {
-                    Some(statement) => statement,
-                    None => {
-                        let sql = super::insert_row_sql(table, columns, |n| format!("${n}"));
-                        let statement = tx.prepare(&sql).map_err(anyhow::Error::from)?;
-                        statements.entry(table).or_insert(statement)
+            let mut ids = MigratedIds::default();
+            let mut first = true;
+            while let Some(batch) = batches.next_batch()? {
+                if std::mem::take(&mut first) {
+                    let taken = super::names_taken(&batch, &existing);
+                    if !taken.is_empty() {
+                        return Ok(Imported::NamesTaken(taken));
                     }
-                };
-                let params: Vec<Box<dyn ToSql + Sync>> = values
-                    .iter()
-                    .zip(statement.params())
-                    .map(|(value, ty)| migrated_param(value, ty))
-                    .collect();
-                let params: Params = params.iter().map(|p| p.as_ref()).collect();
-                let row = tx
-                    .query_one(statement, &params)
-                    .map_err(anyhow::Error::from)?;
-                Ok(row.try_get(0).map_err(anyhow::Error::from)?)
-            })?;
+                }
+                super::insert_migration(&batch, &mut ids, &mut |table, columns, values| {
+                    let statement = match statements.get(&table) {
+                        Some(statement) => statement,
+                        None => {
+                            let sql = super::insert_row_sql(table, columns, |n| format!("${n}"));
+                            let statement = tx.prepare(&sql).map_err(anyhow::Error::from)?;
+                            statements.entry(table).or_insert(statement)
+                        }
+                    };
+                    let params: Vec<Box<dyn ToSql + Sync>> = values
+                        .iter()
+                        .zip(statement.params())
+                        .map(|(value, ty)| migrated_param(value, ty))
+                        .collect();
+                    let params: Params = params.iter().map(|p| p.as_ref()).collect();
+                    let row = tx
+                        .query_one(statement, &params)
+                        .map_err(anyhow::Error::from)?;
+                    Ok(row.try_get(0).map_err(anyhow::Error::from)?)
+                })?;
+            }
             Ok(Imported::Done)
         })
     }
