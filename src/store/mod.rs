@@ -647,10 +647,33 @@ impl Table {
 /// the id the target gave it.
 pub type InsertRow<'a> = dyn FnMut(Table, &[String], &[Value]) -> Result<i64> + 'a;
 
+/// The target side of `runner migrate`, for every backend, inside the backend's transaction:
+/// if a schedule of one of the migration's names is among `existing` (the target's), return
+/// `Imported::NamesTaken` (all of them) having written nothing; else write every batch through
+/// `insert` (see [`insert_migration`]).
+pub fn import_batches(
+    batches: &mut dyn MigrationBatches,
+    existing: &[String],
+    insert: &mut InsertRow<'_>,
+) -> Result<Imported> {
+    let mut ids = MigratedIds::default();
+    let mut first = true;
+    while let Some(batch) = batches.next_batch()? {
+        if std::mem::take(&mut first) {
+            let taken = names_taken(&batch, existing);
+            if !taken.is_empty() {
+                return Ok(Imported::NamesTaken(taken));
+            }
+        }
+        insert_migration(&batch, &mut ids, insert)?;
+    }
+    Ok(Imported::Done)
+}
+
 /// The new ids a migration's target gave the schedules, by their old ones: the runs and attempts
 /// of every batch point at them. (A run's attempts and events come in its own batch.)
 #[derive(Debug, Default)]
-pub struct MigratedIds {
+struct MigratedIds {
     definitions: std::collections::HashMap<i64, i64>,
 }
 
@@ -659,7 +682,7 @@ pub struct MigratedIds {
 /// run at its schedule's new id, each attempt at its run's and its schedule's, and each event at
 /// its run's (schedules as `ids` holds them from the first batch). Shared by the backends so
 /// the mapping is written once; each backend only inserts.
-pub fn insert_migration(
+fn insert_migration(
     migration: &Migration,
     ids: &mut MigratedIds,
     insert: &mut InsertRow<'_>,
@@ -768,7 +791,7 @@ pub fn count_dead_sql(placeholder: &str) -> String {
 }
 
 /// The names of `migration`'s schedules among `existing`, sorted.
-pub fn names_taken(migration: &Migration, existing: &[String]) -> Vec<String> {
+fn names_taken(migration: &Migration, existing: &[String]) -> Vec<String> {
     let mut taken: Vec<String> = migration
         .names()
         .into_iter()
@@ -1168,7 +1191,7 @@ pub trait Store {
     ) -> Result<MigratedOut>;
     /// `runner migrate`, the target side, in ONE transaction: if a schedule of one of the
     /// migration's names exists, return `Imported::NamesTaken` (all of them) having written
-    /// nothing; else insert every row of every batch through `insert_migration` (new ids, every
+    /// nothing; else insert every row of every batch through `import_batches` (new ids, every
     /// column as read, the schedules' dead-runs counters among them), and commit.
     fn import_migration(&mut self, batches: &mut dyn MigrationBatches) -> Result<Imported>;
 

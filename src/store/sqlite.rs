@@ -19,9 +19,9 @@ use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
     DefinitionRow, DueReader, EventView, Health, Imported, JobRunStats, LastResult,
-    Materialization, MigratedIds, MigratedOut, MigrationBatches, MigrationSql, OpenMode,
-    PruneCounts, Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView,
-    SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    Materialization, MigratedOut, MigrationBatches, MigrationSql, OpenMode, PruneCounts,
+    Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions,
+    Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
@@ -2528,24 +2528,16 @@ impl Store for SqliteStore {
             .prepare("SELECT name FROM job_definitions")?
             .query_map([], |r| r.get(0))?
             .collect::<rusqlite::Result<Vec<String>>>()?;
-        let mut ids = MigratedIds::default();
-        let mut first = true;
-        while let Some(batch) = batches.next_batch()? {
-            if std::mem::take(&mut first) {
-                let taken = super::names_taken(&batch, &existing);
-                if !taken.is_empty() {
-                    return Ok(Imported::NamesTaken(taken));
-                }
-            }
-            super::insert_migration(&batch, &mut ids, &mut |table, columns, values| {
-                let sql = super::insert_row_sql(table, columns, |n| format!("?{n}"));
-                Ok(tx
-                    .prepare_cached(&sql)?
-                    .query_row(rusqlite::params_from_iter(values), |r| r.get(0))?)
-            })?;
+        let imported = super::import_batches(batches, &existing, &mut |table, columns, values| {
+            let sql = super::insert_row_sql(table, columns, |n| format!("?{n}"));
+            Ok(tx
+                .prepare_cached(&sql)?
+                .query_row(rusqlite::params_from_iter(values), |r| r.get(0))?)
+        })?;
+        if imported == Imported::Done {
+            tx.commit()?;
         }
-        tx.commit()?;
-        Ok(Imported::Done)
+        Ok(imported)
     }
 
     fn prunable(&self, cutoff: i64) -> Result<PruneCounts> {

@@ -29,9 +29,9 @@ use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
     DefinitionRow, DueReader, EventView, Health, Imported, LastResult, Materialization,
-    MigratedIds, MigratedOut, MigrationBatches, MigrationSql, OpenMode, PruneCounts, Reanchored,
-    Removal, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store,
-    Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    MigratedOut, MigrationBatches, MigrationSql, OpenMode, PruneCounts, Reanchored, Removal, Rows,
+    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table, Value,
+    RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -2437,16 +2437,10 @@ impl Store for PostgresStore {
                 .map(|r| r.try_get(0))
                 .collect::<Result<_, _>>()?;
             let mut statements = std::collections::HashMap::new();
-            let mut ids = MigratedIds::default();
-            let mut first = true;
-            while let Some(batch) = batches.next_batch()? {
-                if std::mem::take(&mut first) {
-                    let taken = super::names_taken(&batch, &existing);
-                    if !taken.is_empty() {
-                        return Ok(Imported::NamesTaken(taken));
-                    }
-                }
-                super::insert_migration(&batch, &mut ids, &mut |table, columns, values| {
+            Ok(super::import_batches(
+                batches,
+                &existing,
+                &mut |table, columns, values| {
                     let statement = match statements.get(&table) {
                         Some(statement) => statement,
                         None => {
@@ -2465,9 +2459,8 @@ impl Store for PostgresStore {
                         .query_one(statement, &params)
                         .map_err(anyhow::Error::from)?;
                     Ok(row.try_get(0).map_err(anyhow::Error::from)?)
-                })?;
-            }
-            Ok(Imported::Done)
+                },
+            )?)
         })
     }
 
