@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-use crate::common::{mode, stderr, Env};
+use crate::common::{mode, stderr, wrapped, Env};
 use crate::sqlite_only;
 
 /// Every path under `dir` (relative), sorted.
@@ -938,4 +938,43 @@ fn a_reader_who_cannot_write_reads_the_marks_an_idle_tick_left() {
         Some(idle.base),
         "and checkpointed nothing"
     );
+}
+
+/// A statement that changes much of a large history, inside a transaction (deleting a schedule
+/// with its runs, here 200,000 of them with an event each), keeps its rollback journal in a
+/// temporary file past 64 KiB, not in memory: held in memory, this one needed about 90 MB, and
+/// 250 MB for 600,000 runs. Under a 64 MiB address-space limit it fails with "out of memory".
+#[test]
+fn removing_a_schedule_with_a_long_history_needs_little_memory() {
+    sqlite_only!("SQLite's statement journals");
+    let env = Env::init();
+    env.add("big", &[], "true");
+    env.add("small", &[], "true");
+    env.sql.exec(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000)
+         INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
+             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
+             created_at, finished_at)
+         SELECT d.id, 'manual', 1600000000 + i, 'succeeded', 1600000000 + i, 'true', 3, 60, 1, 1,
+             'big@' || i, 1600000000 + i, 1600000001 + i
+         FROM n JOIN job_definitions d ON d.name = 'big'",
+        &[],
+    );
+    env.sql.exec(
+        "INSERT INTO job_events (run_id, at, kind, actor, detail)
+         SELECT id, created_at, 'ENQUEUED', 'test', '{}' FROM job_runs",
+        &[],
+    );
+    let mut rm = env.cmd();
+    rm.args(["schedule", "rm", "big"]);
+    let out = wrapped(&["sh", "-c", "ulimit -v 65536 && exec \"$@\"", "sh"], &rm)
+        .output()
+        .expect("schedule rm under a memory limit");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        env.sql.query_i64("SELECT count(*) FROM job_runs", &[]),
+        0,
+        "the runs went with their schedule"
+    );
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_events", &[]), 0);
 }
