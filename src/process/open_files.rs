@@ -33,7 +33,7 @@ pub fn make_room_for(needed: u64) -> Result<(), u64> {
     if setrlimit(Resource::Nofile, limit).is_err() {
         return Err(soft);
     }
-    // The first raise is what jobs get back; a later one (a second tick in a test) raises further.
+    // What jobs get back: the limit before the first raise.
     let _ = STARTED_WITH.set(started_with);
     if raised < needed {
         Err(raised)

@@ -510,8 +510,8 @@ impl Migration {
 
 /// Runs per batch of a migration, read together with their attempts and events: a migration of
 /// any size holds about this many in memory at once. (All at once, 610,000 runs and their events
-/// took `migrate` to 1 GB.) An attempt keeps up to 64 KiB of each output stream, so a batch is at
-/// most about 64 MB.
+/// took `migrate` to 1 GB.) An attempt keeps up to 64 KiB of each output stream: a batch of runs
+/// of one attempt each is at most about 64 MB.
 pub const MIGRATE_BATCH: i64 = 500;
 
 /// A migration's rows, read batch by batch inside the source's transaction

@@ -87,9 +87,10 @@ pub fn prune_finished(
 /// most this often, across all runners sharing the database.
 const FOLD_RUN_TALLY_EVERY_SECS: i64 = 3600;
 /// Runs folded per transaction. Folding groups its runs by schedule and status, which SQLite
-/// does by sorting them in memory (about 60 bytes a run): one transaction for all of an hour's
-/// runs grew the tick by 360 MB at 100,000 runs a minute, and held the write lock for seconds.
-pub const FOLD_BATCH: i64 = 50_000;
+/// does by sorting them: all of an hour's runs in one transaction (6 million at 100,000 a minute)
+/// held the write lock for seconds, and grew the tick by about 60 bytes a run while SQLite kept
+/// its sorts in memory (`temp_store = MEMORY`, until 986c64e).
+const FOLD_BATCH: i64 = 50_000;
 
 /// Fold the runs made since the last fold into the run tally, at most once an hour, batch by
 /// batch, pausing between batches as pruning does. A problem is printed and counted, never fatal
