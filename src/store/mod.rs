@@ -527,15 +527,15 @@ pub trait MigrationBatches {
 /// otherwise be lost, or with `with_history` every run) after run id parameter 1, parameter 2 of
 /// them; and the attempts, then the events, of the runs to move with ids after parameter 1 up to
 /// parameter 2.
-pub struct MigrationSql {
-    pub definitions: &'static str,
-    pub runs: String,
-    pub attempts: String,
-    pub events: String,
+struct MigrationSql {
+    definitions: &'static str,
+    runs: String,
+    attempts: String,
+    events: String,
 }
 
 impl MigrationSql {
-    pub fn new(with_history: bool, placeholder: fn(usize) -> String) -> MigrationSql {
+    fn new(with_history: bool, placeholder: fn(usize) -> String) -> MigrationSql {
         let moved = if with_history {
             ""
         } else {
@@ -558,8 +558,9 @@ impl MigrationSql {
     }
 }
 
-/// Reads a migration batch by batch through `read` (a backend's: one table's rows for SQL with
-/// two integer parameters), and counts what it handed out.
+/// Reads a migration batch by batch through `read` (a backend's: one table's rows for
+/// `MigrationSql`'s SQL in its parameter syntax, with two integer parameters), and counts what
+/// it handed out.
 pub struct BatchReader<F> {
     sql: MigrationSql,
     read: F,
@@ -574,9 +575,11 @@ impl<F> BatchReader<F>
 where
     F: FnMut(Table, &str, [i64; 2]) -> Result<Rows>,
 {
-    pub fn new(sql: MigrationSql, read: F) -> Self {
+    /// The runs to move: with `with_history` every run, else the pending ones. `placeholder(n)`
+    /// is the backend's n-th parameter.
+    pub fn new(with_history: bool, placeholder: fn(usize) -> String, read: F) -> Self {
         BatchReader {
-            sql,
+            sql: MigrationSql::new(with_history, placeholder),
             read,
             after: None,
             done: false,

@@ -19,9 +19,9 @@ use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
     DefinitionRow, DueReader, EventView, Health, Imported, JobRunStats, LastResult,
-    Materialization, MigratedOut, MigrationBatches, MigrationSql, OpenMode, PruneCounts,
-    Reanchored, Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions,
-    Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    Materialization, MigratedOut, MigrationBatches, OpenMode, PruneCounts, Reanchored, Removal,
+    Result, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table,
+    Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
@@ -2486,13 +2486,14 @@ impl Store for SqliteStore {
         if !running.is_empty() {
             return Ok(MigratedOut::Running(running));
         }
-        let sql = MigrationSql::new(with_history, |n| format!("?{n}"));
-        let mut batches = BatchReader::new(sql, |table, sql: &str, params: [i64; 2]| {
-            let mut stmt = tx.prepare_cached(sql)?;
-            // The schedules' statement takes no parameter.
-            let count = stmt.parameter_count();
-            read_rows(&mut stmt, table, &params[..count])
-        });
+        let placeholder = |n| format!("?{n}");
+        let mut batches =
+            BatchReader::new(with_history, placeholder, |table, sql: &str, params| {
+                let mut stmt = tx.prepare_cached(sql)?;
+                // The schedules' statement takes no parameter.
+                let count = stmt.parameter_count();
+                read_rows(&mut stmt, table, &params[..count])
+            });
         write(&mut batches)?;
         if !batches.done {
             return Err(anyhow::anyhow!(

@@ -705,6 +705,33 @@ pub fn on_other_host(cmd: &Command, host: &str) -> Command {
     )
 }
 
+/// `cmd` started by a shell that first sets `limit` (the arguments of `ulimit`, e.g. `-v 65536`).
+pub fn under_ulimit(limit: &str, cmd: &Command) -> Command {
+    let script = format!("ulimit {limit} && exec \"$@\"");
+    wrapped(&["sh", "-c", &script, "sh"], cmd)
+}
+
+/// `runs` finished runs of schedule `name` (manual, succeeded, long ago), each with one event,
+/// inserted by SQL: a long history in a second or two.
+pub fn add_finished_history(env: &Env, name: &str, runs: i64) {
+    env.sql.exec(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1)
+         INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
+             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
+             created_at, finished_at)
+         SELECT d.id, 'manual', 1600000000 + i, 'succeeded', 1600000000 + i, 'true', 3, 60, 1, 1,
+             d.name || '@' || i, 1600000000 + i, 1600000001 + i
+         FROM n JOIN job_definitions d ON d.name = $2",
+        &[&runs, &name],
+    );
+    env.sql.exec(
+        "INSERT INTO job_events (run_id, at, kind, actor, detail)
+         SELECT r.id, r.created_at, 'ENQUEUED', 'test', '{}'
+         FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id WHERE d.name = $1",
+        &[&name],
+    );
+}
+
 /// `cmd` started by `wrapper` (a program and its arguments, which end by `exec`ing the rest):
 /// `cmd`'s program and arguments follow the wrapper's, with `cmd`'s environment and directory.
 pub fn wrapped(wrapper: &[&str], cmd: &Command) -> Command {

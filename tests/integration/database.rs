@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-use crate::common::{mode, stderr, wrapped, Env};
+use crate::common::{add_finished_history, mode, stderr, under_ulimit, Env};
 use crate::sqlite_only;
 
 /// Every path under `dir` (relative), sorted.
@@ -950,24 +950,10 @@ fn removing_a_schedule_with_a_long_history_needs_little_memory() {
     let env = Env::init();
     env.add("big", &[], "true");
     env.add("small", &[], "true");
-    env.sql.exec(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000)
-         INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
-             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
-             created_at, finished_at)
-         SELECT d.id, 'manual', 1600000000 + i, 'succeeded', 1600000000 + i, 'true', 3, 60, 1, 1,
-             'big@' || i, 1600000000 + i, 1600000001 + i
-         FROM n JOIN job_definitions d ON d.name = 'big'",
-        &[],
-    );
-    env.sql.exec(
-        "INSERT INTO job_events (run_id, at, kind, actor, detail)
-         SELECT id, created_at, 'ENQUEUED', 'test', '{}' FROM job_runs",
-        &[],
-    );
+    add_finished_history(&env, "big", 200_000);
     let mut rm = env.cmd();
     rm.args(["schedule", "rm", "big"]);
-    let out = wrapped(&["sh", "-c", "ulimit -v 65536 && exec \"$@\"", "sh"], &rm)
+    let out = under_ulimit("-v 65536", &rm)
         .output()
         .expect("schedule rm under a memory limit");
     assert!(out.status.success(), "{}", stderr(&out));

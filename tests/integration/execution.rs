@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{
     json, last_attempt, last_run_id, process_alive, read_pid, run_row, sh_quote, status_of, stderr,
-    stdout, wait_until, wrapped, Bg, Env, Strays, Val, NEVER, RETRY_AT_ONCE,
+    stdout, under_ulimit, wait_until, wrapped, Bg, Env, Strays, Val, NEVER, RETRY_AT_ONCE,
 };
 
 // ---------------------------------------------------------------------------
@@ -1149,7 +1149,7 @@ fn a_tick_started_with_a_low_open_file_limit_runs_its_jobs_under_that_limit() {
         .collect();
     let mut tick = env.cmd();
     tick.args(["tick", "--concurrency", "6"]);
-    let out = wrapped(&["sh", "-c", "ulimit -S -n 16 && exec \"$@\"", "sh"], &tick)
+    let out = under_ulimit("-S -n 16", &tick)
         .output()
         .expect("tick under a low limit");
     assert!(out.status.success(), "{}", stderr(&out));
@@ -1176,7 +1176,7 @@ fn a_tick_whose_hard_open_file_limit_is_too_low_says_so() {
     let run = env.enqueue("one");
     let mut tick = env.cmd();
     tick.args(["tick", "--concurrency", "50"]);
-    let out = wrapped(&["sh", "-c", "ulimit -n 64 && exec \"$@\"", "sh"], &tick)
+    let out = under_ulimit("-n 64", &tick)
         .output()
         .expect("tick under a low hard limit");
     assert!(out.status.success(), "{}", stderr(&out));

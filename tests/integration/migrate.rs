@@ -6,7 +6,9 @@
 //! a second database, PostgreSQL (on `RUNNER_TEST_PG`; skipped with a note when it is unset) or
 //! a SQLite file. Across the suite's two passes that is every pair of backends.
 
-use crate::common::{epoch, stderr, stdout, wrapped, Env, TestDb, Val, NEVER};
+use crate::common::{
+    add_finished_history, epoch, stderr, stdout, under_ulimit, Env, TestDb, Val, NEVER,
+};
 use crate::sqlite_only;
 
 /// A PostgreSQL database to migrate to, or `None` (the test says it was skipped).
@@ -484,30 +486,13 @@ fn a_long_history_migrates_in_little_memory() {
     sqlite_only!("an address-space limit on a process with no threads");
     let env = Env::init();
     env.add("big", &[], "true");
-    env.sql.exec(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000)
-         INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
-             max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
-             created_at, finished_at)
-         SELECT d.id, 'manual', 1600000000 + i, 'succeeded', 1600000000 + i, 'true', 3, 60, 1, 1,
-             'big@' || i, 1600000000 + i, 1600000001 + i
-         FROM n JOIN job_definitions d ON d.name = 'big'",
-        &[],
-    );
-    env.sql.exec(
-        "INSERT INTO job_events (run_id, at, kind, actor, detail)
-         SELECT id, created_at, 'ENQUEUED', 'test', '{}' FROM job_runs",
-        &[],
-    );
+    add_finished_history(&env, "big", 100_000);
     let target = sqlite_target(&env);
     let mut migrate = env.cmd();
     migrate.args(["migrate", "--to", target.location(), "--history"]);
-    let out = wrapped(
-        &["sh", "-c", "ulimit -v 65536 && exec \"$@\"", "sh"],
-        &migrate,
-    )
-    .output()
-    .expect("migrate under a memory limit");
+    let out = under_ulimit("-v 65536", &migrate)
+        .output()
+        .expect("migrate under a memory limit");
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stdout(&out).starts_with(

@@ -29,9 +29,9 @@ use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
     DefinitionRow, DueReader, EventView, Health, Imported, LastResult, Materialization,
-    MigratedOut, MigrationBatches, MigrationSql, OpenMode, PruneCounts, Reanchored, Removal, Rows,
-    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table, Value,
-    RECENT_LISTED, RUNNING_LISTED,
+    MigratedOut, MigrationBatches, OpenMode, PruneCounts, Reanchored, Removal, Rows, RunBrief,
+    RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED,
+    RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -2389,10 +2389,11 @@ impl Store for PostgresStore {
             if !running.is_empty() {
                 return Ok(MigratedOut::Running(running));
             }
-            let sql = MigrationSql::new(with_history, |n| format!("${n}"));
-            let mut batches = BatchReader::new(sql, |table, sql: &str, params: [i64; 2]| {
-                Ok(read_rows(tx, table, sql, &params)?)
-            });
+            let placeholder = |n| format!("${n}");
+            let mut batches =
+                BatchReader::new(with_history, placeholder, |table, sql: &str, params| {
+                    Ok(read_rows(tx, table, sql, &params)?)
+                });
             write(&mut batches)?;
             if !batches.done {
                 anyhow::bail!("the migration's target left runs unread; nothing was moved");
