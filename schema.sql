@@ -183,8 +183,8 @@ CREATE TABLE runner_state (
 --   SELECT definition_id, status, count(*), max(finished_at) FROM job_runs
 --   WHERE id <= T GROUP BY 1, 2
 -- where T is runner_state's 'tally_through'. Runs above T (made since the last fold) are counted
--- where they are read; at most once an hour a tick folds them in and moves T
--- ('tally_folded_at'). Only changes to runs at or below T touch the tally, through the
+-- where they are read; once an hour, or sooner when 250,000 wait, a tick folds them in and moves
+-- T ('tally_folded_at'). Only changes to runs at or below T touch the tally, through the
 -- triggers below: a run's insert never does, which keeps materialising as cheap as before (a
 -- trigger on INSERT would cost every run a statement journal). A bucket emptied stays, runs = 0.
 CREATE TABLE job_run_tally (

@@ -1205,10 +1205,11 @@ pub trait Store {
     /// short transaction; returns what was deleted (0 runs: nothing left).
     fn prune_batch(&mut self, cutoff: i64, limit: usize) -> Result<PruneCounts>;
     /// Take the run tally's fold turn, if no fold was taken in the last `every_secs` (or one is
-    /// recorded in the future): the newest run's id, which the turn folds through (with
-    /// [`fold_run_tally_batch`](Self::fold_run_tally_batch)), if this call took it. SQLite
-    /// only: PostgreSQL counts its runs where they are read, and never takes a turn.
-    fn claim_tally_fold(&mut self, now: i64, every_secs: i64) -> Result<Option<i64>>;
+    /// recorded in the future), or sooner, when more than `backlog` runs were made since the last
+    /// fold and it was taken more than a minute ago: the newest run's id, which the turn folds
+    /// through (with [`fold_run_tally_batch`](Self::fold_run_tally_batch)), if this call took
+    /// it. SQLite only: PostgreSQL counts its runs where they are read, and never takes a turn.
+    fn claim_tally_fold(&mut self, now: i64, every_secs: i64, backlog: i64) -> Result<Option<i64>>;
     /// Fold up to `limit` runs made since the last fold, none after run `newest`, into the run
     /// tally that `health` and `job_run_stats` read, in one short transaction; true if runs up
     /// to `newest` are left to fold.

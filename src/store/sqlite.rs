@@ -1272,7 +1272,8 @@ const RUN_BRIEF_COLUMNS: usize = 9;
 // ---- the health report: one query per question, each served by an index ----
 
 /// Runs per state: the tally the schema keeps of runs folded (`job_run_tally`, a few rows per
-/// schedule) plus the runs made since the last fold (at most an hour's), whatever the history.
+/// schedule) plus the runs made since the last fold (at most an hour's, or 250,000 and a
+/// minute's), whatever the history.
 const RUNS_PER_STATUS: &str = "
 SELECT status, sum(runs) FROM (
     SELECT status, runs FROM job_run_tally WHERE runs > 0
@@ -2594,13 +2595,19 @@ impl Store for SqliteStore {
         })
     }
 
-    fn claim_tally_fold(&mut self, now: i64, every_secs: i64) -> Result<Option<i64>> {
-        // The automatic prune's turn-taking (a turn recorded in the future is taken too), read
-        // first without the write lock: nearly every tick finds the turn not due.
-        const DUE: &str = "key = 'tally_folded_at' AND (value <= ?1 - ?2 OR value > ?1)";
+    fn claim_tally_fold(&mut self, now: i64, every_secs: i64, backlog: i64) -> Result<Option<i64>> {
+        // The automatic prune's turn-taking (a turn recorded in the future is taken too), or a
+        // backlog: run ids only grow, so the ids above the mark bound the runs made since (the
+        // largest id is the last entry of the table's b-tree). Not twice in a minute, so that
+        // ticks started together do not each take a turn at the same backlog. Read first
+        // without the write lock: nearly every tick finds the turn not due.
+        const DUE: &str = "key = 'tally_folded_at' AND (value <= ?1 - ?2 OR value > ?1
+            OR (value <= ?1 - 60
+                AND (SELECT coalesce(max(id), 0) FROM job_runs)
+                    - (SELECT value FROM runner_state WHERE key = 'tally_through') > ?3))";
         let due: bool = self.conn.query_row(
             &format!("SELECT EXISTS (SELECT 1 FROM runner_state WHERE {DUE})"),
-            params![now, every_secs],
+            params![now, every_secs, backlog],
             |r| r.get(0),
         )?;
         if !due {
@@ -2610,7 +2617,7 @@ impl Store for SqliteStore {
         let tx = self.write_with(Commit::Deferred)?;
         let taken = tx.execute(
             &format!("UPDATE runner_state SET value = ?1 WHERE {DUE}"),
-            params![now, every_secs],
+            params![now, every_secs, backlog],
         )?;
         let newest: i64 = tx.query_row("SELECT coalesce(max(id), 0) FROM job_runs", [], |r| {
             r.get(0)
@@ -2684,7 +2691,10 @@ mod tests {
     /// Take the fold turn at `now` (once per `every` seconds) and fold batch by batch, `limit`
     /// runs at a time, as the tick does; true if the turn was taken.
     fn fold(store: &mut SqliteStore, now: i64, every: i64, limit: i64) -> bool {
-        let Some(newest) = store.claim_tally_fold(now, every).expect("fold turn") else {
+        let Some(newest) = store
+            .claim_tally_fold(now, every, 1_000)
+            .expect("fold turn")
+        else {
             return false;
         };
         while store.fold_run_tally_batch(newest, limit).expect("fold") {}
@@ -3165,6 +3175,44 @@ mod tests {
         assert_tally_counts(&store, "with a run made since the fold");
     }
 
+    /// Within the hour, a backlog of more runs than the tick's bound takes the turn, not twice in
+    /// a minute, and a fold resets it.
+    #[test]
+    fn a_backlog_of_runs_is_folded_within_the_hour() {
+        let (_dir, mut store) = store();
+        add_definitions(&store.conn, 1);
+        let through = |store: &SqliteStore| state_value(store, "tally_through");
+        let folded = state_value(&store, "tally_folded_at").expect("init's fold");
+        let turn = |store: &mut SqliteStore, at: i64| {
+            store
+                .claim_tally_fold(folded + at, 3600, 3)
+                .expect("fold turn")
+        };
+        for key in 1..=3 {
+            add_run(&store.conn, key, 1, "succeeded", Some(10 + key));
+        }
+        assert_eq!(turn(&mut store, 120), None, "3 runs wait: not more than 3");
+        add_run(&store.conn, 4, 1, "dead", Some(20));
+        assert_eq!(
+            turn(&mut store, 59),
+            None,
+            "not within a minute of the last fold"
+        );
+        assert_eq!(turn(&mut store, 120), Some(4), "4 runs wait: folded");
+        assert_eq!(
+            turn(&mut store, 150),
+            None,
+            "a turn taken: not again in a minute"
+        );
+        while store.fold_run_tally_batch(4, 2).expect("fold") {}
+        assert_eq!(through(&store), Some(4));
+        assert_tally_counts(&store, "after the backlog's fold");
+        for key in 5..=7 {
+            add_run(&store.conn, key, 1, "succeeded", Some(30 + key));
+        }
+        assert_eq!(turn(&mut store, 300), None, "the fold reset the backlog");
+    }
+
     /// A turn folds in batches, each its own transaction, and writes between them are counted
     /// exactly: the newest runs deleted after the turn was taken (their ids given again to new
     /// runs) leave the mark at the largest run id, never past it.
@@ -3177,7 +3225,7 @@ mod tests {
             add_run(&store.conn, key, 1 + key % 2, "succeeded", Some(100 + key));
         }
         let now = state_value(&store, "tally_folded_at").expect("init's fold") + 3600;
-        let newest = store.claim_tally_fold(now, 3600).expect("turn");
+        let newest = store.claim_tally_fold(now, 3600, 1_000).expect("turn");
         assert_eq!(newest, Some(10));
         assert!(
             store.fold_run_tally_batch(10, 4).expect("fold"),

@@ -2515,7 +2515,12 @@ impl Store for PostgresStore {
     /// No tally here: PostgreSQL counts runs per status and schedule where they are read. Row
     /// triggers keeping one would make concurrent ticks on several hosts queue (or deadlock) on
     /// the same few counter rows.
-    fn claim_tally_fold(&mut self, _now: i64, _every_secs: i64) -> StoreResult<Option<i64>> {
+    fn claim_tally_fold(
+        &mut self,
+        _now: i64,
+        _every_secs: i64,
+        _backlog: i64,
+    ) -> StoreResult<Option<i64>> {
         Ok(None)
     }
 
