@@ -11,7 +11,8 @@
 //! spawned at their gate by helper threads (a spawn waits for the shell's `exec`, which the
 //! supervisor would otherwise wait out with nothing else done), their starts recorded, held until
 //! a job ends, then released at once. At most `--concurrency` jobs run their command; up to
-//! `max(--concurrency, MIN_AHEAD)` more may wait, prepared, at the gate.
+//! `max(--concurrency, MIN_AHEAD)` more may wait, prepared, at the gate. Both are lowered where
+//! the open-file limit cannot hold their pipes ([`Slots`]).
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -361,14 +362,20 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
     if let Ok(false) = tick.store.anything_due(tick.clock.epoch()) {
         return Ok(());
     }
-    let concurrency = tick.options.concurrency;
-    let needed = open_files_needed(concurrency);
-    if let Err(limit) = crate::process::open_files::make_room_for(needed) {
+    let asked = Slots::asked(tick.options.concurrency);
+    let needed = asked.files_needed();
+    let (slots, limit) = match crate::process::open_files::make_room_for(needed) {
+        Ok(()) => (asked, None),
+        Err(limit) => (asked.within(limit), Some(limit)),
+    };
+    if let Some(limit) = limit.filter(|_| slots.running < asked.running) {
+        let (concurrency, running) = (asked.running, slots.running);
         crate::complain!(
             "runner: warning: the open-file limit (ulimit -n) is {limit} and its hard limit \
-             allows no more; --concurrency {concurrency} needs about {needed}: jobs may fail to \
-             start (SPAWN:OTHER). Raise the hard limit (limits.conf, or `ulimit -Hn` as root), \
-             or lower --concurrency"
+             allows no more; --concurrency {concurrency} needs about {needed}: this tick runs \
+             {running} job{} at a time. Raise the hard limit (limits.conf, or `ulimit -Hn` as \
+             root), or lower --concurrency",
+            if running == 1 { "" } else { "s" }
         );
     }
     let (requests, queue) = mpsc::channel::<SpawnRequest>();
@@ -394,21 +401,66 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
             in_flight: 0,
             wakeup: wakeup.as_ref(),
         };
-        supervise_due(tick, &mut spawner)
+        supervise_due(tick, &mut spawner, slots)
         // The spawner is dropped here: its queue closes, the helpers return, the scope joins them.
     })
 }
 
-/// Files a tick of `concurrency` slots may have open at once: three per job it holds (running,
-/// or prepared ahead at its gate), three more per spawn under way, and a margin for the rest (the
-/// database's files, standard streams, the wake-up's pipe, the pump's epoll, `/proc` reads).
-fn open_files_needed(concurrency: usize) -> u64 {
-    let held = concurrency.saturating_add(concurrency.max(MIN_AHEAD));
-    let files = held.saturating_add(SPAWN_THREADS).saturating_mul(3);
-    u64::try_from(files).unwrap_or(u64::MAX).saturating_add(64)
+/// How many jobs a tick runs at once, and how many more it may hold prepared at their gate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Slots {
+    running: usize,
+    ahead: usize,
 }
 
-fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {
+/// Open files a tick needs besides its jobs' pipes: the database's files, the standard streams,
+/// the wake-up's pipe, the pump's epoll, `/proc` reads; with a margin.
+const FILES_BESIDE_JOBS: u64 = 64;
+/// Open files per job held (its gate, its stdout and stderr pipes), and per spawn under way.
+const FILES_PER_JOB: u64 = 3;
+
+impl Slots {
+    /// `--concurrency` slots, and `max(concurrency, MIN_AHEAD)` places ahead.
+    fn asked(concurrency: usize) -> Slots {
+        Slots {
+            running: concurrency,
+            ahead: concurrency.max(MIN_AHEAD),
+        }
+    }
+
+    /// The files the tick may have open at once: for each job it holds (running, or prepared
+    /// ahead), for each spawn under way, and beside them.
+    fn files_needed(self) -> u64 {
+        let jobs = self
+            .running
+            .saturating_add(self.ahead)
+            .saturating_add(SPAWN_THREADS);
+        u64::try_from(jobs)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(FILES_PER_JOB)
+            .saturating_add(FILES_BESIDE_JOBS)
+    }
+
+    /// As many as fit in `limit` open files: fewer places ahead first (they only save time), then
+    /// fewer slots, but always one. Jobs the tick has no descriptors for would fail to start
+    /// (`SPAWN:OTHER`), an attempt spent each time, though nothing is wrong with them.
+    fn within(self, limit: u64) -> Slots {
+        if self.files_needed() <= limit {
+            return self;
+        }
+        let spare = limit.saturating_sub(FILES_BESIDE_JOBS) / FILES_PER_JOB;
+        let jobs = usize::try_from(spare)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(SPAWN_THREADS);
+        let running = self.running.min(jobs).max(1);
+        Slots {
+            running,
+            ahead: self.ahead.min(jobs.saturating_sub(running)),
+        }
+    }
+}
+
+fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Result<()> {
     let options = tick.options;
     let started = Instant::now();
     let mut supervisor = Supervisor::new(tick);
@@ -432,12 +484,12 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {
         // The ends first, their slots given to prepared jobs at once, then the claim of what
         // they leave room for.
         let mut ends = supervisor.poll(tick);
-        supervisor.admit_ready(tick, options.concurrency);
+        supervisor.admit_ready(tick, slots.running);
         returned.extend(spawner.spawned.try_iter().flatten());
         if !returned.is_empty() {
             spawner.in_flight -= returned.len();
             start_spawned(tick, std::mem::take(&mut returned), &mut supervisor);
-            supervisor.admit_ready(tick, options.concurrency);
+            supervisor.admit_ready(tick, slots.running);
         }
         if !ends.is_empty() {
             claiming.ended_since = true;
@@ -458,18 +510,18 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner) -> Result<()> {
         }
 
         let ahead = if supervisor.prepare_ahead {
-            options.concurrency.max(MIN_AHEAD)
+            slots.ahead
         } else {
             0
         };
-        let room = (options.concurrency + ahead)
+        let room = (slots.running + ahead)
             .saturating_sub(supervisor.in_hand(spawner))
             .min(options.batch);
         // While prepared jobs wait or spawns are under way, claim for several slots at once
         // (fewer, larger transactions); with none, for any free slot.
         let starving = supervisor.ready.is_empty() && spawner.in_flight == 0;
         let worth_claiming =
-            starving || room >= claim_at_least(options.concurrency, ahead).min(options.batch);
+            starving || room >= claim_at_least(slots.running, ahead).min(options.batch);
         let claim_due_now = young && room > 0 && Instant::now() >= claiming.next_at;
         if claim_due_now && worth_claiming {
             claiming.ended_since = false;
@@ -795,5 +847,20 @@ mod tests {
         assert_eq!(claim_at_least(32, 32), 16);
         // Nothing prepared ahead: any free slot.
         assert_eq!(claim_at_least(2, 0), 0);
+    }
+
+    #[test]
+    fn slots_give_up_places_ahead_before_running_ones_to_fit_the_open_file_limit() {
+        let asked = Slots::asked(50);
+        assert_eq!(asked.files_needed(), 3 * (50 + 50 + 2) + 64);
+        assert_eq!(asked.within(asked.files_needed()), asked, "it fits");
+        let fewer_ahead = asked.within(64 + 3 * 80);
+        assert_eq!((fewer_ahead.running, fewer_ahead.ahead), (50, 28));
+        assert!(fewer_ahead.files_needed() <= 64 + 3 * 80);
+        let fewer_running = asked.within(64 + 3 * 30);
+        assert_eq!((fewer_running.running, fewer_running.ahead), (28, 0));
+        let one = asked.within(64);
+        assert_eq!((one.running, one.ahead), (1, 0), "always one");
+        assert_eq!(Slots::asked(1).ahead, MIN_AHEAD);
     }
 }

@@ -1167,27 +1167,37 @@ fn a_tick_started_with_a_low_open_file_limit_runs_its_jobs_under_that_limit() {
     }
 }
 
-/// Where the hard limit is too low too, the tick says so (cron mails it): its jobs may fail to
-/// start, and the fix is the limit, not the jobs.
+/// Where the hard limit is too low too, the tick runs as many jobs at a time as it has
+/// descriptors for, and says so (cron mails it): the fix is the limit, not the jobs. Before, it
+/// claimed and spawned for all its slots, and the jobs it had no pipes for failed to start
+/// (`SPAWN:OTHER`, an attempt spent each): here 14 jobs held at once need 42 descriptors.
 #[test]
-fn a_tick_whose_hard_open_file_limit_is_too_low_says_so() {
+fn a_tick_whose_hard_open_file_limit_is_too_low_runs_fewer_jobs_at_a_time_and_says_so() {
     let env = Env::init();
-    env.add("one", &[], "true");
-    let run = env.enqueue("one");
+    env.add(
+        "many",
+        &["--max-attempts", "1", "--overlap", "allow"],
+        "sleep 0.2",
+    );
+    let runs: Vec<i64> = (0..14).map(|_| env.enqueue("many")).collect();
     let mut tick = env.cmd();
     tick.args(["tick", "--concurrency", "50"]);
-    let out = under_ulimit("-n 64", &tick)
+    let out = under_ulimit("-n 40", &tick)
         .output()
         .expect("tick under a low hard limit");
     assert!(out.status.success(), "{}", stderr(&out));
     let warning = stderr(&out);
-    assert!(
-        warning.contains("open-file limit (ulimit -n) is 64")
-            && warning.contains("--concurrency 50")
-            && warning.contains("SPAWN:OTHER"),
-        "{warning}"
+    for run in runs {
+        assert_eq!(run_row(&env, run).error_code, None, "run {run}: {warning}");
+        assert_eq!(status_of(&env, run), "succeeded", "run {run}: {warning}");
+    }
+    assert_eq!(
+        warning.trim_end(),
+        "runner: warning: the open-file limit (ulimit -n) is 40 and its hard limit allows no \
+         more; --concurrency 50 needs about 370: this tick runs 1 job at a time. Raise the hard \
+         limit (limits.conf, or `ulimit -Hn` as root), or lower --concurrency",
+        "one warning, nothing else"
     );
-    assert_eq!(status_of(&env, run), "succeeded");
 }
 
 /// `run --wait` started with SIGCHLD ignored: it executes its run itself, without the tick's
