@@ -97,9 +97,10 @@ const FOLD_RUN_TALLY_BACKLOG: i64 = 250_000;
 /// its sorts in memory (`temp_store = MEMORY`, until 986c64e).
 const FOLD_BATCH: i64 = 50_000;
 
-/// Fold the runs made since the last fold into the run tally, once an hour or at a backlog, batch by
-/// batch, pausing between batches as pruning does. A problem is printed and counted, never fatal
-/// to the tick: the runs left out are counted where they are read, and folded at the next turn.
+/// Fold the runs made since the last fold into the run tally, once an hour or at a backlog,
+/// batch by batch, pausing between batches as pruning does. A problem is printed and counted,
+/// never fatal to the tick: the runs left out are counted where they are read, and folded at the
+/// next turn.
 pub fn fold_run_tally(tick: &mut Tick<'_>) {
     let now = tick.clock.epoch();
     let store = &mut *tick.store;
