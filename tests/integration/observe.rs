@@ -8,9 +8,10 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 use crate::common::{
-    epoch, forge_vanished_runner, insert_finished_runs, json, run_ids, status_of, stderr, stdout,
-    undo_attempt_schedule, Env, BIN, SQLITE_BEFORE_TALLY,
+    add_finished_history, epoch, forge_vanished_runner, insert_finished_runs, json, run_ids,
+    status_of, stderr, stdout, undo_attempt_schedule, Env, BIN, SQLITE_BEFORE_TALLY,
 };
+use crate::sqlite_only;
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -1123,6 +1124,53 @@ fn status_and_metrics_count_every_run_across_folds() {
 
     env.ok(&["schedule", "rm", "doomed"]);
     assert_runs_counted(&env, "2030-01-01T00:00:03Z", "after removing a schedule");
+}
+
+/// A tick folds the run tally within the hour once more than 250,000 runs wait, so that `status`
+/// and `metrics` never count more than that one by one; not with 250,000. (SQLite: PostgreSQL
+/// keeps no tally.)
+#[test]
+fn a_tick_folds_the_run_tally_within_the_hour_once_250000_runs_wait() {
+    sqlite_only!("the run tally");
+    let env = Env::init();
+    env.add("busy", &[], "true");
+    add_finished_history(&env, "busy", 250_000);
+    let t0 = "2026-07-01T12:00:00Z";
+    // The last fold ten minutes ago: the hourly turn is not due.
+    env.sql.exec(
+        "UPDATE runner_state SET value = $1 WHERE key = 'tally_folded_at'",
+        &[&(epoch(t0) - 600)],
+    );
+    let through = || {
+        env.sql.query_i64(
+            "SELECT value FROM runner_state WHERE key = 'tally_through'",
+            &[],
+        )
+    };
+    // Retention off: the history is older than 30 days, and pruning it is not this test's.
+    let tick = |now: &str| {
+        let out = env
+            .cmd()
+            .env("RUNNER_RETENTION", "off")
+            .args(["--now", now, "tick"])
+            .output()
+            .expect("tick");
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    tick(t0);
+    assert_eq!(through(), 0, "250,000 runs wait: none folded");
+    env.ok(&["--now", t0, "run", "busy"]);
+    tick("2026-07-01T12:00:01Z");
+    assert_eq!(
+        through(),
+        env.sql.query_i64("SELECT max(id) FROM job_runs", &[]),
+        "250,001 runs wait: all folded"
+    );
+    let metrics = env.ok(&["--now", "2026-07-01T12:00:02Z", "metrics"]);
+    assert!(
+        metrics.contains("runner_job_runs_total{job=\"busy\",status=\"succeeded\"} 250001\n"),
+        "{metrics}"
+    );
 }
 
 #[test]
