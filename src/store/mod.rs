@@ -559,21 +559,21 @@ impl MigrationSql {
 }
 
 /// Reads a migration batch by batch through `read` (a backend's: one table's rows for
-/// `MigrationSql`'s SQL in its parameter syntax, with two integer parameters), and counts what
-/// it handed out.
+/// `MigrationSql`'s SQL in its parameter syntax, with the integer parameters it takes), and
+/// counts what it handed out.
 pub struct BatchReader<F> {
     sql: MigrationSql,
     read: F,
     /// The last run id read; `None` before the first batch.
     after: Option<i64>,
     /// Every run to move was read.
-    pub done: bool,
-    pub counts: MigrationCounts,
+    done: bool,
+    counts: MigrationCounts,
 }
 
 impl<F> BatchReader<F>
 where
-    F: FnMut(Table, &str, [i64; 2]) -> Result<Rows>,
+    F: FnMut(Table, &str, &[i64]) -> Result<Rows>,
 {
     /// The runs to move: with `with_history` every run, else the pending ones. `placeholder(n)`
     /// is the backend's n-th parameter.
@@ -586,11 +586,20 @@ where
             counts: MigrationCounts::default(),
         }
     }
+
+    /// What was handed out, once the target has read every batch; an error (the source must
+    /// then retire nothing) if it left runs unread.
+    pub fn finish(self) -> anyhow::Result<MigrationCounts> {
+        if !self.done {
+            anyhow::bail!("the migration's target left runs unread; nothing was moved");
+        }
+        Ok(self.counts)
+    }
 }
 
 impl<F> MigrationBatches for BatchReader<F>
 where
-    F: FnMut(Table, &str, [i64; 2]) -> Result<Rows>,
+    F: FnMut(Table, &str, &[i64]) -> Result<Rows>,
 {
     fn next_batch(&mut self) -> Result<Option<Migration>> {
         if self.done {
@@ -599,11 +608,11 @@ where
         let first = self.after.is_none();
         let after = self.after.unwrap_or(i64::MIN);
         let definitions = if first {
-            (self.read)(Table::Definitions, self.sql.definitions, [0, 0])?
+            (self.read)(Table::Definitions, self.sql.definitions, &[])?
         } else {
             Rows::default()
         };
-        let runs = (self.read)(Table::Runs, &self.sql.runs, [after, MIGRATE_BATCH])?;
+        let runs = (self.read)(Table::Runs, &self.sql.runs, &[after, MIGRATE_BATCH])?;
         let id = runs.column("id")?;
         let last = match runs.rows.last().map(|row| row[id].integer()) {
             Some(Some(last)) => last,
@@ -616,8 +625,8 @@ where
         }
         let batch = Migration {
             definitions,
-            attempts: (self.read)(Table::Attempts, &self.sql.attempts, [after, last])?,
-            events: (self.read)(Table::Events, &self.sql.events, [after, last])?,
+            attempts: (self.read)(Table::Attempts, &self.sql.attempts, &[after, last])?,
+            events: (self.read)(Table::Events, &self.sql.events, &[after, last])?,
             runs,
         };
         self.after = Some(last);
@@ -1221,7 +1230,56 @@ pub trait Store {
 
 #[cfg(test)]
 mod tests {
-    use super::Location;
+    use super::{
+        BatchReader, Location, MigrationBatches, MigrationCounts, Rows, Table, Value, MIGRATE_BATCH,
+    };
+
+    /// The source retires nothing unless the target read every batch: `finish` refuses a
+    /// migration whose runs were not all read, and counts what was handed out.
+    #[test]
+    fn a_migration_reader_finishes_only_once_every_run_was_read() {
+        // Two runs, one pending; each table's read sees the parameters its statement takes.
+        let read = |table: Table, _sql: &str, params: &[i64]| {
+            let rows = match table {
+                Table::Definitions => {
+                    assert!(params.is_empty());
+                    vec![vec![Value::Integer(1)]]
+                }
+                Table::Runs => {
+                    assert_eq!(params.len(), 2);
+                    [(1, "pending"), (2, "succeeded")]
+                        .into_iter()
+                        .filter(|(id, _)| *id > params[0])
+                        .map(|(id, status)| vec![Value::Integer(id), Value::Text(status.into())])
+                        .collect()
+                }
+                Table::Attempts | Table::Events => {
+                    assert_eq!(params.len(), 2);
+                    Vec::new()
+                }
+            };
+            let columns = match table {
+                Table::Runs => vec!["id".to_string(), "status".to_string()],
+                _ => vec!["id".to_string()],
+            };
+            Ok(Rows { columns, rows })
+        };
+        let unread = BatchReader::new(true, |n| format!("?{n}"), read);
+        assert!(unread.finish().is_err(), "nothing read");
+        let mut reader = BatchReader::new(true, |n| format!("?{n}"), read);
+        assert!(reader.next_batch().expect("first batch").is_some());
+        const { assert!(2 < MIGRATE_BATCH, "one batch holds every run") };
+        assert_eq!(
+            reader.finish().expect("every run read"),
+            MigrationCounts {
+                schedules: 1,
+                pending_runs: 1,
+                finished_runs: 1,
+                attempts: 0,
+                events: 0,
+            }
+        );
+    }
 
     #[test]
     fn postgres_urls_never_print_a_password() {

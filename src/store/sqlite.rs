@@ -2490,19 +2490,10 @@ impl Store for SqliteStore {
         let placeholder = |n| format!("?{n}");
         let mut batches =
             BatchReader::new(with_history, placeholder, |table, sql: &str, params| {
-                let mut stmt = tx.prepare_cached(sql)?;
-                // The schedules' statement takes no parameter.
-                let count = stmt.parameter_count();
-                read_rows(&mut stmt, table, &params[..count])
+                read_rows(&mut *tx.prepare_cached(sql)?, table, params)
             });
         write(&mut batches)?;
-        if !batches.done {
-            return Err(anyhow::anyhow!(
-                "the migration's target left runs unread; nothing was moved"
-            )
-            .into());
-        }
-        let counts = batches.counts;
+        let counts = batches.finish()?;
         // Written elsewhere and committed there: retire everything here, so a tick left running
         // on this database runs none of it.
         tx.execute(

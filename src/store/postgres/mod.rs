@@ -1471,12 +1471,7 @@ fn history_query(filter: &RunFilter) -> (String, Vec<Box<dyn ToSql + Sync>>) {
 /// Every column of the rows `sql` selects, as `Value`s (`runner migrate`).
 fn read_rows(tx: &mut Transaction<'_>, table: Table, sql: &str, params: &[i64]) -> Result<Rows> {
     let statement = tx.prepare(sql)?;
-    // The schedules' statement takes no parameter.
-    let params: Params = params
-        .iter()
-        .take(statement.params().len())
-        .map(|p| p as &(dyn ToSql + Sync))
-        .collect();
+    let params: Params = params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
     let columns: Vec<String> = statement
         .columns()
         .iter()
@@ -2392,13 +2387,10 @@ impl Store for PostgresStore {
             let placeholder = |n| format!("${n}");
             let mut batches =
                 BatchReader::new(with_history, placeholder, |table, sql: &str, params| {
-                    Ok(read_rows(tx, table, sql, &params)?)
+                    Ok(read_rows(tx, table, sql, params)?)
                 });
             write(&mut batches)?;
-            if !batches.done {
-                anyhow::bail!("the migration's target left runs unread; nothing was moved");
-            }
-            let counts = batches.counts;
+            let counts = batches.finish()?;
             // Written elsewhere and committed there: retire everything here, so a tick left
             // running on this database runs none of it.
             tx.execute(
