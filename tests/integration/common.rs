@@ -85,14 +85,21 @@ impl Env {
     /// Run and require exit 0; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "runner {args:?} failed ({:?})\nstdout: {}\nstderr: {}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(args, &out);
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Run started by a shell that first sets `limit` (the arguments of `ulimit`, e.g.
+    /// `-v 65536`), and require exit 0; returns the whole output.
+    pub fn ok_under_ulimit(&self, limit: &str, args: &[&str]) -> Output {
+        let mut cmd = self.cmd();
+        cmd.args(args);
+        let script = format!("ulimit {limit} && exec \"$@\"");
+        let out = wrapped(&["sh", "-c", &script, "sh"], &cmd)
+            .output()
+            .expect("spawn runner under ulimit");
+        assert_ok(args, &out);
+        out
     }
 
     /// Run and require the given exit code; returns stderr.
@@ -705,10 +712,15 @@ pub fn on_other_host(cmd: &Command, host: &str) -> Command {
     )
 }
 
-/// `cmd` started by a shell that first sets `limit` (the arguments of `ulimit`, e.g. `-v 65536`).
-pub fn under_ulimit(limit: &str, cmd: &Command) -> Command {
-    let script = format!("ulimit {limit} && exec \"$@\"");
-    wrapped(&["sh", "-c", &script, "sh"], cmd)
+/// Require that runner, run with `args`, exited 0.
+fn assert_ok(args: &[&str], out: &Output) {
+    assert!(
+        out.status.success(),
+        "runner {args:?} failed ({:?})\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `runs` finished runs of schedule `name` (manual, succeeded, long ago), each with one event,

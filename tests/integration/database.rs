@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-use crate::common::{add_finished_history, mode, stderr, under_ulimit, Env};
+use crate::common::{add_finished_history, mode, stderr, Env};
 use crate::sqlite_only;
 
 /// Every path under `dir` (relative), sorted.
@@ -951,12 +951,7 @@ fn removing_a_schedule_with_a_long_history_needs_little_memory() {
     env.add("big", &[], "true");
     env.add("small", &[], "true");
     add_finished_history(&env, "big", 200_000);
-    let mut rm = env.cmd();
-    rm.args(["schedule", "rm", "big"]);
-    let out = under_ulimit("-v 65536", &rm)
-        .output()
-        .expect("schedule rm under a memory limit");
-    assert!(out.status.success(), "{}", stderr(&out));
+    env.ok_under_ulimit("-v 65536", &["schedule", "rm", "big"]);
     assert_eq!(
         env.sql.query_i64("SELECT count(*) FROM job_runs", &[]),
         0,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{
     json, last_attempt, last_run_id, process_alive, read_pid, run_row, sh_quote, status_of, stderr,
-    stdout, under_ulimit, wait_until, wrapped, Bg, Env, Strays, Val, NEVER, RETRY_AT_ONCE,
+    stdout, wait_until, wrapped, Bg, Env, Strays, Val, NEVER, RETRY_AT_ONCE,
 };
 
 // ---------------------------------------------------------------------------
@@ -1147,12 +1147,7 @@ fn a_tick_started_with_a_low_open_file_limit_runs_its_jobs_under_that_limit() {
             env.enqueue(&name)
         })
         .collect();
-    let mut tick = env.cmd();
-    tick.args(["tick", "--concurrency", "6"]);
-    let out = under_ulimit("-S -n 16", &tick)
-        .output()
-        .expect("tick under a low limit");
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = env.ok_under_ulimit("-S -n 16", &["tick", "--concurrency", "6"]);
     assert_eq!(
         stderr(&out),
         "",
@@ -1180,12 +1175,7 @@ fn a_tick_whose_hard_open_file_limit_is_too_low_runs_fewer_jobs_at_a_time_and_sa
         "sleep 0.2",
     );
     let runs: Vec<i64> = (0..14).map(|_| env.enqueue("many")).collect();
-    let mut tick = env.cmd();
-    tick.args(["tick", "--concurrency", "50"]);
-    let out = under_ulimit("-n 40", &tick)
-        .output()
-        .expect("tick under a low hard limit");
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = env.ok_under_ulimit("-n 40", &["tick", "--concurrency", "50"]);
     let warning = stderr(&out);
     for run in runs {
         assert_eq!(run_row(&env, run).error_code, None, "run {run}: {warning}");

@@ -6,9 +6,7 @@
 //! a second database, PostgreSQL (on `RUNNER_TEST_PG`; skipped with a note when it is unset) or
 //! a SQLite file. Across the suite's two passes that is every pair of backends.
 
-use crate::common::{
-    add_finished_history, epoch, stderr, stdout, under_ulimit, Env, TestDb, Val, NEVER,
-};
+use crate::common::{add_finished_history, epoch, stderr, stdout, Env, TestDb, Val, NEVER};
 use crate::sqlite_only;
 
 /// A PostgreSQL database to migrate to, or `None` (the test says it was skipped).
@@ -488,12 +486,10 @@ fn a_long_history_migrates_in_little_memory() {
     env.add("big", &[], "true");
     add_finished_history(&env, "big", 100_000);
     let target = sqlite_target(&env);
-    let mut migrate = env.cmd();
-    migrate.args(["migrate", "--to", target.location(), "--history"]);
-    let out = under_ulimit("-v 65536", &migrate)
-        .output()
-        .expect("migrate under a memory limit");
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = env.ok_under_ulimit(
+        "-v 65536",
+        &["migrate", "--to", target.location(), "--history"],
+    );
     assert!(
         stdout(&out).starts_with(
             "moved 1 schedule, 0 pending runs (and 100,000 finished runs, 0 attempts, 100,000 events)"
