@@ -145,6 +145,22 @@ pub struct Claimed {
     pub more_due: bool,
 }
 
+/// What each step of a tick would find at a moment, read at once: a tick skips the steps with
+/// nothing to do, and with them their own reads, which are most of an idle tick's work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PendingWork {
+    /// A `running` run whose lease expired (`expired_leases` would return it).
+    pub expired_leases: bool,
+    /// An open attempt of this host whose run moved on without it (`orphaned_attempts`).
+    pub orphaned_attempts: bool,
+    /// A schedule whose timed pause ended (`ended_pauses`).
+    pub ended_pauses: bool,
+    /// A schedule due, or one whose due-ness cannot be judged (`due_definitions`).
+    pub due_schedules: bool,
+    /// Due work to claim (`anything_due`).
+    pub due_runs: bool,
+}
+
 /// The columns a schedule's `Settings` are stored in, in the order each backend binds them (its
 /// `SettingsParams`): the statements that insert and rewrite a schedule name them through this.
 pub(crate) const SETTINGS_COLUMNS: &str = "cron, timezone, command, workdir, max_attempts, \
@@ -1033,6 +1049,10 @@ pub trait Store {
     /// Whether `claim` at `now` would find due work: a `pending` run with `run_at <= now` of a
     /// schedule that is not paused. A read: no lock, nothing written.
     fn anything_due(&self, now: i64) -> Result<bool>;
+    /// What a tick's steps would find at `now`, on host `host`, in one read: whether
+    /// `expired_leases`, `orphaned_attempts`, `ended_pauses` and `due_definitions` would return
+    /// anything, and `anything_due`. No lock, nothing written.
+    fn pending_work(&self, now: i64, host: &str) -> Result<PendingWork>;
     /// Claim run `run_id` alone (`run --wait`), exactly as `claim` would, if the claim rule
     /// allows it now.
     fn claim_run(

@@ -19,9 +19,9 @@ use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
     DefinitionRow, DueReader, EventView, Health, Imported, JobRunStats, LastResult,
-    Materialization, MigratedOut, MigrationBatches, OpenMode, PruneCounts, Reanchored, Removal,
-    Result, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table,
-    Value, RECENT_LISTED, RUNNING_LISTED,
+    Materialization, MigratedOut, MigrationBatches, OpenMode, PendingWork, PruneCounts, Reanchored,
+    Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage,
+    Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
@@ -758,11 +758,30 @@ fn due_definitions_query() -> String {
          WHERE paused = 0 AND next_fire_at <= ?1
          UNION ALL
          SELECT {DEFINITION_COLUMNS} FROM job_definitions
-         WHERE (typeof(paused) <> 'integer' OR paused NOT IN (0, 1)
-                OR typeof(next_fire_at) NOT IN ('integer', 'null'))
+         WHERE {UNDECIDABLE_SCHEDULE}
            AND NOT coalesce(paused = 0 AND next_fire_at <= ?1, 0)
          ORDER BY next_fire_at, id
          LIMIT ?2"
+    )
+}
+
+/// A schedule whose due-ness cannot be judged: `job_definitions_undecidable`'s WHERE.
+const UNDECIDABLE_SCHEDULE: &str = "(typeof(paused) <> 'integer' OR paused NOT IN (0, 1)
+    OR typeof(next_fire_at) NOT IN ('integer', 'null'))";
+
+/// `Store::pending_work`: each step's read as one EXISTS, each served by the index its own read
+/// uses (`?1` now, `?2` the host).
+fn pending_work_query() -> String {
+    format!(
+        "SELECT
+             EXISTS (SELECT 1 FROM job_runs WHERE status = 'running' AND lease_expires_at < ?1),
+             EXISTS (SELECT 1 FROM job_attempts a JOIN job_runs r ON r.id = a.run_id
+                     WHERE a.host = ?2 AND a.finished_at IS NULL
+                       AND NOT (r.status = 'running' AND r.lease_token IS a.lease_token)),
+             EXISTS (SELECT 1 FROM job_definitions WHERE paused = 1 AND paused_until <= ?1),
+             EXISTS (SELECT 1 FROM job_definitions WHERE paused = 0 AND next_fire_at <= ?1)
+                 OR EXISTS (SELECT 1 FROM job_definitions WHERE {UNDECIDABLE_SCHEDULE}),
+             ({MORE_DUE_SQL})"
     )
 }
 
@@ -1916,6 +1935,21 @@ impl Store for SqliteStore {
             .conn
             .prepare_cached(MORE_DUE_SQL)?
             .query_row([now], |r| r.get(0))?)
+    }
+
+    fn pending_work(&self, now: i64, host: &str) -> Result<PendingWork> {
+        Ok(self
+            .conn
+            .prepare_cached(&pending_work_query())?
+            .query_row(params![now, host], |r| {
+                Ok(PendingWork {
+                    expired_leases: r.get(0)?,
+                    orphaned_attempts: r.get(1)?,
+                    ended_pauses: r.get(2)?,
+                    due_schedules: r.get(3)?,
+                    due_runs: r.get(4)?,
+                })
+            })?)
     }
 
     fn claim_run(

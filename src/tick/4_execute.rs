@@ -355,10 +355,11 @@ impl Spawner<'_> {
 /// Execute due runs: claim while there is room and due work, supervise the jobs, record each
 /// end, until nothing is due and nothing runs, or the tick is old enough to stop claiming.
 pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
-    // Cron's usual minute has nothing due: one read says so, and the tick starts no helper
-    // thread and installs no SIGCHLD handler for it. (With the sync that a tick which recorded
-    // no results skips, below: an idle tick 4.9 -> 4.0 ms, its CPU 4.0 -> 3.0 ms.) Should the
-    // read fail, the claim below meets the same error and reports it.
+    // Where nothing is due after all (the runs the tick recovered or made wait for a later
+    // time), one read says so, and the tick starts no helper thread and installs no SIGCHLD
+    // handler for it. (Cron's usual minute, with nothing to do, does not get here: `tick`'s
+    // first look skips this step.) Should the read fail, the claim below meets the same error
+    // and reports it.
     if let Ok(false) = tick.store.anything_due(tick.clock.epoch()) {
         return Ok(());
     }

@@ -655,6 +655,32 @@ fn every_kind_of_damage_is_named_and_the_rest_keep_running() {
     );
 }
 
+/// A schedule whose due time cannot be read is reported by a tick that has nothing else to do:
+/// the tick's first look, which decides which steps it takes, counts it as work.
+#[test]
+fn a_schedule_whose_due_time_cannot_be_read_is_reported_by_an_otherwise_idle_tick() {
+    sqlite_only!("values of the wrong type, which only SQLite stores");
+    let env = Env::init();
+    env.ok(&[
+        "--now",
+        T0,
+        "schedule",
+        "add",
+        "c",
+        "--cron",
+        "* * * * *",
+        "--",
+        "true",
+    ]);
+    forge(
+        &env,
+        "UPDATE job_definitions SET next_fire_at = 'later' WHERE name = 'c';",
+    );
+    let (code, err) = tick_at(&env, T1);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(lines_with(&err, "schedule c ").len(), 1, "{err}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // schedule rm of a running schedule (item 9)
 // ---------------------------------------------------------------------------------------------

@@ -29,9 +29,9 @@ use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
     DefinitionRow, DueReader, EventView, Health, Imported, LastResult, Materialization,
-    MigratedOut, MigrationBatches, OpenMode, PruneCounts, Reanchored, Removal, Rows, RunBrief,
-    RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED,
-    RUNNING_LISTED,
+    MigratedOut, MigrationBatches, OpenMode, PendingWork, PruneCounts, Reanchored, Removal, Rows,
+    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table, Value,
+    RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -1298,6 +1298,22 @@ SELECT (SELECT r.id FROM job_runs r
           AND (SELECT d.paused = 0 FROM job_definitions d WHERE d.id = r.definition_id)
         ORDER BY r.run_at, r.id LIMIT 1) IS NOT NULL";
 
+/// `Store::pending_work`: each step's read as one EXISTS, each served by the index its own read
+/// uses (`$1` now, `$2` the host).
+fn pending_work_query() -> String {
+    format!(
+        "SELECT
+             EXISTS (SELECT 1 FROM job_runs WHERE status = 'running' AND lease_expires_at < $1),
+             EXISTS (SELECT 1 FROM job_attempts a JOIN job_runs r ON r.id = a.run_id
+                     WHERE a.host = $2 AND a.finished_at IS NULL
+                       AND NOT (r.status = 'running'
+                                AND r.lease_token IS NOT DISTINCT FROM a.lease_token)),
+             EXISTS (SELECT 1 FROM job_definitions WHERE paused = 1 AND paused_until <= $1),
+             EXISTS (SELECT 1 FROM job_definitions WHERE paused = 0 AND next_fire_at <= $1),
+             ({ANYTHING_DUE_SQL})"
+    )
+}
+
 /// Claim due runs: pick them with `FOR UPDATE OF r SKIP LOCKED` (rows another tick is claiming
 /// are passed over, not waited for) and take them in the same statement. Under read committed,
 /// a row another tick claimed and committed meanwhile is re-checked against `status = 'pending'`
@@ -1776,6 +1792,20 @@ impl Store for PostgresStore {
         self.read(|client| {
             let due = prepared(client, ANYTHING_DUE_SQL)?;
             Ok(client.query_one(&due, &[&now])?.try_get(0)?)
+        })
+    }
+
+    fn pending_work(&self, now: i64, host: &str) -> StoreResult<PendingWork> {
+        self.read(|client| {
+            let look = prepared(client, &pending_work_query())?;
+            let row = client.query_one(&look, &[&now, &host])?;
+            Ok(PendingWork {
+                expired_leases: row.try_get(0)?,
+                orphaned_attempts: row.try_get(1)?,
+                ended_pauses: row.try_get(2)?,
+                due_schedules: row.try_get(3)?,
+                due_runs: row.try_get(4)?,
+            })
         })
     }
 
