@@ -755,33 +755,47 @@ const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, ma
 fn due_definitions_query() -> String {
     format!(
         "SELECT {DEFINITION_COLUMNS} FROM job_definitions
-         WHERE paused = 0 AND next_fire_at <= ?1
+         WHERE {DUE_SCHEDULE}
          UNION ALL
          SELECT {DEFINITION_COLUMNS} FROM job_definitions
          WHERE {UNDECIDABLE_SCHEDULE}
-           AND NOT coalesce(paused = 0 AND next_fire_at <= ?1, 0)
+           AND NOT coalesce({DUE_SCHEDULE}, 0)
          ORDER BY next_fire_at, id
          LIMIT ?2"
     )
 }
 
-/// A schedule whose due-ness cannot be judged: `job_definitions_undecidable`'s WHERE.
+/// What each step of a tick looks for, written once for the step's own read and for
+/// `pending_work`'s (`?1` is now in both). A `running` run whose lease expired (runs as `r`):
+const EXPIRED_LEASE: &str = "r.status = 'running' AND r.lease_expires_at < ?1";
+/// A paused schedule whose timed pause ended:
+const ENDED_PAUSE: &str = "paused = 1 AND paused_until <= ?1";
+/// A due schedule:
+const DUE_SCHEDULE: &str = "paused = 0 AND next_fire_at <= ?1";
+/// A schedule whose due-ness cannot be judged (`job_definitions_undecidable`'s WHERE):
 const UNDECIDABLE_SCHEDULE: &str = "(typeof(paused) <> 'integer' OR paused NOT IN (0, 1)
     OR typeof(next_fire_at) NOT IN ('integer', 'null'))";
+/// An open attempt (`a`) of the host in parameter `host` whose run (`r`) moved on without it:
+fn orphaned_attempt(host: &str) -> String {
+    format!(
+        "a.host = {host} AND a.finished_at IS NULL
+         AND NOT (r.status = 'running' AND r.lease_token IS a.lease_token)"
+    )
+}
 
-/// `Store::pending_work`: each step's read as one EXISTS, each served by the index its own read
-/// uses (`?1` now, `?2` the host).
+/// `Store::pending_work`: each step's condition in one EXISTS, served by the index its step's
+/// read uses (`?1` now, `?2` the host).
 fn pending_work_query() -> String {
     format!(
         "SELECT
-             EXISTS (SELECT 1 FROM job_runs WHERE status = 'running' AND lease_expires_at < ?1),
+             EXISTS (SELECT 1 FROM job_runs r WHERE {EXPIRED_LEASE}),
              EXISTS (SELECT 1 FROM job_attempts a JOIN job_runs r ON r.id = a.run_id
-                     WHERE a.host = ?2 AND a.finished_at IS NULL
-                       AND NOT (r.status = 'running' AND r.lease_token IS a.lease_token)),
-             EXISTS (SELECT 1 FROM job_definitions WHERE paused = 1 AND paused_until <= ?1),
-             EXISTS (SELECT 1 FROM job_definitions WHERE paused = 0 AND next_fire_at <= ?1)
+                     WHERE {}),
+             EXISTS (SELECT 1 FROM job_definitions WHERE {ENDED_PAUSE}),
+             EXISTS (SELECT 1 FROM job_definitions WHERE {DUE_SCHEDULE})
                  OR EXISTS (SELECT 1 FROM job_definitions WHERE {UNDECIDABLE_SCHEDULE}),
-             ({MORE_DUE_SQL})"
+             ({MORE_DUE_SQL})",
+        orphaned_attempt("?2")
     )
 }
 
@@ -1855,7 +1869,7 @@ impl Store for SqliteStore {
         // Served by `job_definitions_pause_ends`.
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {DEFINITION_COLUMNS} FROM job_definitions
-             WHERE paused = 1 AND paused_until <= ?1
+             WHERE {ENDED_PAUSE}
              ORDER BY paused_until, id"
         ))?;
         let rows = stmt.query_map([now], |row| Ok(definition_from_row(row)))?;
@@ -1895,7 +1909,7 @@ impl Store for SqliteStore {
     }
 
     fn expired_leases(&self, now: i64, limit: usize) -> Result<Vec<ExpiredLease>> {
-        let mut stmt = self.conn.prepare_cached(
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT r.id, d.name, r.attempt, r.max_attempts, r.lease_token, r.lease_expires_at,
                     r.backoff_base_secs, r.backoff_max_secs,
                     a.run_id, a.attempt, a.lease_token, a.host, a.runner_pid, a.runner_start_time,
@@ -1903,10 +1917,10 @@ impl Store for SqliteStore {
              FROM job_runs r
              JOIN job_definitions d ON d.id = r.definition_id
              LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
-             WHERE r.status = 'running' AND r.lease_expires_at < ?1
+             WHERE {EXPIRED_LEASE}
              ORDER BY r.lease_expires_at
-             LIMIT ?2",
-        )?;
+             LIMIT ?2"
+        ))?;
         let rows = stmt.query_map(params![now, limit as i64], |r| {
             let has_attempt = r.get::<_, Option<i64>>(8)?.is_some();
             Ok(ExpiredLease {
@@ -2116,9 +2130,9 @@ impl Store for SqliteStore {
         let mut stmt = self.conn.prepare_cached(&format!(
             "{ATTEMPT_HOLDER}
              JOIN job_runs r ON r.id = a.run_id
-             WHERE a.host = ?1 AND a.finished_at IS NULL
-               AND NOT (r.status = 'running' AND r.lease_token IS a.lease_token)
-             ORDER BY a.id LIMIT ?2"
+             WHERE {}
+             ORDER BY a.id LIMIT ?2",
+            orphaned_attempt("?1")
         ))?;
         let rows = stmt.query_map(params![host, limit as i64], |r| {
             attempt_holder_from_row(r, 0)

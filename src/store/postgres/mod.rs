@@ -473,7 +473,7 @@ const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, ma
 fn due_definitions_query() -> String {
     format!(
         "SELECT {DEFINITION_COLUMNS} FROM job_definitions
-         WHERE paused = 0 AND next_fire_at <= $1
+         WHERE {DUE_SCHEDULE}
          ORDER BY next_fire_at, id
          LIMIT $2"
     )
@@ -1298,19 +1298,33 @@ SELECT (SELECT r.id FROM job_runs r
           AND (SELECT d.paused = 0 FROM job_definitions d WHERE d.id = r.definition_id)
         ORDER BY r.run_at, r.id LIMIT 1) IS NOT NULL";
 
-/// `Store::pending_work`: each step's read as one EXISTS, each served by the index its own read
-/// uses (`$1` now, `$2` the host).
+/// What each step of a tick looks for, written once for the step's own read and for
+/// `pending_work`'s (`$1` is now in both). A `running` run whose lease expired (runs as `r`):
+const EXPIRED_LEASE: &str = "r.status = 'running' AND r.lease_expires_at < $1";
+/// A paused schedule whose timed pause ended:
+const ENDED_PAUSE: &str = "paused = 1 AND paused_until <= $1";
+/// A due schedule:
+const DUE_SCHEDULE: &str = "paused = 0 AND next_fire_at <= $1";
+/// An open attempt (`a`) of the host in parameter `host` whose run (`r`) moved on without it:
+fn orphaned_attempt(host: &str) -> String {
+    format!(
+        "a.host = {host} AND a.finished_at IS NULL
+         AND NOT (r.status = 'running' AND r.lease_token IS NOT DISTINCT FROM a.lease_token)"
+    )
+}
+
+/// `Store::pending_work`: each step's condition in one EXISTS, served by the index its step's
+/// read uses (`$1` now, `$2` the host).
 fn pending_work_query() -> String {
     format!(
         "SELECT
-             EXISTS (SELECT 1 FROM job_runs WHERE status = 'running' AND lease_expires_at < $1),
+             EXISTS (SELECT 1 FROM job_runs r WHERE {EXPIRED_LEASE}),
              EXISTS (SELECT 1 FROM job_attempts a JOIN job_runs r ON r.id = a.run_id
-                     WHERE a.host = $2 AND a.finished_at IS NULL
-                       AND NOT (r.status = 'running'
-                                AND r.lease_token IS NOT DISTINCT FROM a.lease_token)),
-             EXISTS (SELECT 1 FROM job_definitions WHERE paused = 1 AND paused_until <= $1),
-             EXISTS (SELECT 1 FROM job_definitions WHERE paused = 0 AND next_fire_at <= $1),
-             ({ANYTHING_DUE_SQL})"
+                     WHERE {}),
+             EXISTS (SELECT 1 FROM job_definitions WHERE {ENDED_PAUSE}),
+             EXISTS (SELECT 1 FROM job_definitions WHERE {DUE_SCHEDULE}),
+             ({ANYTHING_DUE_SQL})",
+        orphaned_attempt("$2")
     )
 }
 
@@ -1703,7 +1717,7 @@ impl Store for PostgresStore {
                 .query(
                     &format!(
                         "SELECT {DEFINITION_COLUMNS} FROM job_definitions
-                         WHERE paused = 1 AND paused_until <= $1
+                         WHERE {ENDED_PAUSE}
                          ORDER BY paused_until, id"
                     ),
                     &[&now],
@@ -1745,16 +1759,18 @@ impl Store for PostgresStore {
         self.read(|client| {
             client
                 .query(
-                    "SELECT r.id, d.name, r.attempt, r.max_attempts, r.lease_token, r.lease_expires_at,
-                            r.backoff_base_secs, r.backoff_max_secs,
-                            a.run_id, a.attempt, a.lease_token, a.host, a.runner_pid, a.runner_start_time,
-                            a.child_pid, a.child_start_time, a.started_at
-                     FROM job_runs r
-                     JOIN job_definitions d ON d.id = r.definition_id
-                     LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
-                     WHERE r.status = 'running' AND r.lease_expires_at < $1
-                     ORDER BY r.lease_expires_at
-                     LIMIT $2",
+                    &format!(
+                        "SELECT r.id, d.name, r.attempt, r.max_attempts, r.lease_token,
+                                r.lease_expires_at, r.backoff_base_secs, r.backoff_max_secs,
+                                a.run_id, a.attempt, a.lease_token, a.host, a.runner_pid,
+                                a.runner_start_time, a.child_pid, a.child_start_time, a.started_at
+                         FROM job_runs r
+                         JOIN job_definitions d ON d.id = r.definition_id
+                         LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
+                         WHERE {EXPIRED_LEASE}
+                         ORDER BY r.lease_expires_at
+                         LIMIT $2"
+                    ),
                     &[&now, &(limit as i64)],
                 )?
                 .iter()
@@ -1970,9 +1986,9 @@ impl Store for PostgresStore {
                     &format!(
                         "{ATTEMPT_HOLDER}
                          JOIN job_runs r ON r.id = a.run_id
-                         WHERE a.host = $1 AND a.finished_at IS NULL
-                           AND NOT (r.status = 'running' AND r.lease_token IS NOT DISTINCT FROM a.lease_token)
-                         ORDER BY a.id LIMIT $2"
+                         WHERE {}
+                         ORDER BY a.id LIMIT $2",
+                        orphaned_attempt("$1")
                     ),
                     &[&host, &(limit as i64)],
                 )?
