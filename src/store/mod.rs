@@ -146,8 +146,8 @@ pub struct Claimed {
 }
 
 /// What each step of a tick would find at a moment, read at once: a tick skips the steps with
-/// nothing to do, and with them their own reads, which are most of an idle tick's work.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// nothing to do, and with them their own reads (a fifth of an idle tick, before).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PendingWork {
     /// A `running` run whose lease expired (`expired_leases` would return it).
     pub expired_leases: bool,
