@@ -542,14 +542,7 @@ fn claim_in(
     lease_secs: i64,
     batch: usize,
 ) -> Result<Claimed> {
-    let sql = CLAIM_SQL.replace(
-        "{only}",
-        if only.is_some() {
-            "AND r.id = :run_id"
-        } else {
-            ""
-        },
-    );
+    let sql = claim_sql(only.is_some());
     let runs: Vec<ClaimedRun> = {
         let mut stmt = tx.prepare_cached(&sql)?;
         let lease_expires_at = now + lease_secs;
@@ -1494,7 +1487,7 @@ SELECT id FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < :cutoff
   AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = job_runs.id AND a.finished_at IS NULL)";
 
-/// The claim (see `Store::claim` for the rule). `{only}` narrows it to one run (`claim_run`).
+/// The claim (see `Store::claim` for the rule), as `claim_sql` completes it.
 const CLAIM_SQL: &str = "
 UPDATE job_runs
 SET status = 'running',
@@ -1507,7 +1500,7 @@ SET status = 'running',
     running_alone = (SELECT CASE overlap WHEN 'forbid' THEN 1 END FROM job_definitions WHERE id = definition_id)
 WHERE id IN (
     SELECT r.id
-    FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+    FROM job_runs r {due_index} JOIN job_definitions d ON d.id = r.definition_id
     WHERE r.status = 'pending' AND r.run_at <= :now AND d.paused = 0 {only}
       AND (d.overlap = 'allow' OR (
             -- forbid: nothing of this schedule running, and only its oldest due run
@@ -1520,6 +1513,21 @@ WHERE id IN (
 RETURNING id, definition_id, (SELECT name FROM job_definitions WHERE id = definition_id), attempt, max_attempts,
           scheduled_for, command, workdir, timeout_secs, backoff_base_secs, backoff_max_secs, idempotency_key,
           lease_token, leftovers";
+
+/// The claim of a batch, or of one run (`claim_run`, `:run_id`, looked up by id). A batch reads
+/// the due runs through their partial index, in its order, and stops at the batch, whatever the
+/// statistics: once `ANALYZE` had counted a large history, SQLite planned it as a walk over every
+/// unpaused schedule, and a sort.
+fn claim_sql(one_run: bool) -> String {
+    let (due_index, only) = if one_run {
+        ("", "AND r.id = :run_id")
+    } else {
+        ("INDEXED BY job_runs_due", "")
+    };
+    CLAIM_SQL
+        .replace("{due_index}", due_index)
+        .replace("{only}", only)
+}
 
 /// Whether due work is left after a claim (`job_runs_due`). Runs held by a paused schedule are not
 /// due work: a tick must not keep claiming for them. The schedule is looked up by id for each due
@@ -3574,17 +3582,22 @@ mod tests {
             .expect("forge statistics");
     }
 
-    /// Whether anything is due (an idle tick's look, and the check after each claim) reads the due
-    /// pending runs and looks each one's schedule up by id, whatever the statistics: never a walk
-    /// over every schedule, which an idle tick would pay every minute.
+    /// Whether anything is due (an idle tick's look, and the check after each claim), and the claim
+    /// of a batch, read the due pending runs and look each one's schedule up by id, whatever the
+    /// statistics: never a walk over every schedule, which an idle tick would pay every minute,
+    /// and a claim in every round while it holds the write lock.
     #[test]
-    fn the_look_for_due_work_reads_due_runs_not_every_schedule() {
+    fn the_look_for_due_work_and_the_claim_read_due_runs_not_every_schedule() {
         let (_dir, store) = store();
         for analyzed in [false, true] {
             if analyzed {
                 forge_large_history_statistics(&store);
             }
-            for sql in [MORE_DUE_SQL.to_string(), pending_work_query()] {
+            for sql in [
+                MORE_DUE_SQL.to_string(),
+                pending_work_query(),
+                claim_sql(false),
+            ] {
                 let lines = plan(&store, &sql);
                 assert!(
                     lines
