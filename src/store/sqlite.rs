@@ -3613,9 +3613,9 @@ mod tests {
         }
     }
 
-    /// The same, with the statistics `ANALYZE` gathers on a large history (a million runs, a
-    /// thousand schedules), which SQLite's planner weighs: no query may turn into a scan of every
-    /// run.
+    /// The observation queries again, with the statistics `ANALYZE` gathers on a large history (a
+    /// million runs, a thousand schedules), which SQLite's planner weighs: no query may turn into
+    /// a scan of every run.
     #[test]
     fn observation_queries_use_indexes_on_an_analyzed_large_history() {
         let (_dir, store) = store();
