@@ -47,6 +47,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0010_finished_indexes.sql"),
     include_str!("../../migrations/0011_undecidable_schedules.sql"),
     include_str!("../../migrations/0012_one_forbid_run.sql"),
+    include_str!("../../migrations/0013_status_check_pairs.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -377,8 +378,14 @@ impl SqliteStore {
                 .map_err(sql_error)
                 .with_context(|| format!("applying migration {} to {shown}", index + 1))?;
         }
+        // A migration may edit a table's text in sqlite_schema (13 does), which, unlike DDL, does
+        // not increment the schema version: increment it, so that every connection, this one and
+        // other processes', reads the schema again before its next statement.
+        let schema_version: i64 = tx.query_row("PRAGMA schema_version", [], |r| r.get(0))?;
         tx.execute_batch(&format!(
-            "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {known};"
+            "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {known};
+             PRAGMA schema_version = {};",
+            schema_version + 1
         ))?;
         tx.commit()
             .map_err(sql_error)

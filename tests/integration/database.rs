@@ -499,6 +499,112 @@ fn schema_sql_matches_the_schema_the_binary_creates() {
     );
 }
 
+/// How many temporary b-trees the program of a run's insert opens: SQLite codes an IN list of
+/// more than two constants in a CHECK as one, built again for every row.
+fn temporary_btrees_per_run(conn: &Connection) -> usize {
+    // A connection notices a new schema version when a statement reads the database, which
+    // EXPLAIN does not.
+    let _: i64 = conn
+        .query_row("SELECT count(*) FROM job_runs", [], |r| r.get(0))
+        .expect("read");
+    let mut explain = conn
+        .prepare(
+            "EXPLAIN INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at,
+                 idempotency_key, created_at, command, max_attempts, timeout_secs,
+                 backoff_base_secs, backoff_max_secs)
+             VALUES (1, 'manual', 0, 'pending', 0, 'k', 0, 'true', 1, 1, 0, 0)",
+        )
+        .expect("explain");
+    let opcodes = explain
+        .query_map([], |r| r.get::<_, String>(1))
+        .expect("query")
+        .map(|op| op.expect("opcode"))
+        .collect::<Vec<_>>();
+    opcodes.iter().filter(|op| *op == "OpenEphemeral").count()
+}
+
+const STATUS_CHECK_LIST: &str =
+    "CHECK (status IN (''pending'', ''running'', ''succeeded'', ''dead'', ''cancelled'', ''skipped''))";
+const STATUS_CHECK_PAIRS: &str =
+    "CHECK (status IN (''pending'', ''running'') OR status IN (''succeeded'', ''dead'')
+                             OR status IN (''cancelled'', ''skipped''))";
+
+/// Version 13 edits a CHECK's text in sqlite_schema (SQLite cannot ALTER one): the runs stay
+/// valid, the database stays sound, another process's open connection reads the new text, and
+/// the states allowed are the same.
+#[test]
+fn version_13s_status_check_migrates_and_every_connection_reads_it() {
+    sqlite_only!("forges SQLite schema version 12");
+    let env = Env::init();
+    env.add("job", &[], "true");
+    env.enqueue("job");
+    env.ok(&["tick"]);
+    let pending = env.enqueue("job");
+    let watcher = env.sql.sqlite();
+    assert_eq!(temporary_btrees_per_run(&watcher), 0);
+    // As version 12 left it: the six states in one list.
+    let forge = env.sql.sqlite();
+    let cookie: i64 = forge
+        .query_row("PRAGMA schema_version", [], |r| r.get(0))
+        .expect("schema_version");
+    forge
+        .execute_batch(&format!(
+            "PRAGMA writable_schema = ON;
+             UPDATE sqlite_schema SET sql = replace(sql, '{STATUS_CHECK_PAIRS}', '{STATUS_CHECK_LIST}')
+             WHERE name = 'job_runs';
+             PRAGMA schema_version = {};
+             PRAGMA writable_schema = OFF;
+             PRAGMA user_version = 12;",
+            cookie + 1
+        ))
+        .expect("downgrade");
+    assert_eq!(temporary_btrees_per_run(&watcher), 1, "the forgery took");
+
+    let out = env.ok(&["init"]);
+    assert!(
+        out.starts_with(&format!(
+            "migrated {} from schema version 12 to 13",
+            env.db.display()
+        )),
+        "{out}"
+    );
+    assert_eq!(temporary_btrees_per_run(&watcher), 0, "not read again");
+    let check: String = watcher
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .expect("integrity_check");
+    assert_eq!(check, "ok");
+    let statuses = env.sql.query_i64(
+        "SELECT count(*) FROM job_runs WHERE status IN ('pending', 'succeeded')",
+        &[],
+    );
+    assert_eq!(statuses, 2);
+    // Every state is still allowed ('running' with its lease), and nothing else.
+    let set = |status: &str| {
+        watcher.execute(
+            "UPDATE job_runs SET status = ?1,
+                 owner = iif(?1 = 'running', 'o', NULL),
+                 lease_token = iif(?1 = 'running', 't', NULL),
+                 lease_expires_at = iif(?1 = 'running', 1, NULL)
+             WHERE id = ?2",
+            rusqlite::params![status, pending],
+        )
+    };
+    for status in [
+        "running",
+        "succeeded",
+        "dead",
+        "cancelled",
+        "skipped",
+        "pending",
+    ] {
+        assert_eq!(set(status).expect(status), 1, "{status}");
+    }
+    for status in ["bogus", "Pending", ""] {
+        let refused = set(status).expect_err(status).to_string();
+        assert!(refused.contains("CHECK constraint failed"), "{refused}");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Bad input to `schedule add`
 // ---------------------------------------------------------------------------
