@@ -1256,7 +1256,7 @@ fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
             sqlite
                 .execute_batch("PRAGMA user_version = 5")
                 .expect("downgrade");
-            (5, 12)
+            (5, 13)
         }
         Backend::Postgres => {
             env.sql
