@@ -344,7 +344,7 @@ fn a_stopping_tick_heart_beats_its_jobs_while_they_clean_up() {
         &["--backoff-base", "10m"],
         &format!(
             "trap 'echo cleaning >> {log}; while [ ! -e {go} ]; do sleep 0.1; done; \
-             echo cleaned >> {log}; exit 0' TERM; sleep 60 & wait",
+             echo cleaned >> {log}; exit 0' TERM; echo ready >> {log}; sleep 60 & wait",
             log = sh_quote(&log),
             go = sh_quote(&go)
         ),
@@ -354,9 +354,12 @@ fn a_stopping_tick_heart_beats_its_jobs_while_they_clean_up() {
     cmd.args(["tick", "--lease", "5s"]);
     let mut stopping = StalledTick::spawn(cmd, &env);
     wait_for_recorded_starts(&env, 1);
+    // Its start is recorded before its shell runs: wait for the shell's trap too, or a loaded
+    // machine can deliver the SIGTERM before the trap exists, and the shell just dies.
+    wait_until(LONG, "the job to set its trap", || lines(&log) == ["ready"]);
     kill(Pid::from_raw(stopping.pid() as i32), Signal::SIGTERM).expect("SIGTERM the tick");
     wait_until(LONG, "the job to start cleaning up", || {
-        lines(&log) == ["cleaning"]
+        lines(&log) == ["ready", "cleaning"]
     });
     std::thread::sleep(Duration::from_secs(6));
     let out = env.run(&["tick"]);
@@ -366,7 +369,7 @@ fn a_stopping_tick_heart_beats_its_jobs_while_they_clean_up() {
     assert!(out.status.code().is_some(), "{:?}", out.status);
     assert_eq!(
         lines(&log),
-        ["cleaning", "cleaned"],
+        ["ready", "cleaning", "cleaned"],
         "the cleanup ran to its end"
     );
     assert_eq!(
