@@ -490,6 +490,13 @@ fn a_host_recovers_another_hosts_lease_and_the_owner_stops_its_leftovers() {
     else {
         return;
     };
+    // The job says it has passed its gate: a tick killed between recording the start and
+    // opening the gate leaves a shell that exits without running the command.
+    let started = env.dir.path().join("started");
+    let command = format!(
+        "touch {}; exec sleep 600",
+        super::common::sh_quote(&started)
+    );
     env.ok(&[
         "schedule",
         "add",
@@ -497,8 +504,7 @@ fn a_host_recovers_another_hosts_lease_and_the_owner_stops_its_leftovers() {
         "--cron",
         "0 0 1 1 *",
         "--",
-        "sleep",
-        "600",
+        &command,
     ]);
     env.ok(&["run", "slow"]);
     let mut tick_a = tick_a.spawn().expect("spawn tick on host-a");
@@ -506,7 +512,7 @@ fn a_host_recovers_another_hosts_lease_and_the_owner_stops_its_leftovers() {
     super::common::wait_until(Duration::from_secs(120), "the job to start", || {
         job_pid =
             env.count("SELECT coalesce(max(child_pid), 0) FROM job_attempts WHERE run_id = 1");
-        job_pid > 0 && super::common::process_alive(job_pid as u32)
+        started.exists() && job_pid > 0 && super::common::process_alive(job_pid as u32)
     });
     tick_a.kill().expect("kill -9 the tick on host-a");
     tick_a.wait().expect("reap");
