@@ -515,12 +515,12 @@ fn temporary_btrees_per_run(conn: &Connection) -> usize {
              VALUES (1, 'manual', 0, 'pending', 0, 'k', 0, 'true', 1, 1, 0, 0)",
         )
         .expect("explain");
-    let opcodes = explain
+    explain
         .query_map([], |r| r.get::<_, String>(1))
         .expect("query")
         .map(|op| op.expect("opcode"))
-        .collect::<Vec<_>>();
-    opcodes.iter().filter(|op| *op == "OpenEphemeral").count()
+        .filter(|op| op == "OpenEphemeral")
+        .count()
 }
 
 const STATUS_CHECK_LIST: &str =
