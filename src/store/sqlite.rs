@@ -222,8 +222,11 @@ impl SqliteStore {
         // A user who cannot write the database only reads it. Read it in SQLite's immutable mode
         // when nobody has it open and its -wal is empty: otherwise SQLite would create -wal and
         // -shm files next to it with the database's (read-only) mode, and leave them behind to
-        // block its owner's next write.
-        if mode != OpenMode::CreateIfMissing
+        // block its owner's next write. That holds for the commands that may create a database
+        // too (`init`, `schedule add`), once it exists: a write then fails naming the file, and
+        // leaves nothing behind. Only an empty file, which they must make a database, is not
+        // read immutable.
+        if path.metadata().is_ok_and(|m| m.len() > 0)
             && !files::writable(path)
             && !files::maybe_in_use(path)
             && files::immutable_read_sees_everything(path)

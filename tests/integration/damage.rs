@@ -391,6 +391,38 @@ fn stale_read_only_sidecar_files_are_named_when_writes_fail() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
+/// The owner's own database made read-only (`chmod 400`) in a writable directory. A command
+/// that may create a database (`schedule add`, `init`) used to open it as a writer would, so
+/// SQLite created its -wal and -shm with the database's read-only mode; after `chmod 600` of the
+/// database they still blocked the next write. Now such a command reads the file as any reader
+/// does, a write fails naming the database and its fix, nothing is left behind, and that fix is
+/// enough.
+#[test]
+fn a_refused_write_to_a_read_only_database_leaves_no_files_behind() {
+    sqlite_only!("file permissions of the database and its WAL");
+    let env = Env::init();
+    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "true"]);
+    let Some(stranger) = Stranger::with_copy_of(&env, "read-only writes") else {
+        return;
+    };
+    chmod(&stranger.db, 0o400);
+    let out = stranger.run(&["schedule", "add", "b", "--cron", NEVER, "--", "true"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{} is not writable", stranger.db.display())),
+        "names the database: {err}"
+    );
+    assert_eq!(stranger.files(), ["runner.db"], "nothing left behind");
+    let out = stranger.run(&["init"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stranger.files(), ["runner.db"], "nothing left behind");
+
+    chmod(&stranger.db, 0o600);
+    let out = stranger.run(&["schedule", "add", "b", "--cron", NEVER, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
 // ---------------------------------------------------------------------------------------------
 // one bad row stops everything (item 8)
 // ---------------------------------------------------------------------------------------------
