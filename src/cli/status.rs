@@ -299,7 +299,8 @@ struct Dead<'a> {
 struct Database<'a> {
     location: &'a str,
     size_bytes: u64,
-    wal_bytes: u64,
+    /// `None` (null) on PostgreSQL, whose WAL is the server's, not this database's.
+    wal_bytes: Option<u64>,
     oldest_run: Option<Brief<'a>>,
 }
 
@@ -361,7 +362,7 @@ impl<'a> Report<'a> {
             last_prune_at_epoch: h.last_prune_at,
             database: Database {
                 location,
-                size_bytes: h.storage.database_bytes + h.storage.wal_bytes,
+                size_bytes: h.storage.database_bytes + h.storage.wal_bytes.unwrap_or(0),
                 wal_bytes: h.storage.wal_bytes,
                 oldest_run: h.oldest_run.as_ref().map(Brief::of),
             },
@@ -519,12 +520,15 @@ fn render(report: &Report) -> Result<String, std::fmt::Error> {
         writeln!(out, "last prune:      {}", utc_time(at))?;
     }
     let database = &report.database;
+    let wal = database
+        .wal_bytes
+        .map(|wal| format!(" (of which WAL {})", bytes(wal)))
+        .unwrap_or_default();
     writeln!(
         out,
-        "database:        {}, {} (of which WAL {})",
+        "database:        {}, {}{wal}",
         database.location,
         bytes(database.size_bytes),
-        bytes(database.wal_bytes)
     )?;
     match &database.oldest_run {
         Some(run) => writeln!(

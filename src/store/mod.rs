@@ -408,8 +408,9 @@ pub struct JobRunStats {
 pub struct Storage {
     /// The main file (pages in use and free).
     pub database_bytes: u64,
-    /// The write-ahead log not yet folded into the main file.
-    pub wal_bytes: u64,
+    /// The write-ahead log not yet folded into the main file; `None` where the database has no
+    /// log of its own (PostgreSQL's WAL belongs to the whole server).
+    pub wal_bytes: Option<u64>,
 }
 
 /// Running runs listed by `status` at most (they are counted in full).

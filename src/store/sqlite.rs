@@ -2443,7 +2443,7 @@ impl Store for SqliteStore {
         wal.push("-wal");
         let storage = Storage {
             database_bytes: (page_count.max(0) as u64) * (page_size.max(0) as u64),
-            wal_bytes: std::fs::metadata(&wal).map_or(0, |m| m.len()),
+            wal_bytes: Some(std::fs::metadata(&wal).map_or(0, |m| m.len())),
         };
 
         Ok(Health {

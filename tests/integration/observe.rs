@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::common::{
     add_finished_history, epoch, forge_vanished_runner, insert_finished_runs, json, run_ids,
-    status_of, stderr, stdout, undo_attempt_schedule, Env, BIN, SQLITE_BEFORE_TALLY,
+    status_of, stderr, stdout, undo_attempt_schedule, Backend, Env, BIN, SQLITE_BEFORE_TALLY,
 };
 use crate::sqlite_only;
 
@@ -568,6 +568,10 @@ fn status_reports_due_work_retries_failures_and_the_database() {
     );
     assert!(db["size_bytes"].as_i64().expect("size") > 0);
     assert_eq!(db["location"], env.sql.location());
+    // A SQLite database's -wal is its own; PostgreSQL's WAL is the server's: no figure.
+    let wal_figure = env.sql.backend() == Backend::Sqlite;
+    assert_eq!(db["wal_bytes"].is_u64(), wal_figure, "{db}");
+    assert_eq!(db["wal_bytes"].is_null(), !wal_figure, "{db}");
     assert_eq!(db["oldest_run"]["job"], "ok");
     assert_eq!(report["warnings"], Value::Array(vec![]));
 
@@ -588,6 +592,7 @@ fn status_reports_due_work_retries_failures_and_the_database() {
         );
     }
     assert!(!text.contains("WARNING"), "{text}");
+    assert_eq!(text.contains("(of which WAL "), wal_figure, "{text}");
 }
 
 // ---------------------------------------------------------------------------
@@ -1208,7 +1213,6 @@ fn the_strict_parser_rejects_malformed_expositions() {
 
 #[test]
 fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
-    use crate::common::Backend;
     let env = Env::init();
     let t0 = "2026-07-01T11:00:00Z";
     let once = ["--max-attempts", "1"];

@@ -2279,7 +2279,7 @@ impl Store for PostgresStore {
             let database_bytes: i64 = tx.query_one(STORAGE_BYTES, &[])?.try_get(0)?;
             let storage = Storage {
                 database_bytes: database_bytes.max(0) as u64,
-                wal_bytes: 0,
+                wal_bytes: None,
             };
 
             Ok(Health {
