@@ -119,6 +119,30 @@ fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
+/// Line `line` (1-based) of `text`, or "".
+fn line_text(text: &str, line: usize) -> &str {
+    text.lines().nth(line.saturating_sub(1)).unwrap_or("")
+}
+
+/// The schedule a table header line names (`[name]`, `["a name"]`), or `None` for any other
+/// line. For error messages only: the TOML parser has the last word on what the file means.
+fn header_name(line: &str) -> Option<String> {
+    let line = line.trim_start();
+    if !line.starts_with('[') || line.starts_with("[[") {
+        return None;
+    }
+    let inner = line[1..].split(']').next()?.trim();
+    let unquoted = ['"', '\'']
+        .iter()
+        .find_map(|q| inner.strip_prefix(*q).and_then(|s| s.strip_suffix(*q)));
+    Some(unquoted.unwrap_or(inner).to_string())
+}
+
+/// The schedule whose table holds line `line`: the last header at or above it.
+fn table_at(text: &str, line: usize) -> Option<String> {
+    text.lines().take(line).filter_map(header_name).last()
+}
+
 fn duration_text(secs: i64) -> String {
     humantime::format_duration(Duration::from_secs(secs.max(0) as u64)).to_string()
 }
@@ -161,9 +185,22 @@ pub fn read_file(text: &str) -> std::result::Result<BTreeMap<String, Settings>, 
         } else {
             format!("{message}: {at}")
         };
+        let line = line_of(text, span.start);
+        let schedule = table_at(text, line).unwrap_or_default();
+        // A table header given twice is a schedule named twice.
+        let first = (e.message().trim() == "duplicate key")
+            .then(|| header_name(line_text(text, line)))
+            .flatten()
+            .and_then(|name| {
+                (1..line).find(|&l| header_name(line_text(text, l)).as_ref() == Some(&name))
+            });
+        let message = match first {
+            Some(first) => format!("named twice (its first table is at line {first})"),
+            None => message,
+        };
         vec![FileError {
-            line: line_of(text, span.start),
-            schedule: String::new(),
+            line,
+            schedule,
             field: "",
             message,
         }]
@@ -507,9 +544,15 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     let wanted = read_file(&text).map_err(|errors| {
         let lines: Vec<String> = errors
             .iter()
-            .map(|e| match e.field {
-                "" => format!("{file}:{}: {}", e.line, e.message),
-                field => format!(
+            .map(|e| match (e.schedule.as_str(), e.field) {
+                ("", "") => format!("{file}:{}: {}", e.line, e.message),
+                (schedule, "") => format!(
+                    "{file}:{}: schedule {}: {}",
+                    e.line,
+                    escape_line(schedule),
+                    e.message
+                ),
+                (_, field) => format!(
                     "{file}:{}: schedule {}, field {field}: {}",
                     e.line,
                     escape_line(&e.schedule),
@@ -783,6 +826,16 @@ mod tests {
         let duplicate =
             errors("[a]\ncron = \"* * * * *\"\ncommand = \"true\"\n[a]\ncron = \"* * * * *\"\n");
         assert_eq!(duplicate[0].line, 4, "{duplicate:?}");
+        assert_eq!(duplicate[0].schedule, "a", "{duplicate:?}");
+        assert!(
+            duplicate[0]
+                .message
+                .contains("named twice (its first table is at line 1)"),
+            "{duplicate:?}"
+        );
+        assert_eq!(unknown[0].schedule, "a", "{unknown:?}");
+        let quoted = errors("[\"a b\"] # the schedule\ncron = \"* * * * *\"\nbogus = 1\n");
+        assert_eq!(quoted[0].schedule, "a b", "{quoted:?}");
         let backoff = errors("[a]\ncron = \"* * * * *\"\ncommand = \"true\"\nbackoff_base = \"2h\"\nbackoff_max = \"1h\"\n");
         // The field that broke the rule, given those before it (and the defaults).
         assert_eq!((backoff[0].line, backoff[0].field), (4, "backoff_base"));

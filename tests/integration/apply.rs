@@ -410,12 +410,15 @@ fn an_invalid_file_changes_nothing_and_names_file_line_and_field() {
     );
     let err = env.fails(2, &["schedule", "apply", file.to_str().expect("utf-8")]);
     assert!(
-        err.contains("unknown.toml:4: unknown field `timeout_secs`"),
+        err.contains("unknown.toml:4: schedule a: unknown field `timeout_secs`"),
         "{err}"
     );
     let file = write(&env, "dup.toml", "[a]\ncron = \"* * * * *\"\ncommand = \"true\"\n\n[a]\ncron = \"@daily\"\ncommand = \"true\"\n");
     let err = env.fails(2, &["schedule", "apply", file.to_str().expect("utf-8")]);
-    assert!(err.contains("dup.toml:5: duplicate key"), "{err}");
+    assert!(
+        err.contains("dup.toml:5: schedule a: named twice (its first table is at line 1)"),
+        "{err}"
+    );
     assert_eq!(listed(&env), before);
     assert_eq!(
         env.sql
