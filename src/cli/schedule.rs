@@ -562,7 +562,9 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
             |trap| match trap {
                 Trap::DaysEither | Trap::DaylightSaving => timing_changed,
                 Trap::TimeoutOverlap => f.timeout.is_some() || f.overlap.is_some(),
-                Trap::RelativeCommand => !f.command.is_empty() || f.workdir.is_some(),
+                Trap::RelativeCommand => {
+                    !f.command.is_empty() || f.workdir.is_some() || f.no_workdir
+                }
             },
         );
     }

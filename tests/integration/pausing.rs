@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use crate::common::{json, process_alive, run_ids, status_of, stdout, wait_until, Bg, Env, NEVER};
+use crate::common::{
+    json, process_alive, run_ids, status_of, stderr, stdout, wait_until, Bg, Env, NEVER,
+};
 
 const T0: &str = "2026-07-01T10:30:00Z";
 
@@ -271,4 +273,17 @@ fn edit_workdir_empty_or_no_workdir_unsets_it() {
         2,
         &["schedule", "edit", "job", "--no-workdir", "--workdir", dir],
     );
+
+    // Both forms warn alike when the command is a relative path that now has no directory.
+    env.add("relative", &["--workdir", dir], "./report.sh");
+    for unset in [&["--workdir", ""][..], &["--no-workdir"]] {
+        let out = env.run(&[&["schedule", "edit", "relative"][..], unset].concat());
+        assert!(out.status.success(), "{unset:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("relative path ./report.sh"),
+            "{unset:?}: {}",
+            stderr(&out)
+        );
+        env.ok(&["schedule", "edit", "relative", "--workdir", dir]);
+    }
 }
