@@ -61,6 +61,17 @@ pub fn duration_of_secs(secs: i64) -> String {
     duration(Duration::from_secs(u64::try_from(secs).unwrap_or(0)))
 }
 
+/// How long ago `at` was, at `now`: `3m ago`; or, when `at` is ahead of this clock by more than
+/// the clocks may disagree (a tick given `--now` in the future, another host's clock), `44m in
+/// the future of this clock`, never a misleading `0s ago`.
+pub fn age(at: i64, now: i64) -> String {
+    if at - now > crate::clock::CLOCK_TOLERANCE_SECS {
+        format!("{} in the future of this clock", duration_of_secs(at - now))
+    } else {
+        format!("{} ago", duration_of_secs(now - at))
+    }
+}
+
 /// [`duration`] of milliseconds as the store keeps them.
 pub fn duration_of_ms(ms: i64) -> String {
     duration(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))

@@ -14,7 +14,9 @@ use serde::Serialize;
 use super::check::{evaluate, Thresholds};
 use super::{emit, emit_json, parse_duration, zone, Ctx};
 use crate::clock::{behind_by, CLOCK_TOLERANCE_SECS};
-use crate::display::{bytes, count, duration_of_secs, escape_line, local_time, utc_time, UtcTime};
+use crate::display::{
+    age, bytes, count, duration_of_secs, escape_line, local_time, utc_time, UtcTime,
+};
 use crate::exit::Failure;
 use crate::model::{Definition, RunStatus};
 use crate::store::{DefinitionRow, Health, OpenMode, RunBrief, RunningView};
@@ -502,18 +504,7 @@ fn render(report: &Report) -> Result<String, std::fmt::Error> {
     }
 
     match report.last_tick_at_epoch {
-        Some(at) if at - now > CLOCK_TOLERANCE_SECS => writeln!(
-            out,
-            "last tick:       {} ({} in the future of this clock)",
-            utc_time(at),
-            duration_of_secs(at - now)
-        )?,
-        Some(at) => writeln!(
-            out,
-            "last tick:       {} ({} ago)",
-            utc_time(at),
-            duration_of_secs(now - at)
-        )?,
+        Some(at) => writeln!(out, "last tick:       {} ({})", utc_time(at), age(at, now))?,
         None => writeln!(out, "last tick:       never")?,
     }
     if let Some(at) = report.last_prune_at_epoch {

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::history::RunRow;
 use super::{emit, emit_json, find_definition, Ctx};
-use crate::display::{duration_of_secs, escape_line, local_time, UtcTime};
+use crate::display::{age, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::{Definition, Overlap, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
@@ -595,9 +595,9 @@ impl Text<'_, '_> {
                 match facts.last_tick_at {
                     Some(tick) => format!(
                         "Not materialised yet: no tick has run since it came due; the last tick \
-                         ran at {} ({} ago). Cron runs `runner tick` every minute when set up.",
+                         ran at {} ({}). Cron runs `runner tick` every minute when set up.",
                         self.at(tick),
-                        duration_of_secs(now - tick)
+                        age(tick, now)
                     ),
                     None => "Not materialised yet: no tick has ever run on this database. Cron \
                              runs `runner tick` every minute when set up."
@@ -657,9 +657,9 @@ impl Text<'_, '_> {
     fn last_tick(&self) -> String {
         match self.facts.last_tick_at {
             Some(tick) => format!(
-                " (the last tick ran at {}, {} ago)",
+                " (the last tick ran at {}, {})",
                 self.at(tick),
-                duration_of_secs(self.facts.now - tick)
+                age(tick, self.facts.now)
             ),
             None => " (no tick has ever run on this database)".to_string(),
         }
@@ -697,11 +697,7 @@ fn render(why: &Why) -> String {
         "  last tick:      {}\n",
         why.last_tick_at_epoch.map_or_else(
             || "never".to_string(),
-            |t| format!(
-                "{} ({} ago)",
-                local_time(t, tz),
-                duration_of_secs(why.now_epoch - t)
-            )
+            |t| format!("{} ({})", local_time(t, tz), age(t, why.now_epoch))
         )
     ));
     out.push('\n');
