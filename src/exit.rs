@@ -31,12 +31,19 @@ pub enum Failure {
     /// message: the summary line already said what fired.
     #[error("health check exited with code {0}")]
     Verdict(i32),
+    /// `tick`: the runner errors it met (exit 1). Not an error message: each was printed as it
+    /// happened, one line per error, and cron mails exactly those lines.
+    #[error("the tick met {0} runner error(s)")]
+    TickErrors(usize),
 }
 
 impl Failure {
     /// Whether the command already said all there is (its code is the message).
     pub fn spoke(&self) -> bool {
-        matches!(self, Failure::JobExit(_) | Failure::Verdict(_))
+        matches!(
+            self,
+            Failure::JobExit(_) | Failure::Verdict(_) | Failure::TickErrors(_)
+        )
     }
     pub fn usage(message: impl fmt::Display) -> anyhow::Error {
         Failure::Usage(message.to_string()).into()
@@ -83,6 +90,7 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
                 Failure::Database(_) => DATABASE,
                 Failure::Busy(_) => BUSY,
                 Failure::JobExit(code) | Failure::Verdict(code) => *code,
+                Failure::TickErrors(_) => RUNTIME,
             };
         }
         if let Some(code) = cause.downcast_ref::<Classified>().and_then(|c| c.code) {

@@ -87,10 +87,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     }
     if report.errors > 0 {
         // Each error was printed as it happened; the exit code tells cron and scripts.
-        return Err(anyhow::anyhow!(
-            "the tick met {} runner error(s); see the lines above",
-            report.errors
-        ));
+        return Err(Failure::TickErrors(report.errors).into());
     }
     Ok(())
 }

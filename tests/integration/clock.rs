@@ -319,7 +319,15 @@ fn status_warns_about_a_last_tick_in_the_future_then_shows_the_real_one() {
         far as f64
     );
     // `why` says the same of that tick, not "0s ago".
-    env.ok(&["schedule", "add", "yearly", "--cron", "0 0 1 1 *", "--", "true"]);
+    env.ok(&[
+        "schedule",
+        "add",
+        "yearly",
+        "--cron",
+        "0 0 1 1 *",
+        "--",
+        "true",
+    ]);
     let why = env.ok(&["why", "yearly"]);
     assert!(
         why.contains("last tick:      2099-01-01T00:00:00+00:00 (")

@@ -114,6 +114,8 @@ fn an_invalid_runner_retention_names_the_variable_and_its_syntax() {
     let err = stderr(&out);
     let lines = lines_with(&err, "RUNNER_RETENTION");
     assert_eq!(lines.len(), 1, "{err}");
+    // One line per runner error, and no summary after it (cron mails exactly that line).
+    assert_eq!(err.lines().count(), 1, "{err}");
     for needle in ["RUNNER_RETENTION=\"soon\"", "30d", "2160h", "off"] {
         assert!(lines[0].contains(needle), "{needle}: {err}");
     }
