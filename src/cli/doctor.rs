@@ -254,20 +254,7 @@ pub fn tick_line(command: &str) -> Option<TickLine> {
 /// crontab), else the default under cron's environment (`XDG_STATE_HOME` only if the crontab sets
 /// it; cron never does). Relative paths and `~` resolve against `home` (cron's working directory).
 pub fn cron_database(entry: &CronEntry, line: &TickLine, home: &Path) -> PathBuf {
-    let home_of = |value: &str| -> PathBuf {
-        let expanded = value
-            .replace("${HOME}", &home.to_string_lossy())
-            .replace("$HOME", &home.to_string_lossy());
-        let path = match expanded.strip_prefix("~/") {
-            Some(rest) => home.join(rest),
-            None => PathBuf::from(expanded),
-        };
-        if path.is_absolute() {
-            path
-        } else {
-            home.join(path)
-        }
-    };
+    let home_of = |value: &str| under_cron_home(value, home);
     let chosen = line
         .db_flag
         .clone()
@@ -283,6 +270,24 @@ pub fn cron_database(entry: &CronEntry, line: &TickLine, home: &Path) -> PathBuf
     {
         Some(state) => Path::new(state).join("runner/runner.db"),
         None => home.join(".local/state/runner/runner.db"),
+    }
+}
+
+/// A path as cron's shell resolves it for a user whose home is `home`: `$HOME`, `${HOME}` and a
+/// leading `~/` expanded, a relative path taken from the home directory (cron's working
+/// directory).
+fn under_cron_home(value: &str, home: &Path) -> PathBuf {
+    let expanded = value
+        .replace("${HOME}", &home.to_string_lossy())
+        .replace("$HOME", &home.to_string_lossy());
+    let path = match expanded.strip_prefix("~/") {
+        Some(rest) => home.join(rest),
+        None => PathBuf::from(expanded),
+    };
+    if path.is_absolute() {
+        path
+    } else {
+        home.join(path)
     }
 }
 
@@ -492,7 +497,7 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
         .find(|(_, _, _, db)| db.as_deref().is_some_and(|db| same_path(db, &database)));
     let shell_db = std::env::var("RUNNER_DB").ok().filter(|v| !v.is_empty());
     let cron_entry = match matching {
-        Some((entry, line, Some((user, _)), _)) => {
+        Some((entry, line, Some((user, home)), _)) => {
             checks.push(Check::ok(
                 "cron line",
                 format!(
@@ -501,7 +506,7 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
                     escape_line(&entry.command)
                 ),
             ));
-            checks.push(binary_check(entry, line));
+            checks.push(binary_check(entry, line, home));
             Some((*entry, user.clone()))
         }
         _ => {
@@ -703,10 +708,11 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
 }
 
 /// The binary a cron line names must exist (an absolute path) or be found in that crontab's PATH.
-fn binary_check(entry: &CronEntry, line: &TickLine) -> Check {
+fn binary_check(entry: &CronEntry, line: &TickLine, home: &Path) -> Check {
     let path = cron_path(Some(entry));
     let found = if line.binary.contains('/') {
-        Path::new(&line.binary).is_file()
+        // As cron's shell sees it: `$HOME/.local/bin/runner`, as crontab.example writes it.
+        under_cron_home(&line.binary, home).is_file()
     } else {
         path.split(':')
             .any(|dir| Path::new(dir).join(&line.binary).is_file())
@@ -798,6 +804,38 @@ mod tests {
         );
         assert_eq!(tick_line("runner status"), None);
         assert_eq!(tick_line("/usr/bin/backup tick"), None);
+    }
+
+    #[test]
+    fn the_binary_of_a_tick_line_is_found_as_cron_expands_it() {
+        let home = tempfile::tempdir().expect("home");
+        let bin = home.path().join(".local/bin");
+        std::fs::create_dir_all(&bin).expect("mkdir");
+        std::fs::write(bin.join("runner"), "").expect("binary");
+        let check = |command: &str| {
+            let entry = CronEntry {
+                source: "x:1".into(),
+                user: None,
+                command: command.into(),
+                env: Vec::new(),
+            };
+            binary_check(&entry, &tick_line(command).expect("tick"), home.path())
+        };
+        // crontab.example's line, `$HOME` as cron's shell expands it, and its other spellings.
+        for command in [
+            "$HOME/.local/bin/runner tick",
+            "${HOME}/.local/bin/runner tick",
+            "~/.local/bin/runner tick",
+            ".local/bin/runner tick",
+        ] {
+            assert_eq!(
+                check(command).status,
+                Status::Ok,
+                "{command}: {:?}",
+                check(command)
+            );
+        }
+        assert_eq!(check("$HOME/bin/runner tick").status, Status::Fail);
     }
 
     #[test]
