@@ -100,6 +100,14 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
     RUNTIME
 }
 
+/// `; hint: ...` when the error's backend said what the user can do about it, else "": appended
+/// to the error's line, so that each error is one line (cron mails them).
+pub fn hint_suffix(error: &anyhow::Error) -> String {
+    hint(error)
+        .map(|hint| format!("; hint: {hint}"))
+        .unwrap_or_default()
+}
+
 /// What the user can do about an error, when its backend said (see `Classified`).
 pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
     error

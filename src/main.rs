@@ -16,10 +16,7 @@ fn main() {
                 .chain()
                 .any(|c| c.downcast_ref::<Failure>().is_some_and(Failure::spoke));
             if !job_spoke {
-                runner::complain!("runner: error: {error:#}");
-                if let Some(hint) = exit::hint(&error) {
-                    runner::complain!("runner: hint: {hint}");
-                }
+                runner::complain!("runner: error: {error:#}{}", exit::hint_suffix(&error));
             }
             code
         }

@@ -174,13 +174,14 @@ pub fn attempt_marker(database: &str, run_id: i64, lease_token: &LeaseToken) -> 
 }
 
 /// Count a runner problem that does not stop the tick and print it as one line to stderr (cron
-/// mails it), with a hint when the cause is one the user can act on (disk full, permissions).
+/// mails it), with a hint on that line when the cause is one the user can act on (disk full,
+/// permissions).
 pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: &anyhow::Error) {
     *errors += 1;
-    crate::complain!("runner: error: {context}: {error:#}");
-    if let Some(hint) = crate::exit::hint(error) {
-        crate::complain!("runner: hint: {hint}");
-    }
+    crate::complain!(
+        "runner: error: {context}: {error:#}{}",
+        crate::exit::hint_suffix(error)
+    );
 }
 
 /// Test-only crash and stall points, so tests can make races deterministic instead of hoping a

@@ -643,6 +643,14 @@ fn database_fault_messages_are_actionable() {
         "{}",
         stderr(&out)
     );
+    // The hint is on its error's line: one line per runner error.
+    assert!(
+        stderr(&out)
+            .lines()
+            .all(|line| line.starts_with("runner: ") && !line.starts_with("runner: hint")),
+        "{}",
+        stderr(&out)
+    );
     // Full before the tick: the first tick's exit freed its WAL, so fill what is left; now SQLite
     // cannot even create its shared-memory file.
     let top_up = fs.join("top-up");
