@@ -79,6 +79,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         options: &options,
         rng: &mut fastrand::Rng::new(),
         report: &mut report,
+        writes_failed: false,
     };
     match claim_run(&mut tick, run_id) {
         Ok(Some(claimed)) => execute_claimed(&mut tick, vec![claimed]),

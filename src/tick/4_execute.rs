@@ -480,7 +480,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
 
     loop {
         let shutting_down = supervisor.stop_all_on_shutdown(tick);
-        let young = started.elapsed() < options.max_tick && !shutting_down;
+        let young = started.elapsed() < options.max_tick && !shutting_down && !tick.writes_failed;
 
         // The ends first, their slots given to prepared jobs at once, then the claim of what
         // they leave room for.
@@ -552,6 +552,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
                 }
                 Err(e) => {
                     runner_error(&mut tick.report.errors, "claiming runs", &e);
+                    tick.writes_failed = true;
                     claiming.took_nothing = true;
                     claiming.more_due = false;
                     claiming.next_at = Instant::now() + RECHECK_INTERVAL;
@@ -598,7 +599,10 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
 fn sync_results(tick: &mut Tick<'_>) {
     match tick.store.sync() {
         Ok(()) => results_durable(tick),
-        Err(e) => runner_error(&mut tick.report.errors, "syncing results", &e.into()),
+        Err(e) => {
+            runner_error(&mut tick.report.errors, "syncing results", &e.into());
+            tick.writes_failed = true;
+        }
     }
 }
 
@@ -723,6 +727,7 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
                 "recording the start of jobs",
                 &e.into(),
             );
+            tick.writes_failed = true;
             vec![Fenced::LeaseLost; gated.len()]
         }
     };

@@ -174,6 +174,7 @@ fn write_decided(
                 let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
                 runner_error(&mut tick.report.errors, context, &e);
             }
+            tick.writes_failed = true;
             vec![Fenced::LeaseLost; reports.len()]
         }
     };
@@ -358,6 +359,9 @@ fn write_ends(
         .into_iter()
         .map(|(job, result)| (job, AttemptEnd::decide(result)))
         .unzip();
+    if super::test_fault("record-ends") {
+        anyhow::bail!("test fault: the results were not written");
+    }
     let recorded = write(tick, &ends)?;
     for ((job, end), fenced) in jobs.iter().zip(&ends).zip(&recorded) {
         if let Some(failure) = &end.result.failure {

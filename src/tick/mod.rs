@@ -86,6 +86,10 @@ pub struct Tick<'a> {
     pub options: &'a TickOptions,
     pub rng: &'a mut fastrand::Rng,
     pub report: &'a mut TickReport,
+    /// A claim, a start or a result could not be written (a full disk, a database gone
+    /// read-only): claim no more, so that no further job runs whose result this tick may not be
+    /// able to record. The jobs it holds are seen to their end; the next tick starts afresh.
+    pub writes_failed: bool,
 }
 
 pub fn tick(
@@ -107,6 +111,7 @@ pub fn tick(
         options,
         rng,
         report: &mut report,
+        writes_failed: false,
     };
     // One read says which steps have anything to do; the others are skipped, with their own
     // reads (cron's usual minute has nothing to do: an idle tick 2.2 -> 2.0 ms). A step that
@@ -197,6 +202,7 @@ pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: 
 /// - `heartbeat` (`:fail` only): every heartbeat of a tick, the look at a job's lease at its
 ///   gate included;
 /// - `due-reader` (`:fail` only): a tick opening its second connection for the due schedules;
+/// - `record-ends` (`:fail` only): a tick writing the ends of its jobs (as a full disk fails it);
 /// - `apply-commit`: `schedule apply`, planned, before its commit;
 /// - `migrated`: `migrate`, the target committed, the source not yet;
 /// - `removal-locked`: PostgreSQL's `schedule rm` or `apply --prune` holds its locks on a

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::common::{
-    chmod, is_root, sh, stderr, stdout, subcommands, timed, Cleanup, Env, BIN, NEVER,
+    chmod, is_root, sh, status_of, stderr, stdout, subcommands, timed, Cleanup, Env, BIN, NEVER,
 };
 use crate::sqlite_only;
 
@@ -524,6 +524,68 @@ fn disk_full_during_a_tick_loses_nothing() {
         .query_row("SELECT count(*) FROM job_runs", [], |r| r.get(0))
         .expect("count");
     assert!(runs >= 4, "no run was lost: {runs}");
+}
+
+/// A tick that cannot write the result of a job (a full disk; here a test fault) claims nothing
+/// more, so that no further job runs whose result it may not be able to record: it exits 1 once
+/// what it holds has ended. Here a short job's end fails while a long one still runs: the tick
+/// used to claim again a second later and run the queued jobs too. The runs it could not record
+/// are recovered when their leases expire, and the next ticks run the rest.
+#[test]
+fn a_tick_that_cannot_record_a_result_claims_no_more() {
+    let env = Env::init();
+    let log = env.path("log");
+    let job = |secs: &str| format!("echo $RUNNER_RUN_ID >> {}; sleep {secs}", log.display());
+    env.add("slow", &["--backoff-base", "1s"], &job("4"));
+    // `allow`: a quick run whose end was not written, still running to the database, does not
+    // hold the others back.
+    env.add(
+        "quick",
+        &["--backoff-base", "1s", "--overlap", "allow"],
+        &job("0.1"),
+    );
+    let slow = env.enqueue("slow");
+    let quick = env.enqueue("quick");
+    let queued: Vec<i64> = (0..2).map(|_| env.enqueue("quick")).collect();
+    let ran = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.parse::<i64>().expect("run id"))
+            .collect::<BTreeSet<_>>()
+    };
+    let out = env
+        .cmd()
+        .env("RUNNER_TEST_HOOK", "record-ends:fail")
+        .args(["tick", "--concurrency", "2", "--lease", "3s"])
+        .output()
+        .expect("tick");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        ran(),
+        BTreeSet::from([slow, quick]),
+        "nothing claimed after the failed write: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains(&format!("run {quick}: recording attempt 1")),
+        "{}",
+        stderr(&out)
+    );
+
+    // Their leases expire (3 s); later ticks recover them and run everything.
+    let all: Vec<i64> = [slow, quick].into_iter().chain(queued).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while all.iter().any(|&run| status_of(&env, run) != "succeeded") {
+        assert!(Instant::now() < deadline, "runs unfinished: {:?}", ran());
+        std::thread::sleep(Duration::from_millis(500));
+        let out = env
+            .cmd()
+            .args(["tick", "--lease", "3s", "--concurrency", "4"])
+            .output()
+            .expect("tick");
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
 }
 
 /// The same fault without root: a file size limit (RLIMIT_FSIZE, via prlimit) stops the tick in
