@@ -177,7 +177,12 @@ fn in_file_terms(message: &str) -> String {
 pub fn read_file(text: &str) -> std::result::Result<BTreeMap<String, Settings>, Vec<FileError>> {
     let entries: BTreeMap<String, Spanned<Entry>> = toml::from_str(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
-        let message = e.message().trim();
+        // serde names the type it wanted; the file has tables, one per schedule.
+        let message = e
+            .message()
+            .trim()
+            .replace("struct Entry", "a schedule's table ([name] and its fields)");
+        let message = message.as_str();
         // Name what the error points at when the message does not (`duplicate key`).
         let at = text.get(span.clone()).unwrap_or("").trim();
         let message = if at.is_empty() || at.contains('\n') || message.contains(at) {
@@ -836,6 +841,14 @@ mod tests {
         assert_eq!(unknown[0].schedule, "a", "{unknown:?}");
         let quoted = errors("[\"a b\"] # the schedule\ncron = \"* * * * *\"\nbogus = 1\n");
         assert_eq!(quoted[0].schedule, "a b", "{quoted:?}");
+        let outside = errors("cron = 5\n[a]\ncron = \"* * * * *\"\ncommand = \"true\"\n");
+        assert_eq!((outside[0].line, outside[0].schedule.as_str()), (1, ""));
+        assert!(
+            outside[0]
+                .message
+                .contains("expected a schedule's table ([name] and its fields)"),
+            "{outside:?}"
+        );
         let backoff = errors("[a]\ncron = \"* * * * *\"\ncommand = \"true\"\nbackoff_base = \"2h\"\nbackoff_max = \"1h\"\n");
         // The field that broke the rule, given those before it (and the defaults).
         assert_eq!((backoff[0].line, backoff[0].field), (4, "backoff_base"));
