@@ -109,7 +109,7 @@ pub fn hint_suffix(error: &anyhow::Error) -> String {
 }
 
 /// What the user can do about an error, when its backend said (see `Classified`).
-pub fn hint(error: &anyhow::Error) -> Option<&'static str> {
+fn hint(error: &anyhow::Error) -> Option<&'static str> {
     error
         .chain()
         .find_map(|c| c.downcast_ref::<Classified>())?

@@ -192,13 +192,18 @@ pub fn read_file(text: &str) -> std::result::Result<BTreeMap<String, Settings>, 
         };
         let line = line_of(text, span.start);
         let schedule = table_at(text, line).unwrap_or_default();
-        // A table header given twice is a schedule named twice.
-        let first = (e.message().trim() == "duplicate key")
-            .then(|| header_name(line_text(text, line)))
+        // A table header given twice is a schedule named twice: the error is on that header,
+        // so `schedule` is its name; its first table is the first header of that name.
+        let named_twice =
+            e.message().trim() == "duplicate key" && header_name(line_text(text, line)).is_some();
+        let first = named_twice
+            .then(|| {
+                text.lines()
+                    .take(line - 1)
+                    .position(|l| header_name(l).as_deref() == Some(schedule.as_str()))
+            })
             .flatten()
-            .and_then(|name| {
-                (1..line).find(|&l| header_name(line_text(text, l)).as_ref() == Some(&name))
-            });
+            .map(|index| index + 1);
         let message = match first {
             Some(first) => format!("named twice (its first table is at line {first})"),
             None => message,

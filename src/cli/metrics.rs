@@ -268,7 +268,7 @@ fn exposition(
     writeln!(
         out,
         "runner_database_size_bytes {}",
-        h.storage.database_bytes + h.storage.wal_bytes.unwrap_or(0)
+        h.storage.total_bytes()
     )?;
     Ok(out)
 }

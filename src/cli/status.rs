@@ -364,7 +364,7 @@ impl<'a> Report<'a> {
             last_prune_at_epoch: h.last_prune_at,
             database: Database {
                 location,
-                size_bytes: h.storage.database_bytes + h.storage.wal_bytes.unwrap_or(0),
+                size_bytes: h.storage.total_bytes(),
                 wal_bytes: h.storage.wal_bytes,
                 oldest_run: h.oldest_run.as_ref().map(Brief::of),
             },

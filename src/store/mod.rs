@@ -413,6 +413,13 @@ pub struct Storage {
     pub wal_bytes: Option<u64>,
 }
 
+impl Storage {
+    /// The space the database takes: its main file and its write-ahead log, if it has one.
+    pub fn total_bytes(&self) -> u64 {
+        self.database_bytes + self.wal_bytes.unwrap_or(0)
+    }
+}
+
 /// Running runs listed by `status` at most (they are counted in full).
 pub const RUNNING_LISTED: usize = 50;
 /// Error codes and dead runs listed by `status` at most.
