@@ -459,6 +459,14 @@ impl Definition {
         self.paused_until.filter(|_| self.settings.paused)
     }
 
+    /// Where its fire times still to come start: `now`, or its cursor when that lies ahead of
+    /// `now` (a tick whose clock ran ahead handled every instant up to it, and such a schedule
+    /// fires again only once the clock passes its cursor). What `list`, `show`, `next`, `edit`
+    /// and `why` call its next fire times come after this.
+    pub fn handled_through(&self, now: i64) -> i64 {
+        self.materialized_through.max(now)
+    }
+
     pub fn set_cursor(&mut self, cursor: Cursor) {
         self.materialized_through = cursor.materialized_through;
         self.next_fire_at = cursor.next_fire_at;

@@ -13,6 +13,7 @@ use super::steer::{cancel_before_removal, cancel_run, Cancelled};
 use super::{
     actor, find_definition, find_definition_row, parse_whole_seconds, unknown_schedule, Ctx,
 };
+use crate::clock::from_epoch;
 use crate::display::{count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::RunStatus;
@@ -328,7 +329,8 @@ pub struct NextArgs {
     /// Zone for --cron [default: UTC].
     #[arg(long, value_name = "ZONE", requires = "cron")]
     pub tz: Option<String>,
-    /// How many fire times.
+    /// How many fire times (fewer when the expression fires fewer times in the 400 years ahead,
+    /// which is as far as it looks).
     #[arg(short = 'n', default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub count: u16,
     /// Machine-readable output.
@@ -550,7 +552,11 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     if earlier > 0 {
         say!("({earlier} instant(s) already due were materialised under the previous settings first)");
     }
-    print_upcoming(&timing, ctx.clock.now(), 5)?;
+    // From its cursor when that lies ahead (a tick whose clock ran ahead): no instant before it
+    // will run.
+    let now = ctx.clock.now();
+    let after = from_epoch(definition.handled_through(now.timestamp())).max(now);
+    print_upcoming(&timing, after, 5)?;
     if !args.quiet {
         // Only the traps of what this edit changed: an old trap was warned about when it was set.
         let f = &args.flags;
@@ -706,17 +712,29 @@ fn resume(args: Name, ctx: &Ctx) -> Result<()> {
 }
 
 fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
-    let timing = match (&args.name, &args.cron) {
+    let now = ctx.clock.now();
+    let (timing, after) = match (&args.name, &args.cron) {
         (Some(name), _) => {
             let store = ctx.open(OpenMode::MustExist)?;
-            find_definition(store.as_ref(), name)?.settings.timing()?
+            let definition = find_definition(store.as_ref(), name)?;
+            let after = definition.handled_through(now.timestamp());
+            (definition.settings.timing()?, from_epoch(after).max(now))
         }
-        (None, Some(cron)) => {
-            Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?
-        }
+        (None, Some(cron)) => (
+            Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?,
+            now,
+        ),
         (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
     };
-    let times = timing.upcoming(ctx.clock.now(), usize::from(args.count));
+    let times = timing.upcoming(after, usize::from(args.count));
+    if times.len() < usize::from(args.count) {
+        // The search looks 400 years ahead (`0 0 29 2 *` fires 97 times in them).
+        crate::complain!(
+            "runner: note: {} in the next 400 years, fewer than the {} asked for",
+            count(times.len(), "fire time"),
+            args.count
+        );
+    }
     let times: Vec<FireTime> = times.iter().map(|&t| FireTime::of(t, timing.tz)).collect();
     if args.json {
         say!("{}", serde_json::to_string_pretty(&times)?);
@@ -932,9 +950,7 @@ fn last_results(store: &dyn Store, rows: &[DefinitionRow]) -> Result<Vec<Option<
 /// The next fire time after now. (The stored `next_fire_at` is the materialisation cursor's
 /// next instant, which lies in the past while no tick has run since.)
 fn upcoming_fire(d: &Definition, now: i64) -> Result<Option<i64>> {
-    Ok(d.settings
-        .timing()?
-        .next_after(d.materialized_through.max(now)))
+    Ok(d.settings.timing()?.next_after(d.handled_through(now)))
 }
 
 fn list(args: JsonFlag, ctx: &Ctx) -> Result<()> {

@@ -96,19 +96,28 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             from.to_rfc3339()
         )));
     }
-    let (schedule, timing, policy, paused) = match (&args.name, &args.cron) {
+    // `handled`: a schedule's cursor. A tick never materialises an instant at or before it again
+    // (it came before the schedule was added, resumed or edited, or a tick handled it).
+    let (schedule, timing, policy, paused, handled) = match (&args.name, &args.cron) {
         (Some(name), _) => {
             let store = ctx.open(OpenMode::MustExist)?;
             let d = find_definition(store.as_ref(), name)?;
             let s = &d.settings;
             let timing = s.timing()?;
             let policy = (s.catch_up, s.grace_secs);
-            (Some(d.name.clone()), timing, Some(policy), s.paused)
+            let handled = d.materialized_through;
+            (
+                Some(d.name.clone()),
+                timing,
+                Some(policy),
+                s.paused,
+                handled,
+            )
         }
         (None, Some(cron)) => {
             let timing =
                 Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?;
-            (None, timing, None, false)
+            (None, timing, None, false, i64::MIN)
         }
         (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
     };
@@ -121,9 +130,13 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             "the window holds more than {MAX_INSTANTS} fire times; give a shorter one"
         )));
     }
+    // The first tick at --to decides the instants after the cursor; the rest it never sees.
+    let seen = window
+        .instants
+        .partition_point(|t| t.timestamp() <= handled);
     let decisions = match policy {
         Some((catch_up, grace_secs)) if !paused => Some(plan_catch_up(
-            &window.instants,
+            &window.instants[seen..],
             to,
             catch_up,
             std::time::Duration::from_secs(u64::try_from(grace_secs).unwrap_or(0)),
@@ -135,9 +148,17 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         .iter()
         .enumerate()
         .map(|(i, &t)| {
-            let (decision, reason) = match decisions.as_ref().map(|d| &d[i].1) {
+            let decided = decisions.as_ref().zip(i.checked_sub(seen));
+            let (decision, reason) = match decided.map(|(d, i)| &d[i].1) {
                 Some(Decision::Run) => (Some("run"), None),
                 Some(Decision::Skip(reason)) => (Some("skip"), Some(reason.clone())),
+                None if decisions.is_some() => (
+                    None,
+                    Some(format!(
+                        "at or before its cursor ({}): no tick materialises it",
+                        local_time(handled, timing.tz)
+                    )),
+                ),
                 None => (None, None),
             };
             Instant {
@@ -187,6 +208,8 @@ fn render(sim: &Simulation) -> String {
         count(sim.instants.len(), "fire time")
     ));
     let decided = sim.instants.iter().filter(|i| i.decision.is_some()).count();
+    // A schedule's instants have a CATCH-UP column: run, skip, or - before its cursor.
+    let catch_up_column = sim.catch_up.is_some() && !sim.paused;
     if let (Some(policy), Some(grace)) = (sim.catch_up, sim.grace_secs) {
         if sim.paused {
             out.push_str(
@@ -198,9 +221,16 @@ fn render(sim: &Simulation) -> String {
                 .iter()
                 .filter(|i| i.decision == Some("run"))
                 .count();
+            let before_cursor = match sim.instants.len() - decided {
+                0 => String::new(),
+                n => format!(
+                    "; {} at or before the schedule's cursor it never materialises again",
+                    count(n, "instant")
+                ),
+            };
             out.push_str(&format!(
                 "if no tick ran in the window, the first tick after it (catch-up {policy}, grace {}) \
-                 runs {runs} and skips {}\n",
+                 runs {runs} and skips {}{before_cursor}\n",
                 duration_of_secs(grace),
                 decided - runs
             ));
@@ -213,7 +243,7 @@ fn render(sim: &Simulation) -> String {
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
     let mut header = vec!["LOCAL TIME", "UTC"];
-    if decided > 0 {
+    if catch_up_column {
         header.push("CATCH-UP");
     }
     header.push("NOTE");
@@ -221,7 +251,7 @@ fn render(sim: &Simulation) -> String {
     for i in &sim.instants {
         let mut row = vec![i.local.clone(), crate::display::utc_time(i.at_epoch)];
         let mut notes: Vec<String> = Vec::new();
-        if decided > 0 {
+        if catch_up_column {
             row.push(i.decision.unwrap_or("-").to_string());
             notes.extend(i.reason.clone());
         }

@@ -209,7 +209,7 @@ impl<'a> Why<'a> {
             _ => (None, None),
         };
         let last_fire = timing.latest(i64::MIN, facts.now, 1).first().copied();
-        let next_fire = timing.next_after(facts.now);
+        let next_fire = timing.next_after(d.handled_through(facts.now));
         let text = Text {
             facts,
             tz: timing.tz,
@@ -323,10 +323,10 @@ impl Text<'_, '_> {
                         time.format("%H:%M"),
                         zone.unwrap_or(self.tz)
                     ),
-                    // An instant is always located.
-                    TimeInput::Instant(_) | TimeInput::Ago(_) => {
-                        resolved.map(|t| self.at(t)).unwrap_or_default()
-                    }
+                    // An instant names itself, whatever it locates to (a fire instant, none,
+                    // or one pass of a repeated hour).
+                    TimeInput::Instant(t) => self.at(t.timestamp()),
+                    TimeInput::Ago(_) => resolved.map(|t| self.at(t)).unwrap_or_default(),
                 };
                 match (resolved, located) {
                     (Some(_), _) if matches!(at, TimeInput::Instant(_)) => {

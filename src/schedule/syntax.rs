@@ -188,10 +188,29 @@ fn parse_item(field: Field, item: &str) -> Result<Bits, String> {
         let low = parse_value(field, a)?;
         let high = parse_value(field, b)?;
         if low > high {
+            // Debian's cron accepts a reversed range and never fires it. What was meant is
+            // either the wrap-around (FRI-MON: Friday through Monday) or the values between.
             let hint = if field == Field::DayOfWeek && high == 0 {
                 format!("; Sunday is also 7, so write {low}-7")
             } else {
-                format!("; write the smaller value first ({high}-{low})")
+                // Day of week wraps through 7 (Sunday) to 1; other fields through their ends.
+                let (max, min) = match field {
+                    Field::DayOfWeek => (7, 1),
+                    _ => (field.max(), field.min()),
+                };
+                let span = |a: u32, b: u32| {
+                    if a == b {
+                        a.to_string()
+                    } else {
+                        format!("{a}-{b}")
+                    }
+                };
+                format!(
+                    "; ranges do not wrap around: write {},{} for {low} through {high}, or \
+                     {high}-{low} for the values between",
+                    span(low, max),
+                    span(min, high)
+                )
             };
             return Err(format!("\"{item}\" is a reversed range{hint}"));
         }
@@ -856,12 +875,27 @@ mod tests {
         );
         assert_err(
             "* * * DEC-JAN *",
-            &["month field", "\"DEC-JAN\"", "reversed"],
+            &[
+                "month field",
+                "\"DEC-JAN\"",
+                "reversed",
+                "write 12,1 for 12 through 1",
+            ],
         );
         assert_err(
             "* * * * SAT-SUN",
             &["day-of-week field", "\"SAT-SUN\"", "6-7"],
         );
+        // Friday through Monday wraps through Sunday (7); the values between are 1-5.
+        assert_err(
+            "0 0 * * FRI-MON",
+            &[
+                "\"FRI-MON\"",
+                "write 5-7,1 for 5 through 1",
+                "or 1-5 for the values between",
+            ],
+        );
+        assert_err("0 22-2 * * *", &["write 22-23,0-2 for 22 through 2"]);
         assert_err(
             "* * 20-10/2 * *",
             &["day-of-month field", "\"20-10/2\"", "reversed"],

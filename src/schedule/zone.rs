@@ -285,8 +285,12 @@ pub fn parse_zone(name: &str) -> Result<Tz, CronError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DstRule {
     /// A fixed-time job whose local times (listed) fell in a spring-forward gap: it runs once,
-    /// at the transition instant.
-    Gap { skipped: Vec<NaiveDateTime> },
+    /// at the transition instant. `own`: the transition's local time is one of its times too
+    /// (`0 1-4 * * *`: 02:00 did not exist, 03:00 did), and that one run stands for both.
+    Gap {
+        skipped: Vec<NaiveDateTime>,
+        own: bool,
+    },
     /// The first pass of a repeated (fall-back) hour. A fixed-time job runs only in this one.
     RepeatedFirst { wildcard: bool },
     /// The second pass of a repeated hour: wildcard jobs run in both.
@@ -306,13 +310,18 @@ impl DstRule {
     /// What happened, for people.
     pub fn note(&self) -> String {
         match self {
-            DstRule::Gap { skipped } => {
+            DstRule::Gap { skipped, own } => {
                 let times: Vec<String> = skipped
                     .iter()
                     .map(|t| t.format("%H:%M").to_string())
                     .collect();
+                let also = if *own {
+                    ", which is also one of its own times"
+                } else {
+                    ""
+                };
                 format!(
-                    "DST gap: {} did not exist that day; runs once, at the transition",
+                    "DST gap: {} did not exist that day; runs once, at the transition{also}",
                     times.join(", ")
                 )
             }
@@ -332,8 +341,11 @@ impl CronSchedule {
     /// when its local time is an ordinary one.
     pub fn dst_rule(&self, tz: Tz, instant: DateTime<Utc>) -> Option<DstRule> {
         let local = local_of(tz, instant)?;
-        if !self.matches_local(local) {
-            // Moved out of a gap: the matching local times just before it do not exist.
+        let own = self.matches_local(local);
+        // A fixed-time job's times in a gap move to the first instant after it: when this
+        // instant is that one, the matching local times just before it did not exist. (A
+        // wildcard job has no instants in a gap: nothing moves.)
+        if !self.wildcard {
             let mut skipped = Vec::new();
             let mut probe = local;
             for _ in 0..MAX_GAP_MINUTES {
@@ -345,8 +357,10 @@ impl CronSchedule {
                     skipped.push(probe);
                 }
             }
-            skipped.reverse();
-            return Some(DstRule::Gap { skipped });
+            if !skipped.is_empty() || !own {
+                skipped.reverse();
+                return Some(DstRule::Gap { skipped, own });
+            }
         }
         match tz.from_local_datetime(&local) {
             LocalResult::Ambiguous(first, _) if first.with_timezone(&Utc) == instant => {
@@ -939,6 +953,23 @@ mod tests {
                 )
             )]
         );
+        // 02:00 did not exist; 03:00 did, and is a time of its own: one run stands for both.
+        let moved = rules(
+            "0 1-4 * * *",
+            "2026-03-08T05:00:00Z",
+            "2026-03-08T09:00:00Z",
+        );
+        assert_eq!(moved.len(), 3, "{moved:?}");
+        assert_eq!(moved[0].1, None);
+        assert_eq!(moved[1].0, "2026-03-08T07:00:00Z");
+        assert_eq!(
+            moved[1].1.as_deref(),
+            Some(
+                "DST gap: 02:00 did not exist that day; runs once, at the transition, which is \
+                 also one of its own times"
+            )
+        );
+        assert_eq!(moved[2].1, None);
         // Fall back, 2026-11-01: 01:00-02:00 local comes twice.
         assert_eq!(
             rules("30 1 * * *", "2026-11-01T04:00:00Z", "2026-11-01T08:00:00Z"),

@@ -683,3 +683,65 @@ fn clock_jumps_create_no_duplicate_instants() {
     assert_eq!(unique.len(), lines.len(), "an instant executed twice");
     assert_eq!(lines.len(), 26 + 3 + 3);
 }
+
+/// After a tick whose clock ran ahead, every command that names a schedule's next fire times
+/// (`list`, `show`, `next NAME`, the ones `edit` prints, `why`'s) names the first one after its
+/// cursor: the instants in between were handled by that tick and will not run.
+#[test]
+fn after_a_tick_ahead_every_preview_starts_at_the_cursor() {
+    let env = Env::init();
+    env.add_at(Some("2026-05-01T09:59:30Z"), "h", "0 * * * *", &[], "true");
+    env.tick_at("2026-05-03T10:00:00Z");
+    let earlier = ["--now", "2026-05-01T10:30:00Z"];
+    let cmd = |args: &[&str]| env.ok(&[&earlier[..], args].concat());
+
+    let show = json(&cmd(&["schedule", "show", "h", "--json"]));
+    assert_eq!(show["next_fire_at"], "2026-05-03T11:00:00Z", "{show}");
+    let next = json(&cmd(&["schedule", "next", "h", "-n", "2", "--json"]));
+    assert_eq!(next[0]["at"], "2026-05-03T11:00:00Z", "{next}");
+    assert_eq!(next[1]["at"], "2026-05-03T12:00:00Z", "{next}");
+    // `--cron` has no cursor: its fire times come after now.
+    let bare = json(&cmd(&["schedule", "next", "--cron", "0 * * * *", "--json"]));
+    assert_eq!(bare[0]["at"], "2026-05-01T11:00:00Z", "{bare}");
+    let why = json(&cmd(&["why", "h", "--json"]));
+    assert_eq!(why["next_fire_at"], "2026-05-03T11:00:00Z", "{why}");
+
+    let edited = cmd(&["schedule", "edit", "h", "--cron", "0,30 * * * *"]);
+    assert!(
+        edited.contains("next 5 fire times (UTC):\n  2026-05-03T10:30:00+00:00\n"),
+        "{edited}"
+    );
+    // And the tick agrees: nothing of the edited cron runs before the cursor.
+    env.tick_at("2026-05-01T11:30:30Z");
+    let history = json(&env.ok(&["history", "h", "--json", "--limit", "1000"]));
+    for run in history.as_array().expect("runs") {
+        let at = run["scheduled_for"].as_str().expect("scheduled_for");
+        assert!(
+            at <= "2026-05-03T10:00:00Z",
+            "a run before the cursor: {run}"
+        );
+    }
+}
+
+/// `schedule next -n N` looks 400 years ahead: an expression that fires fewer times in them
+/// prints what there is and says so on stderr (29 February: 97 times).
+#[test]
+fn next_says_when_it_finds_fewer_fire_times_than_asked() {
+    let env = Env::new();
+    let out = env.run(&[
+        "--now",
+        "2026-01-01T00:00:00Z",
+        "schedule",
+        "next",
+        "--cron",
+        "0 0 29 2 *",
+        "-n",
+        "100",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 97);
+    assert_eq!(
+        stderr(&out),
+        "runner: note: 97 fire times in the next 400 years, fewer than the 100 asked for\n"
+    );
+}

@@ -100,10 +100,12 @@ fn an_expression_lists_its_fire_times_and_names_the_dst_rule_behind_each() {
     assert_eq!(instants(&report)[0]["dst"]["rule"], "repeated_first");
 }
 
-/// What simulate says the first tick after the window runs and skips is what that tick does.
+/// What simulate says the first tick after the window runs and skips is what that tick does. The
+/// window starts before the schedule was added: those instants it never materialises.
 #[test]
 fn catch_up_decisions_match_what_the_tick_then_does() {
     let added = "2026-07-01T00:00:30Z";
+    let from = "2026-06-30T22:00:00Z";
     let until = "2026-07-01T06:10:00Z";
     for (policy, grace, runs) in [("latest", "5m", 1), ("all", "5m", 6), ("none", "2h", 2)] {
         let env = Env::init();
@@ -115,11 +117,18 @@ fn catch_up_decisions_match_what_the_tick_then_does() {
             "true",
         );
         let report = json(&env.ok(&[
-            "schedule", "simulate", policy, "--from", added, "--to", until, "--json",
+            "schedule", "simulate", policy, "--from", from, "--to", until, "--json",
         ]));
         assert_eq!(report["schedule"], policy);
         assert_eq!(report["catch_up"], policy);
-        let decided: Vec<(i64, String)> = instants(&report)
+        // 22:00, 23:00 and 00:00 came before the schedule was added (its cursor is 00:00:30).
+        let (before, after) = instants(&report).split_at(3);
+        for i in before {
+            assert!(i["decision"].is_null(), "{i}");
+            let reason = i["reason"].as_str().expect("reason");
+            assert!(reason.contains("at or before its cursor"), "{i}");
+        }
+        let decided: Vec<(i64, String)> = after
             .iter()
             .map(|i| {
                 (
@@ -134,9 +143,16 @@ fn catch_up_decisions_match_what_the_tick_then_does() {
             runs,
             "{policy}: {report}"
         );
-        for i in instants(&report) {
+        for i in after {
             assert_eq!(i["decision"] == "skip", i["reason"].is_string(), "{i}");
         }
+        let text = env.ok(&[
+            "schedule", "simulate", policy, "--from", from, "--to", until,
+        ]);
+        assert!(
+            text.contains("3 instants at or before the schedule's cursor it never materialises"),
+            "{text}"
+        );
         assert_eq!(
             env.sql.query_i64("SELECT count(*) FROM job_runs", &[]),
             0,

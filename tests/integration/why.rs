@@ -295,9 +295,15 @@ fn a_time_in_a_repeated_hour_says_the_job_ran_once_in_the_first_pass() {
     assert_eq!(report["cause"], "dst_repeated", "{report}");
     assert_eq!(report["asked"], "2026-11-01T06:30:00Z");
     assert_eq!(report["instant"], "2026-11-01T05:30:00Z");
+    let said = explanation(&report);
     assert!(
-        explanation(&report).contains("the second is not an instant of it"),
-        "{report}"
+        said.contains("the second is not an instant of it"),
+        "{said}"
+    );
+    // The instant asked about is named, in the schedule's zone, as given.
+    assert!(
+        said.contains("Asked about 2026-11-01T01:30:00-05:00."),
+        "{said}"
     );
 }
 
