@@ -405,10 +405,19 @@ fn settings_of(
         ));
     }
 
+    // The two backoffs are checked against each other, so the base is checked against the
+    // file's maximum when it gives one (a valid one), not against the default maximum (1h).
+    let backoff_max = entry
+        .backoff_max
+        .as_ref()
+        .and_then(|v| duration(v.get_ref()).ok());
     let mut flags = SettingsChange::default();
     let mut settings = None;
     for (field, line, set) in steps {
         set(&mut flags).map_err(|e| fail(line, field, e))?;
+        if field == "backoff_base" {
+            flags.backoff_max = flags.backoff_max.or(backoff_max);
+        }
         let cron = flags.cron.clone().unwrap_or_default();
         settings = Some(
             Settings::defaults(&cron)
@@ -609,7 +618,8 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
             }
         }
     }
-    if !running.is_empty() && !args.force && !args.dry_run {
+    // A dry run refuses too: a check mode must fail where the apply it checks would.
+    if !running.is_empty() && !args.force {
         let names: Vec<String> = running.iter().map(|(n, _)| escape_line(n)).collect();
         return Err(Failure::usage(format!(
             "--prune would remove {} with a running run; removing it kills the job. Wait for it to \

@@ -204,19 +204,22 @@ fn prune_removes_what_the_file_does_not_name_and_refuses_a_running_run() {
         "small.toml",
         "[heartbeat]\ncron = \"* * * * *\"\ncommand = \"echo alive\"\n",
     );
-    let err = env.fails(
-        2,
-        &[
+    // A dry run refuses as the apply does: a check mode fails where the apply would.
+    for extra in [&[][..], &["--dry-run"]] {
+        let mut args = vec![
             "schedule",
             "apply",
             small.to_str().expect("utf-8"),
             "--prune",
-        ],
-    );
-    assert!(
-        err.contains("--prune would remove by-hand with a running run") && err.contains("--force"),
-        "{err}"
-    );
+        ];
+        args.extend_from_slice(extra);
+        let err = env.fails(2, &args);
+        assert!(
+            err.contains("--prune would remove by-hand with a running run")
+                && err.contains("--force"),
+            "{extra:?}: {err}"
+        );
+    }
     assert_eq!(
         env.sql
             .query_i64("SELECT count(*) FROM job_definitions", &[]),
@@ -520,7 +523,17 @@ fn export_then_apply_is_a_no_op() {
         None,
         "backup",
         "30 2 * * *",
-        &["--tz", "America/New_York", "--timeout", "90m"],
+        // A backoff base above the default maximum (1h): checked against the file's maximum.
+        &[
+            "--tz",
+            "America/New_York",
+            "--timeout",
+            "90m",
+            "--backoff-base",
+            "2h",
+            "--backoff-max",
+            "1d",
+        ],
         "/usr/local/bin/backup --full",
     );
     env.add_at(
