@@ -2567,7 +2567,8 @@ impl Store for SqliteStore {
         // Written elsewhere and committed there: retire everything here, so a tick left running
         // on this database runs none of it.
         tx.execute(
-            "UPDATE job_definitions SET paused = 1, revision = revision + 1, updated_at = ?1",
+            "UPDATE job_definitions SET paused = 1, paused_until = NULL, revision = revision + 1,
+                 updated_at = ?1",
             [now],
         )?;
         let pending = tx

@@ -169,6 +169,10 @@ fn minutes(from: &str, to: &str, step: i64) -> Vec<i64> {
 /// source, paused, runs nothing.
 fn cursors_and_pending_runs_move_and_nothing_runs_twice(env: &Env, target: &TestDb) {
     source_with_cursors_and_pending_runs(env);
+    // A pause with an end moves as it is; the source's must not end (below).
+    env.ok(&[
+        "--now", FIRST_TICK, "schedule", "pause", "doomed", "--for", "10m",
+    ]);
     let pending = "r.status = 'pending'";
     let before = carried_all(&env.sql, pending);
     let keys = env.sql.query_strings(
@@ -218,9 +222,23 @@ fn cursors_and_pending_runs_move_and_nothing_runs_twice(env: &Env, target: &Test
         ),
         2
     );
-    // A cron line left on the old database runs nothing.
+    // A cron line left on the old database runs nothing, also once a pause's end has passed:
+    // the source's pauses have no end.
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_definitions WHERE paused_until IS NOT NULL",
+            &[]
+        ),
+        0
+    );
     let source_runs = env.sql.query_i64("SELECT count(*) FROM job_runs", &[]);
     env.tick_at(LATER);
+    assert_eq!(
+        env.sql
+            .query_i64("SELECT count(*) FROM job_definitions WHERE paused = 0", &[]),
+        0,
+        "a schedule of the source resumed"
+    );
     assert_eq!(
         env.sql.query_i64("SELECT count(*) FROM job_runs", &[]),
         source_runs
