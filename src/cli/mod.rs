@@ -69,7 +69,7 @@ use crate::tz::Tz;
 pub struct Cli {
     /// Database: a SQLite file path, or a postgres:// URL for several hosts [default:
     /// $XDG_STATE_HOME/runner/runner.db, else ~/.local/state/runner/runner.db].
-    #[arg(long, global = true, env = "RUNNER_DB", value_name = "PATH|URL")]
+    #[arg(long, global = true, env = "RUNNER_DB", value_name = "PATH|URL", value_parser = named_database)]
     pub db: Option<String>,
 
     /// Also say on stderr what was done: the tick's summary, each batch `prune` deletes, where
@@ -314,12 +314,21 @@ impl Ctx {
     }
 }
 
+/// `--db ''` names no database. Taking it for the default would let a script whose variable is
+/// unset (`--db "$DB"`) act on the user's own database.
+fn named_database(value: &str) -> Result<String, String> {
+    match value.is_empty() {
+        true => Err("an empty value names no database; leave --db out for the default".to_string()),
+        false => Ok(value.to_string()),
+    }
+}
+
 pub fn dispatch(cli: Cli) -> Result<()> {
     let clock = Clock::new(cli.now);
     // The database's location is worked out only for commands that use a database, so
     // `completions` and `man` work with no HOME, RUNNER_DB or database at all.
     let ctx = || -> Result<Ctx> {
-        let location = match cli.db.as_deref().filter(|v| !v.is_empty()) {
+        let location = match cli.db.as_deref() {
             Some(value) => Location::parse(value),
             None => Location::Sqlite(Location::default_path()?),
         };

@@ -191,12 +191,20 @@ impl Drop for SqliteStore {
 
 impl SqliteStore {
     pub fn open(path: &Path, mode: OpenMode) -> Result<SqliteStore> {
+        let shown = path.display();
+        // A device, a FIFO or a socket: SQLite would fail on it with an I/O error, after making a
+        // -journal beside it (in /dev for --db /dev/null). (A directory has its own message.)
+        if path.metadata().is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+            return Err(Failure::database(format!(
+                "{shown} is not a regular file, so not a runner database; point --db at a file"
+            ))
+            .into());
+        }
         // Check before opening: opening replays a WAL file, which is exactly what an attacker
         // who could write next to the database would have planted.
         if mode == OpenMode::Execute && path.exists() {
             super::sqlite_security::check_executable_database(path)?;
         }
-        let shown = path.display();
         if path.is_dir() {
             return Err(Failure::database(format!(
                 "{shown} is a directory, not a runner database; point --db at a file"
@@ -298,10 +306,13 @@ impl SqliteStore {
     fn configure(&mut self) -> rusqlite::Result<()> {
         self.conn.busy_handler(Some(wait_while_busy))?;
         // Reading the header first turns a garbage file into NotADatabase here, not mid-command.
-        let _: i64 = self
-            .conn
-            .query_row("PRAGMA application_id", [], |r| r.get(0))?;
-        if !self.conn.is_readonly(rusqlite::MAIN_DB)? && self.enable_wal()? == "wal" {
+        // Only a runner database this runner understands, or a new one, is switched to WAL:
+        // switching is a change to the file, and another application's database, or a newer
+        // runner's, is refused untouched (by `migrate`, next).
+        let (app_id, version, tables) = self.header()?;
+        let ours = (app_id == APPLICATION_ID || (app_id == 0 && tables == 0))
+            && version <= MIGRATIONS.len() as i64;
+        if ours && !self.conn.is_readonly(rusqlite::MAIN_DB)? && self.enable_wal()? == "wal" {
             self.wal = self.conn.path().map(|db| WalFile {
                 path: files::sidecar(Path::new(db), "-wal"),
                 directory_synced: false,

@@ -75,6 +75,11 @@ fn bad_input_is_exit_2_with_a_message_and_nothing_written() {
             "-n",
             "99999999999",
         ]),
+        // An empty --db (a script's unset variable) is not the default database.
+        words(&[
+            "--db", "", "schedule", "add", "z", "--cron", "@daily", "--", "true",
+        ]),
+        words(&["--db", "", "init"]),
         words(&["tick", "--concurrency", "0"]),
         words(&["tick", "--concurrency", "-1"]),
         words(&["tick", "--batch", "0"]),

@@ -369,6 +369,23 @@ fn a_directory_as_the_database_is_refused() {
     assert!(tree(&dir).is_empty(), "{:?}", tree(&dir));
 }
 
+/// A device or a FIFO is not a database: refused (exit 4) before SQLite makes a -journal beside
+/// it.
+#[test]
+fn a_device_or_a_fifo_as_the_database_is_refused() {
+    sqlite_only!("a device or a FIFO in place of the database file");
+    let env = Env::new();
+    refused(&env, Path::new("/dev/null"), "not a regular file");
+    assert!(!Path::new("/dev/null-journal").exists());
+    let fifo = env.path("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    refused(&env, &fifo, "not a regular file");
+}
+
 #[test]
 fn a_database_from_a_newer_runner_is_refused() {
     sqlite_only!("PRAGMA user_version");
@@ -400,7 +417,13 @@ fn a_sqlite_database_of_another_program_is_refused_untouched() {
         conn.execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL); INSERT INTO invoices (total) VALUES (9.5);")
             .expect("other schema");
     }
+    let before = fs::read(&env.db).expect("read");
     refused(&env, &env.db, "not a runner database");
+    // Byte for byte: not even switched to WAL (a change to its header).
+    assert!(
+        fs::read(&env.db).expect("read") == before,
+        "the file changed"
+    );
     let tables = env.sql.query_strings(
         "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
         &[],
