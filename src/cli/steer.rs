@@ -1,6 +1,8 @@
 //! `runner retry RUN_ID` and `runner cancel RUN_ID|--schedule NAME`: an operator steering runs.
 //! Which states allow which request is decided once, in `Steer::allows`, under the write lock.
 
+use std::time::{Duration, Instant};
+
 use anyhow::Result;
 
 use super::show::find_run;
@@ -9,7 +11,12 @@ use crate::display::{count, escape_line, local_time};
 use crate::exit::Failure;
 use crate::model::{Actor, RunStatus, Steer, Steered};
 use crate::store::{OpenMode, RunFilter, RunView, Store};
+use crate::tick::record::KILL_GRACE;
 use crate::tick::recover::{runner_alive, stop_attempt, Stopped};
+
+/// `tick --lease`'s default: how long to wait for a cancelled run's job to be stopped when the
+/// run no longer says what its lease was.
+const DEFAULT_LEASE_SECS: i64 = 60;
 
 #[derive(Debug, clap::Args)]
 pub struct RetryArgs {
@@ -191,15 +198,62 @@ pub fn cancel_before_removal(
     me: &Actor,
     run: &RunView,
 ) -> Result<Option<String>> {
-    Ok(match cancel_run(store, ctx, me, run)? {
+    let line = match cancel_run(store, ctx, me, run)? {
         Cancelled::Running { attempt, how } => Some(format!(
             "cancelled running run {} (attempt {attempt}); {how}",
             run.id
         )),
         // It failed and went back to wait for a retry meanwhile.
-        Cancelled::Pending => Some(format!("cancelled pending run {}", run.id)),
-        Cancelled::Gone | Cancelled::Finished(_) => None,
-    })
+        Cancelled::Pending => return Ok(Some(format!("cancelled pending run {}", run.id))),
+        Cancelled::Gone => return Ok(None),
+        // Cancelled before, perhaps with its job still to be stopped.
+        Cancelled::Finished(_) => None,
+    };
+    wait_until_stopped(store, ctx, me, run)?;
+    Ok(line)
+}
+
+/// Wait until the attempt of a cancelled run is closed: the tick holding it stops its job at its
+/// next heartbeat (every third of its lease), or, once that runner is gone, this command does.
+/// Only then may the schedule go: removing it removes the attempt's record, the one way a tick
+/// finds the job should its runner die before stopping it. Gives up (exit 1, nothing removed)
+/// after a lease and the kill grace.
+fn wait_until_stopped(store: &mut dyn Store, ctx: &Ctx, me: &Actor, run: &RunView) -> Result<()> {
+    let lease = match (run.lease_expires_at, run.heartbeat_at) {
+        (Some(expires), Some(beat)) if expires > beat => expires - beat,
+        _ => DEFAULT_LEASE_SECS,
+    };
+    let limit = Duration::from_secs(lease.unsigned_abs()) + KILL_GRACE + Duration::from_secs(5);
+    let started = Instant::now();
+    let mut said = false;
+    while let Some(holder) = store.open_attempt(run.id, run.attempt)? {
+        if holder.host == me.host && !runner_alive(&holder) {
+            // Its runner is gone: stop what is left here (errors if it would not die).
+            stop_cancelled(store, ctx, me, run, holder.attempt)?;
+            continue;
+        }
+        if started.elapsed() > limit {
+            return Err(anyhow::anyhow!(
+                "run {} of {} is cancelled, but attempt {} on host {} has not been stopped yet; \
+                 nothing was removed: run the command again once `runner show {}` shows the \
+                 attempt ended",
+                run.id,
+                escape_line(&run.job),
+                holder.attempt,
+                holder.host,
+                run.id
+            ));
+        }
+        if !said {
+            say!(
+                "waiting for the tick holding run {} to stop its job (at its next heartbeat)",
+                run.id
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
 }
 
 /// After a running run was cancelled: say who stops its job, or, when the runner holding it is

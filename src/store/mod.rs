@@ -216,7 +216,9 @@ pub enum Removal {
     Removed,
     NotFound,
     /// Nothing removed: these runs of the schedule are running (removing the schedule would
-    /// take their lease and so kill their jobs). Cancel them first.
+    /// take their lease and so kill their jobs), or were cancelled and their attempt is still
+    /// open (their job is yet to be stopped). Cancel them first, and wait for the attempts to
+    /// close (`cli::steer::cancel_before_removal`).
     Running(Vec<i64>),
 }
 

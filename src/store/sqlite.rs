@@ -1684,10 +1684,16 @@ fn rewrite_definition(
 
 /// The running runs of the schedule named `name`: checked under the write lock before deleting
 /// it, so no run of it can start between the check and the delete.
+/// The runs of a schedule that stand in the way of removing it: running, or cancelled with an
+/// attempt still open (its job is yet to be stopped, and that attempt's record is how a tick
+/// finds it should its runner die).
 fn running_runs_of(tx: &Transaction<'_>, name: &str) -> rusqlite::Result<Vec<i64>> {
     let mut stmt = tx.prepare(
         "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-         WHERE d.name = ?1 AND r.status = 'running' ORDER BY r.id",
+         WHERE d.name = ?1
+           AND (r.status = 'running'
+                OR EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = r.id AND a.finished_at IS NULL))
+         ORDER BY r.id",
     )?;
     let rows = stmt.query_map([name], |r| r.get(0))?;
     rows.collect()

@@ -759,20 +759,62 @@ fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
     );
     assert!(process_alive(job));
 
+    // --force cancels the run, then waits for the tick to stop the job before removing the
+    // record that would let a later tick find it.
     let out = env.ok(&["schedule", "rm", "sleeper", "--force"]);
     assert!(out.contains("cancelled running run 1"), "{out}");
     assert!(out.contains("terminates its process group"), "{out}");
+    assert!(out.contains("waiting for the tick holding run 1"), "{out}");
     assert!(out.contains("removed schedule sleeper"), "{out}");
+    assert!(!process_alive(job), "removed while its job was alive");
     assert_eq!(
         env.sql
             .query_i64("SELECT count(*) FROM job_definitions", &[]),
         0
     );
     assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
-    wait_until(Duration::from_secs(60), "the job to be killed", || {
-        !process_alive(job)
-    });
     bg.finish(Duration::from_secs(60));
+}
+
+/// `schedule rm --force` while the tick holding the run dies (kill -9) before its heartbeat: the
+/// job is stopped by rm itself, never left running with no record. (Removing the schedule at
+/// once removed the attempt's record, and nothing could find the job again.)
+#[test]
+fn rm_force_stops_the_job_itself_when_its_tick_dies_meanwhile() {
+    let env = Env::init();
+    let pidfile = env.path("job.pid");
+    let command = format!("echo $$ > '{}'; sleep 300", pidfile.display());
+    env.ok(&[
+        "schedule", "add", "sleeper", "--cron", NEVER, "--", &command,
+    ]);
+    env.ok(&["run", "sleeper"]);
+    // The default lease: its heartbeat (every 20 s) does not come before the kill below.
+    let mut tick = Bg::spawn(&env, "tick", &["tick"]).with_job_pidfile(&pidfile);
+    wait_until(Duration::from_secs(30), "the job to run", || {
+        tick.job_pid().is_some()
+            && env.sql.query_i64(
+                "SELECT count(*) FROM job_runs WHERE status = 'running'",
+                &[],
+            ) == 1
+    });
+    let job = tick.job_pid().expect("pid");
+    let rm = Bg::spawn(&env, "rm", &["schedule", "rm", "sleeper", "--force"]);
+    let said = env.path("rm.stdout");
+    wait_until(Duration::from_secs(30), "rm to wait for the tick", || {
+        std::fs::read_to_string(&said).is_ok_and(|out| out.contains("waiting for the tick"))
+    });
+    tick.kill9();
+    let out = rm.finish(Duration::from_secs(120));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("removed schedule sleeper"), "{text}");
+    // Stopped either by rm (the tick was gone) or by the tick's heartbeat, had it come first.
+    assert!(!process_alive(job), "removed while its job was alive");
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
 }
 
 /// `schedule rm` of a schedule with nothing running is unchanged; its help mentions --force.

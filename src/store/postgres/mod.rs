@@ -703,13 +703,17 @@ fn lock_for_removal(tx: &mut Transaction<'_>, name: &str) -> Result<Option<(i64,
         return Ok(None);
     };
     let id: i64 = definition.try_get(0)?;
+    // Running, or cancelled with an attempt still open (its job is yet to be stopped, and that
+    // attempt's record is how a tick finds it should its runner die).
     let running = tx
         .query(
-            "SELECT id, status FROM job_runs WHERE definition_id = $1 ORDER BY id FOR UPDATE",
+            "SELECT r.id, r.status = 'running'
+                    OR EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = r.id AND a.finished_at IS NULL)
+             FROM job_runs r WHERE r.definition_id = $1 ORDER BY r.id FOR UPDATE OF r",
             &[&id],
         )?
         .iter()
-        .filter(|row| row.try_get::<_, &str>(1).ok() == Some("running"))
+        .filter(|row| row.try_get::<_, bool>(1).unwrap_or(true))
         .map(|row| row.try_get(0))
         .collect::<Result<_, _>>()?;
     crate::tick::test_hook("removal-locked");
