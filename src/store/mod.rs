@@ -1042,6 +1042,10 @@ pub trait Store {
     /// `run_at <= now`, its schedule is not paused (a pause holds its runs, retries and manual
     /// runs alike, until `resume`), and, if its schedule's overlap policy is `forbid`, no run of
     /// that schedule is `running` and it is the schedule's oldest such run (by `run_at`, then id).
+    /// Nor, for `forbid`, while a run of that schedule cancelled less than a lease ago (the
+    /// claimer's) still has its attempt open: its job lives until the tick holding it stops it at
+    /// its next heartbeat. (After a lease, that tick is presumed dead, as recovery presumes: the
+    /// schedule is not held forever by a host that is gone.)
     /// So a claim never starts a second run of a `forbid` schedule, and never takes two at once.
     /// Where claims read from snapshots (PostgreSQL), the unique index on running `forbid` runs
     /// (`running_alone`, which the claim sets) refuses the second, and the claim is made again.

@@ -1526,6 +1526,11 @@ WHERE id IN (
       AND (d.overlap = 'allow' OR (
             -- forbid: nothing of this schedule running, and only its oldest due run
             NOT EXISTS (SELECT 1 FROM job_runs o WHERE o.definition_id = r.definition_id AND o.status = 'running')
+            -- nor a job of it cancelled within a lease and not yet stopped (see `Store::claim`)
+            AND NOT EXISTS (SELECT 1 FROM job_attempts a INDEXED BY job_attempts_open
+                            JOIN job_runs c ON c.id = a.run_id
+                            WHERE a.finished_at IS NULL AND a.definition_id = r.definition_id
+                              AND c.finished_at > 2 * :now - :lease_expires_at)
             AND r.id = (SELECT p.id FROM job_runs p
                         WHERE p.definition_id = r.definition_id AND p.status = 'pending' AND p.run_at <= :now
                         ORDER BY p.run_at, p.id LIMIT 1)))

@@ -152,6 +152,38 @@ fn cancel_of_a_retried_run_speaks_of_its_current_attempt() {
     assert_eq!(status_of(&env, run), "cancelled");
 }
 
+/// `--overlap forbid` holds while a cancelled run's job is still alive: the tick holding it stops
+/// it only at its next heartbeat, and a new run of the schedule waits until its attempt closed.
+#[test]
+fn a_forbid_schedule_starts_no_run_while_a_cancelled_one_still_runs() {
+    let env = Env::init();
+    let log = env.path("log");
+    let command = format!(
+        "echo \"start $RUNNER_RUN_ID\" >> '{0}'; sleep 3; echo \"end $RUNNER_RUN_ID\" >> '{0}'",
+        log.display()
+    );
+    env.add("alone", &[], &command);
+    env.ok(&["run", "alone"]);
+    // The default lease: its heartbeat (every 20 s) comes after the job's 3 s, so the cancelled
+    // job runs to its end.
+    let first = Bg::spawn(&env, "first", &["tick"]);
+    wait_until(Duration::from_secs(60), "run 1 to start", || {
+        fs::read_to_string(&log).is_ok_and(|l| l.contains("start 1"))
+    });
+    env.ok(&["cancel", "1"]);
+    env.ok(&["run", "alone"]);
+    env.ok(&["tick"]);
+    first.finish(Duration::from_secs(120));
+    // Had the second tick found it still held back, a later one runs it.
+    env.ok(&["tick"]);
+    let lines: Vec<String> = fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines, ["start 1", "end 1", "start 2", "end 2"], "overlap");
+}
+
 #[test]
 fn cancel_of_a_pending_run_means_it_never_runs() {
     let env = Env::init();

@@ -1355,6 +1355,10 @@ WITH picked AS (
                 -- forbid: nothing of this schedule running, and only its oldest due run
                 NOT EXISTS (SELECT 1 FROM job_runs o
                             WHERE o.definition_id = r.definition_id AND o.status = 'running')
+                -- nor a job of it cancelled within a lease and not yet stopped (see `Store::claim`)
+                AND NOT EXISTS (SELECT 1 FROM job_attempts a JOIN job_runs c ON c.id = a.run_id
+                                WHERE a.finished_at IS NULL AND a.definition_id = r.definition_id
+                                  AND c.finished_at > 2 * $3 - $2)
                 AND r.id = (SELECT p.id FROM job_runs p
                             WHERE p.definition_id = r.definition_id AND p.status = 'pending' AND p.run_at <= $3
                             ORDER BY p.run_at, p.id LIMIT 1)))
