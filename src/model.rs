@@ -220,7 +220,7 @@ const NAME_MAX_CHARS: usize = 200;
 /// Linux's MAX_ARG_STRLEN: one argv string (the command given to `sh -c`) must be shorter.
 const COMMAND_MAX_BYTES: usize = 128 * 1024;
 /// The longest duration a setting may hold.
-const DURATION_MAX_SECS: u64 = 10 * 365 * 86_400;
+pub const DURATION_MAX_SECS: u64 = 10 * 365 * 86_400;
 
 /// A schedule's name as `schedule add` accepts it: what a shell word and a log line can carry.
 pub fn validate_name(name: &str) -> anyhow::Result<()> {

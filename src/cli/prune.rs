@@ -34,7 +34,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let cutoff = ctx
         .clock
         .epoch()
-        .saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX));
+        .saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX))
+        // Nothing finished before 1970: a larger retention keeps everything, and says so.
+        .max(0);
     let before = utc_time(cutoff);
     if ctx.clock.is_shifted() {
         // Explicitly asked for, so done; but a shifted clock is how history gets deleted by

@@ -442,6 +442,8 @@ fn warn_traps(
         timing,
         timeout_secs: settings.timeout_secs,
         overlap: settings.overlap,
+        catch_up: settings.catch_up,
+        grace_secs: settings.grace_secs,
         command: &settings.command,
         workdir: settings.workdir.as_deref().map(std::path::Path::new),
     };
@@ -568,6 +570,7 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
             |trap| match trap {
                 Trap::DaysEither | Trap::DaylightSaving => timing_changed,
                 Trap::TimeoutOverlap => f.timeout.is_some() || f.overlap.is_some(),
+                Trap::ShortGrace => f.grace.is_some() || f.catch_up.is_some(),
                 Trap::RelativeCommand => {
                     !f.command.is_empty() || f.workdir.is_some() || f.no_workdir
                 }
@@ -677,12 +680,16 @@ fn pause(args: PauseArgs, ctx: &Ctx) -> Result<()> {
 
 /// When a pause `--for` this long from `now` ends.
 fn pause_end(now: i64, d: Duration) -> Result<i64> {
+    // At most 10 years, as every duration setting: a pause without an end is `pause` alone.
     i64::try_from(d.as_secs())
         .ok()
-        .filter(|secs| *secs > 0)
+        .filter(|secs| *secs > 0 && *secs as u64 <= crate::model::DURATION_MAX_SECS)
         .and_then(|secs| now.checked_add(secs))
         .ok_or_else(|| {
-            Failure::usage("--for must be at least 1s and within reason, e.g. 30m, 2h, 1d")
+            Failure::usage(
+                "--for must be at least 1s and at most 10 years, e.g. 30m, 2h, 1d (without \
+                 --for, the pause has no end)",
+            )
         })
 }
 

@@ -1,6 +1,7 @@
 //! The traps a new or changed schedule falls into, found before it first fires: cron's OR rule for
 //! days, daylight-saving changes that move or merge a fixed-time job's runs, a timeout that makes
-//! `forbid` skip runs, and a command path that depends on where the tick runs. `schedule add` and
+//! `forbid` skip runs, a grace too short for `--catch-up none` to run anything, and a command path
+//! that depends on where the tick runs. `schedule add` and
 //! `edit` print them as warnings; none of them is an error, since each can be what was meant.
 
 use std::collections::BTreeSet;
@@ -10,7 +11,7 @@ use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 
 use super::{DstRule, Timing};
 use crate::display::duration_of_secs;
-use crate::policy::Overlap;
+use crate::policy::{CatchUp, Overlap};
 
 /// How far ahead the daylight-saving check looks.
 const DST_HORIZON_DAYS: i64 = 366;
@@ -22,6 +23,8 @@ pub struct Proposed<'a> {
     pub timing: &'a Timing,
     pub timeout_secs: i64,
     pub overlap: Overlap,
+    pub catch_up: CatchUp,
+    pub grace_secs: i64,
     pub command: &'a str,
     pub workdir: Option<&'a Path>,
 }
@@ -35,6 +38,8 @@ pub enum Trap {
     DaylightSaving,
     /// The timeout is longer than the shortest interval between instants, with `forbid`.
     TimeoutOverlap,
+    /// `--catch-up none` with a grace shorter than a tick's lateness.
+    ShortGrace,
     /// The command's first word is a relative path and there is no working directory.
     RelativeCommand,
 }
@@ -57,6 +62,7 @@ pub fn traps(proposed: &Proposed, now: DateTime<Utc>) -> Vec<Warning> {
     warn(Trap::DaysEither, days_either(proposed.timing));
     warn(Trap::DaylightSaving, daylight_saving(proposed.timing, now));
     warn(Trap::TimeoutOverlap, timeout_overlap(proposed, now));
+    warn(Trap::ShortGrace, short_grace(proposed));
     warn(
         Trap::RelativeCommand,
         relative_command(proposed.command, proposed.workdir),
@@ -129,6 +135,22 @@ fn daylight_saving(timing: &Timing, now: DateTime<Utc>) -> Option<String> {
     })
 }
 
+/// A grace under a minute: cron starts a tick up to seconds after the minute, and its clock is
+/// read after the process started, so with `--catch-up none` an instant is nearly always
+/// "missed" (a grace of 0s: always).
+const SHORT_GRACE_SECS: i64 = 60;
+
+fn short_grace(proposed: &Proposed) -> Option<String> {
+    (proposed.catch_up == CatchUp::None && proposed.grace_secs < SHORT_GRACE_SECS).then(|| {
+        format!(
+            "with --catch-up none, an instant runs only if a tick reaches it within --grace ({}), \
+             and a tick started by cron reads its clock a moment after the minute (later when \
+             busy): most instants would be skipped as missed; give --grace 1m or more",
+            duration_of_secs(proposed.grace_secs)
+        )
+    })
+}
+
 fn timeout_overlap(proposed: &Proposed, now: DateTime<Utc>) -> Option<String> {
     if proposed.overlap != Overlap::Forbid {
         return None;
@@ -177,6 +199,8 @@ mod tests {
                 timing: &timing,
                 timeout_secs,
                 overlap,
+                catch_up: CatchUp::Latest,
+                grace_secs: 300,
                 command: "/usr/bin/true",
                 workdir: None,
             },
@@ -303,6 +327,31 @@ mod tests {
         // The shortest interval counts: 00:00 and 00:10 are 10 minutes apart.
         let found = check("0,10 0 * * *", "UTC", 900, Overlap::Forbid);
         assert!(only(&found, Trap::TimeoutOverlap).is_some());
+    }
+
+    #[test]
+    fn catch_up_none_with_a_grace_under_a_minute_warns() {
+        let grace = |catch_up, grace_secs| {
+            let timing = Timing::parse("* * * * *", "UTC").expect("valid");
+            let proposed = Proposed {
+                timing: &timing,
+                timeout_secs: 30,
+                overlap: Overlap::Forbid,
+                catch_up,
+                grace_secs,
+                command: "/usr/bin/true",
+                workdir: None,
+            };
+            short_grace(&proposed)
+        };
+        let message = grace(CatchUp::None, 0).expect("warns");
+        assert!(message.contains("--grace (0s)"), "{message}");
+        assert!(grace(CatchUp::None, 59).is_some());
+        assert!(grace(CatchUp::None, 60).is_none());
+        assert!(
+            grace(CatchUp::Latest, 0).is_none(),
+            "only none judges lateness"
+        );
     }
 
     #[test]

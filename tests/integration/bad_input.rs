@@ -80,6 +80,9 @@ fn bad_input_is_exit_2_with_a_message_and_nothing_written() {
             "--db", "", "schedule", "add", "z", "--cron", "@daily", "--", "true",
         ]),
         words(&["--db", "", "init"]),
+        // A pause longer than any duration setting (its end printed as 1970 once): refused.
+        words(&["schedule", "pause", "x", "--for", "100000000d"]),
+        words(&["schedule", "pause", "x", "--for", "11y"]),
         words(&["tick", "--concurrency", "0"]),
         words(&["tick", "--concurrency", "-1"]),
         words(&["tick", "--batch", "0"]),
