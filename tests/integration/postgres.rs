@@ -368,6 +368,52 @@ fn a_wrong_password_or_a_server_that_is_down_exit_4_naming_the_host_never_the_pa
     assert!(!err.contains("Secret-77"), "the password is printed: {err}");
 }
 
+/// A server that accepts the connection and never answers (a stopped postmaster, a proxy whose
+/// server is down): connecting gives up after `connect_timeout`, exit 4, the host named, the
+/// password not. Whether or not TLS is asked for (the first thing sent differs). Needs no test
+/// server: the listener is this test's.
+#[test]
+fn a_server_that_accepts_and_never_answers_times_out_exit_4() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        // Hold every connection open, reading and writing nothing.
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let home = tempfile::tempdir().expect("tempdir");
+    for params in ["connect_timeout=1", "connect_timeout=1&sslmode=disable"] {
+        let url = format!("postgres://someone:Secret-88@127.0.0.1:{port}/runner?{params}");
+        let mut child = Command::new(BIN)
+            .args(["--db", &url, "status", "--check"])
+            .env("HOME", home.path())
+            .env_remove("PGPASSWORD")
+            .env_remove("PGPASSFILE")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn runner");
+        // Generous: the point is that it ends, not how fast.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while child.try_wait().expect("wait").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{params}: runner was still connecting after 60s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().expect("output");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(4), "{params}: {err}");
+        assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+        assert!(err.contains("timed out"), "{err}");
+        assert!(!err.contains("Secret-88"), "the password is printed: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+}
+
 #[test]
 fn the_password_comes_from_pgpassword_or_the_password_file() {
     let Some(env) = PgEnv::init() else { return };

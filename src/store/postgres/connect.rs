@@ -2,6 +2,7 @@
 //! TCP timeouts), TLS when the URL asks for it, the password from the URL, `PGPASSWORD` or the
 //! password file, and errors that name the server and the cause but never the password.
 
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,10 +107,45 @@ pub fn connect(url: &str, shown: &str, plans: Plans) -> Result<(Client, Server)>
     if let Some(password) = password_for(&config, &server) {
         config.password(password);
     }
-    let client = config
-        .connect(tls)
-        .map_err(|e| connect_failure(&server, &e))?;
+    let client = connect_within(config, tls, &server)?;
     Ok((client, server))
+}
+
+/// Make the connection, giving up after the connect timeout (for each host the URL names, as
+/// libpq does). The `postgres` crate's own timeout covers only opening the socket: a server that
+/// accepts the connection but never answers the startup (a stopped postmaster, a proxy whose
+/// backend is down) held the command forever. The crate offers no way to bound the TLS, startup
+/// and authentication exchange, so the whole connect runs on a thread of its own and is
+/// abandoned when the time is up: the thread stays blocked on its socket until the process ends,
+/// which for a command that cannot connect is at once (a tick that reconnects mid-run carries
+/// one idle thread, not a hung job).
+fn connect_within(config: Config, tls: MakeRustlsConnect, server: &Server) -> Result<Client> {
+    let hosts = config.get_hosts().len().max(1) as u32;
+    let limit = config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(CONNECT_TIMEOUT)
+        * hosts;
+    let (sender, receiver) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("postgres-connect".to_string())
+        .spawn(move || {
+            // The receiver is gone when the time is up: nobody wants the result then.
+            let _ = sender.send(config.connect(tls));
+        })
+        .map_err(|e| anyhow::anyhow!("cannot connect to {server}: cannot start a thread: {e}"))?;
+    match receiver.recv_timeout(limit) {
+        Ok(connected) => connected.map_err(|e| connect_failure(server, &e)),
+        Err(RecvTimeoutError::Timeout) => Err(Failure::database(format!(
+            "cannot connect to {server}: timed out after {}s waiting for the server to answer \
+             (the connection was accepted but the startup never finished: a stopped server, or a \
+             proxy whose server is down); raise connect_timeout=SECONDS in the URL if it is only slow",
+            limit.as_secs()
+        ))),
+        Err(RecvTimeoutError::Disconnected) => Err(anyhow::anyhow!(
+            "cannot connect to {server}: the connecting thread ended without a result"
+        )),
+    }
 }
 
 /// Parse the URL. The `postgres` crate knows `sslmode` `disable`, `prefer` and `require`; the
