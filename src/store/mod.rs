@@ -103,17 +103,59 @@ impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Location::Sqlite(path) => write!(f, "{}", path.display()),
-            // scheme://user:password@host/db: hide the password, keep the rest.
-            Location::Postgres(url) => {
-                let masked = url.split_once("://").and_then(|(scheme, rest)| {
-                    let (userinfo, host) = rest.rsplit_once('@')?;
-                    let (user, _password) = userinfo.split_once(':')?;
-                    Some(format!("{scheme}://{user}:***@{host}"))
-                });
-                f.write_str(masked.as_deref().unwrap_or(url))
-            }
+            Location::Postgres(url) => f.write_str(&masked_url(url)),
         }
     }
+}
+
+/// A PostgreSQL URL as it may be shown or stored: both places a password can be given are
+/// masked as `***` (`user:PASSWORD@` and the `password=` parameter), the rest kept. Every
+/// message, output and record naming a PostgreSQL database goes through here (as
+/// `Location`'s `Display`).
+fn masked_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    mask_password_parameter(&format!("{scheme}://{}", mask_userinfo(rest)))
+}
+
+/// `user:password@host...` -> `user:***@host...`. The credentials end at the first `@` (as
+/// the URL is parsed), stretched over any further `@` before the path or parameters, so a
+/// password holding an unescaped `@` is masked whole.
+fn mask_userinfo(rest: &str) -> String {
+    let Some(first_at) = rest.find('@') else {
+        return rest.to_string();
+    };
+    let after = &rest[first_at + 1..];
+    let host_end = after.find(['/', '?']).unwrap_or(after.len());
+    let end = after[..host_end]
+        .rfind('@')
+        .map_or(first_at, |at| first_at + 1 + at);
+    let (userinfo, host) = (&rest[..end], &rest[end + 1..]);
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{user}:***@{host}"),
+        None => rest.to_string(),
+    }
+}
+
+/// `...?sslmode=require&password=secret` -> `...?sslmode=require&password=***`: a parameter is
+/// recognised wherever `?` or `&` starts one, so no parsing of the rest can let it through.
+fn mask_password_parameter(url: &str) -> String {
+    const KEY: &str = "password=";
+    let mut shown = String::with_capacity(url.len());
+    let mut rest = url;
+    while let Some(at) = rest.find(KEY) {
+        let starts_parameter = rest[..at].ends_with(['?', '&']);
+        shown.push_str(&rest[..at + KEY.len()]);
+        rest = &rest[at + KEY.len()..];
+        if starts_parameter {
+            let value_end = rest.find('&').unwrap_or(rest.len());
+            shown.push_str("***");
+            rest = &rest[value_end..];
+        }
+    }
+    shown.push_str(rest);
+    shown
 }
 
 pub fn open(location: &Location, mode: OpenMode) -> anyhow::Result<Box<dyn Store>> {
@@ -1331,5 +1373,26 @@ mod tests {
             "postgres://app@db/runner"
         );
         assert_eq!(shown("postgres://db/runner"), "postgres://db/runner");
+        // The password as a parameter, alone, among others, and with both forms at once.
+        assert_eq!(
+            shown("postgres://app@db/runner?password=s3cret"),
+            "postgres://app@db/runner?password=***"
+        );
+        assert_eq!(
+            shown("postgres://app@db/runner?sslmode=require&password=s3@c&ret=x&connect_timeout=3"),
+            "postgres://app@db/runner?sslmode=require&password=***&ret=x&connect_timeout=3"
+        );
+        assert_eq!(
+            shown("postgres://app:pw?x@db/runner?password=s3cret"),
+            "postgres://app:***@db/runner?password=***"
+        );
+        assert_eq!(
+            shown("postgres://db/runner?application_name=a@b&password=p@q"),
+            "postgres://db/runner?application_name=a@b&password=***"
+        );
+        assert_eq!(
+            shown("postgres://app@db/runner?old_password=x"),
+            "postgres://app@db/runner?old_password=x"
+        );
     }
 }

@@ -414,6 +414,80 @@ fn a_server_that_accepts_and_never_answers_times_out_exit_4() {
     }
 }
 
+/// A password given as the `password=` parameter is masked wherever the URL is shown or stored,
+/// as a `user:password@` one is: `init`, `status` (text and JSON), the header of `schedule
+/// export`, a URL error, and the source's record of where `migrate` moved a run.
+#[test]
+fn a_password_given_as_a_url_parameter_is_never_printed_nor_stored() {
+    let Some(env) = PgEnv::new() else { return };
+    const SECRET: &str = "Param-Secret-93";
+    // The test server trusts this user: the password is sent and never checked.
+    let url = format!("{}?password={SECRET}&connect_timeout=10", env.url);
+    let masked = "?password=***&connect_timeout=10";
+    let never_shown = |what: &str, text: &str| {
+        assert!(!text.contains(SECRET), "{what} shows the password: {text}");
+    };
+    let on = |args: &[&str]| {
+        let mut all = vec!["--db", url.as_str()];
+        all.extend_from_slice(args);
+        env.ok(&all)
+    };
+    let created = on(&["init"]);
+    never_shown("init", &created);
+    assert!(created.contains(masked), "{created}");
+    on(&[
+        "schedule",
+        "add",
+        "hello",
+        "--cron",
+        "* * * * *",
+        "--",
+        "true",
+    ]);
+    let status = on(&["status"]);
+    never_shown("status", &status);
+    assert!(status.contains(masked), "{status}");
+    let json: serde_json::Value = serde_json::from_str(&on(&["status", "--json"])).expect("json");
+    let location = json["database"]["location"].as_str().expect("location");
+    never_shown("status --json", location);
+    assert!(location.ends_with(masked), "{json:#}");
+    let exported = on(&["schedule", "export"]);
+    never_shown("schedule export", &exported);
+    assert!(exported.contains(masked), "{exported}");
+
+    let bad = format!("{}?password={SECRET}&sslmode=sometimes", env.url);
+    let err = env.fails(2, &["--db", &bad, "status"]);
+    never_shown("a URL error", &err);
+
+    // Moved from SQLite: the source records where each pending run went, the password masked.
+    let old = env.dir.path().join("old.db");
+    let old = old.to_str().expect("utf-8");
+    env.ok(&[
+        "--db", old, "schedule", "add", "moving", "--cron", "@daily", "--", "true",
+    ]);
+    env.ok(&["--db", old, "run", "moving"]);
+    let moved = env.ok(&["--db", old, "migrate", "--to", &url]);
+    never_shown("migrate", &moved);
+    let source = rusqlite::Connection::open(old).expect("open the source");
+    let recorded: String = source
+        .query_row(
+            "SELECT group_concat(detail, ' ') FROM job_events WHERE kind = 'CANCELLED'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("the cancelled run's event");
+    never_shown("the CANCELLED event", &recorded);
+    assert!(recorded.contains(masked), "{recorded}");
+    let detail: String = source
+        .query_row(
+            "SELECT error_detail FROM job_runs WHERE status = 'cancelled'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("the cancelled run");
+    never_shown("the cancelled run", &detail);
+}
+
 #[test]
 fn the_password_comes_from_pgpassword_or_the_password_file() {
     let Some(env) = PgEnv::init() else { return };
