@@ -488,6 +488,70 @@ fn a_password_given_as_a_url_parameter_is_never_printed_nor_stored() {
     never_shown("the cancelled run", &detail);
 }
 
+/// A database that is read-only for this session (a standby, or `default_transaction_read_only`)
+/// refuses each command that writes with exit 4, saying so and naming the database, as a
+/// read-only SQLite file does; reading still works.
+#[test]
+fn a_read_only_database_refuses_writes_with_exit_4() {
+    let Some(env) = PgEnv::init() else { return };
+    env.ok(&[
+        "schedule",
+        "add",
+        "hello",
+        "--cron",
+        "* * * * *",
+        "--",
+        "true",
+    ]);
+    env.client()
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET default_transaction_read_only = on",
+            env.name
+        ))
+        .expect("make the database read-only");
+    for args in [
+        &["schedule", "add", "other", "--cron", "@daily", "--", "true"][..],
+        &["run", "hello"],
+        &["tick"],
+        &["schedule", "pause", "hello"],
+    ] {
+        let err = env.fails(4, args);
+        assert!(err.contains("is read-only"), "{args:?}: {err}");
+        assert!(err.contains("read-only transaction"), "the cause: {err}");
+        assert!(
+            err.contains("127.0.0.1") && err.contains(&env.name),
+            "the database is named: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+    env.ok(&["status"]);
+    env.ok(&["schedule", "list"]);
+}
+
+/// A database already holding another application's table of one of runner's names is not a
+/// runner database: exit 4, as SQLite says of a file that is not runner's, and nothing created.
+#[test]
+fn a_database_with_another_applications_tables_is_not_a_runner_database() {
+    let Some(env) = PgEnv::new() else { return };
+    env.client()
+        .batch_execute("CREATE TABLE job_definitions (id int PRIMARY KEY, title text)")
+        .expect("another application's table");
+    for args in [
+        &["init"][..],
+        &["schedule", "add", "hello", "--cron", "@daily", "--", "true"],
+    ] {
+        let err = env.fails(4, args);
+        assert!(err.contains("not a runner database"), "{args:?}: {err}");
+        assert!(err.contains("job_definitions"), "the table is named: {err}");
+        assert!(err.contains(&env.name), "the database is named: {err}");
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"),
+        1,
+        "nothing created beside the other application's table"
+    );
+}
+
 #[test]
 fn the_password_comes_from_pgpassword_or_the_password_file() {
     let Some(env) = PgEnv::init() else { return };

@@ -423,8 +423,9 @@ pub fn cause(error: &postgres::Error) -> String {
 }
 
 /// An error met while working: busy (exit 5, safe to retry) when a lock or the statement timed
-/// out or a transaction lost a race it cannot win; otherwise the cause with the server named
-/// (exit 1: a lost connection, a server restart, a constraint the runner did not expect).
+/// out or a transaction lost a race it cannot win; a database problem (exit 4) when this user may
+/// not do this or the database is read-only; otherwise the cause with the server named (exit 1:
+/// a lost connection, a server restart, a constraint the runner did not expect).
 pub fn failure(server: &Server, error: &postgres::Error) -> anyhow::Error {
     let cause = cause(error);
     let busy = [
@@ -443,6 +444,13 @@ pub fn failure(server: &Server, error: &postgres::Error) -> anyhow::Error {
         // Like a read-only SQLite file: the database is there, this user may not do this.
         Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Failure::database(format!(
             "{server}: {cause}; grant this user the runner tables' privileges, or connect as their owner"
+        )),
+        // Like a read-only SQLite file: a standby, or a database (or user) whose transactions
+        // are read-only by default. Reading works; this command must write.
+        Some(&SqlState::READ_ONLY_SQL_TRANSACTION) => Failure::database(format!(
+            "{server} is read-only ({cause}): reading works, but this command must write; point \
+             --db at the primary server, or turn default_transaction_read_only off for this \
+             database and user"
         )),
         // The server ended the session: shut down, restarted, or an administrator.
         Some(&SqlState::ADMIN_SHUTDOWN)

@@ -19,6 +19,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 use anyhow::Result;
+use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, IsolationLevel, Row, Statement, Transaction};
@@ -178,6 +179,10 @@ impl PostgresStore {
         match version {
             Some(version) if version > known => return Err(self.newer_schema(version)),
             Some(version) if version == known => return Ok(version),
+            None => self.refuse_foreign_tables()?,
+            _ => {}
+        }
+        match version {
             None if mode != OpenMode::CreateIfMissing => {
                 return Err(Failure::database(format!(
                     "{} has no runner schema; create it with `runner init --db URL` \
@@ -211,13 +216,8 @@ impl PostgresStore {
                 return Err(newer_schema(&server, version));
             }
             for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-                tx.batch_execute(sql).map_err(|e| {
-                    anyhow::anyhow!(
-                        "applying PostgreSQL migration {} to {server}: {}",
-                        index + 1,
-                        connect::cause(&e)
-                    )
-                })?;
+                tx.batch_execute(sql)
+                    .map_err(|e| migration_failure(&self.server, index + 1, &e))?;
                 tx.execute(
                     "INSERT INTO runner_schema_version (version, applied_at)
                      VALUES ($1, extract(epoch FROM now())::bigint)",
@@ -227,6 +227,35 @@ impl PostgresStore {
             Ok(version)
         })
         .map_err(Into::into)
+    }
+
+    /// In a database without runner's schema version, tables of the names runner's schema
+    /// creates are another application's: refuse the database (exit 4) before creating anything,
+    /// as SQLite refuses a file that is not runner's. (Other tables are fine: a database may be
+    /// shared.)
+    fn refuse_foreign_tables(&self) -> Result<()> {
+        let names = created_tables();
+        let found: Vec<String> = self.read(|client| {
+            Ok(client
+                .query(
+                    "SELECT relname::text FROM pg_class
+                     WHERE relname = ANY($1) AND pg_table_is_visible(oid) ORDER BY relname",
+                    &[&names],
+                )?
+                .iter()
+                .map(|row| row.try_get(0))
+                .collect::<Result<_, _>>()?)
+        })?;
+        if found.is_empty() {
+            return Ok(());
+        }
+        Err(not_a_runner_database(
+            &self.server,
+            &format!(
+                "it holds {} without runner's schema version",
+                found.join(", ")
+            ),
+        ))
     }
 
     fn newer_schema(&self, version: i64) -> anyhow::Error {
@@ -417,6 +446,50 @@ fn newer_schema(server: &str, version: i64) -> anyhow::Error {
          upgrade runner",
         MIGRATIONS.len()
     ))
+}
+
+/// Migration `version` failed. A table (or index, or type) of one of runner's names that is
+/// already there, in a database without runner's schema version, is another application's: this
+/// is not a runner database (exit 4), as SQLite says of a file that is not runner's, and nothing
+/// was created (the migration is one transaction). Anything else is classified as any error is.
+fn migration_failure(server: &Server, version: usize, error: &postgres::Error) -> anyhow::Error {
+    if matches!(
+        error.code(),
+        Some(&SqlState::DUPLICATE_TABLE | &SqlState::DUPLICATE_OBJECT)
+    ) {
+        return not_a_runner_database(server, &connect::cause(error));
+    }
+    connect::failure(server, error).context(format!("applying PostgreSQL migration {version}"))
+}
+
+/// Exit 4: the database holds another application's tables where runner's would go (`why`).
+fn not_a_runner_database(server: &Server, why: &str) -> anyhow::Error {
+    Failure::database(format!(
+        "{server} is not a runner database: {why}; point --db at another database"
+    ))
+}
+
+/// The tables runner's migrations create, read from them (`CREATE TABLE name`). Not
+/// `runner_schema_version`: created `IF NOT EXISTS` beside them, it is runner's wherever found.
+fn created_tables() -> Vec<String> {
+    let mut names: Vec<String> = MIGRATIONS
+        .iter()
+        .flat_map(|sql| sql.split("CREATE TABLE ").skip(1))
+        .filter_map(|rest| {
+            let rest = rest
+                .trim_start()
+                .trim_start_matches("IF NOT EXISTS")
+                .trim_start();
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            (!name.is_empty()).then_some(name)
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// The schema version applied, or `None` when the database has no runner schema.
@@ -2593,6 +2666,20 @@ impl Store for PostgresStore {
 mod tests {
     use super::claimed_detail;
     use crate::model::NewEvent;
+
+    #[test]
+    fn the_tables_the_migrations_create_are_known() {
+        assert_eq!(
+            super::created_tables(),
+            [
+                "job_attempts",
+                "job_definitions",
+                "job_events",
+                "job_runs",
+                "runner_state"
+            ]
+        );
+    }
 
     #[test]
     fn the_claim_writes_the_claimed_event_as_the_model_does() {
