@@ -20,7 +20,7 @@ use super::{actor, parse_whole_seconds, Ctx};
 use crate::display::escape_line;
 use crate::exit::Failure;
 use crate::model::{validate_name, Definition, Settings, SettingsChange};
-use crate::store::{Applied, DefinitionChanges, DefinitionRow, Location, OpenMode, RunFilter};
+use crate::store::{self, Applied, DefinitionChanges, DefinitionRow, OpenMode, RunFilter};
 use crate::tick::materialize::{materialize_definition, restart_cursor};
 
 #[derive(Debug, clap::Args)]
@@ -582,15 +582,12 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
         Failure::usage(format!("{} (nothing was changed)", lines.join("\n")))
     })?;
 
-    let missing = matches!(&ctx.location, Location::Sqlite(path) if !path.exists());
-    let mut store = if args.dry_run && missing {
-        None
+    // A dry run creates nothing: where there is no runner database yet (a missing SQLite file,
+    // a PostgreSQL database without runner's schema) it plans against no schedules at all.
+    let mut store = if args.dry_run {
+        store::open_if_present(&ctx.location)?
     } else {
-        Some(ctx.open(if args.dry_run {
-            OpenMode::MustExist
-        } else {
-            OpenMode::CreateIfMissing
-        })?)
+        Some(ctx.open(OpenMode::CreateIfMissing)?)
     };
     let current = match &store {
         Some(store) => store.definitions()?,

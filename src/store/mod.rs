@@ -169,6 +169,18 @@ pub fn open(location: &Location, mode: OpenMode) -> anyhow::Result<Box<dyn Store
     }
 }
 
+/// The database at `location` opened as `OpenMode::MustExist` does, or `None` when there is no
+/// runner database there yet (a missing SQLite file; a PostgreSQL database without runner's
+/// schema), for a command that only looks and creates nothing (`schedule apply --dry-run`).
+pub fn open_if_present(location: &Location) -> anyhow::Result<Option<Box<dyn Store>>> {
+    match location {
+        Location::Sqlite(path) if !path.exists() => Ok(None),
+        Location::Sqlite(_) => open(location, OpenMode::MustExist).map(Some),
+        Location::Postgres(url) => Ok(PostgresStore::open_if_present(url, &location.to_string())?
+            .map(|store| Box::new(store) as Box<dyn Store>)),
+    }
+}
+
 /// Why `tick` would refuse to execute jobs from this database (see `OpenMode::Execute`), if it
 /// would: `init` and `schedule add` warn at once rather than at the first tick under cron.
 pub fn execution_refusal(location: &Location) -> Option<anyhow::Error> {

@@ -5,7 +5,6 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::{forge_running, sh_quote, stderr, stdout, wait_until, Backend, Env};
-use crate::sqlite_only;
 
 const T0: &str = "2026-11-23T10:00:30Z";
 const LONG: Duration = Duration::from_secs(120);
@@ -367,9 +366,8 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
     );
     assert_eq!(listed(&env), before);
 
-    // On a database that does not exist yet, a dry run shows everything as added and creates
-    // nothing.
-    sqlite_only!("a database that does not exist yet is a missing file");
+    // On a database that does not exist yet (a missing SQLite file; a PostgreSQL database
+    // without runner's schema), a dry run shows everything as added and creates nothing.
     let fresh = Env::new();
     let out = fresh.ok(&[
         "schedule",
@@ -378,7 +376,17 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
         "--dry-run",
     ]);
     assert!(out.contains("would be 3 added"), "{out}");
-    assert!(!fresh.db.exists());
+    match fresh.sql.backend() {
+        Backend::Sqlite => assert!(!fresh.db.exists()),
+        Backend::Postgres => assert_eq!(
+            fresh.sql.query_i64(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'",
+                &[]
+            ),
+            0,
+            "a dry run created tables"
+        ),
+    }
 }
 
 #[test]

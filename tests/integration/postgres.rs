@@ -545,6 +545,12 @@ fn a_database_with_another_applications_tables_is_not_a_runner_database() {
         assert!(err.contains("job_definitions"), "the table is named: {err}");
         assert!(err.contains(&env.name), "the database is named: {err}");
     }
+    // A dry run refuses it too: a check mode fails where the apply it checks would.
+    let file = env.dir.path().join("schedules.toml");
+    std::fs::write(&file, "[hello]\ncron = \"@daily\"\ncommand = \"true\"\n").expect("write");
+    let file = file.to_str().expect("utf-8");
+    let err = env.fails(4, &["schedule", "apply", file, "--dry-run"]);
+    assert!(err.contains("not a runner database"), "{err}");
     assert_eq!(
         env.count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"),
         1,

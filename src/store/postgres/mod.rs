@@ -151,12 +151,35 @@ fn query_one_prepared(
 
 impl PostgresStore {
     pub fn open(url: &str, shown: &str, mode: OpenMode) -> Result<PostgresStore> {
+        let mut store = PostgresStore::connect(url, shown, mode)?;
+        store.found_version = store.migrate(mode)?;
+        store.measure_clock_skew()?;
+        Ok(store)
+    }
+
+    /// `open` (`MustExist`), or `None` when the database has no runner schema yet: what a
+    /// missing SQLite file is to a command that only looks (`schedule apply --dry-run`).
+    /// Creates nothing.
+    pub fn open_if_present(url: &str, shown: &str) -> Result<Option<PostgresStore>> {
+        let mut store = PostgresStore::connect(url, shown, OpenMode::MustExist)?;
+        if store.read(schema_version)?.is_none() {
+            // A check mode must fail where what it checks would.
+            store.refuse_foreign_tables()?;
+            return Ok(None);
+        }
+        store.found_version = store.migrate(OpenMode::MustExist)?;
+        store.measure_clock_skew()?;
+        Ok(Some(store))
+    }
+
+    /// The connection, before the schema is looked at.
+    fn connect(url: &str, shown: &str, mode: OpenMode) -> Result<PostgresStore> {
         let plans = match mode {
             OpenMode::Execute => connect::Plans::Indexed,
             OpenMode::MustExist | OpenMode::CreateIfMissing => connect::Plans::Any,
         };
         let (client, server) = connect::connect(url, shown, plans)?;
-        let mut store = PostgresStore {
+        Ok(PostgresStore {
             client: RefCell::new(client),
             server,
             url: url.to_string(),
@@ -165,10 +188,7 @@ impl PostgresStore {
             unsynced: std::cell::Cell::new(false),
             connection: std::cell::Cell::new(next_connection()),
             plans,
-        };
-        store.found_version = store.migrate(mode)?;
-        store.measure_clock_skew()?;
-        Ok(store)
+        })
     }
 
     /// Bring the schema up to date (`init`, `schedule add`), or refuse a database without one
