@@ -948,8 +948,18 @@ impl AttemptEnd {
     }
 
     /// The event recorded instead when the fence refused the write (the run, now in `current`,
-    /// is no longer held under this attempt's token).
-    pub fn lease_lost(&self, current: RunStatus) -> NewEvent {
+    /// is no longer held under this attempt's token): a stale runner's write (`LEASE_LOST`), or,
+    /// when an operator cancelled the run under this attempt, its attempt closed now that the
+    /// job is stopped (`ATTEMPT_CLOSED`, as `cancel` records it when it stops the job itself):
+    /// a cancel asked for, not a write lost.
+    pub fn fenced(&self, current: RunStatus) -> NewEvent {
+        if current == RunStatus::Cancelled {
+            return NewEvent::attempt_closed(
+                self.result.attempt,
+                &ErrorCode::Cancelled,
+                "the run was cancelled; the tick holding it stopped its job",
+            );
+        }
         NewEvent::new(
             EventKind::LeaseLost,
             json!({

@@ -1157,7 +1157,7 @@ pub trait Store {
     /// `end.outcome` when the run write landed (unless `end.result.attempt_left_open`: recovered
     /// from another host, whose next tick closes it), or when the run was cancelled under it
     /// (cancel leaves the open attempt to its runner); one that a recovering runner closed is
-    /// never rewritten. When the fence refuses and the run still exists, `end.lease_lost(current)` is
+    /// never rewritten. When the fence refuses and the run still exists, `end.fenced(current)` is
     /// recorded instead (except for a recovery, which records nothing), and nothing else changes.
     /// Committed `Durable`.
     fn finish_attempt(&mut self, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {

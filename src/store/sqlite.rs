@@ -1036,7 +1036,7 @@ fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>
         // A refused recovery is no stale runner's write: the holder renewed its lease, or
         // another tick recovered the run first. Nothing happened to the run; nothing to record.
         if let Some(current) = current.filter(|_| result.lease_expired_at.is_none()) {
-            insert_event(tx, result.run_id, at, actor, &end.lease_lost(current))?;
+            insert_event(tx, result.run_id, at, actor, &end.fenced(current))?;
         }
         return Ok(Fenced::LeaseLost);
     }

@@ -108,7 +108,12 @@ fn cancel_of_a_running_run_stops_its_process_group_and_status_shows_its_lease() 
         &format!("SELECT kind FROM job_events WHERE run_id = {run_id} ORDER BY id"),
         &[],
     );
-    assert!(kinds.contains(&"CANCELLED".to_string()), "{kinds:?}");
+    // A cancel asked for, not a stale write: the attempt closed, no LEASE_LOST.
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        ["CANCELLED".to_string(), "ATTEMPT_CLOSED".to_string()],
+        "{kinds:?}"
+    );
 
     // Cancelled is final: neither cancel nor retry applies.
     let err = env.fails(2, &["cancel", &run_id.to_string()]);
