@@ -163,6 +163,43 @@ const FIELD_FLAGS: [(&str, &str); 11] = [
     ("--cron", "cron"),
 ];
 
+/// The fields of a schedule's table, as the file names them.
+const FIELDS: [&str; 13] = [
+    "cron",
+    "command",
+    "tz",
+    "max_attempts",
+    "timeout",
+    "backoff_base",
+    "backoff_max",
+    "overlap",
+    "catch_up",
+    "grace",
+    "workdir",
+    "leftovers",
+    "paused",
+];
+
+/// The field a `key = value` line sets, when it is one of a schedule's: what a parse error on
+/// that line is about.
+fn field_on(line: &str) -> &'static str {
+    let key = line.split('=').next().unwrap_or("").trim();
+    FIELDS.iter().find(|f| **f == key).copied().unwrap_or("")
+}
+
+/// serde's words for what it wanted, in the file's terms (the types are Rust's).
+fn wanted_in_file_terms(message: &str) -> String {
+    message
+        .replace("struct Entry", "a schedule's table ([name] and its fields)")
+        .replace(
+            "data did not match any variant of untagged enum CommandSpec",
+            "expected a string (run by /bin/sh -c) or an array of strings (the command's words)",
+        )
+        .replace("expected i64", "expected a whole number")
+        .replace("expected u32", "expected a whole number")
+        .replace("expected a boolean", "expected true or false")
+}
+
 fn in_file_terms(message: &str) -> String {
     FIELD_FLAGS
         .iter()
@@ -177,11 +214,8 @@ fn in_file_terms(message: &str) -> String {
 pub fn read_file(text: &str) -> std::result::Result<BTreeMap<String, Settings>, Vec<FileError>> {
     let entries: BTreeMap<String, Spanned<Entry>> = toml::from_str(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
-        // serde names the type it wanted; the file has tables, one per schedule.
-        let message = e
-            .message()
-            .trim()
-            .replace("struct Entry", "a schedule's table ([name] and its fields)");
+        // serde names the types it wanted; the file has tables, one per schedule, and values.
+        let message = wanted_in_file_terms(e.message().trim());
         let message = message.as_str();
         // Name what the error points at when the message does not (`duplicate key`).
         let at = text.get(span.clone()).unwrap_or("").trim();
@@ -210,8 +244,12 @@ pub fn read_file(text: &str) -> std::result::Result<BTreeMap<String, Settings>, 
         };
         vec![FileError {
             line,
+            // A value outside any table is no schedule's field.
+            field: match schedule.is_empty() {
+                true => "",
+                false => field_on(line_text(text, line)),
+            },
             schedule,
-            field: "",
             message,
         }]
     })?;
@@ -861,6 +899,27 @@ mod tests {
                 .contains("expected a schedule's table ([name] and its fields)"),
             "{outside:?}"
         );
+        assert_eq!(outside[0].field, "");
+        // A value of the wrong type names its field, in the file's terms (not Rust's types).
+        for (line, field, wanted) in [
+            (
+                "command = 5",
+                "command",
+                "a string (run by /bin/sh -c) or an array of strings",
+            ),
+            ("timeout = 90", "timeout", "expected a string"),
+            (
+                "max_attempts = \"5\"",
+                "max_attempts",
+                "expected a whole number",
+            ),
+            ("paused = \"yes\"", "paused", "expected true or false"),
+        ] {
+            let typed = errors(&format!("[a]\ncron = \"* * * * *\"\n{line}\n"));
+            assert_eq!((typed[0].line, typed[0].field), (3, field), "{typed:?}");
+            assert!(typed[0].message.contains(wanted), "{typed:?}");
+            assert!(!typed[0].message.contains("enum"), "{typed:?}");
+        }
         let backoff = errors("[a]\ncron = \"* * * * *\"\ncommand = \"true\"\nbackoff_base = \"2h\"\nbackoff_max = \"1h\"\n");
         // The field that broke the rule, given those before it (and the defaults).
         assert_eq!((backoff[0].line, backoff[0].field), (4, "backoff_base"));
