@@ -1026,10 +1026,14 @@ fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>
         ])?;
     let at = result.finished_at;
     if !applied {
+        // The run this attempt held: one whose attempt row is still there (a removed schedule's
+        // runs and attempts are gone, and SQLite gives a new run the id of a removed newest one).
         let current = tx
             .query_row(
-                "SELECT status FROM job_runs WHERE id = ?1",
-                [result.run_id],
+                "SELECT r.status FROM job_runs r
+                 WHERE r.id = ?1
+                   AND EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = r.id AND a.lease_token = ?2)",
+                params![result.run_id, result.lease_token],
                 |r| status_from(0, r.get(0)?),
             )
             .optional()?;

@@ -278,3 +278,54 @@ fn a_stalled_runner_that_wakes_after_takeover_cannot_overwrite_anything() {
     );
     assert_eq!(fs::read_to_string(&log).expect("log"), "done 2\n");
 }
+
+/// SQLite gives a new run the id of a removed newest one. A runner whose run was removed under it
+/// (its schedule removed, by hand here) and whose result is refused must not record anything on
+/// the new run that now has its id: the refusal belongs to a run that is gone.
+#[test]
+fn a_refused_result_is_not_recorded_on_a_new_run_that_reuses_the_id() {
+    crate::sqlite_only!(
+        "SQLite reuses the id of a removed newest row; PostgreSQL's sequences do not"
+    );
+    let env = Env::init();
+    env.add("gone", &[], "true");
+    env.add("other", &[], "true");
+    let first = env.enqueue("gone");
+    let gate = env.path("gate");
+    let mut tick = env
+        .cmd()
+        .args(["tick"])
+        .env(
+            "RUNNER_TEST_HOOK",
+            format!("recorded:wait={}", gate.display()),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn tick");
+    let reached = env.path("gate.reached");
+    wait_until(
+        Duration::from_secs(60),
+        "the tick to record the start",
+        || reached.exists(),
+    );
+    // The run and its attempt removed (as removing the schedule with its history does), and a new
+    // run of another schedule takes the same id.
+    env.sql
+        .exec("DELETE FROM job_runs WHERE id = $1", &[&first]);
+    let reused = env.enqueue("other");
+    assert_eq!(reused, first, "SQLite reuses the id");
+    fs::write(&gate, "").expect("open the gate");
+    assert!(tick.wait().expect("tick").code().is_some());
+    let kinds = env.sql.query_strings(
+        &format!("SELECT kind FROM job_events WHERE run_id = {reused} ORDER BY id"),
+        &[],
+    );
+    // (The same tick may go on to claim and run the new run: its own events.)
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| k == "LEASE_LOST" || k == "ATTEMPT_CLOSED"),
+        "the removed run's refusal landed on run {reused}: {kinds:?}"
+    );
+}

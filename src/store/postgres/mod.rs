@@ -1048,10 +1048,14 @@ fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Resul
     )?;
     let at = result.finished_at;
     if !applied {
+        // The run this attempt held: one whose attempt row is still there (a removed schedule's
+        // runs and attempts are gone, and SQLite may give a new run the same id).
         let current = tx
             .query_opt(
-                "SELECT status FROM job_runs WHERE id = $1",
-                &[&result.run_id],
+                "SELECT r.status FROM job_runs r
+                 WHERE r.id = $1
+                   AND EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = r.id AND a.lease_token = $2)",
+                &[&result.run_id, &result.lease_token.as_str()],
             )?
             .map(|r| status_at(&r, 0))
             .transpose()?;
