@@ -805,28 +805,40 @@ fn export_entry(s: &Settings) -> ExportEntry {
 
 pub fn export(args: ExportArgs, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
-    let mut entries = BTreeMap::new();
+    let mut definitions = Vec::new();
     if args.names.is_empty() {
         for row in store.definitions()? {
             match row {
-                Ok(d) => {
-                    entries.insert(d.name.clone(), export_entry(&d.settings));
-                }
+                Ok(d) => definitions.push(d),
                 Err(damaged) => crate::complain!("runner: warning: not exported: {damaged}"),
             }
         }
     } else {
         for name in &args.names {
-            let d = super::find_definition(store.as_ref(), name)?;
-            entries.insert(d.name.clone(), export_entry(&d.settings));
+            definitions.push(super::find_definition(store.as_ref(), name)?);
         }
     }
+    let entries: BTreeMap<String, ExportEntry> = definitions
+        .iter()
+        .map(|d| (d.name.clone(), export_entry(&d.settings)))
+        .collect();
     let body = toml::to_string(&entries).context("writing TOML")?;
     say!(
         "# runner schedules from {}; `runner schedule apply FILE` makes a database match this file.",
         escape_line(&store.describe())
     );
     say!("# Fields left out take the defaults of `runner schedule add`.");
+    // A pause's end is the operator's, not configuration: the file holds `paused = true` only.
+    for d in &definitions {
+        if let Some(until) = d.pause_end() {
+            say!(
+                "# {} is paused until {} (`pause --for`): the end is not in this file; apply \
+                 leaves it as it is, and elsewhere the pause has no end.",
+                escape_line(&d.name),
+                crate::display::utc_time(until)
+            );
+        }
+    }
     say!("");
     super::emit(&body)?;
     Ok(())

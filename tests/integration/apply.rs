@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::common::{forge_running, sh_quote, stderr, stdout, wait_until, Backend, Env};
+use crate::common::{forge_running, json, sh_quote, stderr, stdout, wait_until, Backend, Env};
 
 const T0: &str = "2026-11-23T10:00:30Z";
 const LONG: Duration = Duration::from_secs(120);
@@ -593,6 +593,23 @@ fn export_then_apply_is_a_no_op() {
     assert_eq!(listed(&other), listed(&env));
     let body = |text: &str| text.lines().skip(1).collect::<Vec<_>>().join("\n");
     assert_eq!(body(&other.ok(&["schedule", "export"])), body(&exported));
+
+    // A pause's end is not in the file: export says so in a comment, and apply leaves it.
+    env.ok(&["schedule", "pause", "backup", "--for", "1h"]);
+    let paused = env.ok(&["schedule", "export", "backup"]);
+    assert!(
+        paused.contains("# backup is paused until ") && paused.contains("paused = true"),
+        "{paused}"
+    );
+    let file = write(&env, "paused.toml", &paused);
+    let out = env.ok(&["schedule", "apply", file.to_str().expect("utf-8")]);
+    assert!(out.contains("no changes"), "{out}");
+    let shown = json(&env.ok(&["schedule", "show", "backup", "--json"]));
+    assert!(
+        shown["paused_until"].is_string(),
+        "the end was kept: {shown}"
+    );
+    env.ok(&["schedule", "resume", "backup"]);
 
     // Named schedules only; an unknown name is exit 3.
     let one = env.ok(&["schedule", "export", "backup"]);
