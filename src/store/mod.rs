@@ -982,6 +982,12 @@ pub trait Store {
     /// processes are only ever signalled by runners of the database that started them, never by
     /// one working on a restored copy elsewhere.
     fn identity(&self) -> String;
+    /// What an older runner put in the marker for this database, if it differs (PostgreSQL: the
+    /// URL as written): recovery and cancel look for that too, so jobs started before an upgrade
+    /// are still found.
+    fn former_identity(&self) -> Option<String> {
+        None
+    }
 
     // ---- schedules ----
     /// Insert a schedule with its cursor at `now` (`materialized_through`, `created_at`,

@@ -49,7 +49,7 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
             ));
         }
         if let Some(holder) = lease.holder.as_ref().filter(|h| h.host == actor.host) {
-            let killed = kill_processes(&identity, holder, None);
+            let killed = kill_processes(&identity, tick.store.former_identity(), holder, None);
             if !killed.all_gone {
                 let error = anyhow::anyhow!(
                     "its processes would not die ({}); its attempt stays open until they do",
@@ -146,7 +146,12 @@ pub fn stop_attempt(
     actor: &Actor,
     holder: &AttemptHolder,
 ) -> Result<Stopped> {
-    let killed = kill_processes(&store.identity(), holder, Some(KILL_GRACE));
+    let killed = kill_processes(
+        &store.identity(),
+        store.former_identity(),
+        holder,
+        Some(KILL_GRACE),
+    );
     if !killed.all_gone {
         return Ok(Stopped::StillAlive(killed.processes));
     }
@@ -179,10 +184,19 @@ pub fn stop_attempt(
 /// after it; `None`: SIGKILL at once) and wait until they are gone.
 fn kill_processes(
     identity: &str,
+    former: Option<String>,
     holder: &AttemptHolder,
     term_grace: Option<std::time::Duration>,
 ) -> Killed {
-    let marker = attempt_marker(identity, holder.run_id, &holder.lease_token);
     let recorded = holder.child_pid.map(|pid| (pid, holder.child_start_time));
-    procfs::kill_attempt(&marker, recorded, term_grace)
+    let kill = |identity: &str| {
+        let marker = attempt_marker(identity, holder.run_id, &holder.lease_token);
+        procfs::kill_attempt(&marker, recorded, term_grace)
+    };
+    let killed = kill(identity);
+    // Nothing under today's marker: a job an older runner started carries the former one.
+    match former.filter(|f| f != identity) {
+        Some(former) if killed.all_gone && killed.processes.is_empty() => kill(&former),
+        _ => killed,
+    }
 }

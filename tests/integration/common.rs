@@ -146,15 +146,21 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
-/// The database a job's `RUNNER_DATABASE` names: the canonical path of the SQLite file, or the
-/// PostgreSQL URL.
+/// The database a job's `RUNNER_DATABASE` names: the canonical path of the SQLite file, or, on
+/// PostgreSQL, the cluster's system identifier, the database and the schema (whatever URL
+/// reached them).
 pub fn database_marker(env: &Env) -> String {
     match env.sql.backend() {
         Backend::Sqlite => fs::canonicalize(&env.db)
             .unwrap_or_else(|_| env.db.clone())
             .display()
             .to_string(),
-        Backend::Postgres => env.sql.location().to_string(),
+        Backend::Postgres => env.sql.query_strings(
+            "SELECT 'postgres:' || (SELECT system_identifier FROM pg_control_system())::text
+                    || '/' || current_database() || '/' || current_schema()",
+            &[],
+        )[0]
+        .clone(),
     }
 }
 

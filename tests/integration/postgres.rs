@@ -1079,3 +1079,67 @@ fn differ<T: PartialEq + std::fmt::Debug>(
         })
         .collect()
 }
+
+/// The same database reached through another spelling of its URL (another user here; `localhost`
+/// for `127.0.0.1` alike) is the same database to a job's marker: `cancel` of a run whose tick
+/// died finds and stops its job. (The marker named the URL as written, and such a cancel closed
+/// the attempt while the job ran on.)
+#[test]
+fn cancel_through_another_spelling_of_the_url_stops_the_job() {
+    let Some(env) = PgEnv::init() else { return };
+    let role = format!("{}_other", env.name);
+    env.client()
+        .batch_execute(&format!("CREATE ROLE {role} SUPERUSER LOGIN"))
+        .expect("create role");
+    let other = with_user(&env.url, &role);
+    let pidfile = env.dir.path().join("job.pid");
+    let command = format!("echo $$ > '{}'; sleep 300", pidfile.display());
+    env.ok(&[
+        "schedule",
+        "add",
+        "sleeper",
+        "--cron",
+        "0 0 1 1 *",
+        "--",
+        &command,
+    ]);
+    env.ok(&["run", "sleeper"]);
+    let mut tick = env.cmd().arg("tick").spawn().expect("spawn tick");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let job: u32 = loop {
+        let pid = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|p| p.trim().parse().ok());
+        if let Some(pid) = pid {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    tick.kill().expect("kill -9 the tick");
+    tick.wait().expect("reap the tick");
+
+    let out = env
+        .cmd()
+        .env("RUNNER_DB", &other)
+        .args(["cancel", "1"])
+        .output()
+        .expect("cancel");
+    let _ = env
+        .client()
+        .batch_execute(&format!("DROP ROLE IF EXISTS {role}"));
+    let said = stdout(&out);
+    let alive = super::common::process_alive(job);
+    if alive {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(job as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(out.status.success(), "{said}{}", stderr(&out));
+    assert!(said.contains("terminated what was left"), "{said}");
+    assert!(!alive, "the job still runs after cancel: {said}");
+}

@@ -81,6 +81,8 @@ pub struct PostgresStore {
     connection: std::cell::Cell<u64>,
     /// The plans its sessions allow (to connect again the same way).
     plans: connect::Plans,
+    /// What names this database in a job's marker, as the server knows it (`Store::identity`).
+    identity: String,
 }
 
 /// Connections made by this process, numbered so a prepared statement is only ever used on the
@@ -153,7 +155,7 @@ impl PostgresStore {
     pub fn open(url: &str, shown: &str, mode: OpenMode) -> Result<PostgresStore> {
         let mut store = PostgresStore::connect(url, shown, mode)?;
         store.found_version = store.migrate(mode)?;
-        store.measure_clock_skew()?;
+        store.read_server_facts()?;
         Ok(store)
     }
 
@@ -168,7 +170,7 @@ impl PostgresStore {
             return Ok(None);
         }
         store.found_version = store.migrate(OpenMode::MustExist)?;
-        store.measure_clock_skew()?;
+        store.read_server_facts()?;
         Ok(Some(store))
     }
 
@@ -188,6 +190,7 @@ impl PostgresStore {
             unsynced: std::cell::Cell::new(false),
             connection: std::cell::Cell::new(next_connection()),
             plans,
+            identity: String::new(),
         })
     }
 
@@ -290,18 +293,30 @@ impl PostgresStore {
     /// the middle of the round trip) is added to every reading of the runner's clock
     /// (`crate::clock::follow_database`). `--now` still wins: a shifted clock starts at the
     /// given time whatever either clock says.
-    fn measure_clock_skew(&self) -> Result<()> {
+    /// One round trip on opening: the database's clock, to follow (see `measure`), and the
+    /// database's identity for job markers: the cluster's system identifier (unique per
+    /// `initdb`), the database and the schema, whatever URL reached them. (The URL as written
+    /// named it before: the same database through `localhost` or `127.0.0.1`, or as another user,
+    /// was taken for another, and its jobs were missed by cancel and recovery.) A role that may not
+    /// read the system identifier gets the server's address instead.
+    fn read_server_facts(&mut self) -> Result<()> {
         let before = crate::clock::host_epoch_millis();
-        let database_ms: i64 = self.read(|client| {
-            Ok(client
-                .query_one(
-                    "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-                    &[],
-                )?
-                .try_get(0)?)
+        let (database_ms, identity): (i64, String) = self.read(|client| {
+            let row = client.query_one(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+                        'postgres:' || coalesce(
+                            CASE WHEN has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE')
+                                 THEN (SELECT system_identifier FROM pg_control_system())::text END,
+                            host(inet_server_addr()) || ':' || inet_server_port(),
+                            'local')
+                        || '/' || current_database() || '/' || current_schema()",
+                &[],
+            )?;
+            Ok((row.try_get(0)?, row.try_get(1)?))
         })?;
         let after = crate::clock::host_epoch_millis();
         crate::clock::follow_database(database_ms - (before + after) / 2);
+        self.identity = identity;
         Ok(())
     }
 
@@ -1662,7 +1677,11 @@ impl Store for PostgresStore {
     }
 
     fn identity(&self) -> String {
-        self.server.identity()
+        self.identity.clone()
+    }
+
+    fn former_identity(&self) -> Option<String> {
+        Some(self.server.identity())
     }
 
     fn add_definition(
