@@ -705,10 +705,7 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     // before the transaction (stopping a job is not something a transaction can undo).
     for (_, runs) in &running {
         for run in runs {
-            if let Some(line) = super::steer::cancel_before_removal(store.as_mut(), ctx, &me, run)?
-            {
-                say!("{line}");
-            }
+            super::steer::cancel_before_removal(store.as_mut(), ctx, &me, run)?;
         }
     }
 

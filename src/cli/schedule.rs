@@ -329,8 +329,8 @@ pub struct NextArgs {
     /// Zone for --cron [default: UTC].
     #[arg(long, value_name = "ZONE", requires = "cron")]
     pub tz: Option<String>,
-    /// How many fire times (fewer when the expression fires fewer times in the 400 years ahead,
-    /// which is as far as it looks).
+    /// How many fire times (fewer when the expression fires fewer times within about 400 years
+    /// ahead, which is as far as it looks).
     #[arg(short = 'n', default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub count: u16,
     /// Machine-readable output.
@@ -583,15 +583,11 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
 fn remove(args: RmArgs, ctx: &Ctx) -> Result<()> {
     let mut store = ctx.open(OpenMode::MustExist)?;
     let me = actor(None);
-    let mut cancelled = Vec::new();
     // With --force, a run that starts between the cancel and the removal is cancelled in turn;
     // a schedule whose runs keep starting that fast is given up on after a few rounds.
     for _ in 0..5 {
         let running = match store.remove_definition(&args.name)? {
             Removal::Removed => {
-                for line in &cancelled {
-                    say!("{line}");
-                }
                 say!("removed schedule {} and its runs", escape_line(&args.name));
                 return Ok(());
             }
@@ -625,7 +621,7 @@ fn remove(args: RmArgs, ctx: &Ctx) -> Result<()> {
             )));
         }
         for run in &runs {
-            cancelled.extend(cancel_before_removal(store.as_mut(), ctx, &me, run)?);
+            cancel_before_removal(store.as_mut(), ctx, &me, run)?;
         }
     }
     Err(anyhow::anyhow!(
@@ -735,9 +731,10 @@ fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
     };
     let times = timing.upcoming(after, usize::from(args.count));
     if times.len() < usize::from(args.count) {
-        // The search looks 400 years ahead (`0 0 29 2 *` fires 97 times in them).
+        // The search looks about 400 years ahead (`0 0 29 2 *` fires 97 or 98 times in them).
         crate::complain!(
-            "runner: note: {} in the next 400 years, fewer than the {} asked for",
+            "runner: note: only {} within about 400 years ahead (as far as it looks), fewer \
+             than the {} asked for",
             count(times.len(), "fire time"),
             args.count
         );

@@ -191,26 +191,31 @@ pub fn cancel_run(
 /// A running run of a schedule about to be removed (`schedule rm --force`, `schedule apply
 /// --prune --force`), cancelled as `cancel RUN_ID` does before the schedule and the attempt's
 /// record are gone (if its runner died, nobody could find and stop the job afterwards): what to
-/// say, or nothing when it had finished or vanished meanwhile.
+/// say it, nothing when it had finished or vanished meanwhile; then wait until its job is
+/// stopped (`wait_until_stopped`).
 pub fn cancel_before_removal(
     store: &mut dyn Store,
     ctx: &Ctx,
     me: &Actor,
     run: &RunView,
-) -> Result<Option<String>> {
-    let line = match cancel_run(store, ctx, me, run)? {
-        Cancelled::Running { attempt, how } => Some(format!(
-            "cancelled running run {} (attempt {attempt}); {how}",
-            run.id
-        )),
+) -> Result<()> {
+    match cancel_run(store, ctx, me, run)? {
+        Cancelled::Running { attempt, how } => {
+            say!(
+                "cancelled running run {} (attempt {attempt}); {how}",
+                run.id
+            )
+        }
         // It failed and went back to wait for a retry meanwhile.
-        Cancelled::Pending => return Ok(Some(format!("cancelled pending run {}", run.id))),
-        Cancelled::Gone => return Ok(None),
+        Cancelled::Pending => {
+            say!("cancelled pending run {}", run.id);
+            return Ok(());
+        }
+        Cancelled::Gone => return Ok(()),
         // Cancelled before, perhaps with its job still to be stopped.
-        Cancelled::Finished(_) => None,
-    };
-    wait_until_stopped(store, ctx, me, run)?;
-    Ok(line)
+        Cancelled::Finished(_) => {}
+    }
+    wait_until_stopped(store, ctx, me, run)
 }
 
 /// Wait until the attempt of a cancelled run is closed: the tick holding it stops its job at its
@@ -229,7 +234,11 @@ fn wait_until_stopped(store: &mut dyn Store, ctx: &Ctx, me: &Actor, run: &RunVie
     while let Some(holder) = store.open_attempt(run.id, run.attempt)? {
         if holder.host == me.host && !runner_alive(&holder) {
             // Its runner is gone: stop what is left here (errors if it would not die).
-            stop_cancelled(store, ctx, me, run, holder.attempt)?;
+            say!(
+                "run {}: {}",
+                run.id,
+                stop_cancelled(store, ctx, me, run, holder.attempt)?
+            );
             continue;
         }
         if started.elapsed() > limit {
