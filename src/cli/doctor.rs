@@ -38,7 +38,8 @@ const TICK_STALE_SECS: i64 = 120;
 pub enum Status {
     Ok,
     Fail,
-    /// Could not be checked because an earlier check failed (e.g. no database).
+    /// Could not be checked because an earlier check failed (e.g. no database), or does not
+    /// apply to this database (a file's permissions, on PostgreSQL).
     Skipped,
 }
 
@@ -252,9 +253,9 @@ pub fn tick_line(command: &str) -> Option<TickLine> {
 
 /// The database a cron entry's tick uses: `--db`, else `RUNNER_DB` (set on the command or in the
 /// crontab), else the default under cron's environment (`XDG_STATE_HOME` only if the crontab sets
-/// it; cron never does). Relative paths and `~` resolve against `home` (cron's working directory).
-pub fn cron_database(entry: &CronEntry, line: &TickLine, home: &Path) -> PathBuf {
-    let home_of = |value: &str| under_cron_home(value, home);
+/// it; cron never does). Relative paths and `~` resolve against `home` (cron's working directory);
+/// a `postgres://` URL is taken as the tick takes it.
+pub fn cron_database(entry: &CronEntry, line: &TickLine, home: &Path) -> Location {
     let chosen = line
         .db_flag
         .clone()
@@ -262,14 +263,32 @@ pub fn cron_database(entry: &CronEntry, line: &TickLine, home: &Path) -> PathBuf
         .or_else(|| entry.var("RUNNER_DB").map(str::to_string))
         .filter(|v| !v.is_empty());
     if let Some(value) = chosen {
-        return home_of(&value);
+        return match Location::parse(&value) {
+            Location::Sqlite(_) => Location::Sqlite(under_cron_home(&value, home)),
+            postgres @ Location::Postgres(_) => postgres,
+        };
     }
-    match entry
-        .var("XDG_STATE_HOME")
-        .filter(|v| Path::new(v).is_absolute())
-    {
-        Some(state) => Path::new(state).join("runner/runner.db"),
-        None => home.join(".local/state/runner/runner.db"),
+    Location::Sqlite(
+        match entry
+            .var("XDG_STATE_HOME")
+            .filter(|v| Path::new(v).is_absolute())
+        {
+            Some(state) => Path::new(state).join("runner/runner.db"),
+            None => home.join(".local/state/runner/runner.db"),
+        },
+    )
+}
+
+/// Whether a crontab's database is this one: the same file (through any link), or the same
+/// PostgreSQL user, server and database however the URLs spell them (a password, the parameters,
+/// `postgresql://`, a default port written out or not).
+fn same_database(cron: &Location, this: &Location) -> bool {
+    match (cron, this) {
+        (Location::Sqlite(cron), Location::Sqlite(this)) => same_path(cron, this),
+        (Location::Postgres(_), Location::Postgres(_)) => cron
+            .postgres_identity()
+            .is_some_and(|cron| this.postgres_identity() == Some(cron)),
+        _ => false,
     }
 }
 
@@ -463,20 +482,8 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
     let mut checks = Vec::new();
     let me = passwd_user(None);
     let my_name = me.as_ref().map_or_else(|| "?".to_string(), |m| m.0.clone());
-    let database = match &ctx.location {
-        Location::Sqlite(path) => path.clone(),
-        Location::Postgres(_) => {
-            checks.push(Check::fail(
-                "database",
-                format!(
-                    "{}: PostgreSQL is not available in this build",
-                    ctx.location
-                ),
-                "use a SQLite path with --db or RUNNER_DB".to_string(),
-            ));
-            return Ok(checks);
-        }
-    };
+    // Shown wherever the database is named: a path, or a URL with its password masked.
+    let database = &ctx.location;
 
     // 1. A cron line running `runner tick` for this database.
     let entries = all_cron_entries();
@@ -494,7 +501,7 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
     }
     let matching = tick_lines
         .iter()
-        .find(|(_, _, _, db)| db.as_deref().is_some_and(|db| same_path(db, &database)));
+        .find(|(_, _, _, db)| db.as_ref().is_some_and(|db| same_database(db, database)));
     let shell_db = std::env::var("RUNNER_DB").ok().filter(|v| !v.is_empty());
     let cron_entry = match matching {
         Some((entry, line, Some((user, home)), _)) => {
@@ -514,7 +521,7 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
                 .iter()
                 .map(|(entry, _, user, db)| match (user, db) {
                     (Some((user, _)), Some(db)) => {
-                        format!("{} (as {user}) uses {}", entry.source, db.display())
+                        format!("{} (as {user}) uses {db}", entry.source)
                     }
                     _ => format!(
                         "{} names user {:?}, who does not exist",
@@ -527,21 +534,18 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
                 (
                     "no crontab line runs `runner tick` (looked at your crontab, /etc/crontab and /etc/cron.d)".to_string(),
                     format!(
-                        "add `* * * * * {} tick` with `crontab -e` (or install crontab.example as /etc/cron.d/runner), with RUNNER_DB={} above it",
+                        "add `* * * * * {} tick` with `crontab -e` (or install crontab.example as /etc/cron.d/runner), with RUNNER_DB={database} above it",
                         std::env::current_exe().map_or_else(|_| "/usr/bin/runner".to_string(), |p| p.display().to_string()),
-                        database.display()
                     ),
                 )
             } else {
                 (
                     format!(
-                        "no `runner tick` line uses this database ({}): {}",
-                        database.display(),
+                        "no `runner tick` line uses this database ({database}): {}",
                         others.join("; ")
                     ),
                     format!(
-                        "set RUNNER_DB={} in that crontab, or point your shell at the database cron uses{}",
-                        database.display(),
+                        "set RUNNER_DB={database} in that crontab, or point your shell at the database cron uses{}",
                         if shell_db.is_some() { " (your shell sets RUNNER_DB)" } else { " (your shell uses the default: set RUNNER_DB)" }
                     ),
                 )
@@ -564,48 +568,22 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
     });
 
     // 3. The database and its directory, as a tick (run by this user) requires them.
-    let exists = database.exists();
-    checks.push(if !exists {
-        Check::fail(
-            "permissions",
-            format!("{} does not exist", database.display()),
-            format!(
-                "create it as the user cron runs the tick as: `runner --db {} init`",
-                database.display()
-            ),
-        )
-    } else {
-        match crate::store::execution_refusal(&ctx.location).map_or(Ok(()), Err) {
-            Ok(()) => Check::ok(
-                "permissions",
-                format!(
-                    "{} and its directory are private to {my_name}, as a tick requires",
-                    database.display()
-                ),
-            ),
-            Err(e) => {
-                let text = format!("{e:#}");
-                Check::fail(
-                    "permissions",
-                    text.clone(),
-                    "see the message: a tick refuses this database until it is fixed".to_string(),
-                )
-            }
-        }
-    });
+    checks.push(permissions_check(database, &my_name));
     if let Some((_, cron_user)) = &cron_entry {
         if *cron_user != my_name {
             checks.push(Check::fail(
                 "user",
                 format!("cron runs the tick as {cron_user}, but you are {my_name}: the permission and command checks are for {my_name}"),
-                format!("run doctor as that user: `sudo -u {cron_user} runner --db {} doctor`", database.display()),
+                format!("run doctor as that user: `sudo -u {cron_user} runner --db {database} doctor`"),
             ));
         }
     }
 
     // 4. The last tick, and 5. the schedules' commands under cron's environment.
-    let store = if exists {
-        match ctx.open(OpenMode::MustExist) {
+    let store = match database {
+        // The permissions check said it is missing.
+        Location::Sqlite(path) if !path.exists() => None,
+        Location::Sqlite(_) => match ctx.open(OpenMode::MustExist) {
             Ok(store) => Some(store),
             Err(e) => {
                 checks.push(Check::fail(
@@ -615,9 +593,44 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
                 ));
                 None
             }
-        }
-    } else {
-        None
+        },
+        // Opened as every command opens it: the server and the cause named on failure, never a
+        // password; an older schema brought up to date.
+        Location::Postgres(_) => match crate::store::open_if_present(database) {
+            Ok(Some(store)) => {
+                let schema = store.schema();
+                let upgraded = if schema.found < schema.current {
+                    format!(" (upgraded from version {})", schema.found)
+                } else {
+                    String::new()
+                };
+                checks.push(Check::ok(
+                    "database",
+                    format!(
+                        "connected to {database}; runner's schema is current (version {}){upgraded}",
+                        schema.current
+                    ),
+                ));
+                Some(store)
+            }
+            Ok(None) => {
+                checks.push(Check::fail(
+                    "database",
+                    format!("{database} has no runner schema: a tick on it exits 4"),
+                    format!("create it once, from any host: `runner init --db {database}`"),
+                ));
+                None
+            }
+            Err(e) => {
+                checks.push(Check::fail(
+                    "database",
+                    format!("{e:#}"),
+                    "see the message: a tick cannot use this database until it is fixed"
+                        .to_string(),
+                ));
+                None
+            }
+        },
     };
     let Some(store) = store else {
         checks.push(Check::skipped(
@@ -707,6 +720,43 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
     Ok(checks)
 }
 
+/// The database file and its directory must be as a tick requires (`OpenMode::Execute`). A
+/// PostgreSQL database has no file here: the check does not apply.
+fn permissions_check(database: &Location, my_name: &str) -> Check {
+    let path = match database {
+        Location::Sqlite(path) => path,
+        Location::Postgres(_) => return Check::skipped(
+            "permissions",
+            "not applicable on PostgreSQL: no database file or directory whose modes a tick checks"
+                .to_string(),
+        ),
+    };
+    if !path.exists() {
+        return Check::fail(
+            "permissions",
+            format!("{} does not exist", path.display()),
+            format!(
+                "create it as the user cron runs the tick as: `runner --db {} init`",
+                path.display()
+            ),
+        );
+    }
+    match crate::store::execution_refusal(database) {
+        None => Check::ok(
+            "permissions",
+            format!(
+                "{} and its directory are private to {my_name}, as a tick requires",
+                path.display()
+            ),
+        ),
+        Some(e) => Check::fail(
+            "permissions",
+            format!("{e:#}"),
+            "see the message: a tick refuses this database until it is fixed".to_string(),
+        ),
+    }
+}
+
 /// The binary a cron line names must exist (an absolute path) or be found in that crontab's PATH.
 fn binary_check(entry: &CronEntry, line: &TickLine, home: &Path) -> Check {
     let path = cron_path(Some(entry));
@@ -755,7 +805,7 @@ mod tests {
         assert_eq!(line.db_flag.as_deref(), Some("/x.db"));
         assert_eq!(
             cron_database(&entries[1], &line, Path::new("/root")),
-            PathBuf::from("/x.db")
+            Location::Sqlite(PathBuf::from("/x.db"))
         );
     }
 
@@ -781,29 +831,63 @@ mod tests {
         let db = |e: &CronEntry| cron_database(e, &tick_line(&e.command).expect("tick"), home);
         assert_eq!(
             db(&entry(&[], "runner tick")),
-            PathBuf::from("/home/ann/.local/state/runner/runner.db")
+            Location::Sqlite(PathBuf::from("/home/ann/.local/state/runner/runner.db"))
         );
         assert_eq!(
             db(&entry(&[("RUNNER_DB", "/srv/r.db")], "runner tick")),
-            PathBuf::from("/srv/r.db")
+            Location::Sqlite(PathBuf::from("/srv/r.db"))
         );
         assert_eq!(
             db(&entry(
                 &[("RUNNER_DB", "/srv/r.db")],
                 "RUNNER_DB=~/a.db runner tick"
             )),
-            PathBuf::from("/home/ann/a.db")
+            Location::Sqlite(PathBuf::from("/home/ann/a.db"))
         );
         assert_eq!(
             db(&entry(&[], "$HOME/bin/runner --db r.db tick")),
-            PathBuf::from("/home/ann/r.db")
+            Location::Sqlite(PathBuf::from("/home/ann/r.db"))
         );
         assert_eq!(
             db(&entry(&[("XDG_STATE_HOME", "/st")], "runner tick")),
-            PathBuf::from("/st/runner/runner.db")
+            Location::Sqlite(PathBuf::from("/st/runner/runner.db"))
+        );
+        // A URL is taken as written, not as a path under the home directory.
+        assert_eq!(
+            db(&entry(
+                &[("RUNNER_DB", "postgres://runner@db.example.com/runner")],
+                "runner tick"
+            )),
+            Location::Postgres("postgres://runner@db.example.com/runner".into())
         );
         assert_eq!(tick_line("runner status"), None);
         assert_eq!(tick_line("/usr/bin/backup tick"), None);
+    }
+
+    #[test]
+    fn a_postgres_url_in_a_crontab_names_this_database_however_it_is_spelt() {
+        let this = Location::parse("postgres://runner@db.example.com/runner?sslmode=require");
+        for same in [
+            "postgres://runner@db.example.com/runner?sslmode=require",
+            "postgresql://runner:secret@db.example.com:5432/runner",
+            "postgres://runner@db.example.com/runner?application_name=x&sslmode=verify-full",
+            "postgres://db.example.com/runner?user=runner&password=secret",
+        ] {
+            assert!(same_database(&Location::parse(same), &this), "{same}");
+        }
+        for other in [
+            "postgres://runner@db.example.com/other",
+            "postgres://admin@db.example.com/runner",
+            "postgres://runner@db.example.com:5433/runner",
+            "postgres://runner@db2.example.com/runner",
+            "postgres://runner@db.example.com:notaport/runner",
+        ] {
+            assert!(!same_database(&Location::parse(other), &this), "{other}");
+        }
+        assert!(!same_database(
+            &Location::Sqlite(PathBuf::from("/var/lib/runner/runner.db")),
+            &this
+        ));
     }
 
     #[test]

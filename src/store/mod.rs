@@ -79,6 +79,17 @@ impl Location {
         }
     }
 
+    /// The PostgreSQL database a URL names, without connecting: its user, server and database,
+    /// with the defaults a connection would fill in (never the password or the parameters), so
+    /// two spellings of one URL compare equal. `None` for a SQLite path or a URL that does not
+    /// parse.
+    pub fn postgres_identity(&self) -> Option<String> {
+        match self {
+            Location::Sqlite(_) => None,
+            Location::Postgres(url) => PostgresStore::identity_of(url, &self.to_string()).ok(),
+        }
+    }
+
     /// `$XDG_STATE_HOME/runner/runner.db`, else `~/.local/state/runner/runner.db`.
     pub fn default_path() -> anyhow::Result<PathBuf> {
         // The XDG spec: a relative XDG_STATE_HOME is invalid and must be ignored.

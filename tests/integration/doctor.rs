@@ -1,12 +1,14 @@
 //! `runner doctor` against the real binary: the cron files and /proc it inspects are replaced by
 //! temp ones through its test-only variables, so the real /etc and crontab are never touched.
+//! The tests run on either backend, but those about the database file (SQLite only) and those
+//! about a `postgres://` URL (PostgreSQL only).
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::common::{stdout, wrapped, Env, BIN};
+use crate::common::{stdout, wrapped, Backend, Env, BIN};
 use crate::sqlite_only;
 
 /// A temp /etc with `cron_d` as /etc/cron.d/runner (if any), a temp /proc with a cron daemon (if
@@ -51,13 +53,43 @@ fn me() -> String {
         .name
 }
 
-/// The packaged line's shape: variables, then `runner tick` as this user.
+/// The packaged line's shape: variables, then `runner tick` as this user, on the test's database.
 fn cron_d(env: &Env, extra: &str) -> String {
+    cron_d_for(env.sql.location(), extra)
+}
+
+/// [`cron_d`] with `RUNNER_DB` set to `database`.
+fn cron_d_for(database: &str, extra: &str) -> String {
     format!(
-        "SHELL=/bin/sh\n{extra}RUNNER_DB={}\nMAILTO=\"\"\n* * * * * {} {BIN} tick\n",
-        env.db.display(),
+        "SHELL=/bin/sh\n{extra}RUNNER_DB={database}\nMAILTO=\"\"\n* * * * * {} {BIN} tick\n",
         me()
     )
+}
+
+/// A check's `(status, message, fix)` in `doctor --json`'s report.
+fn check_of(out: &Output, check: &str) -> (String, String, Option<String>) {
+    let report: Value = serde_json::from_slice(&out.stdout).expect("doctor --json");
+    let found = report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["check"] == check)
+        .unwrap_or_else(|| panic!("no check {check:?} in {}", stdout(out)));
+    (
+        found["status"].as_str().expect("status").to_string(),
+        found["message"].as_str().expect("message").to_string(),
+        found["fix"].as_str().map(str::to_string),
+    )
+}
+
+/// Ends a test of doctor on PostgreSQL when the suite runs on SQLite, saying so on stdout.
+macro_rules! postgres_only {
+    () => {
+        if Backend::current() != Backend::Postgres {
+            println!("skipped: PostgreSQL only (doctor on a postgres:// URL)");
+            return;
+        }
+    };
 }
 
 fn checks(out: &Output) -> Vec<(String, String, String)> {
@@ -111,7 +143,7 @@ fn good_setup() -> Env {
 
 #[test]
 fn a_good_setup_passes_every_check() {
-    sqlite_only!("doctor inspects the database file, its modes and a cron line naming its path");
+    sqlite_only!("every check passes, the database file's permissions among them");
     let env = good_setup();
     let out = doctor(&env, Some(&cron_d(&env, "")), true, &[]);
     let text = stdout(&out);
@@ -152,7 +184,6 @@ fn a_good_setup_passes_every_check() {
 /// every command missing.
 #[test]
 fn a_doctor_started_with_sigchld_ignored_still_finds_the_commands() {
-    sqlite_only!("doctor inspects the database file, its modes and a cron line naming its path");
     let env = good_setup();
     let doctor = doctor_cmd(&env, Some(&cron_d(&env, "")), true, &["--json"]);
     let out = wrapped(&["env", "--ignore-signal=CHLD"], &doctor)
@@ -165,7 +196,6 @@ fn a_doctor_started_with_sigchld_ignored_still_finds_the_commands() {
 
 #[test]
 fn no_crontab_line_and_no_daemon_are_findings() {
-    sqlite_only!("doctor inspects the database file, its modes and a cron line naming its path");
     let env = good_setup();
     let out = doctor(&env, None, false, &["--json"]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
@@ -191,12 +221,11 @@ fn no_crontab_line_and_no_daemon_are_findings() {
         message.contains("/var/lib/elsewhere/runner.db"),
         "{message}"
     );
-    assert!(message.contains(&env.db.display().to_string()), "{message}");
+    assert!(message.contains(env.sql.location()), "{message}");
 }
 
 #[test]
 fn a_command_missing_from_crons_path_is_named_with_its_schedule() {
-    sqlite_only!("doctor inspects the database file, its modes and a cron line naming its path");
     let env = good_setup();
     // A tool the user's shell might find (it is in a bin directory of theirs) but cron's
     // PATH=/usr/bin:/bin does not.
@@ -257,7 +286,7 @@ fn a_command_missing_from_crons_path_is_named_with_its_schedule() {
 
 #[test]
 fn a_database_others_can_write_is_a_finding() {
-    sqlite_only!("doctor inspects the database file, its modes and a cron line naming its path");
+    sqlite_only!("the permissions of the database file");
     let env = good_setup();
     std::fs::set_permissions(&env.db, std::fs::Permissions::from_mode(0o666)).expect("chmod");
     let out = doctor(&env, Some(&cron_d(&env, "")), true, &["--json"]);
@@ -270,4 +299,126 @@ fn a_database_others_can_write_is_a_finding() {
     );
     assert!(message.contains("chmod 600"), "{message}");
     assert_eq!(status_of(&out, "cron line").0, "ok");
+}
+
+/// The test's URL as another crontab might write it: `postgresql://`, a password (never shown;
+/// the server trusts this user, and doctor connects only with its own URL), and a parameter.
+fn respelt(url: &str) -> String {
+    let rest = url.strip_prefix("postgres://").expect("a postgres:// URL");
+    let (user, rest) = rest.split_once('@').expect("a user in RUNNER_TEST_PG");
+    let joiner = if rest.contains('?') { '&' } else { '?' };
+    format!("postgresql://{user}:cron-secret@{rest}{joiner}application_name=cron")
+}
+
+/// On PostgreSQL, doctor connects with the store's own open path and checks runner's schema; the
+/// crontab line that ticks this database is found by the URL's user, server and database, not by
+/// its text; the file permissions do not apply. A good setup passes (exit 0).
+#[test]
+fn a_good_postgres_setup_passes_the_database_check() {
+    postgres_only!();
+    let env = good_setup();
+    let url = env.sql.location().to_string();
+    let crontab = cron_d_for(&respelt(&url), "");
+    let out = doctor(&env, Some(&crontab), true, &["--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        crate::common::stderr(&out)
+    );
+    let (status, message, _) = check_of(&out, "database");
+    assert_eq!(status, "ok", "{message}");
+    assert!(
+        message.contains("schema is current") && message.contains(&url),
+        "{message}"
+    );
+    let (status, message, _) = check_of(&out, "cron line");
+    assert_eq!(status, "ok", "{message}");
+    let (status, message, _) = check_of(&out, "permissions");
+    assert_eq!(status, "skipped", "{message}");
+    assert!(message.contains("not applicable"), "{message}");
+    for check in ["runner binary", "cron daemon", "last tick", "commands"] {
+        assert_eq!(check_of(&out, check).0, "ok", "{check}: {}", stdout(&out));
+    }
+    assert!(
+        !stdout(&out).contains("cron-secret"),
+        "a password is shown: {}",
+        stdout(&out)
+    );
+
+    let out = doctor(&env, Some(&crontab), true, &[]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("ok    database: connected to ")
+            && text.contains("skip  permissions: not applicable")
+            && text.contains("all checks passed"),
+        "{text}"
+    );
+
+    // Another database on the same server is not this one: the line is named, its password not.
+    let (base, _) = url.rsplit_once('/').expect("a database in the URL");
+    let other = respelt(&format!("{base}/some_other_database"));
+    let out = doctor(&env, Some(&cron_d_for(&other, "")), true, &["--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, message, _) = check_of(&out, "cron line");
+    assert_eq!(status, "fail");
+    assert!(
+        message.contains("/some_other_database") && !message.contains("cron-secret"),
+        "{message}"
+    );
+    assert_eq!(check_of(&out, "database").0, "ok");
+}
+
+/// A PostgreSQL database without runner's schema fails the database check with the hint to
+/// create it, and doctor creates nothing there; the checks that read it are skipped.
+#[test]
+fn a_postgres_database_without_runners_schema_fails_with_the_init_hint() {
+    postgres_only!();
+    let env = Env::new();
+    let out = doctor(&env, Some(&cron_d(&env, "")), true, &["--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, message, fix) = check_of(&out, "database");
+    assert_eq!(status, "fail");
+    assert!(message.contains("has no runner schema"), "{message}");
+    let fix = fix.expect("a fix");
+    assert!(
+        fix.contains(&format!("runner init --db {}", env.sql.location())),
+        "{fix}"
+    );
+    assert_eq!(check_of(&out, "cron line").0, "ok");
+    assert_eq!(check_of(&out, "last tick").0, "skipped");
+    assert_eq!(check_of(&out, "commands").0, "skipped");
+    assert!(!env.sql.created(), "doctor created tables");
+
+    // Once initialised, the database check passes; no tick has run yet.
+    env.ok(&["init"]);
+    let out = doctor(&env, Some(&cron_d(&env, "")), true, &["--json"]);
+    assert_eq!(check_of(&out, "database").0, "ok", "{}", stdout(&out));
+    assert_eq!(check_of(&out, "last tick").0, "fail");
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// A PostgreSQL server doctor cannot reach is a finding naming the server and the cause, never
+/// the password. (Needs no server: nothing listens on port 1.)
+#[test]
+fn an_unreachable_postgres_server_is_named_without_its_password() {
+    let env = Env::new();
+    let url = "postgres://runner:hunter2@127.0.0.1:1/runner";
+    let out = doctor_cmd(&env, Some(&cron_d_for(url, "")), true, &["--json"])
+        .env("RUNNER_DB", url)
+        .output()
+        .expect("runner doctor");
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, message, _) = check_of(&out, "database");
+    assert_eq!(status, "fail");
+    assert!(
+        message
+            .contains("cannot connect to PostgreSQL at 127.0.0.1:1 (database runner, user runner)"),
+        "{message}"
+    );
+    assert_eq!(check_of(&out, "cron line").0, "ok", "{}", stdout(&out));
+    let shown = format!("{}{}", stdout(&out), crate::common::stderr(&out));
+    assert!(!shown.contains("hunter2"), "a password is shown: {shown}");
 }

@@ -111,6 +111,13 @@ pub fn connect(url: &str, shown: &str, plans: Plans) -> Result<(Client, Server)>
     Ok((client, server))
 }
 
+/// The server, database and user `url` names, what it leaves out filled in as `connect` fills it
+/// in, without connecting (`shown`: the URL with its password masked, for the error).
+pub fn server_of(url: &str, shown: &str) -> Result<Server> {
+    let (config, _) = parse(url, shown)?;
+    Ok(complete(config, Plans::Any).1)
+}
+
 /// Make the connection, giving up after the connect timeout (for each host the URL names, as
 /// libpq does). The `postgres` crate's own timeout covers only opening the socket: a server that
 /// accepts the connection but never answers the startup (a stopped postmaster, a proxy whose

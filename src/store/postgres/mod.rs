@@ -174,6 +174,12 @@ impl PostgresStore {
         Ok(Some(store))
     }
 
+    /// What `url` names, as `identity` does once connected (user, server, database; never the
+    /// password, nor the parameters), without connecting: two spellings of one URL name it alike.
+    pub fn identity_of(url: &str, shown: &str) -> Result<String> {
+        Ok(connect::server_of(url, shown)?.identity())
+    }
+
     /// The connection, before the schema is looked at.
     fn connect(url: &str, shown: &str, mode: OpenMode) -> Result<PostgresStore> {
         let plans = match mode {
