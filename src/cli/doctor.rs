@@ -286,8 +286,8 @@ fn same_database(cron: &Location, this: &Location) -> bool {
     match (cron, this) {
         (Location::Sqlite(cron), Location::Sqlite(this)) => same_path(cron, this),
         (Location::Postgres(_), Location::Postgres(_)) => cron
-            .postgres_identity()
-            .is_some_and(|cron| this.postgres_identity() == Some(cron)),
+            .postgres_url_key()
+            .is_some_and(|cron| this.postgres_url_key() == Some(cron)),
         _ => false,
     }
 }

@@ -81,12 +81,12 @@ impl Location {
 
     /// The PostgreSQL database a URL names, without connecting: its user, server and database,
     /// with the defaults a connection would fill in (never the password or the parameters), so
-    /// two spellings of one URL compare equal. `None` for a SQLite path or a URL that does not
-    /// parse.
-    pub fn postgres_identity(&self) -> Option<String> {
+    /// two spellings of one URL compare equal (host names are compared as written: `doctor`
+    /// matching a crontab's URL). `None` for a SQLite path or a URL that does not parse.
+    pub fn postgres_url_key(&self) -> Option<String> {
         match self {
             Location::Sqlite(_) => None,
-            Location::Postgres(url) => PostgresStore::identity_of(url, &self.to_string()).ok(),
+            Location::Postgres(url) => PostgresStore::url_key(url, &self.to_string()).ok(),
         }
     }
 

@@ -174,9 +174,10 @@ impl PostgresStore {
         Ok(Some(store))
     }
 
-    /// What `url` names, as `identity` does once connected (user, server, database; never the
-    /// password, nor the parameters), without connecting: two spellings of one URL name it alike.
-    pub fn identity_of(url: &str, shown: &str) -> Result<String> {
+    /// What `url` names (user, server, database; never the password, nor the parameters),
+    /// without connecting: two spellings of one URL name it alike. (A job's marker names the
+    /// database as the server knows it instead: `Store::identity`.)
+    pub fn url_key(url: &str, shown: &str) -> Result<String> {
         Ok(connect::server_of(url, shown)?.identity())
     }
 
