@@ -318,7 +318,10 @@ impl Ctx {
 /// unset (`--db "$DB"`) act on the user's own database.
 fn named_database(value: &str) -> Result<String, String> {
     match value.is_empty() {
-        true => Err("an empty value names no database; leave --db out for the default".to_string()),
+        true => Err(
+            "an empty value names no database; for the default, leave out --db and unset RUNNER_DB"
+                .to_string(),
+        ),
         false => Ok(value.to_string()),
     }
 }
