@@ -722,16 +722,16 @@ fn a_schedule_whose_due_time_cannot_be_read_is_reported_by_an_otherwise_idle_tic
 /// `schedule rm` used to delete a schedule whose run was running, killing its job without a word.
 /// Now it refuses (exit 2) saying it would kill it; `--force` cancels the run (the tick holding it
 /// kills the job at its next heartbeat) and says so.
-#[test]
-fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
-    let env = Env::init();
+/// Schedule `sleeper` (a job that sleeps 300 s), run once by a tick (`tick ARGS`) in the
+/// background: the tick, and the job's pid once it runs.
+fn sleeper_running(env: &Env, tick_args: &[&str]) -> (Bg, u32) {
     let pidfile = env.path("job.pid");
     let command = format!("echo $$ > '{}'; sleep 300", pidfile.display());
     env.ok(&[
         "schedule", "add", "sleeper", "--cron", NEVER, "--", &command,
     ]);
     env.ok(&["run", "sleeper"]);
-    let bg = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]).with_job_pidfile(&pidfile);
+    let bg = Bg::spawn(env, "tick", tick_args).with_job_pidfile(&pidfile);
     wait_until(Duration::from_secs(30), "the job to run", || {
         bg.job_pid().is_some()
             && env.sql.query_i64(
@@ -740,6 +740,13 @@ fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
             ) == 1
     });
     let job = bg.job_pid().expect("pid");
+    (bg, job)
+}
+
+#[test]
+fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
+    let env = Env::init();
+    let (bg, job) = sleeper_running(&env, &["tick", "--lease", "3s"]);
 
     let err = env.fails(2, &["schedule", "rm", "sleeper"]);
     assert!(err.contains("running"), "{err}");
@@ -782,22 +789,8 @@ fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
 #[test]
 fn rm_force_stops_the_job_itself_when_its_tick_dies_meanwhile() {
     let env = Env::init();
-    let pidfile = env.path("job.pid");
-    let command = format!("echo $$ > '{}'; sleep 300", pidfile.display());
-    env.ok(&[
-        "schedule", "add", "sleeper", "--cron", NEVER, "--", &command,
-    ]);
-    env.ok(&["run", "sleeper"]);
     // The default lease: its heartbeat (every 20 s) does not come before the kill below.
-    let mut tick = Bg::spawn(&env, "tick", &["tick"]).with_job_pidfile(&pidfile);
-    wait_until(Duration::from_secs(30), "the job to run", || {
-        tick.job_pid().is_some()
-            && env.sql.query_i64(
-                "SELECT count(*) FROM job_runs WHERE status = 'running'",
-                &[],
-            ) == 1
-    });
-    let job = tick.job_pid().expect("pid");
+    let (mut tick, job) = sleeper_running(&env, &["tick"]);
     let rm = Bg::spawn(&env, "rm", &["schedule", "rm", "sleeper", "--force"]);
     let said = env.path("rm.stdout");
     wait_until(Duration::from_secs(30), "rm to wait for the tick", || {

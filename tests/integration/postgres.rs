@@ -469,22 +469,12 @@ fn a_password_given_as_a_url_parameter_is_never_printed_nor_stored() {
     let moved = env.ok(&["--db", old, "migrate", "--to", &url]);
     never_shown("migrate", &moved);
     let source = rusqlite::Connection::open(old).expect("open the source");
-    let recorded: String = source
-        .query_row(
-            "SELECT group_concat(detail, ' ') FROM job_events WHERE kind = 'CANCELLED'",
-            [],
-            |row| row.get(0),
-        )
-        .expect("the cancelled run's event");
+    let text = |sql: &str| -> String { source.query_row(sql, [], |row| row.get(0)).expect(sql) };
+    let recorded =
+        text("SELECT group_concat(detail, ' ') FROM job_events WHERE kind = 'CANCELLED'");
     never_shown("the CANCELLED event", &recorded);
     assert!(recorded.contains(masked), "{recorded}");
-    let detail: String = source
-        .query_row(
-            "SELECT error_detail FROM job_runs WHERE status = 'cancelled'",
-            [],
-            |row| row.get(0),
-        )
-        .expect("the cancelled run");
+    let detail = text("SELECT error_detail FROM job_runs WHERE status = 'cancelled'");
     never_shown("the cancelled run", &detail);
 }
 
