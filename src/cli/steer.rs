@@ -190,9 +190,9 @@ pub fn cancel_run(
 
 /// A running run of a schedule about to be removed (`schedule rm --force`, `schedule apply
 /// --prune --force`), cancelled as `cancel RUN_ID` does before the schedule and the attempt's
-/// record are gone (if its runner died, nobody could find and stop the job afterwards): what to
-/// say it, nothing when it had finished or vanished meanwhile; then wait until its job is
-/// stopped (`wait_until_stopped`).
+/// record are gone (if its runner died, nobody could find and stop the job afterwards). Says
+/// what it cancelled (nothing when the run had finished or vanished meanwhile), then waits until
+/// its job is stopped (`wait_until_stopped`).
 pub fn cancel_before_removal(
     store: &mut dyn Store,
     ctx: &Ctx,

@@ -7,7 +7,7 @@
 //!   ticks) and inserts with `ON CONFLICT DO NOTHING` on the one-run-per-instant index;
 //! - every fenced write presents the lease token, exactly as in SQLite;
 //! - times are whatever the caller's clock says, and that clock follows the database's clock
-//!   (see `measure_clock_skew`), so hosts with skewed clocks still agree on leases and due times.
+//!   (see `read_server_facts`), so hosts with skewed clocks still agree on leases and due times.
 //!
 //! Errors are mapped to `Failure` here (`connect::failure`): busy (exit 5) for lock and statement
 //! timeouts, serialization failures and deadlocks; the server named in every message.
@@ -300,7 +300,7 @@ impl PostgresStore {
     /// the middle of the round trip) is added to every reading of the runner's clock
     /// (`crate::clock::follow_database`). `--now` still wins: a shifted clock starts at the
     /// given time whatever either clock says.
-    /// One round trip on opening: the database's clock, to follow (see `measure`), and the
+    /// One round trip on opening: the database's clock, which this process follows from then on, and the
     /// database's identity for job markers: the cluster's system identifier (unique per
     /// `initdb`), the database and the schema, whatever URL reached them. (The URL as written
     /// named it before: the same database through `localhost` or `127.0.0.1`, or as another user,
