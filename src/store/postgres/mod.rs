@@ -292,16 +292,18 @@ impl PostgresStore {
         newer_schema(&self.server.to_string(), version)
     }
 
-    /// Make this process's clock follow the database's. Hosts sharing a database decide lease
-    /// expiry and due times by the same clock only if they read the same clock: the database's.
-    /// Reading `now()` in every statement would change every query and the `Store` trait (which
-    /// takes `now` from the caller, so that tests can pass any time); instead the database clock
-    /// is read once here, at connect, and its difference from this host's clock (measured at
-    /// the middle of the round trip) is added to every reading of the runner's clock
-    /// (`crate::clock::follow_database`). `--now` still wins: a shifted clock starts at the
-    /// given time whatever either clock says.
-    /// One round trip on opening: the database's clock, which this process follows from then on, and the
-    /// database's identity for job markers: the cluster's system identifier (unique per
+    /// One round trip on opening, for two facts of the server's.
+    ///
+    /// Its clock: make this process's clock follow the database's. Hosts sharing a database
+    /// decide lease expiry and due times by the same clock only if they read the same clock: the
+    /// database's. Reading `now()` in every statement would change every query and the `Store`
+    /// trait (which takes `now` from the caller, so that tests can pass any time); instead the
+    /// database clock is read once here, at connect, and its difference from this host's clock
+    /// (measured at the middle of the round trip) is added to every reading of the runner's clock
+    /// (`crate::clock::follow_database`). `--now` still wins: a shifted clock starts at the given
+    /// time whatever either clock says.
+    ///
+    /// The database's identity for job markers: the cluster's system identifier (unique per
     /// `initdb`), the database and the schema, whatever URL reached them. (The URL as written
     /// named it before: the same database through `localhost` or `127.0.0.1`, or as another user,
     /// was taken for another, and its jobs were missed by cancel and recovery.) A role that may not
