@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::Ctx;
 use crate::display::escape_line;
-use crate::store::{Location, OpenMode};
+use crate::store::Location;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -579,25 +579,14 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
         }
     }
 
-    // 4. The last tick, and 5. the schedules' commands under cron's environment.
-    let store = match database {
-        // The permissions check said it is missing.
-        Location::Sqlite(path) if !path.exists() => None,
-        Location::Sqlite(_) => match ctx.open(OpenMode::MustExist) {
-            Ok(store) => Some(store),
-            Err(e) => {
-                checks.push(Check::fail(
-                    "database",
-                    format!("{e:#}"),
-                    "see the message".to_string(),
-                ));
-                None
-            }
-        },
-        // Opened as every command opens it: the server and the cause named on failure, never a
-        // password; an older schema brought up to date.
-        Location::Postgres(_) => match crate::store::open_if_present(database) {
-            Ok(Some(store)) => {
+    // 4. The last tick, and 5. the schedules' commands under cron's environment. The database
+    // is opened as every command opens it (on PostgreSQL: the server and the cause named on
+    // failure, never a password; an older schema brought up to date). A missing SQLite file
+    // opens as none: the permissions check said so.
+    let postgres = matches!(database, Location::Postgres(_));
+    let store = match crate::store::open_if_present(database) {
+        Ok(Some(store)) => {
+            if postgres {
                 let schema = store.schema();
                 let upgraded = if schema.found < schema.current {
                     format!(" (upgraded from version {})", schema.found)
@@ -611,26 +600,27 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
                         schema.current
                     ),
                 ));
-                Some(store)
             }
-            Ok(None) => {
+            Some(store)
+        }
+        Ok(None) => {
+            if postgres {
                 checks.push(Check::fail(
                     "database",
                     format!("{database} has no runner schema: a tick on it exits 4"),
                     format!("create it once, from any host: `runner init --db {database}`"),
                 ));
-                None
             }
-            Err(e) => {
-                checks.push(Check::fail(
-                    "database",
-                    format!("{e:#}"),
-                    "see the message: a tick cannot use this database until it is fixed"
-                        .to_string(),
-                ));
-                None
-            }
-        },
+            None
+        }
+        Err(e) => {
+            let fix = match postgres {
+                true => "see the message: a tick cannot use this database until it is fixed",
+                false => "see the message",
+            };
+            checks.push(Check::fail("database", format!("{e:#}"), fix.to_string()));
+            None
+        }
     };
     let Some(store) = store else {
         checks.push(Check::skipped(
