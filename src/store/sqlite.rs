@@ -31,6 +31,9 @@ use crate::model::{
     RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 
+/// A file's application id, schema version (`user_version`) and number of schema objects.
+type Header = (i64, i64, i64);
+
 /// `PRAGMA application_id`: marks a file as a runner database ("RUNR").
 const APPLICATION_ID: i64 = 0x5255_4E52;
 /// Migrations, in order; `PRAGMA user_version` counts how many were applied.
@@ -255,8 +258,8 @@ impl SqliteStore {
             wal: None,
             written: Written::Nothing,
         };
-        match store.configure() {
-            Ok(()) => {}
+        let header = match store.configure() {
+            Ok(header) => header,
             // Reading a WAL database needs its -shm file; in a directory this user cannot write,
             // SQLite cannot create it ("attempt to write a readonly database"). Without changes
             // waiting in the -wal, the database file alone is the whole database: read it
@@ -275,8 +278,8 @@ impl SqliteStore {
                 .into());
             }
             Err(e) => return Err(open_error(path, e).into()),
-        }
-        store.migrate()?;
+        };
+        store.migrate(header)?;
         Ok(store)
     }
 
@@ -298,18 +301,20 @@ impl SqliteStore {
             wal: None,
             written: Written::Nothing,
         };
-        store.configure().map_err(|e| open_error(path, e))?;
-        store.migrate()?;
+        let header = store.configure().map_err(|e| open_error(path, e))?;
+        store.migrate(header)?;
         Ok(store)
     }
 
-    fn configure(&mut self) -> rusqlite::Result<()> {
+    /// Set the connection up; returns the file's header (`header`), read before anything else.
+    fn configure(&mut self) -> rusqlite::Result<Header> {
         self.conn.busy_handler(Some(wait_while_busy))?;
         // Reading the header first turns a garbage file into NotADatabase here, not mid-command.
         // Only a runner database this runner understands, or a new one, is switched to WAL:
         // switching is a change to the file, and another application's database, or a newer
         // runner's, is refused untouched (by `migrate`, next).
-        let (app_id, version, tables) = self.header()?;
+        let header = self.header()?;
+        let (app_id, version, tables) = header;
         let ours = (app_id == APPLICATION_ID || (app_id == 0 && tables == 0))
             && version <= MIGRATIONS.len() as i64;
         if ours && !self.conn.is_readonly(rusqlite::MAIN_DB)? && self.enable_wal()? == "wal" {
@@ -334,7 +339,7 @@ impl SqliteStore {
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
             true,
         )?;
-        Ok(())
+        Ok(header)
     }
 
     /// Switch to WAL. While another process is creating the database, this pragma can fail with
@@ -358,10 +363,10 @@ impl SqliteStore {
         }
     }
 
-    /// Bring the schema up to date, or refuse a database that is not ours or is newer.
-    fn migrate(&mut self) -> Result<()> {
+    /// Bring the schema up to date, or refuse a database that is not ours or is newer, by the
+    /// header `configure` read (the version is read again under the write lock before migrating).
+    fn migrate(&mut self, (app_id, version, tables): Header) -> Result<()> {
         let shown = self.path.display().to_string();
-        let (app_id, version, tables) = self.header().map_err(|e| open_error(&self.path, e))?;
         let known = MIGRATIONS.len() as i64;
         if version > known {
             return Err(Failure::database(format!(
@@ -408,10 +413,11 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// The application id, schema version and number of schema objects, read in one statement,
-    /// so from one snapshot: read one by one, a process migrating the file meanwhile could make
-    /// a brand-new runner database look like someone else's (tables, but no application id yet).
-    fn header(&self) -> rusqlite::Result<(i64, i64, i64)> {
+    /// The application id, schema version and number of schema objects (`Header`), read in one
+    /// statement, so from one snapshot: read one by one, a process migrating the file meanwhile
+    /// could make a brand-new runner database look like someone else's (tables, but no
+    /// application id yet).
+    fn header(&self) -> rusqlite::Result<Header> {
         self.conn.query_row(
             "SELECT (SELECT application_id FROM pragma_application_id),
                     (SELECT user_version FROM pragma_user_version),
