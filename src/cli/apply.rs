@@ -163,28 +163,14 @@ const FIELD_FLAGS: [(&str, &str); 11] = [
     ("--cron", "cron"),
 ];
 
-/// The fields of a schedule's table, as the file names them.
-const FIELDS: [&str; 13] = [
-    "cron",
-    "command",
-    "tz",
-    "max_attempts",
-    "timeout",
-    "backoff_base",
-    "backoff_max",
-    "overlap",
-    "catch_up",
-    "grace",
-    "workdir",
-    "leftovers",
-    "paused",
-];
-
-/// The field a `key = value` line sets, when it is one of a schedule's: what a parse error on
-/// that line is about.
+/// The field a `key = value` line sets, when it is one of a schedule's (as `shown_fields` names
+/// them): what a parse error on that line is about.
 fn field_on(line: &str) -> &'static str {
     let key = line.split('=').next().unwrap_or("").trim();
-    FIELDS.iter().find(|f| **f == key).copied().unwrap_or("")
+    shown_fields(&Settings::defaults(""))
+        .into_iter()
+        .find(|(field, _)| *field == key)
+        .map_or("", |(field, _)| field)
 }
 
 /// serde's words for what it wanted, in the file's terms (the types are Rust's).
