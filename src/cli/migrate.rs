@@ -13,7 +13,7 @@ use anyhow::Result;
 
 use super::{actor, Ctx};
 use crate::display::{count, escape_line};
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
 use crate::model::{moved_detail, NewEvent, RunStatus};
 use crate::store::{self, Imported, Location, MigratedOut, MigrationCounts, OpenMode, RunFilter};
 
@@ -30,7 +30,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
-    let to = Location::parse(&args.to);
+    let to = absolute(Location::parse(&args.to))?;
     if to == ctx.location {
         return Err(same_database(&ctx.location.to_string()));
     }
@@ -46,7 +46,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         let ids: Vec<i64> = running.iter().map(|r| r.id).collect();
         return Err(tick_active(&source.describe(), &ids));
     }
-    let mut target = store::open(&to, OpenMode::CreateIfMissing)?;
+    let mut target = store::open(&to, OpenMode::CreateIfMissing).map_err(about_the_target)?;
     if target.identity() == source.identity() {
         return Err(same_database(&source.describe()));
     }
@@ -124,6 +124,33 @@ fn summary(c: &MigrationCounts, history: bool, to: &str) -> String {
             count(c.attempts, "attempt"),
             count(c.events, "event")
         )
+    }
+}
+
+/// A SQLite target as an absolute path: the source keeps it in each moved run's detail ("moved
+/// to ..."), which is read later from wherever `history` or `show` runs, and the closing advice
+/// names it for cron, whose working directory is not this one.
+fn absolute(to: Location) -> Result<Location> {
+    match to {
+        Location::Sqlite(path) => Ok(Location::Sqlite(
+            std::path::absolute(&path)
+                .map_err(|e| Failure::usage(format!("--to {}: {e}", path.display())))?,
+        )),
+        postgres => Ok(postgres),
+    }
+}
+
+/// The target's errors name the flag that named it: the store's advice speaks of `--db`, which
+/// here names the source. The exit code stays the error's own.
+fn about_the_target(error: anyhow::Error) -> anyhow::Error {
+    let text = format!("{error:#}{}", exit::hint_suffix(&error))
+        .replace("point --db elsewhere", "give --to another database")
+        .replace("point --db at", "give --to");
+    match exit::code_for(&error) {
+        exit::DATABASE => Failure::database(text),
+        exit::BUSY => Failure::Busy(text).into(),
+        exit::USAGE => Failure::usage(text),
+        _ => anyhow::anyhow!(text),
     }
 }
 

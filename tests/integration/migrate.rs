@@ -613,6 +613,48 @@ fn a_refused_migration_creates_no_target_file() {
     assert!(!target.created(), "the refused target was created");
 }
 
+/// A target given as a relative path is named by its absolute path: in the moved runs' detail,
+/// which `history` and `show` read later from any directory, and in the advice for cron, whose
+/// working directory is another. A target that cannot be used is named by its flag, `--to`
+/// (the advice the store gives for a bad database speaks of `--db`, here the source).
+#[test]
+fn the_target_is_named_absolutely_and_by_its_flag() {
+    let env = Env::init();
+    env.add("manual", &[], "true");
+    env.enqueue("manual");
+
+    let other_app = env.path("other-app.db");
+    let other = TestDb::sqlite_file(other_app.clone());
+    other.exec("CREATE TABLE notes (body TEXT)", &[]);
+    let before = env.sql.snapshot();
+    let err = env.fails(4, &["migrate", "--to", "other-app.db"]);
+    assert!(
+        err.contains(&format!(
+            "{} is a SQLite database but not a runner database; give --to another database",
+            other_app.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("--db"), "{err}");
+    assert_eq!(env.sql.snapshot(), before);
+
+    let out = env.ok(&["migrate", "--to", "moved.db"]);
+    let absolute = env.path("moved.db").display().to_string();
+    assert!(
+        out.contains(&format!(
+            "point `runner tick` (cron's RUNNER_DB or --db) at {absolute}"
+        )),
+        "{out}"
+    );
+    assert_eq!(
+        env.sql.query_strings(
+            "SELECT error_detail FROM job_runs WHERE status = 'cancelled'",
+            &[]
+        ),
+        vec![format!("moved to {absolute}")]
+    );
+}
+
 /// The target committed, then the source failed before its own commit (`RUNNER_TEST_HOOK`
 /// point `migrated`, after the target's commit): with `fail`, exit 1 and the message that both
 /// databases hold the schedules and what to do; with `kill`, the process dies there. Either
