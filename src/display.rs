@@ -55,6 +55,27 @@ pub fn duration(span: Duration) -> String {
     }
 }
 
+/// Whole seconds exactly, in the units and spelling of [`duration`] (`1d`, `1h30m`, `2d3h4m5s`):
+/// what a file that is read back (`schedule export`) must say, where `duration` rounds to two
+/// units.
+pub fn exact_duration(secs: u64) -> String {
+    let parts = [
+        (secs / 86_400, "d"),
+        (secs / 3600 % 24, "h"),
+        (secs / 60 % 60, "m"),
+        (secs % 60, "s"),
+    ];
+    let text: String = parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect();
+    match text.is_empty() {
+        true => "0s".to_string(),
+        false => text,
+    }
+}
+
 /// [`duration`] of whole seconds as the store keeps them; a negative span (clocks disagree)
 /// shows as `0s`.
 pub fn duration_of_secs(secs: i64) -> String {
@@ -205,6 +226,13 @@ mod tests {
         assert_eq!(d(45 * 86_400 + 1800), "45d");
         assert_eq!(duration_of_secs(-5), "0s");
         assert_eq!(duration_of_ms(2), "2ms");
+        assert_eq!(exact_duration(0), "0s");
+        assert_eq!(exact_duration(86_400), "1d");
+        assert_eq!(exact_duration(5400), "1h30m");
+        assert_eq!(
+            exact_duration(2 * 86_400 + 3 * 3600 + 4 * 60 + 5),
+            "2d3h4m5s"
+        );
     }
 
     #[test]

@@ -144,7 +144,7 @@ fn table_at(text: &str, line: usize) -> Option<String> {
 }
 
 fn duration_text(secs: i64) -> String {
-    humantime::format_duration(Duration::from_secs(secs.max(0) as u64)).to_string()
+    crate::display::exact_duration(u64::try_from(secs).unwrap_or(0))
 }
 
 /// The flags of `schedule add` and the file's field names, so a message about a value speaks the

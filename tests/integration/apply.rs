@@ -571,7 +571,7 @@ fn export_then_apply_is_a_no_op() {
     );
     let exported = env.ok(&["schedule", "export"]);
     assert!(
-        exported.contains("[\"odd.name-x\"]") && exported.contains("timeout = \"1h 30m\""),
+        exported.contains("[\"odd.name-x\"]") && exported.contains("timeout = \"1h30m\""),
         "{exported}"
     );
     let file = write(&env, "exported.toml", &exported);
