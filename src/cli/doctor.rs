@@ -91,7 +91,9 @@ struct Report<'a> {
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     // It asks `crontab -l` and `sh` (whether each command resolves), and reads their exit status.
     crate::process::hear_children_exit();
-    let checks = diagnose(ctx)?;
+    // Absolute: the fixes below are pasted into a crontab, whose working directory is another.
+    let database = ctx.location.absolute();
+    let checks = diagnose(ctx, &database)?;
     let findings = checks.iter().filter(|c| c.status == Status::Fail).count();
     if args.json {
         super::emit(&format!(
@@ -99,12 +101,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             serde_json::to_string_pretty(&Report {
                 ok: findings == 0,
                 findings,
-                database: ctx.location.to_string(),
+                database: database.to_string(),
                 checks: &checks,
             })?
         ))?;
     } else {
-        say!("database: {}", escape_line(&ctx.location.to_string()));
+        say!("database: {}", escape_line(&database.to_string()));
         for check in &checks {
             let tag = match check.status {
                 Status::Ok => "ok  ",
@@ -438,6 +440,26 @@ fn passwd_user(name: Option<&str>) -> Option<(String, PathBuf)> {
     Some((user.name, user.dir))
 }
 
+/// What named this command's database, for the advice to point the shell elsewhere.
+fn named_by(database: &Location) -> String {
+    let from_env = std::env::var("RUNNER_DB")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .is_some_and(|v| Location::parse(&v) == *database);
+    if from_env {
+        return "your shell sets RUNNER_DB".to_string();
+    }
+    if Location::default_path().is_ok_and(|path| Location::Sqlite(path) == *database) {
+        let base =
+            match std::env::var_os("XDG_STATE_HOME").is_some_and(|v| Path::new(&v).is_absolute()) {
+                true => "XDG_STATE_HOME",
+                false => "HOME",
+            };
+        return format!("your shell uses the default, under {base}: set RUNNER_DB or --db");
+    }
+    "you gave --db".to_string()
+}
+
 fn same_path(a: &Path, b: &Path) -> bool {
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     a == b || canonical(a) == canonical(b)
@@ -478,12 +500,11 @@ fn resolves_under_cron(word: &str, path: &str, home: &Path, user: &str, dir: &Pa
 
 // ---- the checks ----
 
-fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
+/// `database`: shown wherever the database is named (a path, or a URL with its password masked).
+fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
     let mut checks = Vec::new();
     let me = passwd_user(None);
     let my_name = me.as_ref().map_or_else(|| "?".to_string(), |m| m.0.clone());
-    // Shown wherever the database is named: a path, or a URL with its password masked.
-    let database = &ctx.location;
 
     // 1. A cron line running `runner tick` for this database.
     let entries = all_cron_entries();
@@ -502,7 +523,6 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
     let matching = tick_lines
         .iter()
         .find(|(_, _, _, db)| db.as_ref().is_some_and(|db| same_database(db, database)));
-    let shell_db = std::env::var("RUNNER_DB").ok().filter(|v| !v.is_empty());
     let cron_entry = match matching {
         Some((entry, line, Some((user, home)), _)) => {
             checks.push(Check::ok(
@@ -530,6 +550,13 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
                     ),
                 })
                 .collect();
+            // A line whose user does not exist runs nothing, whatever database it names: the
+            // user is the fix (the README's system install creates it).
+            let missing_users: Vec<&str> = tick_lines
+                .iter()
+                .filter(|(_, _, user, _)| user.is_none())
+                .filter_map(|(entry, _, _, _)| entry.user.as_deref())
+                .collect();
             let (message, fix) = if others.is_empty() {
                 (
                     "no crontab line runs `runner tick` (looked at your crontab, /etc/crontab and /etc/cron.d)".to_string(),
@@ -539,15 +566,30 @@ fn diagnose(ctx: &Ctx) -> Result<Vec<Check>> {
                     ),
                 )
             } else {
+                let mut fixes: Vec<String> = missing_users
+                    .iter()
+                    .map(|user| {
+                        format!(
+                            "create the user {user} (`sudo useradd --system --home-dir \
+                             /var/lib/{user} --create-home --shell /usr/sbin/nologin {user}`) or \
+                             change the line's user"
+                        )
+                    })
+                    .collect();
+                // The lines of users who exist name another database.
+                if missing_users.len() < others.len() {
+                    fixes.push(format!(
+                        "set RUNNER_DB={database} in that crontab, or point your shell at the \
+                         database cron uses ({})",
+                        named_by(&ctx.location)
+                    ));
+                }
                 (
                     format!(
                         "no `runner tick` line uses this database ({database}): {}",
                         others.join("; ")
                     ),
-                    format!(
-                        "set RUNNER_DB={database} in that crontab, or point your shell at the database cron uses{}",
-                        if shell_db.is_some() { " (your shell sets RUNNER_DB)" } else { " (your shell uses the default: set RUNNER_DB)" }
-                    ),
+                    fixes.join("; "),
                 )
             };
             checks.push(Check::fail("cron line", message, fix));

@@ -30,7 +30,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
-    let to = absolute(Location::parse(&args.to))?;
+    // Absolute: the source keeps it in each moved run's detail, and the advice names it for cron.
+    let to = Location::parse(&args.to).absolute();
     if to == ctx.location {
         return Err(same_database(&ctx.location.to_string()));
     }
@@ -124,19 +125,6 @@ fn summary(c: &MigrationCounts, history: bool, to: &str) -> String {
             count(c.attempts, "attempt"),
             count(c.events, "event")
         )
-    }
-}
-
-/// A SQLite target as an absolute path: the source keeps it in each moved run's detail ("moved
-/// to ..."), which is read later from wherever `history` or `show` runs, and the closing advice
-/// names it for cron, whose working directory is not this one.
-fn absolute(to: Location) -> Result<Location> {
-    match to {
-        Location::Sqlite(path) => Ok(Location::Sqlite(
-            std::path::absolute(&path)
-                .map_err(|e| Failure::usage(format!("--to {}: {e}", path.display())))?,
-        )),
-        postgres => Ok(postgres),
     }
 }
 

@@ -79,6 +79,18 @@ impl Location {
         }
     }
 
+    /// A SQLite path made absolute against the working directory, for where the path is kept or
+    /// read elsewhere (a moved run's detail, advice for a crontab, whose directory is another).
+    /// As given when there is no working directory to resolve it against.
+    pub fn absolute(&self) -> Location {
+        match self {
+            Location::Sqlite(path) => {
+                Location::Sqlite(std::path::absolute(path).unwrap_or_else(|_| path.clone()))
+            }
+            postgres => postgres.clone(),
+        }
+    }
+
     /// The PostgreSQL database a URL names, without connecting: its user, server and database,
     /// with the defaults a connection would fill in (never the password or the parameters), so
     /// two spellings of one URL compare equal (host names are compared as written: `doctor`

@@ -224,6 +224,59 @@ fn no_crontab_line_and_no_daemon_are_findings() {
     assert!(message.contains(env.sql.location()), "{message}");
 }
 
+/// The cron line's fix is advice to paste: it names the database by its absolute path (a
+/// crontab's directory is not this one), says what named this database (`--db` here, not the
+/// shell), and, for a line whose user does not exist, says to create the user rather than to set
+/// a `RUNNER_DB` the line may already set.
+#[test]
+fn the_cron_line_fix_is_one_that_works() {
+    sqlite_only!("a relative database path");
+    let env = good_setup();
+    let other = format!(
+        "RUNNER_DB=/var/lib/elsewhere/runner.db\n* * * * * {} {BIN} tick\n",
+        me()
+    );
+    let relative = std::path::Path::new(env.sql.location())
+        .strip_prefix(env.path(""))
+        .expect("the database is in the test's directory")
+        .display()
+        .to_string();
+    let out = doctor_cmd(&env, Some(&other), true, &["--json", "--db", &relative])
+        .env_remove("RUNNER_DB")
+        .output()
+        .expect("runner doctor");
+    let (status, message, fix) = check_of(&out, "cron line");
+    assert_eq!(status, "fail");
+    let fix = fix.expect("a fix");
+    assert!(message.contains(env.sql.location()), "{message}");
+    assert_eq!(
+        fix,
+        format!(
+            "set RUNNER_DB={} in that crontab, or point your shell at the database cron uses \
+             (you gave --db)",
+            env.sql.location()
+        )
+    );
+
+    // The line of a user who does not exist (crontab.example copied before its `useradd`).
+    let nobody_yet = format!(
+        "RUNNER_DB={}\n* * * * * no-such-user-here {BIN} tick\n",
+        env.sql.location()
+    );
+    let out = doctor(&env, Some(&nobody_yet), true, &["--json"]);
+    let (_, message, fix) = check_of(&out, "cron line");
+    assert!(
+        message.contains("names user \"no-such-user-here\", who does not exist"),
+        "{message}"
+    );
+    let fix = fix.expect("a fix");
+    assert!(
+        fix.starts_with("create the user no-such-user-here (`sudo useradd --system"),
+        "{fix}"
+    );
+    assert!(!fix.contains("RUNNER_DB"), "{fix}");
+}
+
 #[test]
 fn a_command_missing_from_crons_path_is_named_with_its_schedule() {
     let env = good_setup();
