@@ -23,7 +23,8 @@ use crate::store::Location;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Machine-readable output: `{ok, findings, checks: [{check, status, message, fix}]}`.
+    /// Machine-readable output: `{ok, findings, database, checks: [{check, status, message,
+    /// fix}]}`.
     #[arg(long)]
     pub json: bool,
 }

@@ -57,8 +57,8 @@ use crate::tz::Tz;
         "Examples:\n",
         "  runner init\n",
         "  runner schedule add backup --cron '0 3 * * *' -- /usr/local/bin/backup\n",
-        "  # the crontab line (crontab -e):\n",
-        "  * * * * * runner tick\n",
+        "  # the crontab line (crontab -e), with runner's full path: cron's PATH is /usr/bin:/bin\n",
+        "  * * * * * /usr/local/bin/runner tick\n",
         "  runner history --since 2h\n",
         "\n",
         "Help topics:\n",
@@ -72,8 +72,8 @@ pub struct Cli {
     #[arg(long, global = true, env = "RUNNER_DB", value_name = "PATH|URL", value_parser = named_database)]
     pub db: Option<String>,
 
-    /// Also say on stderr what was done: the tick's summary, each batch `prune` deletes, where
-    /// `init` put the database. (One level: there is nothing more to say.)
+    /// Also say on stderr what was done: the tick's summary, each batch `prune` deletes. (One
+    /// level: there is nothing more to say.)
     #[arg(short, long, global = true)]
     pub verbose: bool,
 
@@ -101,8 +101,9 @@ pub enum Command {
     /// One tick: recover expired leases, materialise due schedules, claim and execute due runs.
     #[command(after_long_help = concat!(
         "Examples:\n",
-        "  # the crontab line (crontab -e): every minute\n",
-        "  * * * * * runner tick\n",
+        "  # the crontab line (crontab -e): every minute, with runner's full path (cron's PATH\n",
+        "  # is /usr/bin:/bin)\n",
+        "  * * * * * /usr/local/bin/runner tick\n",
         "  runner -v tick    # and say what it did\n",
         "  runner tick --concurrency 8"
     ))]
