@@ -5,8 +5,11 @@
 //! (snake_case) and the same defaults: a field the file leaves out takes its default, so the
 //! file is the whole truth about each schedule it names. Each table becomes a `SettingsChange`
 //! over `Settings::defaults` and is validated by `Settings::changed`, as `add` and `edit` do, so
-//! the rules live in one place (the model); cursors restart with `restart_cursor`, as `edit`'s do. Reading and validating the file (pure), planning against the database (pure), and
+//! the rules live in one place (the model); cursors restart with `restart_cursor`, as `edit`'s
+//! do. Reading and validating the file (pure), planning against the database (pure), and
 //! writing the plan (one store transaction) are separate steps: an invalid file changes nothing.
+//! A refused file lists every problem found, not just the first (a table with a key unknown or
+//! of the wrong type is not validated further); only a TOML syntax error stops the reading.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use toml::de::{DeTable, DeValue, ValueDeserializer};
 use toml::Spanned;
 
 use super::{actor, parse_whole_seconds, Ctx};
@@ -163,14 +167,18 @@ const FIELD_FLAGS: [(&str, &str); 11] = [
     ("--cron", "cron"),
 ];
 
-/// The field a `key = value` line sets, when it is one of a schedule's (as `shown_fields` names
-/// them): what a parse error on that line is about.
-fn field_on(line: &str) -> &'static str {
-    let key = line.split('=').next().unwrap_or("").trim();
+/// The schedule's field called `key` (as `shown_fields` names them), or "" for any other key.
+fn field_named(key: &str) -> &'static str {
     shown_fields(&Settings::defaults(""))
         .into_iter()
         .find(|(field, _)| *field == key)
         .map_or("", |(field, _)| field)
+}
+
+/// The field a `key = value` line sets, when it is one of a schedule's: what a syntax error on
+/// that line is about.
+fn field_on(line: &str) -> &'static str {
+    field_named(line.split('=').next().unwrap_or("").trim())
 }
 
 /// serde's words for what it wanted, in the file's terms (the types are Rust's).
@@ -194,76 +202,147 @@ fn in_file_terms(message: &str) -> String {
         })
 }
 
+/// A TOML error's line, and its message in the file's terms.
+fn line_and_message(text: &str, e: &toml::de::Error) -> (usize, String) {
+    let span = e.span().unwrap_or(0..0);
+    // serde names the types it wanted; the file has tables, one per schedule, and values.
+    let message = wanted_in_file_terms(e.message().trim());
+    // Name what the error points at when the message does not (`duplicate key`).
+    let at = text.get(span.clone()).unwrap_or("").trim();
+    let message = if at.is_empty() || at.contains('\n') || message.contains(at) {
+        message
+    } else {
+        format!("{message}: {at}")
+    };
+    (line_of(text, span.start), message)
+}
+
+/// A TOML error with no parsed table to blame (a syntax error, a value outside any table): its
+/// schedule and field are what its line says.
+fn error_at_line(text: &str, e: &toml::de::Error) -> FileError {
+    let (line, message) = line_and_message(text, e);
+    let schedule = table_at(text, line).unwrap_or_default();
+    // A table header given twice is a schedule named twice: the error is on that header,
+    // so `schedule` is its name; its first table is the first header of that name.
+    let named_twice =
+        e.message().trim() == "duplicate key" && header_name(line_text(text, line)).is_some();
+    let first = named_twice
+        .then(|| {
+            text.lines()
+                .take(line - 1)
+                .position(|l| header_name(l).as_deref() == Some(schedule.as_str()))
+        })
+        .flatten()
+        .map(|index| index + 1);
+    let message = match first {
+        Some(first) => format!("named twice (its first table is at line {first})"),
+        None => message,
+    };
+    FileError {
+        line,
+        // A value outside any table is no schedule's field.
+        field: match schedule.is_empty() {
+            true => "",
+            false => field_on(line_text(text, line)),
+        },
+        schedule,
+        message,
+    }
+}
+
 /// Parse and validate a schedules file: every schedule's settings, by name, or every problem
-/// found (sorted by line). Validation is the model's (`Settings::changed`), field by field, so
-/// each problem names the field at fault.
+/// found (sorted by line). A syntax error stops reading: after it the text cannot be trusted.
+/// Otherwise every table is read, and each of its keys that is unknown or has a value of the
+/// wrong type is a problem; a table without such a problem is then validated, field by field.
 pub fn read_file(text: &str) -> std::result::Result<BTreeMap<String, Settings>, Vec<FileError>> {
-    let entries: BTreeMap<String, Spanned<Entry>> = toml::from_str(text).map_err(|e| {
-        let span = e.span().unwrap_or(0..0);
-        // serde names the types it wanted; the file has tables, one per schedule, and values.
-        let message = wanted_in_file_terms(e.message().trim());
-        let message = message.as_str();
-        // Name what the error points at when the message does not (`duplicate key`).
-        let at = text.get(span.clone()).unwrap_or("").trim();
-        let message = if at.is_empty() || at.contains('\n') || message.contains(at) {
-            message.to_string()
-        } else {
-            format!("{message}: {at}")
-        };
-        let line = line_of(text, span.start);
-        let schedule = table_at(text, line).unwrap_or_default();
-        // A table header given twice is a schedule named twice: the error is on that header,
-        // so `schedule` is its name; its first table is the first header of that name.
-        let named_twice =
-            e.message().trim() == "duplicate key" && header_name(line_text(text, line)).is_some();
-        let first = named_twice
-            .then(|| {
-                text.lines()
-                    .take(line - 1)
-                    .position(|l| header_name(l).as_deref() == Some(schedule.as_str()))
-            })
-            .flatten()
-            .map(|index| index + 1);
-        let message = match first {
-            Some(first) => format!("named twice (its first table is at line {first})"),
-            None => message,
-        };
-        vec![FileError {
-            line,
-            // A value outside any table is no schedule's field.
-            field: match schedule.is_empty() {
-                true => "",
-                false => field_on(line_text(text, line)),
-            },
-            schedule,
-            message,
-        }]
-    })?;
+    let root = DeTable::parse(text).map_err(|e| vec![error_at_line(text, &e)])?;
     let mut schedules = BTreeMap::new();
     let mut errors = Vec::new();
-    for (name, entry) in &entries {
-        match settings_of(name, entry, text) {
+    for (name, table) in root.get_ref() {
+        let name = name.get_ref().as_ref();
+        match entry_of(name, table, text).and_then(|entry| settings_of(name, &entry, text)) {
             Ok(settings) => {
-                schedules.insert(name.clone(), settings);
+                schedules.insert(name.to_string(), settings);
             }
-            Err(e) => errors.push(e),
+            Err(found) => errors.extend(found),
         }
     }
     if errors.is_empty() {
         Ok(schedules)
     } else {
+        // Stable: one line's problems stay in the order they were found.
         errors.sort_by_key(|e| e.line);
         Err(errors)
     }
 }
 
-/// One table's settings, validated as `schedule add` validates its flags: the fields are added
-/// one at a time, so the first that makes validation fail is the one named.
+/// A schedule's table as an `Entry`, or one problem for each of its keys that is unknown or has
+/// a value of the wrong type. serde stops at the first, so the key at fault is set aside and the
+/// table read again, until the rest is read.
+fn entry_of(
+    name: &str,
+    table: &Spanned<DeValue<'_>>,
+    text: &str,
+) -> std::result::Result<Spanned<Entry>, Vec<FileError>> {
+    let mut table = table.clone();
+    let mut errors = Vec::new();
+    loop {
+        let e = match Spanned::<Entry>::deserialize(ValueDeserializer::from(table.clone())) {
+            Ok(entry) if errors.is_empty() => return Ok(entry),
+            Ok(_) => return Err(errors),
+            Err(e) => e,
+        };
+        let DeValue::Table(keys) = table.get_mut() else {
+            // `cron = 5` before any table: no schedule's, and nothing in it to set aside.
+            errors.push(error_at_line(text, &e));
+            return Err(errors);
+        };
+        // The `key = value` the error is in: an unknown key's error is on the key, a wrong
+        // type's on the value.
+        let at = e.span().unwrap_or(0..0).start;
+        let key = keys
+            .iter()
+            .find(|(key, value)| (key.span().start..value.span().end).contains(&at))
+            .map(|(key, _)| key.get_ref().to_string());
+        let (line, message) = line_and_message(text, &e);
+        errors.push(FileError {
+            line,
+            schedule: name.to_string(),
+            field: key.as_deref().map_or("", field_named),
+            message,
+        });
+        // Without a key to set aside, reading again would fail the same way.
+        let Some(key) = key else {
+            return Err(errors);
+        };
+        keys.remove(key.as_str());
+    }
+}
+
+impl CommandSpec {
+    /// The command as stored: the line `/bin/sh -c` runs.
+    fn line(&self) -> std::result::Result<String, String> {
+        match self {
+            CommandSpec::Line(line) => Ok(line.clone()),
+            CommandSpec::Words(words) if words.is_empty() => {
+                Err("the array is empty; give the program and its arguments".to_string())
+            }
+            CommandSpec::Words(words) => {
+                shlex::try_join(words.iter().map(String::as_str)).map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// One table's settings, validated as `schedule add` validates its flags, or every field at
+/// fault. The fields are added one at a time and the whole validated after each, so a problem
+/// is the field's just added; a field at fault is left out, so the fields after it are still
+/// checked and none is blamed for it.
 fn settings_of(
     name: &str,
     entry: &Spanned<Entry>,
     text: &str,
-) -> std::result::Result<Settings, FileError> {
+) -> std::result::Result<Settings, Vec<FileError>> {
     let table_line = line_of(text, entry.span().start);
     let fail = |line: usize, field: &'static str, message: String| FileError {
         line,
@@ -271,43 +350,28 @@ fn settings_of(
         field,
         message: in_file_terms(&message),
     };
-    validate_name(name).map_err(|e| fail(table_line, "name", format!("{e:#}")))?;
+    let mut errors = Vec::new();
+    if let Err(e) = validate_name(name) {
+        errors.push(fail(table_line, "name", format!("{e:#}")));
+    }
     let entry = entry.get_ref();
-    let cron = entry.cron.as_ref().ok_or_else(|| {
-        fail(
+    if entry.cron.is_none() {
+        errors.push(fail(
             table_line,
             "cron",
             "missing: every schedule needs cron = \"EXPR\"".to_string(),
-        )
-    })?;
-    let command = entry.command.as_ref().ok_or_else(|| {
-        fail(
+        ));
+    }
+    if entry.command.is_none() {
+        errors.push(fail(
             table_line,
             "command",
             "missing: every schedule needs command = \"...\" or [\"program\", \"arg\"]".to_string(),
-        )
-    })?;
-    let command_line = match command.get_ref() {
-        CommandSpec::Line(line) => line.clone(),
-        CommandSpec::Words(words) if words.is_empty() => {
-            return Err(fail(
-                line_of(text, command.span().start),
-                "command",
-                "the array is empty; give the program and its arguments".to_string(),
-            ))
-        }
-        CommandSpec::Words(words) => {
-            shlex::try_join(words.iter().map(String::as_str)).map_err(|e| {
-                fail(
-                    line_of(text, command.span().start),
-                    "command",
-                    e.to_string(),
-                )
-            })?
-        }
-    };
+        ));
+    }
 
-    // Each step sets one field of the change and validates the whole, as `schedule add` would.
+    // Each step sets one field of the change; the whole is then validated, as `schedule add`
+    // would.
     type Step<'a> = (
         &'static str,
         usize,
@@ -316,23 +380,26 @@ fn settings_of(
     let at = |span: std::ops::Range<usize>| line_of(text, span.start);
     let duration = |value: &str| parse_whole_seconds(value);
     let mut steps: Vec<Step> = Vec::new();
-    steps.push((
-        "cron",
-        at(cron.span()),
-        Box::new(|f| {
-            f.cron = Some(cron.get_ref().clone());
-            f.command = Some("true".to_string());
-            Ok(())
-        }),
-    ));
-    steps.push((
-        "command",
-        at(command.span()),
-        Box::new(|f| {
-            f.command = Some(command_line.clone());
-            Ok(())
-        }),
-    ));
+    if let Some(cron) = &entry.cron {
+        steps.push((
+            "cron",
+            at(cron.span()),
+            Box::new(|f| {
+                f.cron = Some(cron.get_ref().clone());
+                Ok(())
+            }),
+        ));
+    }
+    if let Some(command) = &entry.command {
+        steps.push((
+            "command",
+            at(command.span()),
+            Box::new(|f| {
+                f.command = Some(command.get_ref().line()?);
+                Ok(())
+            }),
+        ));
+    }
     if let Some(v) = &entry.tz {
         steps.push((
             "tz",
@@ -429,28 +496,53 @@ fn settings_of(
         ));
     }
 
+    // Stand-ins for the two required fields until the file's own replace them, so the other
+    // fields are validated even when cron or command is missing or at fault. A table with any
+    // problem yields no settings, so a stand-in is never stored.
+    let mut flags = SettingsChange {
+        cron: Some("@daily".to_string()),
+        command: Some("true".to_string()),
+        ..SettingsChange::default()
+    };
+    let check = |f: &SettingsChange| {
+        Settings::defaults("")
+            .changed(f)
+            .map_err(|e| format!("{e:#}"))
+    };
     // The two backoffs are checked against each other, so the base is checked against the
-    // file's maximum when it gives one (a valid one), not against the default maximum (1h).
+    // file's maximum when it gives a valid one, not against the default maximum (1h). Valid on
+    // its own, that is with a base of 0, which any maximum allows: a maximum at fault is named
+    // by its own step, not blamed on the base.
     let backoff_max = entry
         .backoff_max
         .as_ref()
-        .and_then(|v| duration(v.get_ref()).ok());
-    let mut flags = SettingsChange::default();
-    let mut settings = None;
+        .and_then(|v| duration(v.get_ref()).ok())
+        .filter(|max| {
+            check(&SettingsChange {
+                backoff_base: Some(Duration::ZERO),
+                backoff_max: Some(*max),
+                ..flags.clone()
+            })
+            .is_ok()
+        });
     for (field, line, set) in steps {
-        set(&mut flags).map_err(|e| fail(line, field, e))?;
-        if field == "backoff_base" {
-            flags.backoff_max = flags.backoff_max.or(backoff_max);
+        let mut trial = flags.clone();
+        let checked = set(&mut trial).and_then(|()| {
+            if field == "backoff_base" {
+                trial.backoff_max = trial.backoff_max.or(backoff_max);
+            }
+            check(&trial)
+        });
+        match checked {
+            Ok(_) => flags = trial,
+            Err(e) => errors.push(fail(line, field, e)),
         }
-        let cron = flags.cron.clone().unwrap_or_default();
-        settings = Some(
-            Settings::defaults(&cron)
-                .changed(&flags)
-                .map_err(|e| fail(line, field, format!("{e:#}")))?,
-        );
     }
-    // The cron step always runs, so there are settings.
-    settings.ok_or_else(|| fail(table_line, "cron", "missing".to_string()))
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    // Every step passed, cron's and command's too: the whole, with no stand-in left, passes.
+    check(&flags).map_err(|e| vec![fail(table_line, "", e)])
 }
 
 /// One field that differs: the file's name for it, and its old and new values as shown.
@@ -924,6 +1016,79 @@ mod tests {
                 .contains("backoff_max (1h) must not be shorter than backoff_base (2h)"),
             "{backoff:?}"
         );
+    }
+
+    /// (line, schedule, field) of each problem, in the order reported.
+    fn places(found: &[FileError]) -> Vec<(usize, &str, &str)> {
+        found
+            .iter()
+            .map(|e| (e.line, e.schedule.as_str(), e.field))
+            .collect()
+    }
+
+    #[test]
+    fn every_wrong_type_and_unknown_key_is_reported_in_every_table() {
+        let text = "[a]\ncron = \"* * * * *\"\ncommand = \"true\"\nmax_attempts = \"three\"\npaused = 1\n\n\
+                    [b]\ncron = \"@daily\"\ncommand = 5\ntimeout_secs = 5\n\n\
+                    [c]\ncron = \"61 * * * *\"\ncommand = \"true\"\n\n\
+                    [d]\ncron = \"@daily\"\ncommand = [\"a\", 5]\nbogus = true\n\n\
+                    [e]\ncron = \"@daily\"\ncommand = \"true\"\n";
+        let found = errors(text);
+        // Table c has no type error: its bad cron is found by validation, as before.
+        assert_eq!(
+            places(&found),
+            [
+                (4, "a", "max_attempts"),
+                (5, "a", "paused"),
+                (9, "b", "command"),
+                (10, "b", ""),
+                (13, "c", "cron"),
+                (18, "d", "command"),
+                (19, "d", ""),
+            ],
+            "{found:?}"
+        );
+        for (index, wanted) in [
+            (0, "expected a whole number"),
+            (1, "expected true or false"),
+            (2, "a string (run by /bin/sh -c) or an array of strings"),
+            (3, "unknown field `timeout_secs`"),
+            (4, "invalid cron expression"),
+            (5, "a string (run by /bin/sh -c) or an array of strings"),
+            (6, "unknown field `bogus`"),
+        ] {
+            assert!(found[index].message.contains(wanted), "{found:?}");
+        }
+    }
+
+    #[test]
+    fn each_independent_field_is_validated_on_its_own() {
+        let text = "[a]\ncron = \"61 * * * *\"\ncommand = \"true\"\ntz = \"Mars/Olympus\"\nmax_attempts = 0\n\
+                    timeout = \"soon\"\nbackoff_base = \"2h\"\nbackoff_max = \"1h\"\n\n\
+                    [b]\ntz = \"Nowhere/Else\"\n\n\
+                    [c]\ncron = \"@daily\"\ncommand = \"true\"\nbackoff_base = \"1m\"\nbackoff_max = \"20y\"\n";
+        let found = errors(text);
+        assert_eq!(
+            places(&found),
+            [
+                (2, "a", "cron"),
+                (4, "a", "tz"),
+                (5, "a", "max_attempts"),
+                (6, "a", "timeout"),
+                // The two backoffs break one rule together: named once, on the base.
+                (7, "a", "backoff_base"),
+                (10, "b", "cron"),
+                (10, "b", "command"),
+                (11, "b", "tz"),
+                // A maximum wrong on its own is the maximum's problem, not the base's.
+                (17, "c", "backoff_max"),
+            ],
+            "{found:?}"
+        );
+        assert!(found[1].message.contains("Mars/Olympus"), "{found:?}");
+        assert!(found[4].message.contains("backoff_max (1h)"), "{found:?}");
+        assert!(found[5].message.starts_with("missing"), "{found:?}");
+        assert!(found[8].message.contains("too large"), "{found:?}");
     }
 
     #[test]

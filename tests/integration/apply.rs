@@ -439,6 +439,36 @@ fn an_invalid_file_changes_nothing_and_names_file_line_and_field() {
 }
 
 #[test]
+fn an_invalid_file_lists_every_problem_at_once_and_changes_nothing() {
+    let env = Env::init();
+    env.add_at(None, "heartbeat", "* * * * *", &[], "echo old");
+    let before = listed(&env);
+    // Wrong types and an unknown key in two tables, two independent bad fields in a third, and
+    // a fourth table that would change heartbeat.
+    let text = "[heartbeat]\ncron = \"* * * * *\"\ncommand = \"echo new\"\n\n\
+                [a]\ncron = \"@daily\"\ncommand = \"true\"\nmax_attempts = \"three\"\npaused = 1\n\n\
+                [b]\ncron = \"@daily\"\ncommand = \"true\"\ntimeout_secs = 5\n\n\
+                [c]\ncron = \"61 * * * *\"\ncommand = \"true\"\ntz = \"Mars/Olympus\"\n";
+    let file = write(&env, "many.toml", text);
+    let err = env.fails(2, &["schedule", "apply", file.to_str().expect("utf-8")]);
+    // One line each, in the file's order.
+    let wanted = [
+        "many.toml:8: schedule a, field max_attempts: invalid type",
+        "many.toml:9: schedule a, field paused: invalid type",
+        "many.toml:14: schedule b: unknown field `timeout_secs`",
+        "many.toml:17: schedule c, field cron: invalid cron expression",
+        "many.toml:19: schedule c, field tz: ",
+    ];
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), wanted.len(), "{err}");
+    for (line, wanted) in lines.iter().zip(wanted) {
+        assert!(line.contains(wanted), "{wanted:?} in {err}");
+    }
+    assert!(err.trim_end().ends_with("(nothing was changed)"), "{err}");
+    assert_eq!(listed(&env), before);
+}
+
+#[test]
 fn a_tick_during_apply_creates_no_duplicate_instant() {
     let env = Env::init();
     let file = write(
