@@ -189,6 +189,8 @@ fn wanted_in_file_terms(message: &str) -> String {
             "data did not match any variant of untagged enum CommandSpec",
             "expected a string (run by /bin/sh -c) or an array of strings (the command's words)",
         )
+        // A whole number too large for 64 bits is read as Rust's i128 first.
+        .replace("` as i128, expected i64", "`, expected a whole number")
         .replace("expected i64", "expected a whole number")
         .replace("expected u32", "expected a whole number")
         .replace("expected a boolean", "expected true or false")
@@ -292,10 +294,25 @@ fn entry_of(
             Ok(_) => return Err(errors),
             Err(e) => e,
         };
-        let DeValue::Table(keys) = table.get_mut() else {
+        let keys = match table.get_mut() {
+            DeValue::Table(keys) => keys,
+            // `[[name]]`: a list of tables, where a schedule is one.
+            DeValue::Array(_) => {
+                errors.push(FileError {
+                    line: line_of(text, table.span().start),
+                    schedule: name.to_string(),
+                    field: "",
+                    message: format!(
+                        "[[{name}]] is an array of tables; a schedule is one table: [{name}]"
+                    ),
+                });
+                return Err(errors);
+            }
             // `cron = 5` before any table: no schedule's, and nothing in it to set aside.
-            errors.push(error_at_line(text, &e));
-            return Err(errors);
+            _ => {
+                errors.push(error_at_line(text, &e));
+                return Err(errors);
+            }
         };
         // The `key = value` the error is in: an unknown key's error is on the key, a wrong
         // type's on the value.
@@ -987,6 +1004,18 @@ mod tests {
             "{outside:?}"
         );
         assert_eq!(outside[0].field, "");
+        // An array of tables is no schedule: named as the schedule it meant to be.
+        let array =
+            errors("[a]\ncron = \"@daily\"\ncommand = \"true\"\n[[b]]\ncron = \"@daily\"\n");
+        assert_eq!(
+            (array[0].line, array[0].schedule.as_str()),
+            (4, "b"),
+            "{array:?}"
+        );
+        assert_eq!(
+            array[0].message,
+            "[[b]] is an array of tables; a schedule is one table: [b]"
+        );
         // A value of the wrong type names its field, in the file's terms (not Rust's types).
         for (line, field, wanted) in [
             (
@@ -1001,11 +1030,17 @@ mod tests {
                 "expected a whole number",
             ),
             ("paused = \"yes\"", "paused", "expected true or false"),
+            (
+                "max_attempts = 99999999999999999999",
+                "max_attempts",
+                "`99999999999999999999`, expected a whole number",
+            ),
         ] {
             let typed = errors(&format!("[a]\ncron = \"* * * * *\"\n{line}\n"));
             assert_eq!((typed[0].line, typed[0].field), (3, field), "{typed:?}");
             assert!(typed[0].message.contains(wanted), "{typed:?}");
             assert!(!typed[0].message.contains("enum"), "{typed:?}");
+            assert!(!typed[0].message.contains("i128"), "{typed:?}");
         }
         let backoff = errors("[a]\ncron = \"* * * * *\"\ncommand = \"true\"\nbackoff_base = \"2h\"\nbackoff_max = \"1h\"\n");
         // The field that broke the rule, given those before it (and the defaults).
