@@ -467,6 +467,16 @@ impl Definition {
         self.materialized_through.max(now)
     }
 
+    /// [`handled_through`](Self::handled_through) as the instant a preview of fire times
+    /// (`next`, `edit`) starts after: `now` itself, to the nanosecond, unless the cursor lies
+    /// ahead.
+    pub fn previews_after(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> chrono::DateTime<chrono::Utc> {
+        crate::clock::from_epoch(self.handled_through(now.timestamp())).max(now)
+    }
+
     pub fn set_cursor(&mut self, cursor: Cursor) {
         self.materialized_through = cursor.materialized_through;
         self.next_fire_at = cursor.next_fire_at;

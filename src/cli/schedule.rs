@@ -13,7 +13,6 @@ use super::steer::{cancel_before_removal, cancel_run, Cancelled};
 use super::{
     actor, find_definition, find_definition_row, parse_whole_seconds, unknown_schedule, Ctx,
 };
-use crate::clock::from_epoch;
 use crate::display::{count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::RunStatus;
@@ -557,8 +556,7 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
     // From its cursor when that lies ahead (a tick whose clock ran ahead): no instant before it
     // will run.
     let now = ctx.clock.now();
-    let after = from_epoch(definition.handled_through(now.timestamp())).max(now);
-    print_upcoming(&timing, after, 5)?;
+    print_upcoming(&timing, definition.previews_after(now), 5)?;
     if !args.quiet {
         // Only the traps of what this edit changed: an old trap was warned about when it was set.
         let f = &args.flags;
@@ -720,8 +718,10 @@ fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
         (Some(name), _) => {
             let store = ctx.open(OpenMode::MustExist)?;
             let definition = find_definition(store.as_ref(), name)?;
-            let after = definition.handled_through(now.timestamp());
-            (definition.settings.timing()?, from_epoch(after).max(now))
+            (
+                definition.settings.timing()?,
+                definition.previews_after(now),
+            )
         }
         (None, Some(cron)) => (
             Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?,
