@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 13.
+-- Schema version 14.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -39,7 +39,11 @@ CREATE TABLE job_definitions (
     paused_until         INTEGER,
     -- runner_dead_runs_total{job}: runs of this schedule that went dead. A counter: retry and
     -- prune never lower it, so it is kept here rather than counted from job_runs. (0006)
-    dead_runs_total      INTEGER NOT NULL DEFAULT 0
+    dead_runs_total      INTEGER NOT NULL DEFAULT 0,
+    -- runner_job_last_success_timestamp_seconds{job} reads the latest finish among this
+    -- schedule's succeeded runs, and this: the latest finish among those `prune` deleted, so the
+    -- series does not vanish when a job has failed for longer than the retention. (0014)
+    pruned_success_at    INTEGER
 );
 CREATE INDEX job_definitions_due ON job_definitions (next_fire_at) WHERE paused = 0;
 -- Ticks also report schedules whose due-ness cannot be judged (a hand edit, a damaged file):

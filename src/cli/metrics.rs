@@ -67,7 +67,11 @@ fn per_job(out: &mut String, stats: &[JobRunStats]) -> std::fmt::Result {
          when time() minus it exceeds twice the job's interval.",
     )?;
     for (job, rows) in &by_job {
-        if let Some((at, _)) = finished(rows, &[RunStatus::Succeeded]) {
+        // The runs kept, or those pruned: a job failing for longer than the retention still
+        // had its last success then.
+        let kept = finished(rows, &[RunStatus::Succeeded]).map(|(at, _)| at);
+        let pruned = rows.iter().find_map(|r| r.pruned_success_at);
+        if let Some(at) = kept.max(pruned) {
             writeln!(
                 out,
                 "runner_job_last_success_timestamp_seconds{{job=\"{}\"}} {at}",
@@ -315,6 +319,7 @@ mod tests {
             runs,
             last_finished_at: Some(at),
             dead_runs_total: 4,
+            pruned_success_at: None,
         }
     }
 
@@ -330,6 +335,12 @@ mod tests {
                 runs: 0,
                 last_finished_at: None,
                 dead_runs_total: 0,
+                pruned_success_at: None,
+            },
+            // Every success pruned long ago, and dead runs since.
+            JobRunStats {
+                pruned_success_at: Some(50),
+                ..stats("failing", RunStatus::Dead, 9, 900)
             },
         ];
         per_job(&mut out, &rows).expect("writing to a String");
@@ -342,6 +353,7 @@ mod tests {
         assert!(out.contains("runner_dead_runs_total{job=\"idle\"} 0\n"));
         assert!(!out.contains("runner_job_last_run_status{job=\"idle\""));
         assert!(!out.contains("runner_job_last_success_timestamp_seconds{job=\"idle\""));
+        assert!(out.contains("runner_job_last_success_timestamp_seconds{job=\"failing\"} 50\n"));
     }
 
     #[test]

@@ -480,6 +480,9 @@ pub struct JobRunStats {
     /// The schedule's runs that ever went dead (the same on each of its rows): retry and prune
     /// never lower it.
     pub dead_runs_total: i64,
+    /// The latest finish among the schedule's succeeded runs that pruning deleted (the same on
+    /// each of its rows).
+    pub pruned_success_at: Option<i64>,
 }
 
 /// How much space the database takes.

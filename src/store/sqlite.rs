@@ -51,6 +51,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0011_undecidable_schedules.sql"),
     include_str!("../../migrations/0012_one_forbid_run.sql"),
     include_str!("../../migrations/0013_status_check_pairs.sql"),
+    include_str!("../../migrations/0014_pruned_success.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -1421,7 +1422,8 @@ WITH counted (definition_id, status, runs, last_finished_at) AS (
     SELECT definition_id, status, count(*), max(finished_at) FROM job_runs NOT INDEXED
     WHERE id > (SELECT value FROM runner_state WHERE key = 'tally_through')
     GROUP BY definition_id, status)
-SELECT d.name, c.status, coalesce(sum(c.runs), 0), max(c.last_finished_at), d.dead_runs_total
+SELECT d.name, c.status, coalesce(sum(c.runs), 0), max(c.last_finished_at), d.dead_runs_total,
+       d.pruned_success_at
 FROM job_definitions d
 LEFT JOIN counted c ON c.definition_id = d.id
 GROUP BY d.id, c.status
@@ -1517,6 +1519,16 @@ const PRUNABLE_RUNS: &str = "
 SELECT id FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < :cutoff
   AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = job_runs.id AND a.finished_at IS NULL)";
+
+/// Before a prune deletes the runs with ids in JSON array ?1: each schedule keeps the latest
+/// finish of its succeeded runs among them (`pruned_success_at`, for the last-success metric).
+const KEEP_PRUNED_SUCCESS: &str = "
+UPDATE job_definitions
+SET pruned_success_at = max(coalesce(pruned_success_at, pruned.at), pruned.at)
+FROM (SELECT definition_id, max(finished_at) AS at FROM job_runs
+      WHERE id IN (SELECT value FROM json_each(?1)) AND status = 'succeeded'
+      GROUP BY definition_id) AS pruned
+WHERE job_definitions.id = pruned.definition_id";
 
 /// The claim (see `Store::claim` for the rule), as `claim_sql` completes it.
 const CLAIM_SQL: &str = "
@@ -2514,6 +2526,7 @@ impl Store for SqliteStore {
                 runs: r.get(2)?,
                 last_finished_at: r.get(3)?,
                 dead_runs_total: r.get(4)?,
+                pruned_success_at: r.get(5)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -2677,6 +2690,7 @@ impl Store for SqliteStore {
             [&batch],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
+        tx.execute(KEEP_PRUNED_SUCCESS, [&batch])?;
         let runs = tx.execute(
             "DELETE FROM job_runs WHERE id IN (SELECT value FROM json_each(?1))",
             [&batch],
@@ -3352,7 +3366,8 @@ mod tests {
 
     /// Takes a database back to schema version 8: attempts without their schedule's id (and
     /// runs without `running_alone`, version 12; versions 10 and 11 may be applied again).
-    const BEFORE_ATTEMPT_SCHEDULE: &str = "DROP INDEX job_runs_running_by_definition;
+    const BEFORE_ATTEMPT_SCHEDULE: &str = "ALTER TABLE job_definitions DROP COLUMN pruned_success_at;
+        DROP INDEX job_runs_running_by_definition;
         ALTER TABLE job_runs DROP COLUMN running_alone;
         CREATE INDEX job_runs_running_by_definition ON job_runs (definition_id) WHERE status = 'running';
         DROP INDEX job_attempts_finished;

@@ -211,10 +211,12 @@ pub const SQLITE_BEFORE_TALLY: &str = "DROP TRIGGER job_run_tally_delete;
      DELETE FROM runner_state WHERE key IN ('tally_through', 'tally_folded_at');";
 
 /// Take the database back to before attempts carried their schedule's id (SQLite schema version
-/// 9, PostgreSQL 6), and so to before the runs' `running_alone` too (12 and 8), on either
-/// backend, for tests that forge an older version and migrate it.
+/// 9, PostgreSQL 6), and so to before the runs' `running_alone` (12 and 8) and the schedules'
+/// `pruned_success_at` (14 and 9) too, on either backend, for tests that forge an older version
+/// and migrate it.
 pub fn undo_attempt_schedule(env: &Env) {
     for undo in [
+        "ALTER TABLE job_definitions DROP COLUMN pruned_success_at",
         "DROP INDEX job_runs_running_by_definition",
         "ALTER TABLE job_runs DROP COLUMN running_alone",
         "CREATE INDEX job_runs_running_by_definition ON job_runs (definition_id)

@@ -565,7 +565,11 @@ fn version_13s_status_check_migrates_and_every_connection_reads_it() {
     let pending = env.enqueue("job");
     let watcher = env.sql.sqlite();
     assert_eq!(temporary_btrees_per_run(&watcher), 0);
-    // As version 12 left it: the six states in one list.
+    // As version 12 left it: the six states in one list (and no version 14 column).
+    env.sql.exec(
+        "ALTER TABLE job_definitions DROP COLUMN pruned_success_at",
+        &[],
+    );
     let forge = env.sql.sqlite();
     let cookie: i64 = forge
         .query_row("PRAGMA schema_version", [], |r| r.get(0))
@@ -586,7 +590,7 @@ fn version_13s_status_check_migrates_and_every_connection_reads_it() {
     let out = env.ok(&["init"]);
     assert!(
         out.starts_with(&format!(
-            "migrated {} from schema version 12 to 13",
+            "migrated {} from schema version 12 to 14",
             env.db.display()
         )),
         "{out}"

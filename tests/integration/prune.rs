@@ -386,3 +386,60 @@ fn ticks_keep_succeeding_while_a_big_prune_runs() {
         ) >= ticks
     );
 }
+
+/// Pruning a job's last success does not take its last-success metric with it: a job failing
+/// for longer than the retention still reports when it last succeeded (an alert on the series
+/// keeps firing), on either backend; the series goes only with the schedule.
+#[test]
+fn a_pruned_last_success_stays_in_the_metrics() {
+    let env = Env::init();
+    let t0 = "2025-01-01T00:00:00Z";
+    env.add_at(
+        Some(t0),
+        "daily",
+        "0 3 * * *",
+        &["--max-attempts", "1"],
+        "true",
+    );
+    env.tick_at("2025-01-01T03:00:02Z");
+    env.ok(&[
+        "--now",
+        "2025-01-01T04:00:00Z",
+        "schedule",
+        "edit",
+        "daily",
+        "--quiet",
+        "--",
+        "exit 1",
+    ]);
+    env.run(&["--now", "2025-01-02T03:00:02Z", "tick"]);
+    let last_success = |env: &Env| {
+        env.ok(&["metrics"])
+            .lines()
+            .find(|l| l.starts_with("runner_job_last_success_timestamp_seconds{job=\"daily\"}"))
+            .map(str::to_string)
+    };
+    let before = last_success(&env).expect("the series, before the prune");
+    // The run finished as the tick's clock (started at 03:00:02) advanced: however slowly.
+    let at: i64 = before
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("a timestamp");
+    assert!(
+        (epoch("2025-01-01T03:00:02Z")..epoch("2025-01-01T04:00:00Z")).contains(&at),
+        "{before}"
+    );
+
+    let out = env.ok(&["prune", "--older-than", "1d"]);
+    assert!(out.starts_with("removed 2 runs"), "{out}");
+    assert_eq!(
+        env.sql.query_i64("SELECT count(*) FROM job_runs", &[]),
+        0,
+        "every run was pruned"
+    );
+    assert_eq!(last_success(&env), Some(before));
+
+    env.ok(&["schedule", "rm", "daily"]);
+    assert_eq!(last_success(&env), None);
+}

@@ -56,6 +56,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0006_attempt_schedule.sql"),
     include_str!("../../../migrations/postgres/0007_finished_indexes.sql"),
     include_str!("../../../migrations/postgres/0008_one_forbid_run.sql"),
+    include_str!("../../../migrations/postgres/0009_pruned_success.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
@@ -2451,7 +2452,7 @@ impl Store for PostgresStore {
             client
                 .query(
                     "SELECT d.name, s.status, coalesce(s.runs, 0), s.last_finished_at,
-                            d.dead_runs_total
+                            d.dead_runs_total, d.pruned_success_at
                      FROM job_definitions d
                      LEFT JOIN (SELECT definition_id, status, count(*) AS runs,
                                        max(finished_at) AS last_finished_at
@@ -2471,6 +2472,7 @@ impl Store for PostgresStore {
                         runs: r.try_get(2)?,
                         last_finished_at: r.try_get(3)?,
                         dead_runs_total: r.try_get(4)?,
+                        pruned_success_at: r.try_get(5)?,
                     })
                 })
                 .collect()
@@ -2673,6 +2675,15 @@ impl Store for PostgresStore {
             let counts = tx.query_one(
                 "SELECT (SELECT count(*) FROM job_attempts WHERE run_id = ANY($1)),
                         (SELECT count(*) FROM job_events WHERE run_id = ANY($1))",
+                &[&ids],
+            )?;
+            // Each schedule keeps the latest finish of its succeeded runs deleted here (for the
+            // last-success metric; see the SQLite schema's version 14).
+            tx.execute(
+                "UPDATE job_definitions d SET pruned_success_at = GREATEST(d.pruned_success_at, p.at)
+                 FROM (SELECT definition_id, max(finished_at) AS at FROM job_runs
+                       WHERE id = ANY($1) AND status = 'succeeded' GROUP BY definition_id) p
+                 WHERE d.id = p.definition_id",
                 &[&ids],
             )?;
             let runs = tx.execute("DELETE FROM job_runs WHERE id = ANY($1)", &[&ids])?;
