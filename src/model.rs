@@ -798,6 +798,19 @@ pub struct AttemptFailure {
     pub then: AfterFailure,
 }
 
+impl AttemptFailure {
+    /// The detail is cut to `ERROR_DETAIL_MAX` bytes here, whatever
+    /// went into it (a long working directory's path, a hundred leftover processes), since the
+    /// database refuses a longer one, and with it the attempt's whole record.
+    pub fn new(code: ErrorCode, detail: &str, then: AfterFailure) -> AttemptFailure {
+        AttemptFailure {
+            code,
+            detail: truncate_detail(detail, ERROR_DETAIL_MAX),
+            then,
+        }
+    }
+}
+
 /// The result of one attempt, as the runner that held the lease reports it.
 #[derive(Debug, Clone)]
 pub struct AttemptResult {
@@ -1195,6 +1208,23 @@ pub struct StartRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attempt_failures_detail_fits_the_database() {
+        let long = format!(
+            "killed its leftover processes: {}",
+            "12345 sleep, ".repeat(100)
+        );
+        let failure = AttemptFailure::new(ErrorCode::LeaseExpired, &long, AfterFailure::Dead);
+        assert!(
+            failure.detail.len() <= ERROR_DETAIL_MAX,
+            "{}",
+            failure.detail.len()
+        );
+        assert!(failure
+            .detail
+            .starts_with("killed its leftover processes: 12345 sleep"));
+    }
 
     fn damaged(name: &str, columns: &[&'static str]) -> DamagedDefinition {
         DamagedDefinition {

@@ -76,11 +76,7 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
             lease_token: lease.lease_token.clone(),
             finished_at: now.secs(),
             duration_ms: started_at.map_or(0, |s| (now.secs() - s).max(0) * 1000),
-            failure: Some(AttemptFailure {
-                code: ErrorCode::LeaseExpired,
-                detail,
-                then,
-            }),
+            failure: Some(AttemptFailure::new(ErrorCode::LeaseExpired, &detail, then)),
             exit_code: None,
             stdout_tail: Vec::new(),
             stderr_tail: Vec::new(),

@@ -9,7 +9,7 @@ use anyhow::Result;
 use super::{runner_error, test_hook, OnShutdown, Tick};
 use crate::model::{
     AfterFailure, AttemptEnd, AttemptFailure, AttemptResult, ClaimedRun, ErrorCode, Fenced,
-    Leftovers, ERROR_DETAIL_MAX,
+    Leftovers,
 };
 use crate::process::{signal_name, Finished, Outcome, Signals, SpawnErrorKind};
 use crate::store::{Claimed, Commit, Result as StoreResult};
@@ -223,14 +223,13 @@ fn attempt_result(
             (Some((code, message.clone())), None, Err(*kind))
         }
     };
-    let failure = failure.map(|(code, detail)| AttemptFailure {
-        code,
-        detail,
-        then: if stopped == Some(StopReason::Shutdown(OnShutdown::Cancel)) {
+    let failure = failure.map(|(code, detail)| {
+        let then = if stopped == Some(StopReason::Shutdown(OnShutdown::Cancel)) {
             AfterFailure::Cancelled
         } else {
             AfterFailure::by_policy(&run.retry, run.attempt, now, tick.rng)
-        },
+        };
+        AttemptFailure::new(code, &detail, then)
     });
     let after = failure.as_ref().map(|f| f.then);
     let error_code = failure.as_ref().map(|f| f.code.clone());
@@ -292,10 +291,7 @@ fn classify(
             (ErrorCode::Cancelled, "the run was cancelled or its lease was lost; the job was terminated".into())
         }
     };
-    Some((
-        code,
-        crate::model::truncate_detail(&detail, ERROR_DETAIL_MAX),
-    ))
+    Some((code, detail))
 }
 
 /// What a timeout did, from the signals the supervisor sent (times since the job started):

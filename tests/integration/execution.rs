@@ -839,6 +839,43 @@ fn missing_command_is_exit_127_and_missing_workdir_is_spawn_not_found() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("SPAWN:NOT_FOUND"), "{err}");
 
+    // A removed workdir whose path is longer than a detail may be (1 KiB): the detail is cut,
+    // not refused by the database with the whole record (which left the run running until its
+    // lease expired, and the tick claiming nothing more).
+    let deep = (0..5).fold(env.path("deep"), |dir, _| dir.join("d".repeat(200)));
+    fs::create_dir_all(&deep).expect("mkdir -p");
+    env.add(
+        "deep",
+        &[
+            "--max-attempts",
+            "1",
+            "--workdir",
+            deep.to_str().expect("utf-8"),
+        ],
+        "true",
+    );
+    fs::remove_dir_all(env.path("deep")).expect("rm -r");
+    env.ok(&["run", "deep"]);
+    let deep_run = last_run_id(&env, "deep");
+    env.ok(&["run", "typo"]);
+    let behind = last_run_id(&env, "typo");
+    let out = env.run(&["tick", "--concurrency", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(status_of(&env, deep_run), "dead");
+    assert_eq!(status_of(&env, behind), "dead", "the tick went on claiming");
+    let detail = env
+        .sql
+        .query_opt_string(
+            "SELECT error_detail FROM job_runs WHERE id = $1 AND error_code = 'SPAWN:NOT_FOUND'",
+            &[&deep_run],
+        )
+        .expect("SPAWN:NOT_FOUND, with a detail");
+    assert!(
+        detail.len() <= 1024 && detail.starts_with("cannot start /bin/sh in "),
+        "{} bytes: {detail}",
+        detail.len()
+    );
+
     // `run --wait` reports both the same way, with exit 127.
     let out = env.run(&["run", "typo", "--wait"]);
     assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
