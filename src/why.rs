@@ -1,7 +1,11 @@
 //! `runner why`: what happened to one instant of a schedule, and why. The decision, pure: the
-//! command reads the facts (the schedule, the runs of the instants in question, the last tick, a
-//! running run) at one moment and hands them here with `now`; this module finds the instant a
-//! question is about and names the cause. `cli/why.rs` prints it.
+//! command reads the facts (the schedule, its recorded runs, the runs of the instants in question,
+//! the last tick, a running run) at one moment and hands them here with `now`; this module finds
+//! the instant a question is about and names the cause. `cli/why.rs` prints it.
+//!
+//! A schedule's instants are its current expression's since it was created and those its
+//! recorded runs were materialised for: after `schedule edit --cron` or `--tz`, the runs of the
+//! old expression are still what became of its instants then.
 //!
 //! The DST rules are the schedule's own (`schedule::resolve_local`, `CronSchedule::dst_rule`):
 //! this module only asks where a wall-clock time lands, never re-derives it.
@@ -10,13 +14,36 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-use crate::model::{Definition, Overlap, RunStatus};
+use crate::model::{Definition, Overlap, RunStatus, Trigger};
 use crate::schedule::{resolve_local, LocalTime, Timing};
 use crate::store::RunView;
 
 /// How many of a schedule's latest instants `why` without `--at` looks through for one that did
 /// not succeed.
 pub const LOOK_BACK: usize = 1000;
+
+/// The schedule's latest instants at or before `now`, newest first, at most `LOOK_BACK`: its
+/// expression's since it was created, and those of its recorded runs (`recorded`, as `history`
+/// lists them; manual runs are no instant), which an expression or zone it has changed from may
+/// have named. The first is its last fire time: never one from before it existed.
+pub fn latest_instants(
+    definition: &Definition,
+    timing: &Timing,
+    now: i64,
+    recorded: &[RunView],
+) -> Vec<i64> {
+    let mut instants = timing.latest(definition.created_at, now, LOOK_BACK);
+    instants.extend(
+        recorded
+            .iter()
+            .filter(|r| r.trigger == Trigger::Schedule.as_str() && r.scheduled_for <= now)
+            .map(|r| r.scheduled_for),
+    );
+    instants.sort_unstable_by(|a, b| b.cmp(a));
+    instants.dedup();
+    instants.truncate(LOOK_BACK);
+    instants
+}
 
 /// What `why` decides from, read at one moment.
 pub struct Facts<'a> {
@@ -41,7 +68,12 @@ pub enum At {
 pub enum Located {
     /// One of its fire instants: what happened to it is in the database.
     Fire(i64),
-    /// Not a fire instant of the expression in its zone: no run could exist for it. `asked` is
+    /// Not a fire instant of the expression in its zone, yet the schedule has a run recorded
+    /// for it: its expression or zone changed after that run was materialised, and the run
+    /// tells what happened.
+    Recorded(i64),
+    /// Not a fire instant of the expression in its zone: no run could exist for it, unless one
+    /// of an expression or zone since changed from (`or_recorded` makes that `Recorded`). `asked` is
     /// None for a wall-clock time that did not exist (spring forward). The nearest fire instants
     /// before and after it (None: none within the 401-year search horizon).
     NotInCron {
@@ -73,7 +105,7 @@ impl Located {
     /// The fire instant whose run tells what happened, if there is one.
     pub fn instant(&self) -> Option<i64> {
         match *self {
-            Located::Fire(t) => Some(t),
+            Located::Fire(t) | Located::Recorded(t) => Some(t),
             Located::NotInCron { .. } => None,
             Located::Gap {
                 after, wildcard, ..
@@ -89,6 +121,34 @@ impl Located {
             } else {
                 first
             }),
+        }
+    }
+
+    /// For a time the expression does not fire at, the instant it names: the schedule may have a
+    /// run recorded there all the same, from before its expression or zone changed.
+    pub fn off_cron(&self) -> Option<i64> {
+        match *self {
+            Located::NotInCron { asked, .. } => asked,
+            _ => None,
+        }
+    }
+
+    /// This, or `Recorded` when `recorded` (the schedule's runs at `off_cron`) holds a run of
+    /// that instant: the database knows what became of it, whatever the expression says now.
+    pub fn or_recorded(self, recorded: &[RunView]) -> Located {
+        match self.off_cron() {
+            Some(t) if recorded.iter().any(|r| r.scheduled_for == t) => Located::Recorded(t),
+            _ => self,
+        }
+    }
+
+    /// Where `instant`, one of `latest_instants`, lands: a fire instant of the expression, or
+    /// one only a recorded run names.
+    pub fn of_instant(timing: &Timing, instant: i64) -> Located {
+        if timing.fires_at(instant) {
+            Located::Fire(instant)
+        } else {
+            Located::Recorded(instant)
         }
     }
 }
@@ -191,7 +251,7 @@ pub enum Cause {
     Paused,
     /// It is still to come.
     NotYetDue,
-    /// The expression does not fire then.
+    /// The expression does not fire then, and no run of the schedule is recorded then.
     NotInCron,
     /// The time asked did not exist (spring forward); what happened to the instant the job ran
     /// at instead, if it has one.
@@ -249,7 +309,7 @@ impl Cause {
 pub fn explain(facts: &Facts, located: &Located, run: Option<&RunView>) -> Cause {
     let of_instant = |t: i64| outcome(facts, t, run);
     match located {
-        Located::Fire(t) => of_instant(*t),
+        Located::Fire(t) | Located::Recorded(t) => of_instant(*t),
         Located::NotInCron { .. } => Cause::NotInCron,
         Located::Gap { .. } => Cause::DstGap {
             outcome: located.instant().map(|t| Box::new(of_instant(t))),
@@ -333,8 +393,8 @@ pub enum Latest {
     None,
 }
 
-/// Of the schedule's latest instants (`instants`, newest first, as `Timing::latest` lists them
-/// after its creation) and their runs (by instant), the one `why` tells of.
+/// Of the schedule's latest instants (`instants`, newest first, as `latest_instants` lists them)
+/// and their runs (by instant), the one `why` tells of.
 ///
 /// An instant with no run is an answer when it is beyond the schedule's cursor (no tick, paused),
 /// when it is the newest, or when runs of older instants are kept (so its own run was never
@@ -780,5 +840,64 @@ mod tests {
             Latest::NotSucceeded(hours[1])
         );
         assert_eq!(pick_latest(&d, &[], &runs), Latest::None);
+    }
+
+    #[test]
+    fn the_runs_of_an_expression_changed_since_are_instants_too() {
+        // Created at 08:00 for 09:00 daily; its 09:00 run died; then edited to 10:00 daily.
+        let mut c = Case::new(
+            "0 10 * * *",
+            "UTC",
+            "2026-11-28T08:00:00Z",
+            "2026-11-28T09:31:00Z",
+            "2026-11-28T09:32:00Z",
+        );
+        // The expression's 10:00 of the day before is no instant of a schedule created after it.
+        assert_eq!(
+            latest_instants(&c.definition, &c.timing, c.now, &[]),
+            Vec::<i64>::new()
+        );
+        let dead = run(1, "2026-11-28T09:00:00Z", RunStatus::Dead);
+        let mut manual = run(2, "2026-11-28T09:20:00Z", RunStatus::Succeeded);
+        manual.trigger = "manual".to_string();
+        let recorded = [manual, dead.clone()];
+        let instants = latest_instants(&c.definition, &c.timing, c.now, &recorded);
+        assert_eq!(
+            instants,
+            vec![dead.scheduled_for],
+            "a manual run is no instant"
+        );
+        let runs = HashMap::from([(dead.scheduled_for, dead.clone())]);
+        assert_eq!(
+            pick_latest(&c.definition, &instants, &runs),
+            Latest::NotSucceeded(dead.scheduled_for)
+        );
+        let located = Located::of_instant(&c.timing, dead.scheduled_for);
+        assert_eq!(located, Located::Recorded(dead.scheduled_for));
+        assert_eq!(explain(&c.facts(), &located, Some(&dead)), Cause::Dead);
+        // Asked about, the instant is the recorded run's, not a time the expression skips.
+        let asked = locate(&c.timing, instant("2026-11-28T09:00:00Z"));
+        assert_eq!(asked.off_cron(), Some(dead.scheduled_for));
+        assert_eq!(
+            asked.clone().or_recorded(std::slice::from_ref(&dead)),
+            Located::Recorded(dead.scheduled_for)
+        );
+        assert!(matches!(asked.or_recorded(&[]), Located::NotInCron { .. }));
+        // Its instants since: the expression's and the run's, newest first.
+        c.definition.materialized_through = at("2026-11-29T10:00:00Z");
+        let later = latest_instants(
+            &c.definition,
+            &c.timing,
+            at("2026-11-29T10:30:00Z"),
+            &[dead],
+        );
+        assert_eq!(
+            later,
+            vec![
+                at("2026-11-29T10:00:00Z"),
+                at("2026-11-28T10:00:00Z"),
+                at("2026-11-28T09:00:00Z"),
+            ]
+        );
     }
 }

@@ -15,7 +15,9 @@ use crate::model::{Definition, Overlap, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
 use crate::time_input::{parse_time, TimeInput};
 use crate::tz::Tz;
-use crate::why::{explain, locate, pick_latest, At, Cause, Facts, Latest, Located, LOOK_BACK};
+use crate::why::{
+    explain, latest_instants, locate, pick_latest, At, Cause, Facts, Latest, Located, LOOK_BACK,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -78,19 +80,33 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         last_tick_at: store.last_tick_at()?,
         running_run_id,
     };
+    // Its recorded runs are instants of it too, of whatever expression it had when they were
+    // materialised: the latest ones, as `history` lists them.
+    let recorded = store.history(&RunFilter {
+        definition_id: Some(definition.id),
+        status: None,
+        since: None,
+        limit: LOOK_BACK,
+    })?;
+    let instants = latest_instants(&definition, &timing, now.secs(), &recorded);
     let (question, located) = match args.at {
         Some(at) => {
             let asked = at_of(&at, timing.tz, now.time())
                 .map_err(|e| Failure::usage(format!("--at: {e}")))?;
-            (Question::At(at), Some(locate(&timing, asked)))
+            let located = locate(&timing, asked);
+            // Looked up by instant, however old: `recorded` holds only the latest runs.
+            let there = match located.off_cron() {
+                Some(t) => store.runs_at_instants(definition.id, &[t])?,
+                None => Vec::new(),
+            };
+            (Question::At(at), Some(located.or_recorded(&there)))
         }
         None => {
-            let instants = timing.latest(definition.created_at, now.secs(), LOOK_BACK);
             let runs = by_instant(store.runs_at_instants(definition.id, &instants)?);
             let latest = pick_latest(&definition, &instants, &runs);
             let located = match latest {
                 Latest::NotSucceeded(t) | Latest::AllSucceeded { newest: t, .. } => {
-                    Some(Located::Fire(t))
+                    Some(Located::of_instant(&timing, t))
                 }
                 Latest::None => None,
             };
@@ -109,7 +125,15 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         Some(located) => explain(&facts, located, run.as_ref()),
         None => Cause::NoInstantYet,
     };
-    let why = Why::of(&facts, &question, located.as_ref(), &cause, run.as_ref());
+    let last_fire = instants.first().copied();
+    let why = Why::of(
+        &facts,
+        &question,
+        located.as_ref(),
+        &cause,
+        run.as_ref(),
+        last_fire,
+    );
     if args.json {
         return emit_json(&why);
     }
@@ -134,7 +158,9 @@ struct Why<'a> {
     timezone: &'a str,
     paused: bool,
     overlap: Overlap,
-    /// The schedule's latest fire time at or before now, and its next after now.
+    /// The schedule's latest instant at or before now (since it was created: its expression's,
+    /// or a recorded run's of an expression it has changed from), and its next fire time after
+    /// now.
     last_fire_at: Option<UtcTime>,
     last_fire_at_epoch: Option<i64>,
     next_fire_at: Option<UtcTime>,
@@ -189,6 +215,7 @@ impl<'a> Why<'a> {
         located: Option<&Located>,
         cause: &Cause,
         run: Option<&'a RunView>,
+        last_fire: Option<i64>,
     ) -> Why<'a> {
         let d = facts.definition;
         let timing = facts.timing;
@@ -201,26 +228,36 @@ impl<'a> Why<'a> {
                 second_asked,
                 ..
             }) => Some(if *second_asked { *second } else { *first }),
-            Some(Located::Fire(t)) if matches!(question, Question::At(_)) => Some(*t),
+            Some(Located::Fire(t) | Located::Recorded(t))
+                if matches!(question, Question::At(_)) =>
+            {
+                Some(*t)
+            }
             _ => None,
         };
         let (nearest_before, nearest_after) = match located {
             Some(Located::NotInCron { before, after, .. }) => (*before, *after),
             _ => (None, None),
         };
-        let last_fire = timing.latest(i64::MIN, facts.now, 1).first().copied();
         let next_fire = timing.next_after(d.handled_through(facts.now));
         let text = Text {
             facts,
             tz: timing.tz,
         };
+        let changed = matches!(located, Some(Located::Recorded(_)));
+        // The rule of an expression the schedule has changed from is not known: only the
+        // current one's is told, of its own instants.
         let dst = instant
+            .filter(|_| !changed)
             .and_then(|t| timing.cron.dst_rule(timing.tz, crate::clock::from_epoch(t)))
             .map(|rule| Dst {
                 rule: rule.as_str(),
                 note: rule.note(),
             });
         let mut explanation = text.question(question, located);
+        if changed {
+            explanation.push(text.changed());
+        }
         // A DST cause tells its rule in full; otherwise a note on the rule that placed it.
         if let Some(dst) = dst.as_ref().filter(|_| cause.outcome().is_none()) {
             explanation.push(format!("Note: {}.", dst.note));
@@ -300,7 +337,7 @@ impl Text<'_, '_> {
             (Question::Latest(Latest::None), _) => return Vec::new(),
             (Question::At(at), located) => {
                 let resolved = match located {
-                    Some(Located::Fire(t)) => Some(*t),
+                    Some(Located::Fire(t) | Located::Recorded(t)) => Some(*t),
                     Some(Located::NotInCron { asked, .. }) => *asked,
                     _ => None,
                 };
@@ -342,6 +379,18 @@ impl Text<'_, '_> {
             }
         };
         vec![line]
+    }
+
+    /// That the instant told of is a recorded run's the expression no longer names.
+    fn changed(&self) -> String {
+        let d = self.facts.definition;
+        format!(
+            "Note: `{}` in {} does not fire then: the schedule's cron or zone changed after this run \
+             was recorded (its settings last changed at {}).",
+            escape_line(&d.settings.cron),
+            self.tz,
+            self.at(d.updated_at)
+        )
     }
 
     /// The cause in words, and the commands that tell more.

@@ -373,6 +373,78 @@ fn a_dead_run_gives_its_error() {
 }
 
 #[test]
+fn a_run_of_an_expression_since_changed_is_still_an_instant_of_the_schedule() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-11-28T08:00:00Z"),
+        "daily",
+        "0 9 * * *",
+        &["--max-attempts", "1"],
+        "exit 4",
+    );
+    // The expression fired at 09:00 the day before, but the schedule did not exist yet.
+    let report = why(&env, "2026-11-28T08:30:00Z", &["daily"]);
+    assert!(report["last_fire_at"].is_null(), "{report}");
+    assert_eq!(report["cause"], "no_instant_yet", "{report}");
+    let text = why_text(&env, "2026-11-28T08:30:00Z", &["daily"]);
+    assert!(text.contains("last fire time: none"), "{text}");
+
+    env.tick_at("2026-11-28T09:00:05Z");
+    env.ok(&[
+        "--now",
+        "2026-11-28T09:31:00Z",
+        "schedule",
+        "edit",
+        "daily",
+        "--cron",
+        "0 10 * * *",
+        "-q",
+    ]);
+    // The dead 09:00 run, of the expression before the edit, is the latest that did not succeed.
+    let report = why(&env, "2026-11-28T09:32:00Z", &["daily"]);
+    assert_eq!(report["cause"], "dead", "{report}");
+    assert_eq!(report["instant"], "2026-11-28T09:00:00Z");
+    assert_eq!(report["last_fire_at"], "2026-11-28T09:00:00Z");
+    assert_eq!(report["run"]["error_code"], "EXIT:4");
+    let id = report["run"]["id"].as_i64().expect("run id");
+    let said = explanation(&report);
+    assert!(
+        said.starts_with("2026-11-28T09:00:00+00:00: the latest instant that did not succeed."),
+        "{said}"
+    );
+    assert!(
+        said.contains(
+            "`0 10 * * *` in UTC does not fire then: the schedule's cron or zone changed"
+        ),
+        "{said}"
+    );
+    assert!(said.contains(&format!("Dead: run {id} failed")), "{said}");
+    let text = why_text(&env, "2026-11-28T09:32:00Z", &["daily"]);
+    assert!(
+        text.contains("last fire time: 2026-11-28T09:00:00+00:00"),
+        "{text}"
+    );
+
+    // Asked about, that instant is found in history rather than called no instant.
+    for at in ["2026-11-28T09:00:00Z", "09:00"] {
+        let report = why(&env, "2026-11-28T09:32:00Z", &["daily", "--at", at]);
+        assert_eq!(report["cause"], "dead", "{at}: {report}");
+        assert_eq!(report["asked"], "2026-11-28T09:00:00Z", "{at}");
+        assert_eq!(report["instant"], "2026-11-28T09:00:00Z", "{at}");
+        assert_eq!(report["run"]["id"], id, "{at}");
+        assert!(
+            explanation(&report).contains("cron or zone changed after this run"),
+            "{at}: {report}"
+        );
+        assert!(hints(&report).contains(&format!("runner retry {id}")));
+    }
+    // A time neither expression fires at is still none of its instants.
+    let report = why(&env, "2026-11-28T09:32:00Z", &["daily", "--at", "09:30"]);
+    assert_eq!(report["cause"], "not_in_cron", "{report}");
+    assert!(report["run"].is_null());
+}
+
+#[test]
 fn json_is_one_object_with_a_stable_cause_and_times_in_utc_and_epoch() {
     let env = Env::init();
     hourly(&env, "shape", &[], "true");
