@@ -72,6 +72,16 @@ pub fn evaluate(h: &Health, now: i64, t: &Thresholds) -> Verdict {
                 shown(t.max_tick_age)
             ),
         )),
+        // Ran with a clock ahead (or this host's is behind): until this clock passes it, the
+        // rule above cannot tell that cron stopped.
+        Some(at) if at - now > crate::clock::CLOCK_TOLERANCE_SECS => fired.push((
+            Level::Warning,
+            format!(
+                "the last tick ran {} ahead of this host's clock: no-tick alerts wait until \
+                 this clock passes it",
+                duration_of_secs(at - now)
+            ),
+        )),
         Some(_) => {}
     }
     if h.expired_leases > 0 {
@@ -109,7 +119,7 @@ pub fn evaluate(h: &Health, now: i64, t: &Thresholds) -> Verdict {
     let level = fired.first().map_or(Level::Ok, |(level, _)| *level);
     let what = if fired.is_empty() {
         let tick = h.last_tick_at.map_or_else(String::new, |at| {
-            format!(", last tick {} ago", duration_of_secs(now - at))
+            format!(", last tick {}", crate::display::age(at, now))
         });
         format!("healthy{tick}")
     } else {
@@ -185,6 +195,29 @@ mod tests {
         assert_eq!(v.level, Level::Ok);
         assert_eq!(v.summary, "RUNNER OK - healthy, last tick 30s ago");
         assert_eq!(v.level.exit_code(), 0);
+    }
+
+    #[test]
+    fn a_last_tick_in_the_future_is_a_warning_not_0s_ago() {
+        let h = Health {
+            last_tick_at: Some(NOW + 86_400),
+            ..healthy()
+        };
+        let v = evaluate(&h, NOW, &thresholds());
+        assert_eq!(v.level, Level::Warning);
+        assert_eq!(
+            v.summary,
+            "RUNNER WARNING - the last tick ran 1d ahead of this host's clock: no-tick alerts \
+             wait until this clock passes it"
+        );
+        // Within the clocks' tolerance: healthy, and said as it is.
+        let h = Health {
+            last_tick_at: Some(NOW + 2),
+            ..healthy()
+        };
+        let v = evaluate(&h, NOW, &thresholds());
+        assert_eq!(v.level, Level::Ok);
+        assert_eq!(v.summary, "RUNNER OK - healthy, last tick 0s ago");
     }
 
     #[test]
