@@ -74,7 +74,8 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     emit(&format!("removed {}\n", describe(removed, &before)))
 }
 
-fn describe(c: PruneCounts, before: &str) -> String {
+/// "12 runs (12 attempts, 36 events) that finished before 2026-10-30T13:07:18Z"
+pub fn describe(c: PruneCounts, before: &str) -> String {
     format!(
         "{} runs ({} attempts, {} events) that finished before {before}",
         c.runs, c.attempts, c.events

@@ -81,6 +81,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
                 report.resumed
             );
         }
+        if let Some((removed, cutoff)) = report.auto_pruned {
+            crate::complain!(
+                "runner: automatic pruning removed {}",
+                super::prune::describe(removed, &crate::display::utc_time(cutoff))
+            );
+        }
         if let Some(why) = report.auto_prune_skipped {
             crate::complain!("runner: automatic pruning skipped: {why}");
         }

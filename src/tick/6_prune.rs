@@ -137,15 +137,17 @@ pub fn auto_prune(tick: &mut Tick<'_>) {
         }
     };
     let now = tick.clock.epoch();
+    let cutoff = now.saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX));
     let mut prune = || -> Result<PruneCounts> {
         if !store.claim_auto_prune(now, AUTO_PRUNE_EVERY_SECS)? {
             return Ok(PruneCounts::default());
         }
-        let cutoff = now.saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX));
         prune_finished(store, cutoff, Some(AUTO_PRUNE_BUDGET), &mut |_| {})
     };
-    if let Err(e) = prune() {
-        super::runner_error(errors, "automatic pruning", &e);
+    match prune() {
+        Ok(removed) if removed.runs > 0 => tick.report.auto_pruned = Some((removed, cutoff)),
+        Ok(_) => {}
+        Err(e) => super::runner_error(errors, "automatic pruning", &e),
     }
 }
 

@@ -311,8 +311,22 @@ fn the_tick_prunes_by_itself_at_most_once_an_hour() {
         &[],
     );
     let before = real_now();
-    tick_with(None);
+    // With -v it says what it removed (and only then speaks).
+    let out = env
+        .cmd()
+        .args(["-v", "tick"])
+        .env_remove("RUNNER_RETENTION")
+        .output()
+        .expect("tick");
     let after = real_now();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "runner: automatic pruning removed 50 runs (50 attempts, 100 events) that finished before "
+        ),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
     let report = json(&env.ok(&["status", "--json"]));
     let pruned_at = report["last_prune_at_epoch"].as_i64().expect("last prune");
