@@ -369,6 +369,10 @@ fn render_attempt(
     if let Some(detail) = a.error_detail {
         writeln!(out, "  detail:     {}", safe(detail))?;
     }
+    if a.finished_at_epoch.is_none() {
+        // Output is stored when the attempt ends: "(empty)" would claim the job printed nothing.
+        return writeln!(out, "  output:     kept when the attempt ends");
+    }
     render_tail(out, "stdout", a.stdout_tail.0, a.stdout_bytes, output)?;
     render_tail(out, "stderr", a.stderr_tail.0, a.stderr_bytes, output)
 }

@@ -308,6 +308,34 @@ fn history_colours_only_on_a_terminal_and_never_with_no_color_or_json() {
 // show
 // ---------------------------------------------------------------------------
 
+/// A running attempt's output is stored when it ends: `show` says so, rather than "(empty)" for
+/// a job that has already printed.
+#[test]
+fn show_of_a_running_attempt_does_not_call_its_output_empty() {
+    let env = Env::init();
+    let pidfile = env.path("job.pid");
+    env.add(
+        "talker",
+        &[],
+        &format!(
+            "echo started; echo warn >&2; echo $$ > '{}'; sleep 30",
+            pidfile.display()
+        ),
+    );
+    let id = env.enqueue("talker");
+    let bg = crate::common::Bg::spawn(&env, "tick", &["tick", "--max-tick", "1s"])
+        .with_job_pidfile(&pidfile);
+    crate::common::wait_until(std::time::Duration::from_secs(60), "the job to run", || {
+        status_of(&env, id) == "running" && bg.job_pid().is_some()
+    });
+    let out = env.ok(&["show", &id.to_string()]);
+    assert!(
+        out.contains("  output:     kept when the attempt ends\n"),
+        "{out}"
+    );
+    assert!(!out.contains("(empty)"), "{out}");
+}
+
 #[test]
 fn show_escapes_control_characters_from_job_output() {
     let env = Env::init();
