@@ -977,11 +977,22 @@ impl AttemptEnd {
     /// a cancel asked for, not a write lost.
     pub fn fenced(&self, current: RunStatus) -> NewEvent {
         if current == RunStatus::Cancelled {
-            return NewEvent::attempt_closed(
-                self.result.attempt,
-                &ErrorCode::Cancelled,
-                "the run was cancelled; the tick holding it stopped its job",
-            );
+            // Stopped by the tick (for the cancel: `CANCELLED`), or ended by itself before the
+            // tick saw the cancel: then say so, and how, since its attempt records that.
+            let detail = match &self.result.failure {
+                Some(f) if f.code == ErrorCode::Cancelled => {
+                    "the run was cancelled; the tick holding it stopped its job".to_string()
+                }
+                Some(f) => format!(
+                    "the run was cancelled; its job ended by itself ({}) before the tick \
+                     stopped it",
+                    f.code
+                ),
+                None => "the run was cancelled; its job had already succeeded when the tick \
+                         learnt of it"
+                    .to_string(),
+            };
+            return NewEvent::attempt_closed(self.result.attempt, &ErrorCode::Cancelled, &detail);
         }
         NewEvent::new(
             EventKind::LeaseLost,

@@ -8,7 +8,7 @@ use anyhow::Result;
 use super::tick::shutdown_flag;
 use super::{actor, find_definition, Ctx};
 use crate::exit::Failure;
-use crate::model::{AfterFailure, NewRun};
+use crate::model::{AfterFailure, Fenced, NewRun};
 use crate::process::{Outcome, SpawnErrorKind};
 use crate::store::OpenMode;
 use crate::tick::claim::claim_run;
@@ -93,7 +93,19 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
              now; a tick executes it when it can"
         ));
     };
-    if let Some(code) = &executed.error_code {
+    if executed.recorded == Fenced::LeaseLost {
+        // Its end was not the run's to write: what comes next is not the retry policy's.
+        let ended = executed
+            .error_code
+            .as_ref()
+            .map_or_else(|| "succeeded".to_string(), |code| format!("failed: {code}"));
+        crate::complain!(
+            "runner: run {run_id} attempt {} {ended}, but the run was no longer this runner's \
+             (cancelled, or recovered by another runner): `runner show {run_id}` tells what \
+             became of it",
+            executed.attempt
+        );
+    } else if let Some(code) = &executed.error_code {
         let next = match executed.after {
             Some(AfterFailure::RetryAt(at)) => {
                 format!("; retry scheduled at {}", crate::display::utc_time(at))

@@ -121,6 +121,71 @@ fn cancel_of_a_running_run_stops_its_process_group_and_status_shows_its_lease() 
     env.fails(2, &["retry", &run_id.to_string()]);
 }
 
+/// A job that ends by itself after its run was cancelled, before the tick holding it learns of
+/// the cancel (at its next heartbeat: a lease of 10 minutes puts that minutes away): the run
+/// stays cancelled, and the attempt's closing event says the job ended by itself, not that the
+/// tick stopped it. `run --wait` says its end was not the run's, not that a retry is scheduled.
+#[test]
+fn a_cancelled_job_that_ends_by_itself_is_told_as_such() {
+    let env = Env::init();
+    let go = env.path("go");
+    let command = format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done; echo done",
+        go.display()
+    );
+    env.add("waiter", &[], &command);
+
+    let run_id = env.enqueue("waiter");
+    let bg = Bg::spawn(&env, "tick", &["tick", "--lease", "600s"]);
+    wait_until(Duration::from_secs(60), "the job to start", || {
+        status_of(&env, run_id) == "running"
+    });
+    env.ok(&["cancel", &run_id.to_string()]);
+    fs::write(&go, "").expect("go");
+    let out = bg.finish(Duration::from_secs(120));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(status_of(&env, run_id), "cancelled");
+    let closed = env.sql.query_opt_string(
+        "SELECT detail FROM job_events WHERE run_id = $1 AND kind = 'ATTEMPT_CLOSED'",
+        &[&run_id],
+    );
+    assert!(
+        closed.as_deref().is_some_and(|d| d.contains(
+            "the run was cancelled; its job had already succeeded when the tick learnt of it"
+        )),
+        "{closed:?}"
+    );
+
+    // The same through `run --wait` (its lease is a minute: whether the job ends first or is
+    // stopped at the heartbeat, its end is not the run's).
+    fs::remove_file(&go).expect("rm go");
+    let waiting = Bg::spawn(&env, "wait", &["run", "waiter", "--wait"]);
+    let running = || {
+        run_ids(&env, "waiter")
+            .into_iter()
+            .find(|id| status_of(&env, *id) == "running")
+    };
+    wait_until(Duration::from_secs(60), "the job to start", || {
+        running().is_some()
+    });
+    let waited = running().expect("the waited run");
+    env.ok(&["cancel", &waited.to_string()]);
+    fs::write(&go, "").expect("go");
+    let out = waiting.finish(Duration::from_secs(120));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "runner: run {waited} attempt 1 succeeded, but the run was no longer this runner's"
+        )) || err.contains(&format!(
+            "runner: run {waited} attempt 1 failed: CANCELLED, but the run was no longer this \
+             runner's"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("retry scheduled"), "{err}");
+    assert_eq!(status_of(&env, waited), "cancelled");
+}
+
 /// A run that recovery took from another host and retried has two open attempts while that
 /// host has not closed its own yet (recovery leaves that to it): `cancel` speaks of the retry's
 /// attempt, the one it cancelled, and succeeds.
