@@ -799,9 +799,9 @@ pub struct AttemptFailure {
 }
 
 impl AttemptFailure {
-    /// The detail is cut to `ERROR_DETAIL_MAX` bytes here, whatever
-    /// went into it (a long working directory's path, a hundred leftover processes), since the
-    /// database refuses a longer one, and with it the attempt's whole record.
+    /// The detail is cut to `ERROR_DETAIL_MAX` bytes here, whatever went into it (a long
+    /// working directory's path, a hundred leftover processes): the database refuses a longer
+    /// one, and with it the attempt's whole record.
     pub fn new(code: ErrorCode, detail: &str, then: AfterFailure) -> AttemptFailure {
         AttemptFailure {
             code,
@@ -977,18 +977,18 @@ impl AttemptEnd {
     /// a cancel asked for, not a write lost.
     pub fn fenced(&self, current: RunStatus) -> NewEvent {
         if current == RunStatus::Cancelled {
-            // Stopped by the tick (for the cancel: `CANCELLED`), or ended by itself before the
-            // tick saw the cancel: then say so, and how, since its attempt records that.
+            // Stopped by the tick for the cancel (`CANCELLED`), or ended before the tick learnt
+            // of the cancel: then say so, and how, since its attempt records that.
             let detail = match &self.result.failure {
                 Some(f) if f.code == ErrorCode::Cancelled => {
                     "the run was cancelled; the tick holding it stopped its job".to_string()
                 }
                 Some(f) => format!(
-                    "the run was cancelled; its job ended by itself ({}) before the tick \
-                     stopped it",
+                    "the run was cancelled; its attempt had already ended ({}) when the tick \
+                     learnt of it",
                     f.code
                 ),
-                None => "the run was cancelled; its job had already succeeded when the tick \
+                None => "the run was cancelled; its attempt had already succeeded when the tick \
                          learnt of it"
                     .to_string(),
             };

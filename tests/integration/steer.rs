@@ -123,8 +123,8 @@ fn cancel_of_a_running_run_stops_its_process_group_and_status_shows_its_lease() 
 
 /// A job that ends by itself after its run was cancelled, before the tick holding it learns of
 /// the cancel (at its next heartbeat: a lease of 10 minutes puts that minutes away): the run
-/// stays cancelled, and the attempt's closing event says the job ended by itself, not that the
-/// tick stopped it. `run --wait` says its end was not the run's, not that a retry is scheduled.
+/// stays cancelled, and the attempt's closing event says it had already ended, not that the tick
+/// stopped its job. `run --wait` says its end was not the run's, not that a retry is scheduled.
 #[test]
 fn a_cancelled_job_that_ends_by_itself_is_told_as_such() {
     let env = Env::init();
@@ -151,7 +151,7 @@ fn a_cancelled_job_that_ends_by_itself_is_told_as_such() {
     );
     assert!(
         closed.as_deref().is_some_and(|d| d.contains(
-            "the run was cancelled; its job had already succeeded when the tick learnt of it"
+            "the run was cancelled; its attempt had already succeeded when the tick learnt of it"
         )),
         "{closed:?}"
     );
