@@ -83,8 +83,10 @@ pub fn is_alive(pid: u32, start_time: Option<u64>) -> bool {
 
 /// `pid comm`, for saying which process was found (`1234 sleep`).
 pub fn describe(pid: i32) -> String {
-    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    format!("{pid} {}", comm.trim_end())
+    // Bytes, not a string: the kernel cuts a name at 15 bytes, mid-character if it must, and
+    // the name (what is left of it) still says which process it was.
+    let comm = fs::read(format!("/proc/{pid}/comm")).unwrap_or_default();
+    format!("{pid} {}", String::from_utf8_lossy(&comm).trim_end())
 }
 
 /// The environment entries (`KEY=VALUE`) that mark one attempt's processes: every process a job
@@ -302,6 +304,26 @@ fn note(killed: &mut Killed, pid: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name the kernel cut mid-character (15 bytes of two-byte characters) is still shown.
+    #[test]
+    fn a_name_cut_mid_character_is_still_described() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let program = dir.path().join("ééééééééé");
+        fs::copy("/bin/sleep", &program).expect("copy sleep");
+        let mut child = std::process::Command::new(&program)
+            .arg("30")
+            .spawn()
+            .expect("spawn");
+        let pid = i32::try_from(child.id()).expect("pid");
+        let described = describe(pid);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            described.starts_with(&format!("{pid} ééééééé")),
+            "{described:?}"
+        );
+    }
 
     #[test]
     fn parse_stat_with_odd_comm() {
