@@ -26,19 +26,29 @@ pub const LOOK_BACK: usize = 1000;
 /// expression's since it was created, and those of its recorded runs (`recorded`, as `history`
 /// lists them; manual runs are no instant), which an expression or zone it has changed from may
 /// have named. The first is its last fire time: never one from before it existed.
+///
+/// Once a recorded run shows the expression changed, the current one's instants count only from
+/// the schedule's last change (`updated_at`): before it the old expression ruled (an edit
+/// materialises every instant due under the old settings first, so each has its run), and the
+/// new one's times then were never instants.
 pub fn latest_instants(
     definition: &Definition,
     timing: &Timing,
     now: i64,
     recorded: &[RunView],
 ) -> Vec<i64> {
-    let mut instants = timing.latest(definition.created_at, now, LOOK_BACK);
-    instants.extend(
-        recorded
-            .iter()
-            .filter(|r| r.trigger == Trigger::Schedule.as_str() && r.scheduled_for <= now)
-            .map(|r| r.scheduled_for),
-    );
+    let scheduled: Vec<i64> = recorded
+        .iter()
+        .filter(|r| r.trigger == Trigger::Schedule.as_str() && r.scheduled_for <= now)
+        .map(|r| r.scheduled_for)
+        .collect();
+    let changed = scheduled.iter().any(|t| !timing.fires_at(*t));
+    let since = match changed {
+        true => definition.updated_at.max(definition.created_at),
+        false => definition.created_at,
+    };
+    let mut instants = timing.latest(since, now, LOOK_BACK);
+    instants.extend(scheduled);
     instants.sort_unstable_by(|a, b| b.cmp(a));
     instants.dedup();
     instants.truncate(LOOK_BACK);
@@ -883,6 +893,19 @@ mod tests {
             Located::Recorded(dead.scheduled_for)
         );
         assert!(matches!(asked.or_recorded(&[]), Located::NotInCron { .. }));
+        // Edited after the new expression's time that day (11:00, not 09:31): its 10:00 was
+        // never an instant, and the dead run stays the latest.
+        let mut late = c.definition.clone();
+        late.updated_at = at("2026-11-28T11:00:00Z");
+        assert_eq!(
+            latest_instants(
+                &late,
+                &c.timing,
+                at("2026-11-28T11:05:00Z"),
+                std::slice::from_ref(&dead)
+            ),
+            vec![dead.scheduled_for]
+        );
         // Its instants since: the expression's and the run's, newest first.
         c.definition.materialized_through = at("2026-11-29T10:00:00Z");
         let later = latest_instants(

@@ -442,6 +442,24 @@ fn a_run_of_an_expression_since_changed_is_still_an_instant_of_the_schedule() {
     let report = why(&env, "2026-11-28T09:32:00Z", &["daily", "--at", "09:30"]);
     assert_eq!(report["cause"], "not_in_cron", "{report}");
     assert!(report["run"].is_null());
+
+    // Edited again, after the new expression's time that day (11:00, to 10:30): the edit first
+    // materialised 10:00 under `0 10 * * *` (its run is pending, no tick since), and 10:30, the
+    // new expression's time that day, was never an instant.
+    env.ok(&[
+        "--now",
+        "2026-11-28T11:00:00Z",
+        "schedule",
+        "edit",
+        "daily",
+        "--cron",
+        "30 10 * * *",
+        "-q",
+    ]);
+    let report = why(&env, "2026-11-28T11:05:00Z", &["daily"]);
+    assert_eq!(report["cause"], "pending", "{report}");
+    assert_eq!(report["instant"], "2026-11-28T10:00:00Z", "{report}");
+    assert_eq!(report["last_fire_at"], "2026-11-28T10:00:00Z", "{report}");
 }
 
 #[test]
