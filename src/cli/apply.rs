@@ -297,7 +297,12 @@ fn entry_of(
         let keys = match table.get_mut() {
             DeValue::Table(keys) => keys,
             // `[[name]]`: a list of tables, where a schedule is one.
-            DeValue::Array(_) => {
+            DeValue::Array(items)
+                if !items.is_empty()
+                    && items
+                        .iter()
+                        .all(|i| matches!(i.get_ref(), DeValue::Table(_))) =>
+            {
                 errors.push(FileError {
                     line: line_of(text, table.span().start),
                     schedule: name.to_string(),
@@ -305,6 +310,17 @@ fn entry_of(
                     message: format!(
                         "[[{name}]] is an array of tables; a schedule is one table: [{name}]"
                     ),
+                });
+                return Err(errors);
+            }
+            // `x = [1, 2]` before any table: serde would read the array as the table's fields
+            // in order, and complain of the first ("expected a string").
+            DeValue::Array(_) => {
+                errors.push(FileError {
+                    message: "invalid type: array, expected a schedule's table ([name] and its \
+                              fields)"
+                        .to_string(),
+                    ..error_at_line(text, &e)
                 });
                 return Err(errors);
             }
@@ -542,11 +558,17 @@ fn settings_of(
             })
             .is_ok()
         });
+    // A maximum given but at fault itself says nothing about the base: the base is then checked
+    // alone (against itself), not against the default maximum the file did not ask for.
+    let max_at_fault = entry.backoff_max.is_some() && backoff_max.is_none();
     for (field, line, set) in steps {
         let mut trial = flags.clone();
         let checked = set(&mut trial).and_then(|()| {
             if field == "backoff_base" {
-                trial.backoff_max = trial.backoff_max.or(backoff_max);
+                trial.backoff_max = trial
+                    .backoff_max
+                    .or(backoff_max)
+                    .or(trial.backoff_base.filter(|_| max_at_fault));
             }
             check(&trial)
         });
@@ -1016,6 +1038,16 @@ mod tests {
             array[0].message,
             "[[b]] is an array of tables; a schedule is one table: [b]"
         );
+        // A plain array outside any table is a value, not an array of tables.
+        for value in ["[1, 2]", "[]"] {
+            let plain = errors(&format!(
+                "x = {value}\n[a]\ncron = \"@daily\"\ncommand = \"true\"\n"
+            ));
+            assert!(
+                plain[0].message.contains("expected a schedule's table"),
+                "{plain:?}"
+            );
+        }
         // A value of the wrong type names its field, in the file's terms (not Rust's types).
         for (line, field, wanted) in [
             (
@@ -1101,7 +1133,7 @@ mod tests {
         let text = "[a]\ncron = \"61 * * * *\"\ncommand = \"true\"\ntz = \"Mars/Olympus\"\nmax_attempts = 0\n\
                     timeout = \"soon\"\nbackoff_base = \"2h\"\nbackoff_max = \"1h\"\n\n\
                     [b]\ntz = \"Nowhere/Else\"\n\n\
-                    [c]\ncron = \"@daily\"\ncommand = \"true\"\nbackoff_base = \"1m\"\nbackoff_max = \"20y\"\n";
+                    [c]\ncron = \"@daily\"\ncommand = \"true\"\nbackoff_base = \"2h\"\nbackoff_max = \"20y\"\n";
         let found = errors(text);
         assert_eq!(
             places(&found),
@@ -1115,7 +1147,8 @@ mod tests {
                 (10, "b", "cron"),
                 (10, "b", "command"),
                 (11, "b", "tz"),
-                // A maximum wrong on its own is the maximum's problem, not the base's.
+                // A maximum wrong on its own is the maximum's problem, not the base's (2h,
+                // over the default maximum the file did not ask for).
                 (17, "c", "backoff_max"),
             ],
             "{found:?}"

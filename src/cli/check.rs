@@ -75,15 +75,14 @@ pub fn evaluate(h: &Health, now: i64, t: &Thresholds) -> Verdict {
         Some(_) => {}
     }
     // A tick ran with a clock ahead (or this host's stepped back): until this clock gets there,
-    // the rule above cannot tell that cron stopped, and a schedule that tick moved ahead does
-    // not fire. Plain `status` says which.
+    // a schedule that tick moved ahead does not fire (plain `status` says which), and while
+    // that tick is the last, the rule above cannot tell that cron stopped.
     if let Some(behind) = crate::clock::behind_by(now, h.clock_high_water) {
         fired.push((
             Level::Warning,
             format!(
                 "this host's clock is {} behind the latest time a tick saw: until it gets there, \
-                 schedules a tick moved ahead do not fire and no-tick alerts wait (see `runner \
-                 status`)",
+                 schedules a tick moved ahead do not fire (see `runner status`)",
                 duration_of_secs(behind)
             ),
         ));
@@ -215,8 +214,8 @@ mod tests {
             assert_eq!(
                 v.summary,
                 "RUNNER WARNING - this host's clock is 1d behind the latest time a tick saw: \
-                 until it gets there, schedules a tick moved ahead do not fire and no-tick \
-                 alerts wait (see `runner status`)"
+                 until it gets there, schedules a tick moved ahead do not fire (see `runner \
+                 status`)"
             );
         }
         // Within the clocks' tolerance: healthy, and said as it is.

@@ -553,11 +553,13 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                 .collect();
             // A line whose user does not exist runs nothing, whatever database it names: the
             // user is the fix (the README's system install creates it).
-            let missing_users: Vec<&str> = tick_lines
-                .iter()
-                .filter(|(_, _, user, _)| user.is_none())
+            let missing_lines = tick_lines.iter().filter(|(_, _, user, _)| user.is_none());
+            let mut missing_users: Vec<&str> = missing_lines
+                .clone()
                 .filter_map(|(entry, _, _, _)| entry.user.as_deref())
                 .collect();
+            missing_users.sort_unstable();
+            missing_users.dedup();
             let (message, fix) = if others.is_empty() {
                 (
                     "no crontab line runs `runner tick` (looked at your crontab, /etc/crontab and /etc/cron.d)".to_string(),
@@ -578,7 +580,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                     })
                     .collect();
                 // The lines of users who exist name another database.
-                if missing_users.len() < others.len() {
+                if missing_lines.count() < others.len() {
                     fixes.push(format!(
                         "set RUNNER_DB={database} in that crontab, or point your shell at the \
                          database cron uses ({})",

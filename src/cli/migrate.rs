@@ -132,6 +132,7 @@ fn summary(c: &MigrationCounts, history: bool, to: &str) -> String {
 /// here names the source. The exit code stays the error's own.
 fn about_the_target(error: anyhow::Error) -> anyhow::Error {
     let text = format!("{error:#}{}", exit::hint_suffix(&error))
+        .replace("point --db / RUNNER_DB at", "give --to")
         .replace("point --db elsewhere", "give --to another database")
         .replace("point --db at", "give --to");
     match exit::code_for(&error) {

@@ -260,7 +260,8 @@ fn the_cron_line_fix_is_one_that_works() {
 
     // The line of a user who does not exist (crontab.example copied before its `useradd`).
     let nobody_yet = format!(
-        "RUNNER_DB={}\n* * * * * no-such-user-here {BIN} tick\n",
+        "RUNNER_DB={}\n* * * * * no-such-user-here {BIN} tick\n\
+         */5 * * * * no-such-user-here {BIN} tick\n",
         env.sql.location()
     );
     let out = doctor(&env, Some(&nobody_yet), true, &["--json"]);
@@ -275,6 +276,11 @@ fn the_cron_line_fix_is_one_that_works() {
         "{fix}"
     );
     assert!(!fix.contains("RUNNER_DB"), "{fix}");
+    assert_eq!(
+        fix.matches("create the user").count(),
+        1,
+        "once per user: {fix}"
+    );
 }
 
 #[test]
