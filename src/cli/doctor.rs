@@ -272,11 +272,8 @@ pub fn cron_database(entry: &CronEntry, line: &TickLine, home: &Path) -> Locatio
         };
     }
     Location::Sqlite(
-        match entry
-            .var("XDG_STATE_HOME")
-            .filter(|v| Path::new(v).is_absolute())
-        {
-            Some(state) => Path::new(state).join("runner/runner.db"),
+        match Location::state_home(entry.var("XDG_STATE_HOME").map(std::ffi::OsStr::new)) {
+            Some(state) => state.join("runner/runner.db"),
             None => home.join(".local/state/runner/runner.db"),
         },
     )
@@ -451,11 +448,10 @@ fn named_by(database: &Location) -> String {
         return "your shell sets RUNNER_DB".to_string();
     }
     if Location::default_path().is_ok_and(|path| Location::Sqlite(path) == *database) {
-        let base =
-            match std::env::var_os("XDG_STATE_HOME").is_some_and(|v| Path::new(&v).is_absolute()) {
-                true => "XDG_STATE_HOME",
-                false => "HOME",
-            };
+        let base = match Location::state_home(std::env::var_os("XDG_STATE_HOME").as_deref()) {
+            Some(_) => "XDG_STATE_HOME",
+            None => "HOME",
+        };
         return format!("your shell uses the default, under {base}: set RUNNER_DB or --db");
     }
     "you gave --db".to_string()

@@ -102,13 +102,16 @@ impl Location {
         }
     }
 
+    /// `XDG_STATE_HOME`'s value as the XDG spec lets it count: a relative one is invalid and must
+    /// be ignored. (This process's, or the one a crontab sets for its tick.)
+    pub fn state_home(value: Option<&std::ffi::OsStr>) -> Option<&Path> {
+        value.map(Path::new).filter(|path| path.is_absolute())
+    }
+
     /// `$XDG_STATE_HOME/runner/runner.db`, else `~/.local/state/runner/runner.db`.
     pub fn default_path() -> anyhow::Result<PathBuf> {
-        // The XDG spec: a relative XDG_STATE_HOME is invalid and must be ignored.
-        if let Some(state) =
-            std::env::var_os("XDG_STATE_HOME").filter(|v| Path::new(v).is_absolute())
-        {
-            return Ok(Path::new(&state).join("runner/runner.db"));
+        if let Some(state) = Location::state_home(std::env::var_os("XDG_STATE_HOME").as_deref()) {
+            return Ok(state.join("runner/runner.db"));
         }
         let home = std::env::var_os("HOME")
             .filter(|v| !v.is_empty())
