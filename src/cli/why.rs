@@ -11,7 +11,7 @@ use super::history::RunRow;
 use super::{emit, emit_json, find_definition, Ctx};
 use crate::display::{age, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
-use crate::model::{Definition, Overlap, RunStatus};
+use crate::model::{Definition, Overlap, RunStatus, Trigger};
 use crate::store::{OpenMode, RunFilter, RunView};
 use crate::time_input::{parse_time, TimeInput};
 use crate::tz::Tz;
@@ -102,7 +102,20 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             (Question::At(at), Some(located.or_recorded(&there)))
         }
         None => {
-            let runs = by_instant(store.runs_at_instants(definition.id, &instants)?);
+            // The recorded runs are read already; only the instants without one are looked up.
+            let mut runs = by_instant(
+                recorded
+                    .iter()
+                    .filter(|r| r.trigger == Trigger::Schedule.as_str())
+                    .cloned()
+                    .collect(),
+            );
+            let unread: Vec<i64> = instants
+                .iter()
+                .copied()
+                .filter(|t| !runs.contains_key(t))
+                .collect();
+            runs.extend(by_instant(store.runs_at_instants(definition.id, &unread)?));
             let latest = pick_latest(&definition, &instants, &runs);
             let located = match latest {
                 Latest::NotSucceeded(t) | Latest::AllSucceeded { newest: t, .. } => {
