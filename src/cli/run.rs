@@ -64,7 +64,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         actor: me,
         concurrency: 1,
         batch: 1,
-        lease: Duration::from_secs(60),
+        lease: crate::tick::DEFAULT_LEASE,
         max_tick: Duration::from_secs(1),
         stream_output: true,
         shutdown: shutdown_flag()?,

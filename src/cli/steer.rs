@@ -14,10 +14,6 @@ use crate::store::{OpenMode, RunFilter, RunView, Store};
 use crate::tick::record::KILL_GRACE;
 use crate::tick::recover::{runner_alive, stop_attempt, Stopped};
 
-/// `tick --lease`'s default: how long to wait for a cancelled run's job to be stopped when the
-/// run no longer says what its lease was.
-const DEFAULT_LEASE_SECS: i64 = 60;
-
 #[derive(Debug, clap::Args)]
 pub struct RetryArgs {
     /// Run id, as `runner history` lists it.
@@ -224,11 +220,14 @@ pub fn cancel_before_removal(
 /// finds the job should its runner die before stopping it. Gives up (exit 1, nothing removed)
 /// after a lease and the kill grace.
 fn wait_until_stopped(store: &mut dyn Store, ctx: &Ctx, me: &Actor, run: &RunView) -> Result<()> {
+    // The run's own lease, or, when it no longer says, the default one.
     let lease = match (run.lease_expires_at, run.heartbeat_at) {
-        (Some(expires), Some(beat)) if expires > beat => expires - beat,
-        _ => DEFAULT_LEASE_SECS,
+        (Some(expires), Some(beat)) if expires > beat => {
+            Duration::from_secs((expires - beat).unsigned_abs())
+        }
+        _ => crate::tick::DEFAULT_LEASE,
     };
-    let limit = Duration::from_secs(lease.unsigned_abs()) + KILL_GRACE + Duration::from_secs(5);
+    let limit = lease + KILL_GRACE + Duration::from_secs(5);
     let started = Instant::now();
     let mut said = false;
     while let Some(holder) = store.open_attempt(run.id, run.attempt)? {

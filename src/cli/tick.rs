@@ -21,6 +21,7 @@ pub struct Args {
     pub batch: usize,
     /// Lease length; heart-beaten every third of it. A run whose runner stops heart-beating is
     /// recovered this long after its last heartbeat.
+    // "60s" is `tick::DEFAULT_LEASE` (a test checks it).
     #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
     pub lease: Duration,
     /// Stop claiming new runs once the tick is this old (then wait for running jobs).
@@ -114,4 +115,20 @@ pub fn shutdown_flag() -> Result<Arc<AtomicBool>> {
             .context("installing signal handlers")?;
     }
     Ok(flag)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    #[test]
+    fn the_lease_flags_default_is_the_default_lease() {
+        let cli = Cli::try_parse_from(["runner", "tick"]).expect("parses");
+        let Command::Tick(args) = cli.command else {
+            panic!("not a tick");
+        };
+        assert_eq!(args.lease, crate::tick::DEFAULT_LEASE);
+    }
 }

@@ -29,6 +29,10 @@ use crate::model::{Actor, LeaseToken};
 use crate::process::Marker;
 use crate::store::Store;
 
+/// The lease a tick takes when not told otherwise (`tick --lease`'s default, which clap spells
+/// "60s": a test checks they agree), and the one `run --wait` always takes.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
 pub struct TickOptions {
     pub actor: Actor,
     pub concurrency: usize,
