@@ -319,6 +319,12 @@ mod tests {
             .spawn()
             .expect("spawn");
         let pid = i32::try_from(child.id()).expect("pid");
+        // `spawn` returns once the child has let go of this process's memory, a moment before
+        // the kernel gives it the new name: wait until it sleeps, which is after the exec.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while stat(pid).is_some_and(|s| s.state != b'S') && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let described = describe(pid);
         let _ = child.kill();
         let _ = child.wait();
