@@ -891,11 +891,21 @@ mod tests {
 
     #[test]
     fn timeout_escalates_to_sigkill() {
-        let mut s = spec("trap '' TERM; sleep 30");
+        let dir = tempfile::tempdir().unwrap();
+        let armed = dir.path().join("armed");
+        // The shell says when its trap is set: a SIGTERM sent before that (a shell starved of
+        // the CPU for the whole timeout) would kill it, and no SIGKILL would be needed.
+        let mut s = spec(&format!(
+            "trap '' TERM; echo $$ > {}; sleep 30",
+            armed.display()
+        ));
         s.timeout = Duration::from_millis(300);
         s.kill_grace = Duration::from_millis(500);
         let start = Instant::now();
-        let f = run(&s);
+        let mut job = started(&s);
+        // Only `poll` enforces the timeout, so none is sent while this waits.
+        read_pid(&armed, Duration::from_secs(20));
+        let f = run_until(&mut job, Duration::from_secs(20));
         assert_eq!(f.outcome, Outcome::TimedOut);
         assert!(
             // Far below the 30 s the job would take if the escalation failed, whatever the load.

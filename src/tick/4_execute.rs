@@ -320,6 +320,9 @@ impl Supervisor {
 
     /// Until the next poll is due, or a spawned job comes back (returned, to be recorded).
     fn wait(&self, spawner: &mut Spawner) -> Spawned {
+        if self.ready.is_empty() && spawner.in_flight == 0 && !self.active.is_empty() {
+            test_hook("running");
+        }
         if let Some(wakeup) = spawner.wakeup {
             // Ends are seen as they come, so the timer is only for what no exit announces: a
             // timeout, a kill's grace, pipes still being read, a second look for leftovers.

@@ -204,6 +204,8 @@ pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: 
 /// - `claimed`: a claim committed, before any job is spawned;
 /// - `spawned`: jobs spawned at their gate, before their start is recorded;
 /// - `recorded`: starts recorded, before the gates open;
+/// - `running`: every job in hand released and running, the tick about to wait for them, no
+///   transaction open (where a tick stalls that neither heart-beats nor holds a lock);
 /// - `ends-deferred`: ends written deferred with a claim, not durable yet;
 /// - `heartbeat` (`:fail` only): every heartbeat of a tick, the look at a job's lease at its
 ///   gate included;

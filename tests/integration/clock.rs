@@ -10,6 +10,7 @@ use std::fs;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use chrono::Datelike;
 use serde_json::Value;
 
 use super::observe::{parse_exposition, promtool_check, sample};
@@ -171,9 +172,11 @@ fn heartbeats_after_a_forward_clock_step_write_leases_by_the_stepped_clock() {
 #[test]
 fn a_tick_45_days_ahead_does_not_prune_history() {
     let env = Env::init();
-    // Fires on 29 February only: never within the 45 days ahead below, so only manual runs run
-    // (a paused schedule would hold them).
-    env.add_at(None, "job", "0 0 29 2 *", &[], "true");
+    // Fires once a year, in the month half a year from now: never within the 45 days ahead
+    // below, whatever today's date, so only manual runs run (a paused schedule would hold them).
+    let today = chrono::DateTime::from_timestamp(real_now(), 0).expect("now");
+    let far_month = (today.month0() + 6) % 12 + 1;
+    env.add_at(None, "job", &format!("0 0 15 {far_month} *"), &[], "true");
     for _ in 0..3 {
         env.ok(&["run", "job"]);
     }

@@ -510,11 +510,22 @@ pub struct Bg {
 
 impl Bg {
     pub fn spawn(env: &Env, label: &str, args: &[&str]) -> Bg {
+        Bg::spawn_cmd(env, label, env.cmd().args(args))
+    }
+
+    /// `runner ARGS` with the test hooks `hooks` (`RUNNER_TEST_HOOK`).
+    pub fn spawn_hooked(env: &Env, label: &str, args: &[&str], hooks: &str) -> Bg {
+        Bg::spawn_cmd(
+            env,
+            label,
+            env.cmd().args(args).env("RUNNER_TEST_HOOK", hooks),
+        )
+    }
+
+    fn spawn_cmd(env: &Env, label: &str, cmd: &mut Command) -> Bg {
         let out = env.path(&format!("{label}.stdout"));
         let err = env.path(&format!("{label}.stderr"));
-        let child = env
-            .cmd()
-            .args(args)
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(fs::File::create(&out).expect("stdout file"))
             .stderr(fs::File::create(&err).expect("stderr file"))

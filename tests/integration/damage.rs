@@ -746,7 +746,9 @@ fn sleeper_running(env: &Env, tick_args: &[&str]) -> (Bg, u32) {
 #[test]
 fn rm_refuses_a_schedule_with_a_running_run_unless_forced() {
     let env = Env::init();
-    let (bg, job) = sleeper_running(&env, &["tick", "--lease", "3s"]);
+    // A heartbeat every 10 s: rarely one between rm's cancel and its look at the job, which
+    // would stop the job before rm says it waits.
+    let (bg, job) = sleeper_running(&env, &["tick", "--lease", "30s"]);
 
     let err = env.fails(2, &["schedule", "rm", "sleeper"]);
     assert!(err.contains("running"), "{err}");

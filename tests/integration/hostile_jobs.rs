@@ -20,14 +20,15 @@ fn job_ignoring_sigterm_is_killed_after_the_grace() {
     let pidfile = env.path("sleep.pid");
     env.add(
         "stubborn",
-        &["--timeout", "1s", "--max-attempts", "1"],
+        // Long enough for the shell to set its trap first, however loaded the machine.
+        &["--timeout", "5s", "--max-attempts", "1"],
         &format!(
             "trap '' TERM; sleep 60 & echo $! > {}; wait",
             pidfile.display()
         ),
     );
     let run = env.enqueue("stubborn");
-    let (out, took) = env.tick_within(&[], Duration::from_secs(60));
+    let (out, took) = env.tick_within(&[], Duration::from_secs(120));
     assert!(out.status.success(), "{}", stderr(&out));
     let row = run_row(&env, run);
     assert_eq!(row.status, "dead");
@@ -37,9 +38,9 @@ fn job_ignoring_sigterm_is_killed_after_the_grace() {
         "one line for the dead run: {}",
         stderr(&out)
     );
-    // Timeout 1 s, then SIGTERM (ignored), then SIGKILL 10 s later.
+    // Timeout 5 s, then SIGTERM (ignored), then SIGKILL 10 s later: well before the job's 60 s.
     assert!(
-        took >= Duration::from_secs(11) && took < Duration::from_secs(30),
+        took >= Duration::from_secs(15) && took < Duration::from_secs(58),
         "tick took {took:?}"
     );
     let sleeper = read_pid(&pidfile, Duration::from_secs(10));
@@ -56,7 +57,8 @@ fn a_leftover_cleaning_up_after_a_timeout_gets_the_grace_and_one_sigterm() {
     let log = env.path("log");
     env.add(
         "cleans-up",
-        &["--timeout", "1s", "--max-attempts", "1"],
+        // Long enough for the subshell to set its trap first, however loaded the machine.
+        &["--timeout", "5s", "--max-attempts", "1"],
         &format!(
             "( trap 'echo TERM >> {log}; stop=1' TERM; stop=; \
                while [ -z \"$stop\" ]; do sleep 0.2; done; \

@@ -29,7 +29,9 @@ fn cancel_of_a_running_run_stops_its_process_group_and_status_shows_its_lease() 
     let bg = Bg::spawn(
         &env,
         "tick",
-        &["tick", "--lease", "3s", "--owner", "bg-tick"],
+        // Short enough that the cancel is seen within seconds (a heartbeat every 5 s), long
+        // enough that a stalled machine does not let the lease expire under `status` below.
+        &["tick", "--lease", "15s", "--owner", "bg-tick"],
     )
     .with_job_pidfile(&pidfile);
     let run_id = run_ids(&env, "sleeper")[0];
