@@ -127,8 +127,9 @@ struct AttemptRow<'a> {
     exit_code: Option<i32>,
     error_code: Option<&'a str>,
     error_detail: Option<&'a str>,
-    stdout_tail: Tail<'a>,
-    stderr_tail: Tail<'a>,
+    /// Null while the attempt runs: output is kept when it ends.
+    stdout_tail: Option<Tail<'a>>,
+    stderr_tail: Option<Tail<'a>>,
     stdout_bytes: Option<i64>,
     stderr_bytes: Option<i64>,
 }
@@ -150,8 +151,8 @@ impl<'a> AttemptRow<'a> {
             exit_code: a.exit_code,
             error_code: a.error_code.as_deref(),
             error_detail: a.error_detail.as_deref(),
-            stdout_tail: Tail(&a.stdout_tail),
-            stderr_tail: Tail(&a.stderr_tail),
+            stdout_tail: a.finished_at.map(|_| Tail(&a.stdout_tail)),
+            stderr_tail: a.finished_at.map(|_| Tail(&a.stderr_tail)),
             stdout_bytes: a.stdout_bytes,
             stderr_bytes: a.stderr_bytes,
         }
@@ -369,12 +370,12 @@ fn render_attempt(
     if let Some(detail) = a.error_detail {
         writeln!(out, "  detail:     {}", safe(detail))?;
     }
-    if a.finished_at_epoch.is_none() {
+    let (Some(stdout), Some(stderr)) = (&a.stdout_tail, &a.stderr_tail) else {
         // Output is stored when the attempt ends: "(empty)" would claim the job printed nothing.
         return writeln!(out, "  output:     kept when the attempt ends");
-    }
-    render_tail(out, "stdout", a.stdout_tail.0, a.stdout_bytes, output)?;
-    render_tail(out, "stderr", a.stderr_tail.0, a.stderr_bytes, output)
+    };
+    render_tail(out, "stdout", stdout.0, a.stdout_bytes, output)?;
+    render_tail(out, "stderr", stderr.0, a.stderr_bytes, output)
 }
 
 /// The last `lines` lines of a kept tail (all of it for 0), and what is left out before them:

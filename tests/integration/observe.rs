@@ -334,6 +334,12 @@ fn show_of_a_running_attempt_does_not_call_its_output_empty() {
         "{out}"
     );
     assert!(!out.contains("(empty)"), "{out}");
+    // In JSON: null, not the empty string an attempt that printed nothing has.
+    let shown = crate::common::json(&env.ok(&["show", &id.to_string(), "--json"]));
+    let attempt = &shown["attempts"][0];
+    assert!(attempt["finished_at"].is_null(), "{shown}");
+    assert!(attempt["stdout_tail"].is_null(), "{shown}");
+    assert!(attempt["stderr_tail"].is_null(), "{shown}");
 }
 
 #[test]
