@@ -214,7 +214,9 @@ pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: 
 /// - `apply-commit`: `schedule apply`, planned, before its commit;
 /// - `migrated`: `migrate`, the target committed, the source not yet;
 /// - `removal-locked`: PostgreSQL's `schedule rm` or `apply --prune` holds its locks on a
-///   schedule and its runs, before the delete.
+///   schedule and its runs, before the delete;
+/// - `prune-locked`: PostgreSQL's prune holds its locks on a batch of runs, before it locks
+///   their schedules.
 ///
 /// Unset in real use; nothing else reads it.
 pub fn test_hook(point: &str) {

@@ -457,3 +457,54 @@ fn a_pruned_last_success_stays_in_the_metrics() {
     env.ok(&["schedule", "rm", "daily"]);
     assert_eq!(last_success(&env), None);
 }
+
+/// PostgreSQL: `prune` holds a schedule's old runs when `schedule rm` of that schedule locks its
+/// row and waits for those runs. Prune then must not wait for the schedule's row (to keep its
+/// last success there): each would wait for the other, and the server would abort one of them
+/// with "deadlock detected". The prune leaves that schedule's runs to the removal instead.
+#[test]
+fn a_prune_and_a_removal_of_the_same_schedule_never_deadlock() {
+    if crate::common::Backend::current() != crate::common::Backend::Postgres {
+        println!("skipped: PostgreSQL only (SQLite's write lock takes one writer at a time)");
+        return;
+    }
+    let env = Env::init();
+    let t0 = "2026-07-01T00:00:00Z";
+    env.add_at(Some(t0), "old", "0 0 1 1 *", &[], "true");
+    env.ok(&["--now", t0, "run", "old"]);
+    env.tick_at("2026-07-01T00:00:01Z");
+    assert_eq!(status_of(&env, run_ids(&env, "old")[0]), "succeeded");
+
+    let gate = env.path("gate");
+    let prune = Bg::spawn_hooked(
+        &env,
+        "prune",
+        &[
+            "--now",
+            "2026-07-02T00:00:00Z",
+            "prune",
+            "--older-than",
+            "1h",
+        ],
+        &format!("prune-locked:wait={}", gate.display()),
+    );
+    let reached = env.path("gate.reached");
+    wait_until(Duration::from_secs(60), "the prune to lock the run", || {
+        reached.exists()
+    });
+    let rm = Bg::spawn(&env, "rm", &["schedule", "rm", "old"]);
+    wait_until(Duration::from_secs(60), "rm to wait for the run", || {
+        env.sql.query_i64(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            &[],
+        ) > 0
+    });
+    std::fs::write(&gate, "").expect("let the prune go on");
+    let pruned = prune.finish(Duration::from_secs(60));
+    assert!(pruned.status.success(), "{}", stderr(&pruned));
+    let removed = rm.finish(Duration::from_secs(60));
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    assert!(stdout(&removed).contains("removed schedule old"));
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
+}

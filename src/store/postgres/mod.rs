@@ -2668,6 +2668,29 @@ impl Store for PostgresStore {
                 .iter()
                 .map(|r| r.try_get(0))
                 .collect::<Result<_, _>>()?;
+            crate::tick::test_hook("prune-locked");
+            // Each schedule keeps the latest finish of its succeeded runs deleted here (for the
+            // last-success metric; see the SQLite schema's version 14), so their schedules' rows
+            // are written too. Locked without waiting: a removal locks a schedule's row, then its
+            // runs, the other way round; waiting here for a schedule it holds, while holding the
+            // runs it waits for, would be a deadlock. The runs of a schedule locked elsewhere
+            // are left for a later prune. (The lock the update needs, not FOR UPDATE: that would
+            // also pass over every schedule a run was just inserted for, whose key is shared.)
+            let ids: Vec<i64> = tx
+                .query(
+                    "WITH locked AS (
+                         SELECT id FROM job_definitions
+                         WHERE id IN (SELECT definition_id FROM job_runs
+                                      WHERE id = ANY($1) AND status = 'succeeded')
+                         ORDER BY id FOR NO KEY UPDATE SKIP LOCKED)
+                     SELECT id FROM job_runs
+                     WHERE id = ANY($1)
+                       AND (status <> 'succeeded' OR definition_id IN (SELECT id FROM locked))",
+                    &[&ids],
+                )?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
             if ids.is_empty() {
                 return Ok(PruneCounts::default());
             }
@@ -2677,8 +2700,6 @@ impl Store for PostgresStore {
                         (SELECT count(*) FROM job_events WHERE run_id = ANY($1))",
                 &[&ids],
             )?;
-            // Each schedule keeps the latest finish of its succeeded runs deleted here (for the
-            // last-success metric; see the SQLite schema's version 14).
             tx.execute(
                 "UPDATE job_definitions d SET pruned_success_at = GREATEST(d.pruned_success_at, p.at)
                  FROM (SELECT definition_id, max(finished_at) AS at FROM job_runs
