@@ -461,7 +461,8 @@ fn a_pruned_last_success_stays_in_the_metrics() {
 /// PostgreSQL: `prune` holds a schedule's old runs when `schedule rm` of that schedule locks its
 /// row and waits for those runs. Prune then must not wait for the schedule's row (to keep its
 /// last success there): each would wait for the other, and the server would abort one of them
-/// with "deadlock detected". The prune leaves that schedule's runs to the removal instead.
+/// with "deadlock detected". The prune leaves that schedule's runs to the removal instead, and
+/// still deletes the other schedules' runs, though a whole batch was the busy schedule's.
 #[test]
 fn a_prune_and_a_removal_of_the_same_schedule_never_deadlock() {
     if crate::common::Backend::current() != crate::common::Backend::Postgres {
@@ -469,31 +470,38 @@ fn a_prune_and_a_removal_of_the_same_schedule_never_deadlock() {
         return;
     }
     let env = Env::init();
-    let t0 = "2026-07-01T00:00:00Z";
-    env.add_at(Some(t0), "old", "0 0 1 1 *", &[], "true");
-    env.ok(&["--now", t0, "run", "old"]);
-    env.tick_at("2026-07-01T00:00:01Z");
-    assert_eq!(status_of(&env, run_ids(&env, "old")[0]), "succeeded");
+    let now = epoch("2026-07-02T00:00:00Z");
+    env.add_at(
+        Some("2026-06-01T00:00:00Z"),
+        "old",
+        "0 0 1 1 *",
+        &[],
+        "true",
+    );
+    env.add_at(
+        Some("2026-06-01T00:00:00Z"),
+        "other",
+        "0 0 1 1 *",
+        &[],
+        "true",
+    );
+    // More than a batch (5,000) of the schedule to remove, made first, so picked first.
+    insert_finished_runs(&env, "old", 5_001, now, 2 * 86_400);
+    insert_finished_runs(&env, "other", 3, now, 86_400);
 
     let gate = env.path("gate");
     let prune = Bg::spawn_hooked(
         &env,
         "prune",
-        &[
-            "--now",
-            "2026-07-02T00:00:00Z",
-            "prune",
-            "--older-than",
-            "1h",
-        ],
+        &["--now", &utc(now), "prune", "--older-than", "1h"],
         &format!("prune-locked:wait={}", gate.display()),
     );
     let reached = env.path("gate.reached");
-    wait_until(Duration::from_secs(60), "the prune to lock the run", || {
+    wait_until(Duration::from_secs(60), "the prune to lock a batch", || {
         reached.exists()
     });
     let rm = Bg::spawn(&env, "rm", &["schedule", "rm", "old"]);
-    wait_until(Duration::from_secs(60), "rm to wait for the run", || {
+    wait_until(Duration::from_secs(60), "rm to wait for the runs", || {
         env.sql.query_i64(
             "SELECT count(*) FROM pg_stat_activity
              WHERE datname = current_database() AND wait_event_type = 'Lock'",
@@ -503,6 +511,11 @@ fn a_prune_and_a_removal_of_the_same_schedule_never_deadlock() {
     std::fs::write(&gate, "").expect("let the prune go on");
     let pruned = prune.finish(Duration::from_secs(60));
     assert!(pruned.status.success(), "{}", stderr(&pruned));
+    assert!(
+        stdout(&pruned).starts_with("removed 3 runs"),
+        "the other schedule's runs: {}",
+        stdout(&pruned)
+    );
     let removed = rm.finish(Duration::from_secs(60));
     assert!(removed.status.success(), "{}", stderr(&removed));
     assert!(stdout(&removed).contains("removed schedule old"));

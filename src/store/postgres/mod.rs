@@ -1410,9 +1410,10 @@ const STORAGE_BYTES: &str = "
 SELECT coalesce(sum(pg_total_relation_size(c)), 0)::bigint
 FROM unnest(ARRAY['job_definitions', 'job_runs', 'job_attempts', 'job_events', 'runner_state']::regclass[]) AS c";
 
-/// The runs pruning may delete: finished for good before `$1`, with no attempt still open.
+/// The runs pruning may delete (each with its schedule, and whether it succeeded): finished for
+/// good before `$1`, with no attempt still open.
 const PRUNABLE_RUNS: &str = "
-SELECT id FROM job_runs
+SELECT id, definition_id, status = 'succeeded' FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < $1
   AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = job_runs.id AND a.finished_at IS NULL)";
 
@@ -2660,40 +2661,54 @@ impl Store for PostgresStore {
 
     fn prune_batch(&mut self, cutoff: i64, limit: usize) -> StoreResult<PruneCounts> {
         self.write(|tx| {
-            let ids: Vec<i64> = tx
-                .query(
-                    &format!("{PRUNABLE_RUNS} LIMIT $2 FOR UPDATE SKIP LOCKED"),
-                    &[&cutoff, &(limit as i64)],
-                )?
-                .iter()
-                .map(|r| r.try_get(0))
-                .collect::<Result<_, _>>()?;
-            crate::tick::test_hook("prune-locked");
             // Each schedule keeps the latest finish of its succeeded runs deleted here (for the
             // last-success metric; see the SQLite schema's version 14), so their schedules' rows
-            // are written too. Locked without waiting: a removal locks a schedule's row, then its
-            // runs, the other way round; waiting here for a schedule it holds, while holding the
-            // runs it waits for, would be a deadlock. The runs of a schedule locked elsewhere
-            // are left for a later prune. (The lock the update needs, not FOR UPDATE: that would
-            // also pass over every schedule a run was just inserted for, whose key is shared.)
-            let ids: Vec<i64> = tx
-                .query(
-                    "WITH locked AS (
-                         SELECT id FROM job_definitions
-                         WHERE id IN (SELECT definition_id FROM job_runs
-                                      WHERE id = ANY($1) AND status = 'succeeded')
-                         ORDER BY id FOR NO KEY UPDATE SKIP LOCKED)
-                     SELECT id FROM job_runs
-                     WHERE id = ANY($1)
-                       AND (status <> 'succeeded' OR definition_id IN (SELECT id FROM locked))",
-                    &[&ids],
-                )?
-                .iter()
-                .map(|r| r.try_get(0))
-                .collect::<Result<_, _>>()?;
-            if ids.is_empty() {
-                return Ok(PruneCounts::default());
-            }
+            // are written too, and locked without waiting: a removal locks a schedule's row,
+            // then its runs, the other way round; waiting here for a schedule it holds, while
+            // holding the runs it waits for, would be a deadlock. The runs of a schedule locked
+            // elsewhere (`busy`) are left for a later prune, and picked again without them. (The
+            // lock the update needs, not FOR UPDATE: that would also pass over every schedule a
+            // run was just inserted for, whose key is shared.)
+            let mut busy: Vec<i64> = Vec::new();
+            let ids: Vec<i64> = loop {
+                let picked = tx.query(
+                    &format!(
+                        "{PRUNABLE_RUNS} AND definition_id <> ALL($3)
+                         LIMIT $2 FOR UPDATE SKIP LOCKED"
+                    ),
+                    &[&cutoff, &(limit as i64), &busy],
+                )?;
+                if picked.is_empty() {
+                    return Ok(PruneCounts::default());
+                }
+                crate::tick::test_hook("prune-locked");
+                let mut picked: Vec<(i64, i64, bool)> = picked
+                    .iter()
+                    .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+                    .collect::<Result<_, postgres::Error>>()?;
+                let mut wanted: Vec<i64> = picked
+                    .iter()
+                    .filter(|(_, _, succeeded)| *succeeded)
+                    .map(|(_, schedule, _)| *schedule)
+                    .collect();
+                wanted.sort_unstable();
+                wanted.dedup();
+                let held: Vec<i64> = tx
+                    .query(
+                        "SELECT id FROM job_definitions WHERE id = ANY($1)
+                         ORDER BY id FOR NO KEY UPDATE SKIP LOCKED",
+                        &[&wanted],
+                    )?
+                    .iter()
+                    .map(|r| r.try_get(0))
+                    .collect::<Result<_, _>>()?;
+                picked.retain(|(_, schedule, succeeded)| !succeeded || held.contains(schedule));
+                if !picked.is_empty() {
+                    break picked.into_iter().map(|(id, _, _)| id).collect();
+                }
+                // Every run picked is a succeeded run of a busy schedule: at least one more.
+                busy.extend(wanted.into_iter().filter(|s| !held.contains(s)));
+            };
             // Counted before the delete: rows removed by ON DELETE CASCADE are not reported by it.
             let counts = tx.query_one(
                 "SELECT (SELECT count(*) FROM job_attempts WHERE run_id = ANY($1)),
