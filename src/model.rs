@@ -812,6 +812,15 @@ impl AttemptFailure {
 }
 
 /// The result of one attempt, as the runner that held the lease reports it.
+/// What an attempt's job printed, as kept: the end of each stream, and each stream's length.
+#[derive(Debug, Clone, Default)]
+pub struct CapturedOutput {
+    pub stdout_tail: Vec<u8>,
+    pub stderr_tail: Vec<u8>,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+}
+
 #[derive(Debug, Clone)]
 pub struct AttemptResult {
     pub run_id: i64,
@@ -822,10 +831,9 @@ pub struct AttemptResult {
     /// `None`: succeeded.
     pub failure: Option<AttemptFailure>,
     pub exit_code: Option<i32>,
-    pub stdout_tail: Vec<u8>,
-    pub stderr_tail: Vec<u8>,
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
+    /// `None` when this runner never had it: recovery closes an attempt whose output went to a
+    /// runner that is gone. Stored as NULL, so the attempt does not claim its job printed nothing.
+    pub output: Option<CapturedOutput>,
     /// What the job left behind when its shell exited (`pid comm`), and whether it was killed.
     pub leftovers: Vec<String>,
     pub leftovers_killed: bool,

@@ -127,7 +127,8 @@ struct AttemptRow<'a> {
     exit_code: Option<i32>,
     error_code: Option<&'a str>,
     error_detail: Option<&'a str>,
-    /// Null while the attempt runs: output is kept when it ends.
+    /// Null while the attempt runs (output is kept when it ends), and for an attempt whose
+    /// runner never saw it end (closed by recovery).
     stdout_tail: Option<Tail<'a>>,
     stderr_tail: Option<Tail<'a>>,
     stdout_bytes: Option<i64>,
@@ -151,8 +152,8 @@ impl<'a> AttemptRow<'a> {
             exit_code: a.exit_code,
             error_code: a.error_code.as_deref(),
             error_detail: a.error_detail.as_deref(),
-            stdout_tail: a.finished_at.map(|_| Tail(&a.stdout_tail)),
-            stderr_tail: a.finished_at.map(|_| Tail(&a.stderr_tail)),
+            stdout_tail: a.finished_at.and(a.stdout_tail.as_deref()).map(Tail),
+            stderr_tail: a.finished_at.and(a.stderr_tail.as_deref()).map(Tail),
             stdout_bytes: a.stdout_bytes,
             stderr_bytes: a.stderr_bytes,
         }
@@ -370,9 +371,16 @@ fn render_attempt(
     if let Some(detail) = a.error_detail {
         writeln!(out, "  detail:     {}", safe(detail))?;
     }
-    let (Some(stdout), Some(stderr)) = (&a.stdout_tail, &a.stderr_tail) else {
-        // Output is stored when the attempt ends: "(empty)" would claim the job printed nothing.
+    // Output is stored when the attempt ends, by the runner that ran it: "(empty)" would claim
+    // the job printed nothing.
+    if a.finished_at_epoch.is_none() {
         return writeln!(out, "  output:     kept when the attempt ends");
+    }
+    let (Some(stdout), Some(stderr)) = (&a.stdout_tail, &a.stderr_tail) else {
+        return writeln!(
+            out,
+            "  output:     not kept (its runner did not see the attempt end)"
+        );
     };
     render_tail(out, "stdout", stdout.0, a.stdout_bytes, output)?;
     render_tail(out, "stderr", stderr.0, a.stderr_bytes, output)

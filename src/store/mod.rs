@@ -399,8 +399,9 @@ pub struct AttemptView {
     pub exit_code: Option<i32>,
     pub error_code: Option<String>,
     pub error_detail: Option<String>,
-    pub stdout_tail: Vec<u8>,
-    pub stderr_tail: Vec<u8>,
+    /// NULL while the attempt runs, and for one its runner never saw end (closed by recovery).
+    pub stdout_tail: Option<Vec<u8>>,
+    pub stderr_tail: Option<Vec<u8>>,
     pub stdout_bytes: Option<i64>,
     pub stderr_bytes: Option<i64>,
 }

@@ -1002,6 +1002,7 @@ impl Columns<'_, '_> {
 /// `Store::finish_attempt`).
 fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
     let (result, run) = (&end.result, &end.run);
+    let output = result.output.as_ref();
     // Cached: every attempt's end runs these two statements (compiling them each time was a
     // twentieth of a draining tick's CPU).
     let changed = tx.prepare_cached(
@@ -1027,8 +1028,9 @@ fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>
         )?
         .execute(params![
             result.run_id, result.attempt, result.lease_token, result.finished_at, result.duration_ms,
-            end.outcome.as_str(), result.exit_code, run.error_code, run.error_detail, result.stdout_tail,
-            result.stderr_tail, result.stdout_bytes as i64, result.stderr_bytes as i64, applied,
+            end.outcome.as_str(), result.exit_code, run.error_code, run.error_detail,
+            output.map(|o| &o.stdout_tail), output.map(|o| &o.stderr_tail),
+            output.map(|o| o.stdout_bytes as i64), output.map(|o| o.stderr_bytes as i64), applied,
             result.attempt_left_open
         ])?;
     let at = result.finished_at;
@@ -2374,8 +2376,8 @@ impl Store for SqliteStore {
                 exit_code: r.get(9)?,
                 error_code: r.get(10)?,
                 error_detail: r.get(11)?,
-                stdout_tail: r.get::<_, Option<Vec<u8>>>(12)?.unwrap_or_default(),
-                stderr_tail: r.get::<_, Option<Vec<u8>>>(13)?.unwrap_or_default(),
+                stdout_tail: r.get(12)?,
+                stderr_tail: r.get(13)?,
                 stdout_bytes: r.get(14)?,
                 stderr_bytes: r.get(15)?,
             })

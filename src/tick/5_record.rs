@@ -8,8 +8,8 @@ use anyhow::Result;
 
 use super::{runner_error, test_hook, OnShutdown, Tick};
 use crate::model::{
-    AfterFailure, AttemptEnd, AttemptFailure, AttemptResult, ClaimedRun, ErrorCode, Fenced,
-    Leftovers,
+    AfterFailure, AttemptEnd, AttemptFailure, AttemptResult, CapturedOutput, ClaimedRun, ErrorCode,
+    Fenced, Leftovers,
 };
 use crate::process::{signal_name, Finished, Outcome, Signals, SpawnErrorKind};
 use crate::store::{Claimed, Commit, Result as StoreResult};
@@ -245,10 +245,15 @@ fn attempt_result(
         leftovers_killed: run.leftovers == Leftovers::Kill || failure.is_some(),
         failure,
         exit_code,
-        stdout_tail: finished.map_or_else(Vec::new, |f| f.stdout_tail.clone()),
-        stderr_tail: finished.map_or_else(Vec::new, |f| f.stderr_tail.clone()),
-        stdout_bytes: finished.map_or(0, |f| f.stdout_total),
-        stderr_bytes: finished.map_or(0, |f| f.stderr_total),
+        // A job that could not start printed nothing.
+        output: Some(
+            finished.map_or_else(CapturedOutput::default, |f| CapturedOutput {
+                stdout_tail: f.stdout_tail.clone(),
+                stderr_tail: f.stderr_tail.clone(),
+                stdout_bytes: f.stdout_total,
+                stderr_bytes: f.stderr_total,
+            }),
+        ),
         leftovers,
         attempt_left_open: false,
         lease_expired_at: None,

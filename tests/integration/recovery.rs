@@ -6,7 +6,7 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    process_alive, read_pid, sh_quote, stderr, stdout, wait_until, Bg, Env, Strays, Val,
+    json, process_alive, read_pid, sh_quote, stderr, stdout, wait_until, Bg, Env, Strays, Val,
 };
 
 #[test]
@@ -22,7 +22,7 @@ fn kill_9_of_a_tick_then_recovery_kills_the_leftover_and_retries_without_overlap
     // Attempt 1 sleeps (and is orphaned by the kill -9); later attempts finish at once.
     let command = format!(
         "exec 9>{lock}; flock -n 9 || {{ echo \"attempt $RUNNER_ATTEMPT\" >> {violations}; exit 1; }}; \
-         echo \"start $RUNNER_ATTEMPT $$\" >> {log}; \
+         echo \"start $RUNNER_ATTEMPT $$\" >> {log}; echo printed; \
          if [ \"$RUNNER_ATTEMPT\" = 1 ]; then sleep 30 & echo $! > {pid}; wait; fi; \
          echo \"end $RUNNER_ATTEMPT\" >> {log}",
         lock = sh_quote(&lock),
@@ -144,6 +144,19 @@ fn kill_9_of_a_tick_then_recovery_kills_the_leftover_and_retries_without_overlap
             &[&run_id]
         ),
         1
+    );
+    // Attempt 1 printed, to a runner that is gone: its output is not known, not "empty".
+    let shown = json(&env.ok(&["show", &run_id.to_string(), "--json"]));
+    let (first, second) = (&shown["attempts"][0], &shown["attempts"][1]);
+    for field in ["stdout_tail", "stderr_tail", "stdout_bytes", "stderr_bytes"] {
+        assert!(first[field].is_null(), "{field}: {shown}");
+    }
+    assert_eq!(second["stdout_tail"], "printed\n", "{shown}");
+    assert_eq!(second["stdout_bytes"], 8, "{shown}");
+    let text = env.ok(&["show", &run_id.to_string()]);
+    assert!(
+        text.contains("  output:     not kept (its runner did not see the attempt end)\n"),
+        "{text}"
     );
     let detail = env
         .sql

@@ -923,10 +923,17 @@ fn finish_all(
         .iter()
         .map(|e| e.result.exit_code.map(i64::from))
         .collect();
-    let stdout_tails: Vec<&[u8]> = ends.iter().map(|e| &e.result.stdout_tail[..]).collect();
-    let stderr_tails: Vec<&[u8]> = ends.iter().map(|e| &e.result.stderr_tail[..]).collect();
-    let stdout_bytes = column(&|e| e.result.stdout_bytes as i64);
-    let stderr_bytes = column(&|e| e.result.stderr_bytes as i64);
+    let outputs = || ends.iter().map(|e| e.result.output.as_ref());
+    let stdout_tails: Vec<Option<&[u8]>> =
+        outputs().map(|o| o.map(|o| &o.stdout_tail[..])).collect();
+    let stderr_tails: Vec<Option<&[u8]>> =
+        outputs().map(|o| o.map(|o| &o.stderr_tail[..])).collect();
+    let stdout_bytes: Vec<Option<i64>> = outputs()
+        .map(|o| o.map(|o| o.stdout_bytes as i64))
+        .collect();
+    let stderr_bytes: Vec<Option<i64>> = outputs()
+        .map(|o| o.map(|o| o.stderr_bytes as i64))
+        .collect();
     let left_open: Vec<bool> = ends.iter().map(|e| e.result.attempt_left_open).collect();
     let events = || {
         ends.iter()
@@ -1020,6 +1027,7 @@ SELECT set_config('synchronous_commit', coalesce($24, current_setting('synchrono
 /// One attempt's end within a group commit (see `Store::finish_attempt`).
 fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
     let (result, run) = (&end.result, &end.run);
+    let output = result.output.as_ref();
     let finish_run = prepared(
         tx,
         "UPDATE job_runs SET status = $3, run_at = coalesce($4, run_at), owner = NULL, lease_token = NULL,
@@ -1063,10 +1071,10 @@ fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Resul
             &result.exit_code.map(i64::from),
             &run.error_code,
             &run.error_detail,
-            &result.stdout_tail,
-            &result.stderr_tail,
-            &(result.stdout_bytes as i64),
-            &(result.stderr_bytes as i64),
+            &output.map(|o| &o.stdout_tail),
+            &output.map(|o| &o.stderr_tail),
+            &output.map(|o| o.stdout_bytes as i64),
+            &output.map(|o| o.stderr_bytes as i64),
             &applied,
             &result.attempt_left_open,
         ],
@@ -2307,8 +2315,8 @@ impl Store for PostgresStore {
                         exit_code: opt_i32_at(r, 9)?,
                         error_code: r.try_get(10)?,
                         error_detail: r.try_get(11)?,
-                        stdout_tail: r.try_get::<_, Option<Vec<u8>>>(12)?.unwrap_or_default(),
-                        stderr_tail: r.try_get::<_, Option<Vec<u8>>>(13)?.unwrap_or_default(),
+                        stdout_tail: r.try_get(12)?,
+                        stderr_tail: r.try_get(13)?,
                         stdout_bytes: r.try_get(14)?,
                         stderr_bytes: r.try_get(15)?,
                     })
