@@ -811,7 +811,6 @@ impl AttemptFailure {
     }
 }
 
-/// The result of one attempt, as the runner that held the lease reports it.
 /// What an attempt's job printed, as kept: the end of each stream, and each stream's length.
 #[derive(Debug, Clone, Default)]
 pub struct CapturedOutput {
@@ -821,6 +820,7 @@ pub struct CapturedOutput {
     pub stderr_bytes: u64,
 }
 
+/// The result of one attempt, as the runner that held the lease reports it.
 #[derive(Debug, Clone)]
 pub struct AttemptResult {
     pub run_id: i64,
