@@ -2701,6 +2701,7 @@ impl Store for PostgresStore {
                     .collect();
                 wanted.sort_unstable();
                 wanted.dedup();
+                // In id order: the lock order, and what `is_held` searches.
                 let held: Vec<i64> = tx
                     .query(
                         "SELECT id FROM job_definitions WHERE id = ANY($1)
@@ -2710,12 +2711,13 @@ impl Store for PostgresStore {
                     .iter()
                     .map(|r| r.try_get(0))
                     .collect::<Result<_, _>>()?;
-                picked.retain(|(_, schedule, succeeded)| !succeeded || held.contains(schedule));
+                let is_held = |schedule: &i64| held.binary_search(schedule).is_ok();
+                picked.retain(|(_, schedule, succeeded)| !succeeded || is_held(schedule));
                 if !picked.is_empty() {
                     break picked.into_iter().map(|(id, _, _)| id).collect();
                 }
                 // Every run picked is a succeeded run of a busy schedule: at least one more.
-                busy.extend(wanted.into_iter().filter(|s| !held.contains(s)));
+                busy.extend(wanted.into_iter().filter(|s| !is_held(s)));
             };
             // Counted before the delete: rows removed by ON DELETE CASCADE are not reported by it.
             let counts = tx.query_one(
