@@ -488,7 +488,16 @@ fn render(report: &Report) -> Result<String, std::fmt::Error> {
             .collect();
         writeln!(out, "errors (24h):    {}", errors.join(", "))?;
     }
-    writeln!(out, "dead (24h):      {}", recent.dead_runs)?;
+    // The store lists the latest few; say so when there are more, as `running` does.
+    let listed = if recent.dead_runs > recent.dead.len() as i64 {
+        format!(
+            " (the {} latest; the others: runner history --status dead)",
+            recent.dead.len()
+        )
+    } else {
+        String::new()
+    };
+    writeln!(out, "dead (24h):      {}{listed}", recent.dead_runs)?;
     for dead in &recent.dead {
         writeln!(
             out,

@@ -829,6 +829,40 @@ pub(super) fn promtool_check(text: &str) {
 }
 
 #[test]
+fn status_says_when_it_lists_only_the_latest_dead_runs() {
+    let env = Env::init();
+    env.add("doomed", &["--max-attempts", "1"], "exit 5");
+    for _ in 0..12 {
+        env.enqueue("doomed");
+    }
+    env.tick(&[]);
+
+    let text = env.ok(&["status"]);
+    let listed = text.lines().filter(|l| l.starts_with("  run ")).count();
+    assert_eq!(listed, 10, "{text}");
+    assert!(
+        text.contains(
+            "dead (24h):      12 (the 10 latest; the others: runner history --status dead)"
+        ),
+        "{text}"
+    );
+    let report = json(&env.ok(&["status", "--json"]));
+    assert_eq!(report["last_24h"]["dead_runs"], 12, "{report}");
+    assert_eq!(
+        report["last_24h"]["dead"].as_array().map(Vec::len),
+        Some(10)
+    );
+
+    // All listed: no note.
+    let env = Env::init();
+    env.add("doomed", &["--max-attempts", "1"], "exit 5");
+    env.enqueue("doomed");
+    env.tick(&[]);
+    let text = env.ok(&["status"]);
+    assert!(text.contains("dead (24h):      1\n"), "{text}");
+}
+
+#[test]
 fn metrics_are_valid_exposition_format() {
     let env = Env::init();
     let t0 = "2026-07-01T11:00:00Z";
