@@ -762,15 +762,28 @@ fn permissions_check(database: &Location, my_name: &str) -> Check {
                 .to_string(),
         ),
     };
-    if !path.exists() {
-        return Check::fail(
-            "permissions",
-            format!("{} does not exist", path.display()),
-            format!(
-                "create it as the user cron runs the tick as: `runner --db {} init`",
-                path.display()
-            ),
-        );
+    match path.try_exists() {
+        Ok(true) => {}
+        // A directory above it this user may not enter: it may well exist.
+        Err(e) => {
+            return Check::fail(
+                "permissions",
+                format!("cannot reach {}: {e}", path.display()),
+                "run doctor as the user cron runs the tick as (e.g. `sudo -u runner runner \
+                 doctor`), who owns the database"
+                    .to_string(),
+            )
+        }
+        Ok(false) => {
+            return Check::fail(
+                "permissions",
+                format!("{} does not exist", path.display()),
+                format!(
+                    "create it as the user cron runs the tick as: `runner --db {} init`",
+                    path.display()
+                ),
+            )
+        }
     }
     match crate::store::execution_refusal(database) {
         None => Check::ok(

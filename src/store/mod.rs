@@ -200,7 +200,7 @@ pub fn open(location: &Location, mode: OpenMode) -> anyhow::Result<Box<dyn Store
 /// schema), for a command that only looks and creates nothing (`schedule apply --dry-run`).
 pub fn open_if_present(location: &Location) -> anyhow::Result<Option<Box<dyn Store>>> {
     match location {
-        Location::Sqlite(path) if !path.exists() => Ok(None),
+        Location::Sqlite(path) if !sqlite::exists(path)? => Ok(None),
         Location::Sqlite(_) => open(location, OpenMode::MustExist).map(Some),
         Location::Postgres(url) => Ok(PostgresStore::open_if_present(url, &location.to_string())?
             .map(|store| Box::new(store) as Box<dyn Store>)),

@@ -215,7 +215,7 @@ impl SqliteStore {
             ))
             .into());
         }
-        if !path.exists() {
+        if !exists(path)? {
             if mode != OpenMode::CreateIfMissing {
                 return Err(Failure::database(format!(
                     "no runner database at {shown}; create it with `runner init` \
@@ -230,6 +230,16 @@ impl SqliteStore {
                 "{shown} is an empty file, not a runner database; create one with `runner init`"
             ))
             .into());
+        }
+        // Said here, not as SQLite's "unable to open database file" about the URI it was given.
+        if let Err(e) = std::fs::File::open(path) {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                return Err(Failure::database(format!(
+                    "cannot read {shown}: permission denied; run as the user that owns it \
+                     (e.g. `sudo -u runner ...`) or give this user read access"
+                ))
+                .into());
+            }
         }
         // A user who cannot write the database only reads it. Read it in SQLite's immutable mode
         // when nobody has it open and its -wal is empty: otherwise SQLite would create -wal and
@@ -708,6 +718,25 @@ fn cannot_write(path: &Path, error: Option<rusqlite::Error>) -> anyhow::Error {
         "{} is read-only for this user{cause}: reading works, but this command must write; {why}",
         path.display()
     ))
+}
+
+/// Whether the database file exists. A directory above it that this user may not enter hides it
+/// (`Path::exists` says "no"): that is said as such, not as a missing database to create.
+pub fn exists(path: &Path) -> Result<bool> {
+    path.try_exists().map_err(|e| {
+        let blocked = path
+            .ancestors()
+            .skip(1)
+            .filter(|d| !d.as_os_str().is_empty())
+            .find(|d| d.try_exists().is_ok_and(|there| there) && std::fs::read_dir(d).is_err());
+        let wherein = blocked.map_or(String::new(), |d| format!(" (in {})", d.display()));
+        Failure::database(format!(
+            "cannot reach {}: {e}{wherein}; run as the user that owns the database (e.g. `sudo -u \
+             runner ...`) or give this user access to its directory",
+            path.display()
+        ))
+        .into()
+    })
 }
 
 /// `file:` URI of `path` with `immutable=1`, percent-encoding what a URI path cannot hold.

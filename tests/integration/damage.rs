@@ -303,6 +303,68 @@ fn a_read_only_database_in_a_read_only_directory_can_be_read() {
     );
 }
 
+/// A database this user cannot reach (a directory above it it may not enter) or read (its own
+/// mode) is said to be so: not "no runner database; create it with `runner init`", which would
+/// send an operator who forgot `sudo -u runner` to make a second, empty database; and not as
+/// SQLite's "unable to open database file" about an internal URI.
+#[test]
+fn an_unreachable_or_unreadable_database_is_not_called_missing() {
+    sqlite_only!("file permissions of the database");
+    let env = Env::init();
+    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "echo hi"]);
+    let Some(stranger) = Stranger::with_copy_of(&env, "unreachable database") else {
+        return;
+    };
+    // The database's directory closed to the stranger.
+    if stranger.as_root {
+        std::os::unix::fs::chown(&stranger.dir, Some(0), Some(0)).expect("chown");
+    }
+    chmod(&stranger.dir, 0o700);
+    if !stranger.as_root {
+        chmod(&stranger.dir, 0o000);
+    }
+    for args in [&["status"][..], &["init"], &["schedule", "list"], &["tick"]] {
+        let out = stranger.run(args);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("cannot reach {}", stranger.db.display()))
+                && err.contains("ermission denied")
+                && err.contains(&format!("(in {})", stranger.dir.display())),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("runner init"), "{args:?}: {err}");
+    }
+    let out = stranger.run(&["doctor"]);
+    let report = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        report.contains(&format!("cannot reach {}", stranger.db.display()))
+            && !report.contains("does not exist"),
+        "{report}"
+    );
+
+    // The directory open again, the file itself unreadable.
+    chmod(&stranger.dir, 0o755);
+    if stranger.as_root {
+        std::os::unix::fs::chown(&stranger.db, Some(0), Some(0)).expect("chown");
+    }
+    chmod(&stranger.db, 0o000);
+    for args in [&["status"][..], &["history"], &["init"]] {
+        let out = stranger.run(args);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!(
+                "cannot read {}: permission denied",
+                stranger.db.display()
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("immutable"), "{args:?}: {err}");
+    }
+    chmod(&stranger.db, 0o644);
+}
+
 /// A -wal with changes not yet in the database file cannot be read without creating -shm: the
 /// message says exactly that instead of "attempt to write a readonly database".
 #[test]
