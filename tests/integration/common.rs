@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike, SecondsFormat, Utc};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use postgres::types::Type as PgType;
@@ -199,9 +199,27 @@ pub const RETRY_AT_ONCE: [&str; 6] = [
     "0s",
 ];
 
-/// A cron expression that never fires during a test (1 January, at least weeks away): runs come
-/// from `runner run`.
-pub const NEVER: &str = "0 0 1 1 *";
+/// A cron expression that never falls due during a test on the real clock: runs come from
+/// `runner run`. See [`never_near`]; a test whose clock is a fixed `--now` asks that instead.
+pub fn never() -> String {
+    yearly_far_from(real_now())
+}
+
+/// A cron expression that never falls due within months either side of `time` (RFC 3339), for a
+/// test whose commands all run at `--now` times near it: runs come from `runner run`.
+pub fn never_near(time: &str) -> String {
+    yearly_far_from(epoch(time))
+}
+
+/// Once a year, at midnight on the 15th of the month half a year from `time`'s month: at least
+/// five months after `time` and five before it, whatever its date. (A fixed date such as
+/// `0 0 1 1 *` falls due within the test when it runs late on 31 December.)
+fn yearly_far_from(time: i64) -> String {
+    let month0 = DateTime::from_timestamp(time, 0)
+        .expect("time in range")
+        .month0();
+    format!("0 0 15 {} *", (month0 + 6) % 12 + 1)
+}
 
 /// SQL that takes a SQLite database back to before schema version 8 (the run tally), for tests
 /// that forge an older version and migrate it (after `undo_attempt_schedule`).
@@ -231,10 +249,10 @@ pub fn undo_attempt_schedule(env: &Env) {
 }
 
 impl Env {
-    /// `runner schedule add NAME --cron NEVER FLAGS -- COMMAND`: runs come from `runner run`.
+    /// `runner schedule add NAME --cron <never()> FLAGS -- COMMAND`: runs come from `runner run`.
     /// Returns what it printed.
     pub fn add(&self, name: &str, flags: &[&str], command: &str) -> String {
-        self.add_at(None, name, NEVER, flags, command)
+        self.add_at(None, name, &never(), flags, command)
     }
 
     /// `runner [--now NOW] schedule add NAME --cron CRON FLAGS -- COMMAND`, which must succeed;

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::common::{database_marker, Backend, Env};
+use crate::common::{database_marker, never, Backend, Env};
 
 const LEASE: &str = "3s";
 /// Ticks alive at once during the killing phase.
@@ -102,7 +102,7 @@ fn crash_loop_loses_nothing_and_never_runs_a_run_twice_at_once() {
     // Enough attempts that kills never make a run dead; retries come without backoff.
     let common = [
         "--cron",
-        "0 0 1 1 *",
+        &never(),
         "--max-attempts",
         "1000",
         "--backoff-base",

@@ -15,7 +15,7 @@ use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
 use crate::common::{
-    chmod, is_root, json, process_alive, stderr, stdout, wait_until, Bg, Env, BIN, NEVER,
+    chmod, is_root, json, never, process_alive, stderr, stdout, wait_until, Bg, Env, BIN,
 };
 use crate::sqlite_only;
 
@@ -41,7 +41,7 @@ fn lines_with<'a>(text: &'a str, needle: &str) -> Vec<&'a str> {
 fn stored_commands_and_names_are_shown_escaped() {
     let env = Env::init();
     let command = "printf '\u{1b}[2J'\necho \u{202e}txt.exe\u{2066}";
-    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", command]);
+    env.ok(&["schedule", "add", "a", "--cron", &never(), "--", command]);
     let shown = env.ok(&["schedule", "show", "a"]);
     let line = shown
         .lines()
@@ -86,7 +86,7 @@ fn stored_commands_and_names_are_shown_escaped() {
             "add",
             "a\u{202e}b",
             "--cron",
-            NEVER,
+            &never(),
             "--",
             "true",
         ],
@@ -154,7 +154,15 @@ fn sub_second_durations_are_refused_for_every_flag_stored_in_seconds() {
         let err = env.fails(
             2,
             &[
-                "schedule", "add", "x", "--cron", NEVER, flag, value, "--", "true",
+                "schedule",
+                "add",
+                "x",
+                "--cron",
+                &never(),
+                flag,
+                value,
+                "--",
+                "true",
             ],
         );
         assert!(err.contains(flag), "{flag}: {err}");
@@ -170,7 +178,7 @@ fn sub_second_durations_are_refused_for_every_flag_stored_in_seconds() {
         "add",
         "x",
         "--cron",
-        NEVER,
+        &never(),
         "--timeout",
         "2s",
         "--",
@@ -268,7 +276,7 @@ impl Drop for Stranger {
 fn a_read_only_database_in_a_read_only_directory_can_be_read() {
     sqlite_only!("file permissions of the database and its WAL");
     let env = Env::init();
-    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "echo hi"]);
+    env.ok(&["schedule", "add", "a", "--cron", &never(), "--", "echo hi"]);
     env.ok(&["run", "a"]);
     env.ok(&["tick"]);
     let Some(stranger) = Stranger::with_copy_of(&env, "read-only reads") else {
@@ -371,7 +379,7 @@ fn an_unreachable_or_unreadable_database_is_not_called_missing() {
 fn a_pending_wal_in_a_read_only_directory_is_explained() {
     sqlite_only!("file permissions of the database and its WAL");
     let env = Env::init();
-    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "true"]);
+    env.ok(&["schedule", "add", "a", "--cron", &never(), "--", "true"]);
     let Some(stranger) = Stranger::with_copy_of(&env, "pending wal") else {
         return;
     };
@@ -418,7 +426,7 @@ fn a_pending_wal_in_a_read_only_directory_is_explained() {
 fn stale_read_only_sidecar_files_are_named_when_writes_fail() {
     sqlite_only!("file permissions of the database and its WAL");
     let env = Env::init();
-    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "true"]);
+    env.ok(&["schedule", "add", "a", "--cron", &never(), "--", "true"]);
     let Some(stranger) = Stranger::with_copy_of(&env, "stale sidecars") else {
         return;
     };
@@ -440,7 +448,7 @@ fn stale_read_only_sidecar_files_are_named_when_writes_fail() {
     let shm = format!("{}-shm", stranger.db.display());
     assert!(Path::new(&shm).exists(), "{:?}", stranger.files());
     chmod(&stranger.db, 0o600);
-    let out = stranger.run(&["schedule", "add", "b", "--cron", NEVER, "--", "true"]);
+    let out = stranger.run(&["schedule", "add", "b", "--cron", &never(), "--", "true"]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains(&format!("{shm} is not writable")), "{err}");
@@ -451,7 +459,7 @@ fn stale_read_only_sidecar_files_are_named_when_writes_fail() {
     assert!(!err.contains("check that the database file"), "{err}");
     // The fix it names works.
     chmod(Path::new(&shm), 0o600);
-    let out = stranger.run(&["schedule", "add", "b", "--cron", NEVER, "--", "true"]);
+    let out = stranger.run(&["schedule", "add", "b", "--cron", &never(), "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
@@ -465,12 +473,12 @@ fn stale_read_only_sidecar_files_are_named_when_writes_fail() {
 fn a_refused_write_to_a_read_only_database_leaves_no_files_behind() {
     sqlite_only!("file permissions of the database and its WAL");
     let env = Env::init();
-    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "true"]);
+    env.ok(&["schedule", "add", "a", "--cron", &never(), "--", "true"]);
     let Some(stranger) = Stranger::with_copy_of(&env, "read-only writes") else {
         return;
     };
     chmod(&stranger.db, 0o400);
-    let out = stranger.run(&["schedule", "add", "b", "--cron", NEVER, "--", "true"]);
+    let out = stranger.run(&["schedule", "add", "b", "--cron", &never(), "--", "true"]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
@@ -483,7 +491,7 @@ fn a_refused_write_to_a_read_only_database_leaves_no_files_behind() {
     assert_eq!(stranger.files(), ["runner.db"], "nothing left behind");
 
     chmod(&stranger.db, 0o600);
-    let out = stranger.run(&["schedule", "add", "b", "--cron", NEVER, "--", "true"]);
+    let out = stranger.run(&["schedule", "add", "b", "--cron", &never(), "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
@@ -790,7 +798,13 @@ fn sleeper_running(env: &Env, tick_args: &[&str]) -> (Bg, u32) {
     let pidfile = env.path("job.pid");
     let command = format!("echo $$ > '{}'; sleep 300", pidfile.display());
     env.ok(&[
-        "schedule", "add", "sleeper", "--cron", NEVER, "--", &command,
+        "schedule",
+        "add",
+        "sleeper",
+        "--cron",
+        &never(),
+        "--",
+        &command,
     ]);
     env.ok(&["run", "sleeper"]);
     let bg = Bg::spawn(env, "tick", tick_args).with_job_pidfile(&pidfile);
@@ -878,7 +892,7 @@ fn rm_force_stops_the_job_itself_when_its_tick_dies_meanwhile() {
 #[test]
 fn rm_without_running_runs_removes_and_help_mentions_force() {
     let env = Env::init();
-    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "true"]);
+    env.ok(&["schedule", "add", "a", "--cron", &never(), "--", "true"]);
     env.ok(&["run", "a"]);
     let out = env.ok(&["schedule", "rm", "a"]);
     assert!(out.contains("removed schedule a"), "{out}");

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::common::{
-    chmod, is_root, sh, status_of, stderr, stdout, subcommands, timed, Cleanup, Env, BIN, NEVER,
+    chmod, is_root, never, sh, status_of, stderr, stdout, subcommands, timed, Cleanup, Env, BIN,
 };
 use crate::sqlite_only;
 
@@ -310,7 +310,7 @@ fn read_only_database_reads_work_and_writes_fail_clearly() {
         &["run", "a"][..],
         &["tick"],
         &["schedule", "pause", "a"],
-        &["schedule", "add", "b", "--cron", NEVER, "--", "true"],
+        &["schedule", "add", "b", "--cron", &never(), "--", "true"],
     ] {
         let err = env.fails(4, args);
         assert!(
@@ -436,7 +436,7 @@ fn disk_full_during_a_tick_loses_nothing() {
     let once = env.path("filled-once");
     let filler = fs.join("filler");
     ok(&[
-        "schedule", "add", "fill", "--cron", NEVER, "--max-attempts", "5", "--backoff-base", "0s", "--",
+        "schedule", "add", "fill", "--cron", &never(), "--max-attempts", "5", "--backoff-base", "0s", "--",
         &format!(
             "if [ ! -e {once} ]; then touch {once}; head -c 100M /dev/zero > {filler} 2>/dev/null; fi; echo filled",
             once = once.display(),
@@ -448,7 +448,7 @@ fn disk_full_during_a_tick_loses_nothing() {
         "add",
         "quiet",
         "--cron",
-        NEVER,
+        &never(),
         "--max-attempts",
         "5",
         "--backoff-base",
@@ -685,7 +685,7 @@ fn database_fault_messages_are_actionable() {
             "add",
             "fill",
             "--cron",
-            NEVER,
+            &never(),
             "--",
             &format!(
                 "head -c 100M /dev/zero > {} 2>/dev/null; true",

@@ -6,8 +6,8 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    json, last_attempt, last_run_id, process_alive, read_pid, run_row, sh_quote, status_of, stderr,
-    stdout, wait_until, wrapped, Bg, Env, Strays, Val, NEVER, RETRY_AT_ONCE,
+    json, last_attempt, last_run_id, never, process_alive, read_pid, run_row, sh_quote, status_of,
+    stderr, stdout, wait_until, wrapped, Bg, Env, Strays, Val, RETRY_AT_ONCE,
 };
 
 // ---------------------------------------------------------------------------
@@ -793,7 +793,7 @@ fn missing_command_is_exit_127_and_missing_workdir_is_spawn_not_found() {
             "add",
             "nowhere",
             "--cron",
-            NEVER,
+            &never(),
             "--workdir",
             missing.to_str().expect("utf-8"),
             "--",

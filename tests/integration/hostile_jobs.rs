@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::common::{
-    last_attempt, process_alive, read_pid, run_row, stderr, subcommands, Cleanup, Env, Seen, NEVER,
+    last_attempt, never, process_alive, read_pid, run_row, stderr, subcommands, Cleanup, Env, Seen,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -269,7 +269,8 @@ fn huge_command_lines_work_or_fail_clearly() {
         filler.clone(),
         "; echo ok".to_string(),
     ];
-    let mut args = vec!["schedule", "add", "big", "--cron", NEVER, "--"];
+    let never = never();
+    let mut args = vec!["schedule", "add", "big", "--cron", &never, "--"];
     args.extend(words.iter().map(String::as_str));
     env.ok(&args);
     let run = env.enqueue("big");
@@ -289,7 +290,7 @@ fn huge_command_lines_work_or_fail_clearly() {
         "add",
         "huge",
         "--cron",
-        NEVER,
+        &never,
         "--max-attempts",
         "1",
         "--",

@@ -6,7 +6,9 @@
 //! a second database, PostgreSQL (on `RUNNER_TEST_PG`; skipped with a note when it is unset) or
 //! a SQLite file. Across the suite's two passes that is every pair of backends.
 
-use crate::common::{add_finished_history, epoch, stderr, stdout, Env, TestDb, Val, NEVER};
+use crate::common::{
+    add_finished_history, epoch, never, never_near, stderr, stdout, Env, TestDb, Val,
+};
 use crate::sqlite_only;
 
 /// A PostgreSQL database to migrate to, or `None` (the test says it was skipped).
@@ -78,11 +80,11 @@ fn source_with_cursors_and_pending_runs(env: &Env) {
     env.add_at(
         Some(T0),
         "doomed",
-        NEVER,
+        &never_near(T0),
         &["--max-attempts", "1"],
         "exit 1",
     );
-    env.add_at(Some(T0), "manual", NEVER, &[], "true");
+    env.add_at(Some(T0), "manual", &never_near(T0), &[], "true");
     env.ok(&["--now", T0, "run", "doomed"]);
     env.tick_at(FIRST_TICK);
     env.ok(&["--now", FIRST_TICK, "run", "manual"]);
@@ -530,12 +532,28 @@ fn refusals_change_nothing(env: &Env, target: &TestDb) {
     on(
         env,
         target,
-        &["schedule", "add", "every5", "--cron", NEVER, "--", "true"],
+        &[
+            "schedule",
+            "add",
+            "every5",
+            "--cron",
+            &never(),
+            "--",
+            "true",
+        ],
     );
     on(
         env,
         target,
-        &["schedule", "add", "manual", "--cron", NEVER, "--", "true"],
+        &[
+            "schedule",
+            "add",
+            "manual",
+            "--cron",
+            &never(),
+            "--",
+            "true",
+        ],
     );
     let (source_before, target_before) = (env.sql.snapshot(), target.snapshot());
     let err = env.fails(

@@ -8,8 +8,9 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 use crate::common::{
-    add_finished_history, epoch, forge_vanished_runner, insert_finished_runs, json, run_ids,
-    status_of, stderr, stdout, undo_attempt_schedule, Backend, Env, BIN, SQLITE_BEFORE_TALLY,
+    add_finished_history, epoch, forge_vanished_runner, insert_finished_runs, json, never_near,
+    run_ids, status_of, stderr, stdout, undo_attempt_schedule, Backend, Env, BIN,
+    SQLITE_BEFORE_TALLY,
 };
 use crate::sqlite_only;
 
@@ -239,7 +240,7 @@ fn history_into_a_closed_pipe_exits_0() {
     env.add_at(
         Some("2026-07-01T00:00:00Z"),
         "many",
-        "0 0 1 1 *",
+        &never_near("2026-07-01T00:00:00Z"),
         &[],
         "true",
     );
@@ -514,18 +515,18 @@ fn status_warns_before_the_first_tick_and_when_ticks_stop() {
 fn status_reports_due_work_retries_failures_and_the_database() {
     let env = Env::init();
     let t0 = "2026-07-01T11:00:00Z";
-    env.add_at(Some(t0), "ok", "0 0 1 1 *", &[], "true");
+    env.add_at(Some(t0), "ok", &never_near(t0), &[], "true");
     env.add_at(
         Some(t0),
         "retrying",
-        "0 0 1 1 *",
+        &never_near(t0),
         &["--backoff-base", "1h", "--backoff-max", "2h"],
         "exit 4",
     );
     env.add_at(
         Some(t0),
         "doomed",
-        "0 0 1 1 *",
+        &never_near(t0),
         &["--max-attempts", "1"],
         "exit 5",
     );
@@ -868,11 +869,11 @@ fn metrics_are_valid_exposition_format() {
     let t0 = "2026-07-01T11:00:00Z";
     // A name with characters label values must escape.
     let odd = r#"we"ird\job"#;
-    env.add_at(Some(t0), odd, "0 0 1 1 *", &[], "true");
+    env.add_at(Some(t0), odd, &never_near(t0), &[], "true");
     env.add_at(
         Some(t0),
         "doomed",
-        "0 0 1 1 *",
+        &never_near(t0),
         &["--max-attempts", "1"],
         "exit 1",
     );
@@ -994,9 +995,9 @@ fn dead_runs_are_counted_per_job_and_retry_and_prune_never_lower_the_count() {
     let env = Env::init();
     let t0 = "2026-07-01T11:00:00Z";
     let once = ["--max-attempts", "1"];
-    env.add_at(Some(t0), "doomed", "0 0 1 1 *", &once, "exit 1");
-    env.add_at(Some(t0), "fine", "0 0 1 1 *", &once, "true");
-    env.add_at(Some(t0), "lost", "0 0 1 1 *", &once, "true");
+    env.add_at(Some(t0), "doomed", &never_near(t0), &once, "exit 1");
+    env.add_at(Some(t0), "fine", &never_near(t0), &once, "true");
+    env.add_at(Some(t0), "lost", &never_near(t0), &once, "true");
     // Every schedule has its series from the start, at 0.
     let before = "2026-07-01T12:00:00Z";
     assert_eq!(
@@ -1127,11 +1128,11 @@ fn status_and_metrics_count_every_run_across_folds() {
         )
     };
     let t0 = "2026-07-01T12:00:00Z";
-    env.add_at(Some(t0), "fine", "0 0 1 1 *", &[], "true");
+    env.add_at(Some(t0), "fine", &never_near(t0), &[], "true");
     env.add_at(
         Some(t0),
         "doomed",
-        "0 0 1 1 *",
+        &never_near(t0),
         &["--max-attempts", "1"],
         "exit 3",
     );
@@ -1284,9 +1285,9 @@ fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
     let env = Env::init();
     let t0 = "2026-07-01T11:00:00Z";
     let once = ["--max-attempts", "1"];
-    env.add_at(Some(t0), "doomed", "0 0 1 1 *", &once, "exit 1");
-    env.add_at(Some(t0), "twice", "0 0 1 1 *", &once, "exit 1");
-    env.add_at(Some(t0), "fine", "0 0 1 1 *", &once, "true");
+    env.add_at(Some(t0), "doomed", &never_near(t0), &once, "exit 1");
+    env.add_at(Some(t0), "twice", &never_near(t0), &once, "exit 1");
+    env.add_at(Some(t0), "fine", &never_near(t0), &once, "true");
     for (job, tick) in [
         ("doomed", "2026-07-01T12:00:01Z"),
         ("twice", "2026-07-01T12:00:02Z"),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::common::{
-    json, process_alive, run_ids, status_of, stderr, stdout, wait_until, Bg, Env, NEVER,
+    json, never_near, process_alive, run_ids, status_of, stderr, stdout, wait_until, Bg, Env,
 };
 
 const T0: &str = "2026-07-01T10:30:00Z";
@@ -24,7 +24,7 @@ fn pause_holds_manual_runs_and_retries_until_resume_without_a_false_lag_alarm() 
     // Fails until the flag file exists; retried after 60s.
     let command = format!("test -e '{}' || exit 7", flag.display());
     let backoff = ["--backoff-base", "60s", "--backoff-max", "60s"];
-    env.add_at(Some(T0), "job", NEVER, &backoff, &command);
+    env.add_at(Some(T0), "job", &never_near(T0), &backoff, &command);
     env.ok(&at(T0, &["run", "job"]));
     env.tick_at("2026-07-01T10:30:01Z");
     let retrying = run_ids(&env, "job")[0];

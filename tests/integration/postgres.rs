@@ -10,7 +10,7 @@ use std::time::Duration;
 use postgres::{Client, NoTls};
 use tempfile::TempDir;
 
-use super::common::{stderr, stdout, BIN};
+use super::common::{never, stderr, stdout, BIN};
 
 /// A database of its own on the test server, dropped at the end.
 struct PgEnv {
@@ -273,7 +273,7 @@ fn a_claim_reads_its_batch_not_the_whole_backlog() {
         "add",
         "backlog",
         "--cron",
-        "0 0 1 1 *",
+        &never(),
         "--overlap",
         "allow",
         "--",
@@ -683,7 +683,7 @@ fn a_host_recovers_another_hosts_lease_and_the_owner_stops_its_leftovers() {
         "add",
         "slow",
         "--cron",
-        "0 0 1 1 *",
+        &never(),
         "--",
         &command,
     ]);
@@ -774,7 +774,7 @@ fn a_server_restart_during_a_tick_fails_cleanly_and_nothing_is_lost() {
         "add",
         "steady",
         "--cron",
-        "0 0 1 1 *",
+        &never(),
         "--",
         &command,
     ]);
@@ -1090,7 +1090,7 @@ fn cancel_through_another_spelling_of_the_url_stops_the_job() {
         "add",
         "sleeper",
         "--cron",
-        "0 0 1 1 *",
+        &never(),
         "--",
         &command,
     ]);

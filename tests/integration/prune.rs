@@ -6,8 +6,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::{
-    epoch, insert_finished_runs, json, real_now, run_ids, status_of, stderr, stdout, utc,
-    wait_until, Bg, Env,
+    epoch, insert_finished_runs, json, never, never_near, real_now, run_ids, status_of, stderr,
+    stdout, utc, wait_until, Bg, Env,
 };
 
 #[test]
@@ -18,7 +18,7 @@ fn prune_dry_run_then_prune_never_touches_pending_or_running() {
     env.add_at(
         Some(t0),
         "failing",
-        "0 0 1 1 *",
+        &never_near(t0),
         &["--backoff-base", "1h", "--backoff-max", "1h"],
         "exit 2",
     );
@@ -26,7 +26,7 @@ fn prune_dry_run_then_prune_never_touches_pending_or_running() {
     env.add_at(
         Some(t0),
         "sleeper",
-        "0 0 1 1 *",
+        &never_near(t0),
         &[],
         &format!("echo $$ > '{}'; sleep 30", pidfile.display()),
     );
@@ -170,7 +170,7 @@ fn prune_deletes_in_batches_of_5000_runs() {
     env.add_at(
         Some("2026-07-01T00:00:00Z"),
         "bulk",
-        "0 0 1 1 *",
+        &never_near("2026-07-01T00:00:00Z"),
         &[],
         "true",
     );
@@ -211,7 +211,7 @@ fn prune_retention_comes_from_runner_retention() {
     env.add_at(
         Some("2026-07-01T00:00:00Z"),
         "kept",
-        "0 0 1 1 *",
+        &never_near("2026-07-01T00:00:00Z"),
         &[],
         "true",
     );
@@ -269,7 +269,7 @@ fn the_tick_prunes_by_itself_at_most_once_an_hour() {
         "add",
         "old",
         "--cron",
-        "0 0 1 1 *",
+        &never(),
         "--paused",
         "--",
         "true",
@@ -339,7 +339,7 @@ fn ticks_keep_succeeding_while_a_big_prune_runs() {
     env.add_at(
         Some("2026-07-01T00:00:00Z"),
         "bulk",
-        "0 0 1 1 *",
+        &never_near("2026-07-01T00:00:00Z"),
         &[],
         "true",
     );
@@ -474,14 +474,14 @@ fn a_prune_and_a_removal_of_the_same_schedule_never_deadlock() {
     env.add_at(
         Some("2026-06-01T00:00:00Z"),
         "old",
-        "0 0 1 1 *",
+        &never_near("2026-06-01T00:00:00Z"),
         &[],
         "true",
     );
     env.add_at(
         Some("2026-06-01T00:00:00Z"),
         "other",
-        "0 0 1 1 *",
+        &never_near("2026-06-01T00:00:00Z"),
         &[],
         "true",
     );

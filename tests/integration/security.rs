@@ -10,8 +10,8 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 use crate::common::{
-    chmod, is_root, last_attempt, mode, process_alive, read_pid, run_row, sh, stderr, stdout,
-    subcommands, Backend, Cleanup, Env, Seen, BIN, NEVER,
+    chmod, is_root, last_attempt, mode, never, process_alive, read_pid, run_row, sh, stderr,
+    stdout, subcommands, Backend, Cleanup, Env, Seen, BIN,
 };
 use crate::sqlite_only;
 
@@ -89,7 +89,7 @@ fn plant_a_wal(env: &Env, attacker_command: &str) -> (PathBuf, PathBuf) {
         with(db, &["init"]);
         with(
             db,
-            &["schedule", "add", "a", "--cron", NEVER, "--", command],
+            &["schedule", "add", "a", "--cron", &never(), "--", command],
         );
     }
     with(&attacker, &["run", "a"]);
@@ -152,9 +152,10 @@ fn new_databases_are_private() {
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "umask 000; {BIN} --db {} init && {BIN} --db {} schedule add a --cron '{NEVER}' -- true",
+            "umask 000; {BIN} --db {} init && {BIN} --db {} schedule add a --cron '{}' -- true",
             nested.display(),
-            env.db.display()
+            env.db.display(),
+            never()
         ))
         .env("HOME", env.dir.path())
         .output()
@@ -293,7 +294,7 @@ fn quotes_in_names_are_data() {
             "add",
             "x'); DROP TABLE job_runs;--",
             "--cron",
-            NEVER,
+            &never(),
             "--",
             "true",
         ],
@@ -305,7 +306,7 @@ fn quotes_in_names_are_data() {
             "add",
             "z",
             "--cron",
-            NEVER,
+            &never(),
             "--tz",
             "UTC'); DROP TABLE job_runs;--",
             "--",

@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::{
-    epoch, json, process_alive, run_ids, status_of, stderr, stdout, utc, wait_until, Bg, Env,
-    RETRY_AT_ONCE,
+    epoch, json, never_near, process_alive, run_ids, status_of, stderr, stdout, utc, wait_until,
+    Bg, Env, RETRY_AT_ONCE,
 };
 
 #[test]
@@ -18,13 +18,7 @@ fn cancel_of_a_running_run_stops_its_process_group_and_status_shows_its_lease() 
     let env = Env::init();
     let pidfile = env.path("job.pid");
     let command = format!("echo $$ > '{}'; sleep 30", pidfile.display());
-    env.add_at(
-        Some("2026-07-01T11:00:00Z"),
-        "sleeper",
-        "0 0 1 1 *",
-        &[],
-        &command,
-    );
+    env.add("sleeper", &[], &command);
     env.ok(&["run", "sleeper"]);
     let bg = Bg::spawn(
         &env,
@@ -260,13 +254,7 @@ fn a_forbid_schedule_starts_no_run_while_a_cancelled_one_still_runs() {
 fn cancel_of_a_pending_run_means_it_never_runs() {
     let env = Env::init();
     let marker = env.path("ran");
-    env.add_at(
-        Some("2026-07-01T11:00:00Z"),
-        "once",
-        "0 0 1 1 *",
-        &[],
-        &format!("touch '{}'", marker.display()),
-    );
+    env.add("once", &[], &format!("touch '{}'", marker.display()));
     env.ok(&["run", "once"]);
     let id = run_ids(&env, "once")[0];
     let out = env.ok(&["cancel", &id.to_string()]);
@@ -307,7 +295,7 @@ fn retry_of_a_dead_run_allows_one_more_attempt_and_keeps_counting() {
     env.add_at(
         Some("2026-07-01T11:00:00Z"),
         "fragile",
-        "0 0 1 1 *",
+        &never_near("2026-07-01T11:00:00Z"),
         &RETRY_AT_ONCE,
         &command,
     );
@@ -383,7 +371,7 @@ fn retry_of_a_run_waiting_out_its_backoff_makes_it_due_now() {
     env.add_at(
         Some("2026-07-01T11:00:00Z"),
         "slowretry",
-        "0 0 1 1 *",
+        &never_near("2026-07-01T11:00:00Z"),
         &["--backoff-base", "1h", "--backoff-max", "1h"],
         "exit 9",
     );
