@@ -500,6 +500,81 @@ pub fn utc(epoch: i64) -> String {
         .to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
+/// How long a command may run, on a loaded machine, before it reads its clock: `--now X` starts
+/// its clock at X and the clock runs on, so a time it takes as "now" lies in
+/// `[X, X + CLOCK_SLACK_SECS]`. Generous for a stall, short beside the minutes the tests' times
+/// differ by.
+pub const CLOCK_SLACK_SECS: i64 = 20;
+
+/// Asserts that `read` (epoch seconds), a time a command given `--now at` took as now (plus
+/// `offset` seconds), is what it should be: within [`CLOCK_SLACK_SECS`] after it.
+pub fn assert_read_at(read: i64, at: &str, offset: i64, what: &str) {
+    let from = epoch(at) + offset;
+    assert!(
+        (from..=from + CLOCK_SLACK_SECS).contains(&read),
+        "{what}: {} is not within {CLOCK_SLACK_SECS}s after {}",
+        utc(read),
+        utc(from)
+    );
+}
+
+/// Seconds of a duration as the runner prints it (`42s`, `3m5s`, `2h10m`, `1d3h`).
+pub fn duration_secs(text: &str) -> i64 {
+    let mut total = 0;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => panic!("{text:?} is not a duration"),
+        };
+        let n: i64 = number
+            .parse()
+            .unwrap_or_else(|_| panic!("{text:?} is not a duration"));
+        total += n * unit;
+        number.clear();
+    }
+    assert!(number.is_empty(), "{text:?} is not a duration");
+    total
+}
+
+/// The duration in `text` between `before` and `after`, in seconds.
+pub fn duration_between(text: &str, before: &str, after: &str) -> i64 {
+    let start = text
+        .find(before)
+        .unwrap_or_else(|| panic!("no {before:?} in {text:?}"))
+        + before.len();
+    let len = text[start..]
+        .find(after)
+        .unwrap_or_else(|| panic!("no {after:?} after {before:?} in {text:?}"));
+    duration_secs(&text[start..start + len])
+}
+
+/// Set the time the last tick ran to `at`: a tick records the time it read, up to
+/// [`CLOCK_SLACK_SECS`] after its `--now`, and a test that prints how long ago that was needs the
+/// time exactly.
+pub fn forge_last_tick(env: &Env, at: &str) {
+    let updated = env.sql.exec(
+        "UPDATE runner_state SET value = $1 WHERE key = 'last_tick_at'",
+        &[&epoch(at)],
+    );
+    assert_eq!(updated, 1, "no last tick to forge");
+}
+
+/// The time the last tick ran, as stored.
+pub fn last_tick_at(env: &Env) -> i64 {
+    env.sql.query_i64(
+        "SELECT value FROM runner_state WHERE key = 'last_tick_at'",
+        &[],
+    )
+}
+
 /// The real clock, for tests that hold the binary's clock against it.
 #[allow(clippy::disallowed_methods)] // the test's own clock, not the runner's
 pub fn real_now() -> i64 {

@@ -901,8 +901,13 @@ impl IdleTicks {
         crate::common::utc(self.base + 60 * minute)
     }
 
-    fn tick(&self, minute: i64) {
+    /// A tick at `minute`; returns the time it marked as its own (as a reader sees it): the time
+    /// it read, which a busy machine makes a little later than its --now.
+    fn tick(&self, minute: i64) -> i64 {
         self.env.tick_at(&self.at(minute));
+        let marked = self.last_tick_at(false).expect("a tick mark");
+        crate::common::assert_read_at(marked, &self.at(minute), 0, "the tick's mark");
+        marked
     }
 
     /// Bytes in the database's `-wal` file (0 when there is none).
@@ -945,11 +950,11 @@ impl IdleTicks {
 fn an_idle_tick_leaves_its_marks_in_the_wal_and_any_other_write_is_checkpointed() {
     sqlite_only!("SQLite's -wal file");
     let idle = IdleTicks::new();
-    let minute_1 = Some(idle.base + 60);
     idle.tick(0);
 
     // Nothing due: the tick only records itself.
-    idle.tick(1);
+    let marked = idle.tick(1);
+    let minute_1 = Some(marked);
     assert!(
         idle.wal_bytes() > 0,
         "the idle tick's marks are in the -wal"
@@ -962,8 +967,8 @@ fn an_idle_tick_leaves_its_marks_in_the_wal_and_any_other_write_is_checkpointed(
     assert_eq!(idle.last_tick_at(false), minute_1, "a reader sees them");
     // Readers, and a tick that writes nothing at all, leave the -wal as it is.
     let status = crate::common::json(&idle.env.ok(&["--now", &idle.at(1), "status", "--json"]));
-    assert_eq!(status["last_tick_at_epoch"], idle.base + 60, "{status}");
-    idle.tick(1);
+    assert_eq!(status["last_tick_at_epoch"], marked, "{status}");
+    let minute_1 = Some(idle.tick(1));
     assert!(idle.wal_bytes() > 0);
     assert_ne!(idle.last_tick_at(true), minute_1);
 
@@ -972,13 +977,13 @@ fn an_idle_tick_leaves_its_marks_in_the_wal_and_any_other_write_is_checkpointed(
     assert_eq!(idle.wal_bytes(), 0, "the run's write was checkpointed");
     assert_eq!(idle.last_tick_at(true), minute_1);
     // So does a tick that has work.
-    idle.tick(2);
+    let minute_2 = idle.tick(2);
     assert_eq!(
         idle.wal_bytes(),
         0,
         "the tick that ran the job checkpointed"
     );
-    assert_eq!(idle.last_tick_at(true), Some(idle.base + 120));
+    assert_eq!(idle.last_tick_at(true), Some(minute_2));
     let succeeded: i64 = idle
         .reader(true)
         .query_row(
@@ -1003,7 +1008,7 @@ fn idle_ticks_never_grow_the_wal_past_its_limit() {
     idle.tick(0);
     let mut checkpointed_at = None;
     for minute in 1..=120 {
-        idle.tick(minute);
+        let marked = idle.tick(minute);
         let bytes = idle.wal_bytes();
         // The limit, plus the one tick's write that took it past.
         assert!(
@@ -1011,12 +1016,12 @@ fn idle_ticks_never_grow_the_wal_past_its_limit() {
             "minute {minute}: {bytes} bytes"
         );
         if bytes == 0 {
-            checkpointed_at = Some(minute);
+            checkpointed_at = Some(marked);
             break;
         }
     }
-    let minute = checkpointed_at.expect("120 idle ticks never checkpointed the -wal");
-    assert_eq!(idle.last_tick_at(true), Some(idle.base + 60 * minute));
+    let marked = checkpointed_at.expect("120 idle ticks never checkpointed the -wal");
+    assert_eq!(idle.last_tick_at(true), Some(marked));
 }
 
 /// A user who can read the database but not write it (or its directory) reads the tick marks an
@@ -1033,7 +1038,7 @@ fn a_reader_who_cannot_write_reads_the_marks_an_idle_tick_left() {
     }
     let idle = IdleTicks::new();
     let db = &idle.env.db;
-    idle.tick(0);
+    let minute_0 = idle.tick(0);
     idle.tick(1);
     assert!(idle.wal_bytes() > 0);
     crate::common::chmod(idle.env.dir.path(), 0o755);
@@ -1059,16 +1064,16 @@ fn a_reader_who_cannot_write_reads_the_marks_an_idle_tick_left() {
         "names the file and the fix: {err}"
     );
 
-    idle.tick(2);
+    let minute_2 = idle.tick(2);
     assert_eq!(mode(Path::new(&format!("{}-wal", db.display()))), 0o644);
     let out = read_as_nobody();
     assert!(out.status.success(), "{}", stderr(&out));
     let status = crate::common::json(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(status["last_tick_at_epoch"], idle.base + 120, "{status}");
+    assert_eq!(status["last_tick_at_epoch"], minute_2, "{status}");
     assert!(idle.wal_bytes() > 0, "the reader left the -wal as it was");
     assert_eq!(
         idle.last_tick_at(true),
-        Some(idle.base),
+        Some(minute_0),
         "and checkpointed nothing"
     );
 }

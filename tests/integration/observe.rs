@@ -8,8 +8,9 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 use crate::common::{
-    add_finished_history, epoch, forge_vanished_runner, insert_finished_runs, json, never_near,
-    run_ids, status_of, stderr, stdout, undo_attempt_schedule, Backend, Env, BIN,
+    add_finished_history, assert_read_at, duration_between, epoch, forge_last_tick,
+    forge_vanished_runner, insert_finished_runs, json, last_tick_at, never_near, run_ids,
+    status_of, stderr, stdout, undo_attempt_schedule, Backend, Env, BIN, CLOCK_SLACK_SECS,
     SQLITE_BEFORE_TALLY,
 };
 use crate::sqlite_only;
@@ -168,14 +169,15 @@ fn history_filters_by_name_status_since_and_limit() {
         .all(|id| flaky.contains(id)));
     assert_eq!(ids(&["report", "--status", "dead"]), Vec::<i64>::new());
     assert_eq!(ids(&["--limit", "2"]).len(), 2);
-    // --since as a time, and as a duration before now.
+    // --since as a time, and as a duration before now (the time `history` read, up to
+    // CLOCK_SLACK_SECS after its --now: no run lies within that of a boundary).
     assert_eq!(ids(&["--since", "2026-07-01T13:00:00Z"]).len(), 4);
     assert_eq!(
         ids(&["--now", "2026-07-01T14:30:00Z", "--since", "45m"]).len(),
         2
     );
     assert_eq!(
-        ids(&["--now", "2026-07-01T14:30:00Z", "--since", "1h30m", "flaky"]).len(),
+        ids(&["--now", "2026-07-01T14:30:00Z", "--since", "1h45m", "flaky"]).len(),
         2
     );
 
@@ -490,6 +492,14 @@ fn status_warns_before_the_first_tick_and_when_ticks_stop() {
         .contains("no tick has run yet"));
 
     env.tick_at("2026-07-01T12:00:00Z");
+    assert_read_at(
+        last_tick_at(&env),
+        "2026-07-01T12:00:00Z",
+        0,
+        "the tick's time",
+    );
+    // Exactly then, so that its age below is exact but for the time `status` takes.
+    forge_last_tick(&env, "2026-07-01T12:00:00Z");
     // 30 s later: healthy.
     let report = json(&env.ok(&["--now", "2026-07-01T12:00:30Z", "status", "--json"]));
     assert_eq!(report["warnings"], Value::Array(vec![]), "{report}");
@@ -499,12 +509,11 @@ fn status_warns_before_the_first_tick_and_when_ticks_stop() {
     assert!(!out.contains("WARNING"), "{out}");
     // Five minutes later: cron is not running the tick.
     let out = env.ok(&["--now", "2026-07-01T12:05:00Z", "status"]);
-    assert!(
-        out.starts_with("WARNING: the last tick ran 5m ago"),
-        "{out}"
-    );
+    let age = duration_between(&out, "WARNING: the last tick ran ", " ago");
+    assert!((300..=300 + CLOCK_SLACK_SECS).contains(&age), "{out}");
     let report = json(&env.ok(&["--now", "2026-07-01T12:05:00Z", "status", "--json"]));
-    assert_eq!(report["last_tick_age_secs"], 300);
+    let age = report["last_tick_age_secs"].as_i64().expect("age");
+    assert!((300..=300 + CLOCK_SLACK_SECS).contains(&age), "{report}");
     assert!(report["warnings"][0]
         .as_str()
         .expect("warning")
@@ -534,9 +543,26 @@ fn status_reports_due_work_retries_failures_and_the_database() {
         env.ok(&["--now", "2026-07-01T12:00:00Z", "run", job]);
     }
     env.tick_at("2026-07-01T12:00:01Z");
+    forge_last_tick(&env, "2026-07-01T12:00:01Z");
     // Enqueued, not ticked: due and waiting.
     env.ok(&["--now", "2026-07-01T12:00:10Z", "run", "ok"]);
     let due_id = *run_ids(&env, "ok").last().expect("run");
+    // Due when `run` read its clock; exactly 12:00:10 so that the lag below is exact but for the
+    // time `status` takes.
+    let due_at = |env: &Env| {
+        env.sql
+            .query_i64("SELECT run_at FROM job_runs WHERE id = $1", &[&due_id])
+    };
+    assert_read_at(
+        due_at(&env),
+        "2026-07-01T12:00:10Z",
+        0,
+        "the run's due time",
+    );
+    env.sql.exec(
+        "UPDATE job_runs SET run_at = $1 WHERE id = $2",
+        &[&epoch("2026-07-01T12:00:10Z"), &due_id],
+    );
 
     let report = json(&env.ok(&["--now", "2026-07-01T12:01:40Z", "status", "--json"]));
     let counts = &report["counts"];
@@ -560,7 +586,7 @@ fn status_reports_due_work_retries_failures_and_the_database() {
     assert_eq!(due["run_id"], due_id, "{report}");
     assert_eq!(due["job"], "ok");
     let lag = due["lag_secs"].as_i64().expect("lag");
-    assert!((89..=92).contains(&lag), "lag {lag}");
+    assert!((90..=90 + CLOCK_SLACK_SECS).contains(&lag), "lag {lag}");
     assert_eq!(
         keys(due),
         with_epochs(
@@ -881,7 +907,19 @@ fn metrics_are_valid_exposition_format() {
         env.ok(&["--now", "2026-07-01T12:00:00Z", "run", job]);
     }
     env.tick_at("2026-07-01T12:00:01Z");
+    let ticked_at = last_tick_at(&env);
+    assert_read_at(ticked_at, "2026-07-01T12:00:01Z", 0, "the tick's time");
     env.ok(&["--now", "2026-07-01T12:00:02Z", "run", "doomed"]);
+    // Due when `run` read its clock; exactly 12:00:02 so that the lag below is exact but for the
+    // time `metrics` takes.
+    let due = env
+        .sql
+        .query_i64("SELECT run_at FROM job_runs WHERE status = 'pending'", &[]);
+    assert_read_at(due, "2026-07-01T12:00:02Z", 0, "the run's due time");
+    env.sql.exec(
+        "UPDATE job_runs SET run_at = $1 WHERE status = 'pending'",
+        &[&epoch("2026-07-01T12:00:02Z")],
+    );
 
     let text = env.ok(&["--now", "2026-07-01T12:01:02Z", "metrics"]);
     promtool_check(&text);
@@ -933,7 +971,7 @@ fn metrics_are_valid_exposition_format() {
     .is_some());
     assert_eq!(
         sample(&samples, "runner_last_tick_timestamp_seconds", &[]),
-        Some(epoch("2026-07-01T12:00:01Z") as f64)
+        Some(ticked_at as f64)
     );
     assert_eq!(
         sample(&samples, "runner_dead_runs_total", &[("job", "doomed")]),
@@ -944,7 +982,10 @@ fn metrics_are_valid_exposition_format() {
         Some(0.0)
     );
     let lag = sample(&samples, "runner_oldest_due_lag_seconds", &[]).expect("lag");
-    assert!((59.0..=62.0).contains(&lag), "lag {lag}");
+    assert!(
+        (60.0..=(60 + CLOCK_SLACK_SECS) as f64).contains(&lag),
+        "lag {lag}"
+    );
 
     // The dead-runs counter never goes down: not on retry, not on prune.
     let dead = *run_ids(&env, "doomed").first().expect("dead run");

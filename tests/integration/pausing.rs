@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use crate::common::{
-    json, never_near, process_alive, run_ids, status_of, stderr, stdout, wait_until, Bg, Env,
+    assert_read_at, epoch, json, never_near, process_alive, run_ids, status_of, stderr, stdout,
+    wait_until, Bg, Env,
 };
 
 const T0: &str = "2026-07-01T10:30:00Z";
@@ -180,9 +181,23 @@ fn pause_for_resumes_at_the_first_tick_after_it_and_runs_from_its_end() {
     let env = Env::init();
     env.add_at(Some(T0), "hourly", "0 * * * *", &[], "true");
     let out = env.ok(&at(T0, &["schedule", "pause", "hourly", "--for", "30m"]));
+    // 30 minutes after the time `pause` read, a little after T0 on a busy machine. Said as
+    // stored; then exactly 11:00, so that the ticks below fall before and after it.
+    let until = env.sql.query_i64(
+        "SELECT paused_until FROM job_definitions WHERE name = 'hourly'",
+        &[],
+    );
+    assert_read_at(until, T0, 30 * 60, "the pause's end");
+    let until_local = chrono::DateTime::from_timestamp(until, 0)
+        .expect("in range")
+        .to_rfc3339();
     assert!(
-        out.contains("paused schedule hourly until 2026-07-01T11:00:00+00:00"),
+        out.contains(&format!("paused schedule hourly until {until_local}")),
         "{out}"
+    );
+    env.sql.exec(
+        "UPDATE job_definitions SET paused_until = $1 WHERE name = 'hourly'",
+        &[&epoch("2026-07-01T11:00:00Z")],
     );
     let show = env.ok(&at(T0, &["schedule", "show", "hourly"]));
     assert!(
@@ -197,7 +212,7 @@ fn pause_for_resumes_at_the_first_tick_after_it_and_runs_from_its_end() {
         .contains("(paused until 2026-07-01T11:00:00+00:00)"));
 
     // Before its end, a tick leaves it paused.
-    env.tick_at("2026-07-01T10:59:50Z"); // 10 s before: room for a slow machine
+    env.tick_at("2026-07-01T10:59:30Z"); // 30 s before: room for a slow machine
     assert!(env
         .ok(&at(T0, &["schedule", "show", "hourly"]))
         .contains("paused until"));

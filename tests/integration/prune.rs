@@ -6,9 +6,20 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::{
-    epoch, insert_finished_runs, json, never, never_near, real_now, run_ids, status_of, stderr,
-    stdout, utc, wait_until, Bg, Env,
+    assert_read_at, epoch, insert_finished_runs, json, never, never_near, real_now, run_ids,
+    status_of, stderr, stdout, utc, wait_until, Bg, Env,
 };
+
+/// The cutoff `prune --older-than AGE` at `--now NOW` printed: AGE before the time it read, which
+/// a busy machine makes a little later than NOW.
+fn cutoff_of(out: &str, now: &str, age_secs: i64) -> String {
+    let cutoff = out
+        .split_once(" that finished before ")
+        .and_then(|(_, rest)| rest.get(..20))
+        .unwrap_or_else(|| panic!("no cutoff in {out:?}"));
+    assert_read_at(epoch(cutoff), now, -age_secs, "the cutoff");
+    cutoff.to_string()
+}
 
 #[test]
 fn prune_dry_run_then_prune_never_touches_pending_or_running() {
@@ -72,11 +83,12 @@ fn prune_dry_run_then_prune_never_touches_pending_or_running() {
     let mut args = later.to_vec();
     args.extend(["prune", "--older-than", "1h", "--dry-run"]);
     let out = env.ok(&args);
+    let cutoff = cutoff_of(&out, "2026-07-02T00:00:00Z", 3600);
     assert_eq!(
         out,
         format!(
             "would remove 3 runs ({attempts} attempts, {events} events) that finished before \
-             2026-07-01T23:00:00Z (dry run; nothing was deleted)\n"
+             {cutoff} (dry run; nothing was deleted)\n"
         )
     );
     assert_eq!(
@@ -88,11 +100,12 @@ fn prune_dry_run_then_prune_never_touches_pending_or_running() {
     let mut args = later.to_vec();
     args.extend(["prune", "--older-than", "1h"]);
     let out = env.ok(&args);
+    let cutoff = cutoff_of(&out, "2026-07-02T00:00:00Z", 3600);
     assert_eq!(
         out,
         format!(
             "removed 3 runs ({attempts} attempts, {events} events) that finished before \
-             2026-07-01T23:00:00Z\n"
+             {cutoff}\n"
         )
     );
     assert_eq!(

@@ -5,7 +5,7 @@
 use chrono::DateTime;
 use serde_json::Value;
 
-use crate::common::{epoch, json as parse_json, stderr, utc, Env};
+use crate::common::{assert_read_at, epoch, json as parse_json, stderr, utc, Env};
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -199,15 +199,14 @@ fn add_stores_every_flag_and_show_reports_it() {
         ("grace_secs", serde_json::json!(120)),
         ("next_fire_at", Value::Null),
         ("next_fire_at_epoch", Value::Null),
-        ("created_at", serde_json::json!("2026-01-01T00:00:00Z")),
-        (
-            "created_at_epoch",
-            serde_json::json!(epoch("2026-01-01T00:00:00Z")),
-        ),
         ("last_result", Value::Null),
     ] {
         assert_eq!(show[key], want, "{key} in {show:#}");
     }
+    // Created when `schedule add` read its clock: its --now, or a little after on a busy machine.
+    let created = show["created_at_epoch"].as_i64().expect("created_at_epoch");
+    assert_read_at(created, "2026-01-01T00:00:00Z", 0, "created_at");
+    assert_eq!(show["created_at"], utc(created), "{show:#}");
     assert_eq!(check_time_pairs(&show), 1);
 
     let text = env.ok(&["schedule", "show", "tuned"]);

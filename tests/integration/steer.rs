@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::{
-    epoch, json, never_near, process_alive, run_ids, status_of, stderr, stdout, utc, wait_until,
-    Bg, Env, RETRY_AT_ONCE,
+    assert_read_at, epoch, json, never_near, process_alive, run_ids, status_of, stderr, stdout,
+    utc, wait_until, Bg, Env, CLOCK_SLACK_SECS, RETRY_AT_ONCE,
 };
 
 #[test]
@@ -318,20 +318,21 @@ fn retry_of_a_dead_run_allows_one_more_attempt_and_keeps_counting() {
     assert_eq!(row("attempt"), 2, "attempts keep counting");
     assert_eq!(row("max_attempts"), 3);
     assert_eq!(row("finished_at IS NULL"), 1);
-    // Due now, not at the time it first failed: no false lag alarm, no retry time in the past.
-    assert_eq!(row("run_at"), epoch("2026-07-01T12:01:00Z"));
-    let metrics = env.ok(&["--now", "2026-07-01T12:01:00Z", "metrics"]);
-    assert!(
-        metrics.contains("\nrunner_oldest_due_lag_seconds 0\n"),
-        "{metrics}"
-    );
-    let history = json(&env.ok(&["--now", "2026-07-01T12:01:00Z", "history", "--json"]));
+    // Due now (when `retry` read its clock), not at the time it first failed: no false lag
+    // alarm, no retry time in the past.
+    let due = row("run_at");
+    assert_read_at(due, "2026-07-01T12:01:00Z", 0, "the retried run's due time");
+    let metrics = env.ok(&["--now", &utc(due), "metrics"]);
+    let lag = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("runner_oldest_due_lag_seconds "))
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or_else(|| panic!("no lag in {metrics}"));
+    assert!((0..=CLOCK_SLACK_SECS).contains(&lag), "{metrics}");
+    let history = json(&env.ok(&["--now", &utc(due), "history", "--json"]));
     let listed = history.to_string();
     assert!(
-        listed.contains(&format!(
-            "\"run_at_epoch\":{}",
-            epoch("2026-07-01T12:01:00Z")
-        )),
+        listed.contains(&format!("\"run_at_epoch\":{due}")),
         "{listed}"
     );
     let shown = json(&env.ok(&["show", &id.to_string(), "--json"]));
@@ -347,7 +348,7 @@ fn retry_of_a_dead_run_allows_one_more_attempt_and_keeps_counting() {
     assert_eq!(retried["detail"]["max_attempts_before"], 2);
 
     fs::write(&flag, "").expect("flag");
-    env.tick_at("2026-07-01T12:01:01Z");
+    env.tick_at("2026-07-01T12:01:30Z"); // after the latest it can be due
     assert_eq!(status_of(&env, id), "succeeded");
     assert_eq!(row("attempt"), 3);
     assert_eq!(
@@ -398,10 +399,13 @@ fn retry_of_a_run_waiting_out_its_backoff_makes_it_due_now() {
     );
     let out = env.ok(&["--now", "2026-07-01T12:00:20Z", "retry", &id.to_string()]);
     assert!(out.contains("attempt 2 of 3"), "{out}");
-    assert!(
+    // Due when `retry` read its clock, not at the end of the backoff.
+    assert_read_at(
         env.sql
-            .query_i64(&format!("SELECT run_at FROM job_runs WHERE id = {id}"), &[])
-            <= epoch("2026-07-01T12:00:21Z")
+            .query_i64(&format!("SELECT run_at FROM job_runs WHERE id = {id}"), &[]),
+        "2026-07-01T12:00:20Z",
+        0,
+        "the retried run's due time",
     );
     assert_eq!(
         env.sql.query_i64(
@@ -411,7 +415,7 @@ fn retry_of_a_run_waiting_out_its_backoff_makes_it_due_now() {
         3,
         "attempts were left: the limit stays"
     );
-    env.tick_at("2026-07-01T12:00:30Z");
+    env.tick_at("2026-07-01T12:01:00Z"); // after the latest it can be due
     assert_eq!(
         env.sql.query_i64(
             &format!("SELECT attempt FROM job_runs WHERE id = {id}"),
@@ -452,11 +456,15 @@ fn manual_runs_enqueued_at_the_same_clock_reading_are_all_kept() {
         &[],
     );
     assert_eq!(keys.len(), 3, "{keys:?}");
-    assert!(
-        keys.iter()
-            .all(|k| k.starts_with("report@manual:1782907200:")),
-        "{keys:?}"
-    );
+    // `report@manual:SECONDS:NONCE`, SECONDS when `run` read its clock.
+    for key in &keys {
+        let secs = key
+            .strip_prefix("report@manual:")
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|secs| secs.parse().ok())
+            .unwrap_or_else(|| panic!("{key}"));
+        assert_read_at(secs, "2026-07-01T12:00:00Z", 0, key);
+    }
 }
 
 /// Ticks that read the same monotonic instant still draw their own backoff jitter: a failed run

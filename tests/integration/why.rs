@@ -1,7 +1,9 @@
 //! `runner why NAME [--at TIME]`: one test per cause, each on state made by real ticks under
 //! `--now` or forged through `env.sql`, so time is deterministic.
 
-use crate::common::{epoch, forge_running, json, Env};
+use crate::common::{
+    assert_read_at, epoch, forge_last_tick, forge_running, json, last_tick_at, Env,
+};
 use serde_json::Value;
 
 /// `runner --now NOW why ARGS --json`.
@@ -132,6 +134,15 @@ fn an_instant_no_tick_has_materialised_names_the_last_tick() {
     let env = Env::init();
     hourly(&env, "idle", &[], "true");
     env.tick_at("2026-11-23T08:45:00Z");
+    // The tick recorded the time it read, a little after 08:45 on a busy machine; `why` says
+    // the time stored, which is then exactly 08:45.
+    assert_read_at(
+        last_tick_at(&env),
+        "2026-11-23T08:45:00Z",
+        0,
+        "the tick's time",
+    );
+    forge_last_tick(&env, "2026-11-23T08:45:00Z");
     // Cron stopped: 09:00 and 10:00 came with no tick.
     let report = why(
         &env,
