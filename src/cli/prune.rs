@@ -7,7 +7,7 @@ use anyhow::Result;
 use super::{emit, parse_duration, Ctx};
 use crate::display::utc_time;
 use crate::exit::Failure;
-use crate::store::{OpenMode, PruneCounts};
+use crate::store::{LeftForLater, OpenMode, PruneCounts};
 use crate::tick::prune::{prune_finished, retention_from_env, PRUNE_BATCH};
 
 #[derive(Debug, clap::Args)]
@@ -66,12 +66,28 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             );
         }
     })?;
-    if removed.runs == 0 {
-        return emit(&format!(
-            "nothing to prune: no runs finished before {before}\n"
-        ));
-    }
-    emit(&format!("removed {}\n", describe(removed, &before)))
+    let left = match describe_left(removed.left) {
+        Some(left) => format!("{left}\n"),
+        None if removed.runs == 0 => {
+            return emit(&format!(
+                "nothing to prune: no runs finished before {before}\n"
+            ))
+        }
+        None => String::new(),
+    };
+    emit(&format!("removed {}\n{left}", describe(removed, &before)))
+}
+
+/// "left 40 runs of 1 schedule(s) that another command was changing; the next prune takes them",
+/// or nothing when none were left (always, on SQLite).
+pub fn describe_left(left: LeftForLater) -> Option<String> {
+    (left.runs > 0).then(|| {
+        format!(
+            "left {} runs of {} schedule(s) that another command was changing; the next prune \
+             takes them",
+            left.runs, left.schedules
+        )
+    })
 }
 
 /// "12 runs (12 attempts, 36 events) that finished before 2026-10-30T13:07:18Z"

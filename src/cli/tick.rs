@@ -87,6 +87,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
                 "runner: automatic pruning removed {}",
                 super::prune::describe(removed, &crate::display::utc_time(cutoff))
             );
+            if let Some(left) = super::prune::describe_left(removed.left) {
+                crate::complain!("runner: automatic pruning {left}");
+            }
         }
         if let Some(why) = report.auto_prune_skipped {
             crate::complain!("runner: automatic pruning skipped: {why}");

@@ -517,13 +517,27 @@ pub struct PruneCounts {
     pub runs: u64,
     pub attempts: u64,
     pub events: u64,
+    /// What the batch that found nothing more to delete passed over.
+    pub left: LeftForLater,
+}
+
+/// Runs past the cutoff that a prune left for the next one because another command was changing
+/// their schedules at that moment (a long `schedule apply`, a `schedule rm`), and how many
+/// schedules. Only PostgreSQL passes runs over; SQLite has one writer, so never any.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeftForLater {
+    pub runs: u64,
+    pub schedules: u64,
 }
 
 impl std::ops::AddAssign for PruneCounts {
+    /// Sums what was deleted; what was left is the latest batch's word (only the last batch of a
+    /// prune, the one that found nothing more to delete, says it).
     fn add_assign(&mut self, other: PruneCounts) {
         self.runs += other.runs;
         self.attempts += other.attempts;
         self.events += other.events;
+        self.left = other.left;
     }
 }
 

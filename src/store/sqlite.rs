@@ -18,7 +18,7 @@ use super::sqlite_files as files;
 use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
-    DefinitionRow, DueReader, EventView, Health, Imported, JobRunStats, LastResult,
+    DefinitionRow, DueReader, EventView, Health, Imported, JobRunStats, LastResult, LeftForLater,
     Materialization, MigratedOut, MigrationBatches, OpenMode, PendingWork, PruneCounts, Reanchored,
     Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage,
     Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
@@ -2697,6 +2697,7 @@ impl Store for SqliteStore {
             runs: runs as u64,
             attempts: attempts as u64,
             events: events as u64,
+            left: LeftForLater::default(),
         })
     }
 
@@ -2731,6 +2732,8 @@ impl Store for SqliteStore {
             runs: runs as u64,
             attempts: attempts as u64,
             events: events as u64,
+            // One writer at a time: no schedule is being changed under this transaction.
+            left: LeftForLater::default(),
         })
     }
 

@@ -145,7 +145,9 @@ pub fn auto_prune(tick: &mut Tick<'_>) {
         prune_finished(store, cutoff, Some(AUTO_PRUNE_BUDGET), &mut |_| {})
     };
     match prune() {
-        Ok(removed) if removed.runs > 0 => tick.report.auto_pruned = Some((removed, cutoff)),
+        Ok(removed) if removed.runs > 0 || removed.left.runs > 0 => {
+            tick.report.auto_pruned = Some((removed, cutoff))
+        }
         Ok(_) => {}
         Err(e) => super::runner_error(errors, "automatic pruning", &e),
     }

@@ -77,7 +77,8 @@ pub struct TickReport {
     pub errors: usize,
     /// Why automatic pruning did not run, when the clock may not decide it.
     pub auto_prune_skipped: Option<&'static str>,
-    /// What automatic pruning removed, if anything, and its cutoff (runs finished before it).
+    /// What automatic pruning removed (and left for the next prune), if anything, and its cutoff
+    /// (runs finished before it).
     pub auto_pruned: Option<(crate::store::PruneCounts, i64)>,
     /// The stderr lines of runs that went dead, written deferred and not durable yet
     /// (`record::results_durable` prints them).

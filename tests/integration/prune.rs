@@ -534,3 +534,106 @@ fn a_prune_and_a_removal_of_the_same_schedule_never_deadlock() {
     assert!(stdout(&removed).contains("removed schedule old"));
     assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
 }
+
+/// On PostgreSQL, a prune passes over the runs of a schedule another command is changing at that
+/// moment (waiting for it could deadlock), and says how many it left: the next prune takes them.
+/// The tick's hourly prune says so only with -v (cron mails what a tick prints).
+#[test]
+fn a_prune_says_how_many_runs_it_left_of_a_schedule_being_changed() {
+    if crate::common::Backend::current() != crate::common::Backend::Postgres {
+        println!("skipped: PostgreSQL only (SQLite's write lock takes one writer at a time)");
+        return;
+    }
+    let env = Env::init();
+    env.add("busy", &[], "true");
+    env.add("other", &[], "true");
+    let now = real_now();
+    insert_finished_runs(&env, "busy", 40, now, 2 * 86_400);
+    insert_finished_runs(&env, "other", 3, now, 86_400);
+
+    // The prune holds its first batch, both schedules' runs; then another command starts
+    // changing `busy` (as `schedule apply` does: its row locked in an open transaction).
+    let gate = env.path("gate");
+    let prune = Bg::spawn_hooked(
+        &env,
+        "prune",
+        &["prune", "--older-than", "1h"],
+        &format!("prune-locked:wait={}", gate.display()),
+    );
+    wait_until(Duration::from_secs(60), "the prune to lock a batch", || {
+        env.path("gate.reached").exists()
+    });
+    let mut other_command = postgres::Client::connect(env.sql.location(), postgres::NoTls)
+        .expect("connect to the test database");
+    let mut changing = other_command.transaction().expect("begin");
+    changing
+        .execute(
+            "SELECT id FROM job_definitions WHERE name = 'busy' FOR NO KEY UPDATE",
+            &[],
+        )
+        .expect("lock busy");
+    std::fs::write(&gate, "").expect("let the prune go on");
+    let pruned = prune.finish(Duration::from_secs(60));
+    assert!(pruned.status.success(), "{}", stderr(&pruned));
+    let out = stdout(&pruned);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].starts_with("removed 3 runs (3 attempts, 6 events) that finished before "),
+        "{out}"
+    );
+    assert_eq!(
+        lines[1],
+        "left 40 runs of 1 schedule(s) that another command was changing; the next prune takes \
+         them"
+    );
+    let runs_of = |name: &str| {
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+             WHERE d.name = $1",
+            &[&name],
+        )
+    };
+    assert_eq!((runs_of("busy"), runs_of("other")), (40, 0));
+    // A dry run takes no lock: it counts them among what a prune would remove.
+    let out = env.ok(&["prune", "--older-than", "1h", "--dry-run"]);
+    assert!(out.starts_with("would remove 40 runs "), "{out}");
+
+    // The tick's hourly prune leaves them too: quiet, unless asked.
+    let prune_turn_due = || {
+        env.sql.exec(
+            "UPDATE runner_state SET value = value - 7200 WHERE key = 'last_prune_at'",
+            &[],
+        )
+    };
+    let tick = |args: &[&str]| {
+        let out = env
+            .cmd()
+            .args(args)
+            .arg("tick")
+            .env("RUNNER_RETENTION", "1h")
+            .output()
+            .expect("tick");
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+    };
+    prune_turn_due();
+    assert_eq!(tick(&[]), "", "a tick says nothing without -v");
+    assert_eq!(runs_of("busy"), 40);
+    prune_turn_due();
+    let err = tick(&["-v"]);
+    assert!(
+        err.contains(
+            "runner: automatic pruning left 40 runs of 1 schedule(s) that another command was \
+             changing; the next prune takes them"
+        ),
+        "{err}"
+    );
+
+    // Done changing: the next prune takes them, and says nothing of runs left.
+    changing.rollback().expect("rollback");
+    let out = env.ok(&["prune", "--older-than", "1h"]);
+    assert!(out.starts_with("removed 40 runs "), "{out}");
+    assert!(!out.contains("left"), "{out}");
+    assert_eq!(runs_of("busy"), 0);
+}

@@ -29,10 +29,10 @@ use super::JobRunStats;
 use super::{definition_row, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
-    DefinitionRow, DueReader, EventView, Health, Imported, LastResult, Materialization,
-    MigratedOut, MigrationBatches, OpenMode, PendingWork, PruneCounts, Reanchored, Removal, Rows,
-    RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store, Table, Value,
-    RECENT_LISTED, RUNNING_LISTED,
+    DefinitionRow, DueReader, EventView, Health, Imported, LastResult, LeftForLater,
+    Materialization, MigratedOut, MigrationBatches, OpenMode, PendingWork, PruneCounts, Reanchored,
+    Removal, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store,
+    Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -1425,6 +1425,29 @@ SELECT id, definition_id, status = 'succeeded' FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < $1
   AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = job_runs.id AND a.finished_at IS NULL)";
 
+/// The runs past `cutoff` of the schedules a prune batch found `busy` (locked by another command),
+/// and how many of those schedules have any: what the prune leaves for the next one.
+fn left_for_later(
+    tx: &mut postgres::Transaction<'_>,
+    cutoff: i64,
+    busy: &[i64],
+) -> Result<LeftForLater, postgres::Error> {
+    if busy.is_empty() {
+        return Ok(LeftForLater::default());
+    }
+    let row = tx.query_one(
+        &format!(
+            "SELECT count(*), count(DISTINCT definition_id) FROM ({PRUNABLE_RUNS}) p
+             WHERE definition_id = ANY($2)"
+        ),
+        &[&cutoff, &busy],
+    )?;
+    Ok(LeftForLater {
+        runs: row.try_get::<_, i64>(0)? as u64,
+        schedules: row.try_get::<_, i64>(1)? as u64,
+    })
+}
+
 /// Whether a claim would find due work (`Store::anything_due`): `CLAIM_SQL`'s `more` before
 /// anything is claimed, read the same way (in due order, each run's schedule asked about).
 const ANYTHING_DUE_SQL: &str = "
@@ -2663,6 +2686,7 @@ impl Store for PostgresStore {
                 runs: row.try_get::<_, i64>(0)? as u64,
                 attempts: row.try_get::<_, i64>(1)? as u64,
                 events: row.try_get::<_, i64>(2)? as u64,
+                left: LeftForLater::default(),
             })
         })
     }
@@ -2687,7 +2711,12 @@ impl Store for PostgresStore {
                     &[&cutoff, &(limit as i64), &busy],
                 )?;
                 if picked.is_empty() {
-                    return Ok(PruneCounts::default());
+                    // Nothing more to delete now: what is left past the cutoff is the runs of
+                    // the busy schedules, for the next prune.
+                    return Ok(PruneCounts {
+                        left: left_for_later(tx, cutoff, &busy)?,
+                        ..PruneCounts::default()
+                    });
                 }
                 crate::tick::test_hook("prune-locked");
                 let mut picked: Vec<(i64, i64, bool)> = picked
@@ -2737,6 +2766,7 @@ impl Store for PostgresStore {
                 runs,
                 attempts: counts.try_get::<_, i64>(0)? as u64,
                 events: counts.try_get::<_, i64>(1)? as u64,
+                left: LeftForLater::default(),
             })
         })
     }
