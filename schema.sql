@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 14.
+-- Schema version 15.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -43,7 +43,15 @@ CREATE TABLE job_definitions (
     -- runner_job_last_success_timestamp_seconds{job} reads the latest finish among this
     -- schedule's succeeded runs, and this: the latest finish among those `prune` deleted, so the
     -- series does not vanish when a job has failed for longer than the retention. (0014)
-    pruned_success_at    INTEGER
+    pruned_success_at    INTEGER,
+    -- runner_job_last_run_status{job,status} reads the last of this schedule's runs that ran
+    -- (succeeded, dead, cancelled; at the same finish, dead over cancelled over succeeded), and
+    -- this pair: the last of those `prune` deleted, so the series does not vanish when every run
+    -- of a yearly job is older than the retention. Both NULL, or both set. (0015)
+    pruned_last_finished_at INTEGER,
+    pruned_last_status   TEXT
+        CHECK ((pruned_last_status IS NULL) = (pruned_last_finished_at IS NULL)
+               AND (pruned_last_status IN ('succeeded', 'dead') OR pruned_last_status = 'cancelled'))
 );
 CREATE INDEX job_definitions_due ON job_definitions (next_fire_at) WHERE paused = 0;
 -- Ticks also report schedules whose due-ness cannot be judged (a hand edit, a damaged file):

@@ -38,6 +38,70 @@ impl RunStatus {
     }
 }
 
+/// How a schedule's last run ended (`runner_job_last_run_status`): when, and in which status.
+/// Only runs that ran count (succeeded, dead or cancelled): a skipped instant never ran.
+///
+/// "Last" is the latest finish; among runs that finished in the same second, dead counts as
+/// later than cancelled, and cancelled than succeeded. A total order on what is stored, so the
+/// last run is the same whichever of the runs pruning deleted first, in whichever batches
+/// (`prune` keeps the last of those it deletes on their schedule, by this order: see
+/// [`LastRun::rank_sql`]), and a success in the same second never hides a death.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastRun {
+    finished_at: i64,
+    status: RunStatus,
+}
+
+impl LastRun {
+    /// The statuses that count, in the order `rank` ranks them at the same finish.
+    const RANKED: [RunStatus; 3] = [RunStatus::Succeeded, RunStatus::Cancelled, RunStatus::Dead];
+
+    /// `None` for a run that did not run, or has not finished.
+    pub fn of(finished_at: i64, status: RunStatus) -> Option<LastRun> {
+        Self::RANKED.contains(&status).then_some(LastRun {
+            finished_at,
+            status,
+        })
+    }
+
+    pub fn finished_at(self) -> i64 {
+        self.finished_at
+    }
+
+    pub fn status(self) -> RunStatus {
+        self.status
+    }
+
+    fn rank(self) -> (i64, usize) {
+        // Every status `of` accepts is ranked.
+        let tie = Self::RANKED.iter().position(|s| *s == self.status);
+        (self.finished_at, tie.unwrap_or(0))
+    }
+
+    /// SQL ranking the status in `column` as `LastRun` does at the same finish: the larger wins
+    /// (NULL for a status that does not count).
+    pub fn rank_sql(column: &str) -> String {
+        let whens: String = Self::RANKED
+            .iter()
+            .enumerate()
+            .map(|(rank, status)| format!(" WHEN '{}' THEN {rank}", status.as_str()))
+            .collect();
+        format!("(CASE {column}{whens} END)")
+    }
+}
+
+impl Ord for LastRun {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank().cmp(&other.rank())
+    }
+}
+
+impl PartialOrd for LastRun {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 text_enum!(
     /// Why a run exists.
     Trigger {
@@ -1227,6 +1291,23 @@ pub struct StartRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The later finish wins; in one second dead, then cancelled, then succeeded; runs that did
+    /// not run are no last run. The SQL ranks them the same way.
+    #[test]
+    fn the_last_run_is_the_latest_finish_then_the_worst_status() {
+        let run = |at, status| LastRun::of(at, status).expect("ran");
+        assert!(run(101, RunStatus::Succeeded) > run(100, RunStatus::Dead));
+        assert!(run(100, RunStatus::Dead) > run(100, RunStatus::Cancelled));
+        assert!(run(100, RunStatus::Cancelled) > run(100, RunStatus::Succeeded));
+        for status in [RunStatus::Skipped, RunStatus::Pending, RunStatus::Running] {
+            assert_eq!(LastRun::of(100, status), None);
+        }
+        assert_eq!(
+            LastRun::rank_sql("s"),
+            "(CASE s WHEN 'succeeded' THEN 0 WHEN 'cancelled' THEN 1 WHEN 'dead' THEN 2 END)"
+        );
+    }
 
     #[test]
     fn an_attempt_failures_detail_fits_the_database() {

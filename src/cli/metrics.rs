@@ -13,7 +13,7 @@ use anyhow::Result;
 
 use super::status::{schedules_ahead, RECENT_SECS};
 use super::{emit, Ctx};
-use crate::model::RunStatus;
+use crate::model::{LastRun, RunStatus};
 use crate::store::{DefinitionRow, Health, JobRunStats, OpenMode};
 
 #[derive(Debug, clap::Args)]
@@ -40,8 +40,8 @@ pub fn run(_args: Args, ctx: &Ctx) -> Result<()> {
     emit(&out)
 }
 
-/// The statuses a run ends its run in: "the last run" is the latest of these to finish (a skipped
-/// instant never ran).
+/// The statuses a run that ran ends in (a skipped instant never ran), in the order their
+/// `runner_job_last_run_status` series are written.
 const RAN: [RunStatus; 3] = [RunStatus::Succeeded, RunStatus::Dead, RunStatus::Cancelled];
 
 /// Per-job families, one series per schedule (and status): cardinality is bounded by the number
@@ -52,13 +52,6 @@ fn per_job(out: &mut String, stats: &[JobRunStats]) -> std::fmt::Result {
     for row in stats {
         by_job.entry(&row.job).or_default().push(row);
     }
-    let finished = |rows: &[&JobRunStats], wanted: &[RunStatus]| {
-        rows.iter()
-            .filter(|r| r.status.is_some_and(|s| wanted.contains(&s)))
-            .filter_map(|r| Some((r.last_finished_at?, r.status?)))
-            .max_by_key(|(at, _)| *at)
-    };
-
     family(
         out,
         "runner_job_last_success_timestamp_seconds",
@@ -69,7 +62,10 @@ fn per_job(out: &mut String, stats: &[JobRunStats]) -> std::fmt::Result {
     for (job, rows) in &by_job {
         // The runs kept, or those pruned: a job failing for longer than the retention still
         // had its last success then.
-        let kept = finished(rows, &[RunStatus::Succeeded]).map(|(at, _)| at);
+        let kept = rows
+            .iter()
+            .filter(|r| r.status == Some(RunStatus::Succeeded))
+            .find_map(|r| r.last_finished_at);
         let pruned = rows.iter().find_map(|r| r.pruned_success_at);
         if let Some(at) = kept.max(pruned) {
             writeln!(
@@ -85,10 +81,18 @@ fn per_job(out: &mut String, stats: &[JobRunStats]) -> std::fmt::Result {
         "runner_job_last_run_status",
         "gauge",
         "1 for the status the job's latest finished run ended in (succeeded, dead or cancelled), \
-         0 for the others; absent until a run has finished.",
+         0 for the others; absent until a run has finished; pruning runs does not remove it.",
     )?;
     for (job, rows) in &by_job {
-        if let Some((_, last)) = finished(rows, &RAN) {
+        // The runs kept, or those pruned: a yearly job's last run is still the last once the
+        // retention has deleted it. Runs finished in the same second: see `LastRun`.
+        let kept = rows
+            .iter()
+            .filter_map(|r| LastRun::of(r.last_finished_at?, r.status?))
+            .max();
+        let pruned = rows.iter().find_map(|r| r.pruned_last_run);
+        if let Some(last) = kept.max(pruned) {
+            let last = last.status();
             for status in RAN {
                 writeln!(
                     out,
@@ -320,7 +324,21 @@ mod tests {
             last_finished_at: Some(at),
             dead_runs_total: 4,
             pruned_success_at: None,
+            pruned_last_run: None,
         }
+    }
+
+    fn ran(at: i64, status: RunStatus) -> Option<LastRun> {
+        Some(LastRun::of(at, status).expect("a status that ran"))
+    }
+
+    /// The `runner_job_last_run_status` series of `job` that is 1.
+    fn last_status(out: &str, job: &str) -> Option<String> {
+        let prefix = format!("runner_job_last_run_status{{job=\"{job}\",status=\"");
+        out.lines()
+            .filter_map(|line| line.strip_prefix(&prefix)?.strip_suffix("\"} 1"))
+            .map(String::from)
+            .next()
     }
 
     #[test]
@@ -336,6 +354,7 @@ mod tests {
                 last_finished_at: None,
                 dead_runs_total: 0,
                 pruned_success_at: None,
+                pruned_last_run: None,
             },
             // Every success pruned long ago, and dead runs since.
             JobRunStats {
@@ -354,6 +373,57 @@ mod tests {
         assert!(!out.contains("runner_job_last_run_status{job=\"idle\""));
         assert!(!out.contains("runner_job_last_success_timestamp_seconds{job=\"idle\""));
         assert!(out.contains("runner_job_last_success_timestamp_seconds{job=\"failing\"} 50\n"));
+    }
+
+    /// The last run is the later of the runs kept and the one pruning kept on the schedule;
+    /// runs finished in the same second rank dead, then cancelled, then succeeded.
+    #[test]
+    fn the_last_run_is_the_later_of_the_kept_and_the_pruned() {
+        let no_runs = |job: &str, pruned_last_run| JobRunStats {
+            job: job.into(),
+            status: None,
+            runs: 0,
+            last_finished_at: None,
+            dead_runs_total: 0,
+            pruned_success_at: None,
+            pruned_last_run,
+        };
+        let rows = [
+            // Every run pruned: the pruned one says it.
+            no_runs("yearly", ran(100, RunStatus::Dead)),
+            // A run kept after it (a skipped instant never counts, however late).
+            JobRunStats {
+                pruned_last_run: ran(100, RunStatus::Dead),
+                ..stats("recovered", RunStatus::Succeeded, 1, 200)
+            },
+            JobRunStats {
+                pruned_last_run: ran(100, RunStatus::Dead),
+                ..stats("recovered", RunStatus::Skipped, 1, 300)
+            },
+            // A run kept before it (pruned by a shorter retention since, or held then).
+            JobRunStats {
+                pruned_last_run: ran(300, RunStatus::Cancelled),
+                ..stats("older-kept", RunStatus::Succeeded, 1, 200)
+            },
+            // The same second: dead over cancelled over succeeded, kept or pruned.
+            JobRunStats {
+                pruned_last_run: ran(100, RunStatus::Succeeded),
+                ..stats("tie", RunStatus::Cancelled, 1, 100)
+            },
+            stats("tie-kept", RunStatus::Dead, 1, 100),
+            stats("tie-kept", RunStatus::Succeeded, 1, 100),
+            no_runs("never", None),
+        ];
+        let mut out = String::new();
+        per_job(&mut out, &rows).expect("writing to a String");
+        let last = |job| last_status(&out, job);
+        assert_eq!(last("yearly").as_deref(), Some("dead"), "{out}");
+        assert_eq!(last("recovered").as_deref(), Some("succeeded"), "{out}");
+        assert_eq!(last("older-kept").as_deref(), Some("cancelled"), "{out}");
+        assert_eq!(last("tie").as_deref(), Some("cancelled"), "{out}");
+        assert_eq!(last("tie-kept").as_deref(), Some("dead"), "{out}");
+        assert_eq!(last("never"), None, "{out}");
+        assert!(!out.contains("runner_job_last_run_status{job=\"never\""));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, ClaimedRun, ColumnProblem, DamagedDefinition, Definition,
-    ExpiredLease, Fenced, LeaseToken, NewEvent, NewRun, OrphanClose, RunStatus, Settings,
+    ExpiredLease, Fenced, LastRun, LeaseToken, NewEvent, NewRun, OrphanClose, RunStatus, Settings,
     StartRecord, Steer, Steered,
 };
 
@@ -487,6 +487,9 @@ pub struct JobRunStats {
     /// The latest finish among the schedule's succeeded runs that pruning deleted (the same on
     /// each of its rows).
     pub pruned_success_at: Option<i64>,
+    /// The last, by `LastRun`'s order, of the schedule's runs that ran and that pruning deleted
+    /// (the same on each of its rows).
+    pub pruned_last_run: Option<LastRun>,
 }
 
 /// How much space the database takes.
@@ -923,6 +926,32 @@ pub fn count_dead_sql(placeholder: &str) -> String {
     format!(
         "UPDATE job_definitions SET dead_runs_total = dead_runs_total + 1
          WHERE id = (SELECT definition_id FROM job_runs WHERE id = {placeholder})"
+    )
+}
+
+/// Before a prune deletes the runs `doomed` names (a condition on `job_runs.id`, in the
+/// backend's syntax): each schedule keeps the last of those runs that ran, by `LastRun`'s order,
+/// in `pruned_last_finished_at` and `pruned_last_status`, unless the run it keeps there already
+/// is as late (for `runner_job_last_run_status`). The order is total on what is stored, so the
+/// result depends on neither the batches nor the order in which prunes deleted the runs. The
+/// same SQL for every backend.
+pub fn keep_pruned_last_run_sql(doomed: &str) -> String {
+    let rank = LastRun::rank_sql;
+    format!(
+        "UPDATE job_definitions
+         SET pruned_last_finished_at = pruned.at, pruned_last_status = pruned.ended
+         FROM (SELECT definition_id, at, ended FROM
+                   (SELECT definition_id, finished_at AS at, status AS ended,
+                           row_number() OVER (PARTITION BY definition_id
+                                              ORDER BY finished_at DESC, {status} DESC) AS nth
+                    FROM job_runs WHERE {doomed} AND {status} IS NOT NULL) AS ranked
+               WHERE nth = 1) AS pruned
+         WHERE job_definitions.id = pruned.definition_id
+           AND (job_definitions.pruned_last_finished_at IS NULL
+                OR (pruned.at, {ended}) > (job_definitions.pruned_last_finished_at, {kept}))",
+        status = rank("status"),
+        ended = rank("pruned.ended"),
+        kept = rank("job_definitions.pruned_last_status"),
     )
 }
 

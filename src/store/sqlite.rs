@@ -27,8 +27,8 @@ use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
-    ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap, RunChange,
-    RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
+    ExpiredLease, Fenced, LastRun, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap,
+    RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 
 /// A file's application id, schema version (`user_version`) and number of schema objects.
@@ -52,6 +52,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0012_one_forbid_run.sql"),
     include_str!("../../migrations/0013_status_check_pairs.sql"),
     include_str!("../../migrations/0014_pruned_success.sql"),
+    include_str!("../../migrations/0015_pruned_last_run.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -1454,7 +1455,7 @@ WITH counted (definition_id, status, runs, last_finished_at) AS (
     WHERE id > (SELECT value FROM runner_state WHERE key = 'tally_through')
     GROUP BY definition_id, status)
 SELECT d.name, c.status, coalesce(sum(c.runs), 0), max(c.last_finished_at), d.dead_runs_total,
-       d.pruned_success_at
+       d.pruned_success_at, d.pruned_last_finished_at, d.pruned_last_status
 FROM job_definitions d
 LEFT JOIN counted c ON c.definition_id = d.id
 GROUP BY d.id, c.status
@@ -2558,6 +2559,10 @@ impl Store for SqliteStore {
                 last_finished_at: r.get(3)?,
                 dead_runs_total: r.get(4)?,
                 pruned_success_at: r.get(5)?,
+                pruned_last_run: match (r.get(6)?, r.get::<_, Option<String>>(7)?) {
+                    (Some(at), Some(text)) => LastRun::of(at, status_from(7, text)?),
+                    _ => None,
+                },
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -2723,6 +2728,10 @@ impl Store for SqliteStore {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         tx.execute(KEEP_PRUNED_SUCCESS, [&batch])?;
+        tx.execute(
+            &super::keep_pruned_last_run_sql("id IN (SELECT value FROM json_each(?1))"),
+            [&batch],
+        )?;
         let runs = tx.execute(
             "DELETE FROM job_runs WHERE id IN (SELECT value FROM json_each(?1))",
             [&batch],
@@ -3399,8 +3408,11 @@ mod tests {
     }
 
     /// Takes a database back to schema version 8: attempts without their schedule's id (and
-    /// runs without `running_alone`, version 12; versions 10 and 11 may be applied again).
-    const BEFORE_ATTEMPT_SCHEDULE: &str = "ALTER TABLE job_definitions DROP COLUMN pruned_success_at;
+    /// runs without `running_alone`, version 12, schedules without the pruned columns of
+    /// versions 14 and 15; versions 10 and 11 may be applied again).
+    const BEFORE_ATTEMPT_SCHEDULE: &str = "ALTER TABLE job_definitions DROP COLUMN pruned_last_status;
+        ALTER TABLE job_definitions DROP COLUMN pruned_last_finished_at;
+        ALTER TABLE job_definitions DROP COLUMN pruned_success_at;
         DROP INDEX job_runs_running_by_definition;
         ALTER TABLE job_runs DROP COLUMN running_alone;
         CREATE INDEX job_runs_running_by_definition ON job_runs (definition_id) WHERE status = 'running';
@@ -3649,6 +3661,64 @@ mod tests {
             .claim_auto_prune(now, hour)
             .expect("the clock went back"));
         assert_eq!(state_value(&store, "last_prune_at"), Some(now));
+    }
+
+    /// What prune keeps of a schedule's last run does not depend on the batches or their order:
+    /// runs of one second rank dead, cancelled, succeeded; a skipped run never counts; an
+    /// earlier run never replaces a later one. And `job_run_stats` reads it back.
+    #[test]
+    fn the_pruned_last_run_is_the_same_whatever_the_batches() {
+        let (_dir, store) = store();
+        add_definitions(&store.conn, 1);
+        let runs = [
+            (1, "succeeded", 100),
+            (2, "dead", 100),
+            (3, "cancelled", 100),
+            (4, "skipped", 200),
+            (5, "succeeded", 90),
+            (6, "dead", 99),
+        ];
+        for (key, status, finished_at) in runs {
+            add_run(&store.conn, key, 1, status, Some(finished_at));
+        }
+        let keep =
+            super::super::keep_pruned_last_run_sql("id IN (SELECT value FROM json_each(?1))");
+        let forward: Vec<i64> = runs.iter().map(|(key, _, _)| *key).collect();
+        let backward: Vec<i64> = forward.iter().rev().copied().collect();
+        let mut orders: Vec<Vec<Vec<i64>>> = vec![vec![forward.clone()]];
+        for order in [forward, backward] {
+            for start in 0..order.len() {
+                let rotated = order[start..].iter().chain(&order[..start]);
+                orders.push(rotated.map(|id| vec![*id]).collect());
+            }
+        }
+        for batches in orders {
+            store
+                .conn
+                .execute(
+                    "UPDATE job_definitions
+                     SET pruned_last_finished_at = NULL, pruned_last_status = NULL",
+                    [],
+                )
+                .expect("reset");
+            for batch in &batches {
+                let batch = serde_json::to_string(batch).expect("json");
+                store.conn.execute(&keep, [&batch]).expect("keep");
+            }
+            let kept: (i64, String) = store
+                .conn
+                .query_row(
+                    "SELECT pruned_last_finished_at, pruned_last_status FROM job_definitions",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .expect("kept");
+            assert_eq!(kept, (100, "dead".to_string()), "{batches:?}");
+        }
+        let stats = store.job_run_stats().expect("stats");
+        assert!(stats
+            .iter()
+            .all(|s| s.pruned_last_run == LastRun::of(100, RunStatus::Dead)));
     }
 
     /// The statistics `ANALYZE` gathers on a large history (a million runs, a thousand schedules,

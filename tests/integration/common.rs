@@ -228,12 +228,21 @@ pub const SQLITE_BEFORE_TALLY: &str = "DROP TRIGGER job_run_tally_delete;
      DROP TABLE job_run_tally;
      DELETE FROM runner_state WHERE key IN ('tally_through', 'tally_folded_at');";
 
+/// SQL that takes a database back to before the schedules kept their last run pruned (SQLite
+/// schema version 15, PostgreSQL 10), on either backend.
+pub const UNDO_PRUNED_LAST_RUN: [&str; 2] = [
+    "ALTER TABLE job_definitions DROP COLUMN pruned_last_status",
+    "ALTER TABLE job_definitions DROP COLUMN pruned_last_finished_at",
+];
+
 /// Take the database back to before attempts carried their schedule's id (SQLite schema version
 /// 9, PostgreSQL 6), and so to before the runs' `running_alone` (12 and 8) and the schedules'
-/// `pruned_success_at` (14 and 9) too, on either backend, for tests that forge an older version
-/// and migrate it.
+/// pruned columns (14 and 9, 15 and 10) too, on either backend, for tests that forge an older
+/// version and migrate it.
 pub fn undo_attempt_schedule(env: &Env) {
     for undo in [
+        UNDO_PRUNED_LAST_RUN[0],
+        UNDO_PRUNED_LAST_RUN[1],
         "ALTER TABLE job_definitions DROP COLUMN pruned_success_at",
         "DROP INDEX job_runs_running_by_definition",
         "ALTER TABLE job_runs DROP COLUMN running_alone",

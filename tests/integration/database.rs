@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-use crate::common::{add_finished_history, mode, stderr, Env};
+use crate::common::{add_finished_history, mode, stderr, Env, UNDO_PRUNED_LAST_RUN};
 use crate::sqlite_only;
 
 /// Every path under `dir` (relative), sorted.
@@ -565,7 +565,10 @@ fn version_13s_status_check_migrates_and_every_connection_reads_it() {
     let pending = env.enqueue("job");
     let watcher = env.sql.sqlite();
     assert_eq!(temporary_btrees_per_run(&watcher), 0);
-    // As version 12 left it: the six states in one list (and no version 14 column).
+    // As version 12 left it: the six states in one list (and no version 14 or 15 columns).
+    for undo in UNDO_PRUNED_LAST_RUN {
+        env.sql.exec(undo, &[]);
+    }
     env.sql.exec(
         "ALTER TABLE job_definitions DROP COLUMN pruned_success_at",
         &[],
@@ -590,7 +593,7 @@ fn version_13s_status_check_migrates_and_every_connection_reads_it() {
     let out = env.ok(&["init"]);
     assert!(
         out.starts_with(&format!(
-            "migrated {} from schema version 12 to 14",
+            "migrated {} from schema version 12 to 15",
             env.db.display()
         )),
         "{out}"

@@ -147,10 +147,10 @@ fn init_creates_the_schema_and_other_commands_need_it() {
     // dead-runs counters per schedule; 0005: the covering index of metrics; 0006: attempts name
     // their schedule; 0007: the indexes by status hold finished runs only; 0008: one running
     // run of a `forbid` schedule, held by a unique index; 0009: the last success pruning
-    // deleted).
+    // deleted; 0010: the last run pruning deleted).
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        9
+        10
     );
     // The constraints and indexes SQLite has, partial ones included.
     let indexes = env.count(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::{
     assert_read_at, epoch, insert_finished_runs, json, never, never_near, real_now, run_ids,
-    status_of, stderr, stdout, utc, wait_until, Bg, Env,
+    status_of, stderr, stdout, utc, wait_until, Backend, Bg, Env, UNDO_PRUNED_LAST_RUN,
 };
 
 /// The cutoff `prune --older-than AGE` at `--now NOW` printed: AGE before the time it read, which
@@ -636,4 +636,182 @@ fn a_prune_says_how_many_runs_it_left_of_a_schedule_being_changed() {
     assert!(out.starts_with("removed 40 runs "), "{out}");
     assert!(!out.contains("left"), "{out}");
     assert_eq!(runs_of("busy"), 0);
+}
+
+/// The `runner_job_last_run_status` and `runner_job_last_success_timestamp_seconds` series of
+/// `job`, as `metrics` prints them.
+fn last_run_series(env: &Env, job: &str) -> Vec<String> {
+    let status = format!("runner_job_last_run_status{{job=\"{job}\",");
+    let success = format!("runner_job_last_success_timestamp_seconds{{job=\"{job}\"}}");
+    env.ok(&["metrics"])
+        .lines()
+        .filter(|l| l.starts_with(&status) || l.starts_with(&success))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Pruning a job's last run does not take its last-run status with it: a job that runs less
+/// often than the retention (a yearly job, a monthly one) still reports how its last run ended,
+/// so an alert on a dead last run keeps firing, on either backend. Skipped instants pruned later
+/// never count as its last run; a run kept after the pruned ones is the last.
+#[test]
+fn a_pruned_last_run_stays_in_the_metrics() {
+    let env = Env::init();
+    let t0 = "2025-01-01T00:00:00Z";
+    // `died` succeeds, then dies; `recovered` dies, then succeeds. `--catch-up none`: the
+    // instants a late tick finds are skipped, not run.
+    for (job, first) in [("died", "true"), ("recovered", "exit 1")] {
+        env.add_at(
+            Some(t0),
+            job,
+            "0 3 * * *",
+            &["--max-attempts", "1", "--catch-up", "none"],
+            first,
+        );
+    }
+    env.tick_at("2025-01-01T03:00:02Z");
+    for (job, then) in [("died", "exit 1"), ("recovered", "true")] {
+        env.ok(&[
+            "--now",
+            "2025-01-01T04:00:00Z",
+            "schedule",
+            "edit",
+            job,
+            "--quiet",
+            "--",
+            then,
+        ]);
+    }
+    env.tick_at("2025-01-02T03:00:02Z");
+    let before = [
+        last_run_series(&env, "died"),
+        last_run_series(&env, "recovered"),
+    ];
+    assert!(
+        before[0]
+            .contains(&"runner_job_last_run_status{job=\"died\",status=\"dead\"} 1".to_string()),
+        "{before:?}"
+    );
+    assert!(
+        before[1].contains(
+            &"runner_job_last_run_status{job=\"recovered\",status=\"succeeded\"} 1".to_string()
+        ),
+        "{before:?}"
+    );
+    assert_eq!(
+        before.iter().map(Vec::len).collect::<Vec<_>>(),
+        [4, 4],
+        "{before:?}"
+    );
+
+    let out = env.ok(&["prune", "--older-than", "1d"]);
+    assert!(out.starts_with("removed 4 runs"), "{out}");
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
+    let after = [
+        last_run_series(&env, "died"),
+        last_run_series(&env, "recovered"),
+    ];
+    assert_eq!(after, before, "every run was pruned");
+
+    // A late tick skips the missed instants (Jan 3 to 10): kept, they are not the last run, and
+    // pruned, they do not replace it.
+    env.tick_at("2025-01-10T04:00:00Z");
+    assert!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE status = 'skipped'",
+            &[]
+        ) >= 2
+    );
+    let skipped = [
+        last_run_series(&env, "died"),
+        last_run_series(&env, "recovered"),
+    ];
+    assert_eq!(skipped, before, "skipped runs kept");
+    env.ok(&["prune", "--older-than", "1d"]);
+    assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
+    let skipped = [
+        last_run_series(&env, "died"),
+        last_run_series(&env, "recovered"),
+    ];
+    assert_eq!(skipped, before, "skipped runs pruned");
+
+    // A run kept that finished after the pruned ones is the last.
+    env.ok(&[
+        "--now",
+        "2025-01-11T00:00:00Z",
+        "schedule",
+        "edit",
+        "died",
+        "--quiet",
+        "--",
+        "true",
+    ]);
+    env.ok(&["--now", "2025-01-11T00:00:00Z", "run", "died", "--wait"]);
+    let series = last_run_series(&env, "died");
+    assert!(
+        series.contains(
+            &"runner_job_last_run_status{job=\"died\",status=\"succeeded\"} 1".to_string()
+        ),
+        "{series:?}"
+    );
+    assert!(
+        series.contains(&"runner_job_last_run_status{job=\"died\",status=\"dead\"} 0".to_string()),
+        "{series:?}"
+    );
+    assert_ne!(series, before[0]);
+
+    // The series go with the schedule.
+    env.ok(&["schedule", "rm", "recovered"]);
+    assert_eq!(last_run_series(&env, "recovered"), Vec::<String>::new());
+}
+
+/// A database from before schedules kept their last run pruned (SQLite schema version 14,
+/// PostgreSQL 9) migrates to the version that does: `init` says so, the runs it holds still say
+/// how the last one ended, and pruning them keeps it from then on.
+#[test]
+fn a_database_from_before_the_pruned_last_run_migrates_and_prune_keeps_it() {
+    let env = Env::init();
+    env.add("job", &["--max-attempts", "1"], "exit 1");
+    env.run(&["--now", "2025-01-01T00:00:00Z", "run", "job", "--wait"]);
+    let before = last_run_series(&env, "job");
+    assert!(
+        before.contains(&"runner_job_last_run_status{job=\"job\",status=\"dead\"} 1".to_string()),
+        "{before:?}"
+    );
+    for undo in UNDO_PRUNED_LAST_RUN {
+        env.sql.exec(undo, &[]);
+    }
+    let (old, new) = match Backend::current() {
+        Backend::Sqlite => {
+            env.sql
+                .sqlite()
+                .execute_batch("PRAGMA user_version = 14")
+                .expect("downgrade");
+            (14, 15)
+        }
+        Backend::Postgres => {
+            env.sql
+                .exec("DELETE FROM runner_schema_version WHERE version >= 10", &[]);
+            (9, 10)
+        }
+    };
+    let out = env.ok(&["init"]);
+    assert!(
+        out.starts_with("migrated ")
+            && out.contains(&format!(" from schema version {old} to {new}")),
+        "{out}"
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_definitions
+             WHERE pruned_last_finished_at IS NULL AND pruned_last_status IS NULL",
+            &[]
+        ),
+        1
+    );
+    assert_eq!(last_run_series(&env, "job"), before);
+
+    let out = env.ok(&["prune", "--older-than", "1d"]);
+    assert!(out.starts_with("removed 1 run"), "{out}");
+    assert_eq!(last_run_series(&env, "job"), before);
 }

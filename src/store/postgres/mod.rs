@@ -38,8 +38,8 @@ use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
-    EventKind, ExpiredLease, Fenced, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap,
-    RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
+    EventKind, ExpiredLease, Fenced, LastRun, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose,
+    Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 
 /// What the `Store` trait's methods return: errors already classified (`Failure`), the server
@@ -57,6 +57,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0007_finished_indexes.sql"),
     include_str!("../../../migrations/postgres/0008_one_forbid_run.sql"),
     include_str!("../../../migrations/postgres/0009_pruned_success.sql"),
+    include_str!("../../../migrations/postgres/0010_pruned_last_run.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
@@ -1418,10 +1419,10 @@ const STORAGE_BYTES: &str = "
 SELECT coalesce(sum(pg_total_relation_size(c)), 0)::bigint
 FROM unnest(ARRAY['job_definitions', 'job_runs', 'job_attempts', 'job_events', 'runner_state']::regclass[]) AS c";
 
-/// The runs pruning may delete (each with its schedule, and whether it succeeded): finished for
-/// good before `$1`, with no attempt still open.
+/// The runs pruning may delete (each with its schedule, and whether it ran: not skipped):
+/// finished for good before `$1`, with no attempt still open.
 const PRUNABLE_RUNS: &str = "
-SELECT id, definition_id, status = 'succeeded' FROM job_runs
+SELECT id, definition_id, status <> 'skipped' FROM job_runs
 WHERE status IN ('succeeded', 'dead', 'cancelled', 'skipped') AND finished_at < $1
   AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.run_id = job_runs.id AND a.finished_at IS NULL)";
 
@@ -2484,7 +2485,8 @@ impl Store for PostgresStore {
             client
                 .query(
                     "SELECT d.name, s.status, coalesce(s.runs, 0), s.last_finished_at,
-                            d.dead_runs_total, d.pruned_success_at
+                            d.dead_runs_total, d.pruned_success_at, d.pruned_last_finished_at,
+                            d.pruned_last_status
                      FROM job_definitions d
                      LEFT JOIN (SELECT definition_id, status, count(*) AS runs,
                                        max(finished_at) AS last_finished_at
@@ -2505,6 +2507,10 @@ impl Store for PostgresStore {
                         last_finished_at: r.try_get(3)?,
                         dead_runs_total: r.try_get(4)?,
                         pruned_success_at: r.try_get(5)?,
+                        pruned_last_run: match r.try_get::<_, Option<i64>>(6)? {
+                            Some(at) => LastRun::of(at, status_at(r, 7)?),
+                            None => None,
+                        },
                     })
                 })
                 .collect()
@@ -2693,9 +2699,10 @@ impl Store for PostgresStore {
 
     fn prune_batch(&mut self, cutoff: i64, limit: usize) -> StoreResult<PruneCounts> {
         self.write(|tx| {
-            // Each schedule keeps the latest finish of its succeeded runs deleted here (for the
-            // last-success metric; see the SQLite schema's version 14), so their schedules' rows
-            // are written too, and locked without waiting: a removal locks a schedule's row,
+            // Each schedule keeps the latest finish of its succeeded runs deleted here, and how
+            // the last of its runs that ran ended (for the last-success and last-run metrics; see
+            // the SQLite schema's versions 14 and 15), so the schedules of the runs that ran are
+            // written too, and locked without waiting: a removal locks a schedule's row,
             // then its runs, the other way round; waiting here for a schedule it holds, while
             // holding the runs it waits for, would be a deadlock. The runs of a schedule locked
             // elsewhere (`busy`) are left for a later prune, and picked again without them. (The
@@ -2725,7 +2732,7 @@ impl Store for PostgresStore {
                     .collect::<Result<_, postgres::Error>>()?;
                 let mut wanted: Vec<i64> = picked
                     .iter()
-                    .filter(|(_, _, succeeded)| *succeeded)
+                    .filter(|(_, _, ran)| *ran)
                     .map(|(_, schedule, _)| *schedule)
                     .collect();
                 wanted.sort_unstable();
@@ -2741,11 +2748,11 @@ impl Store for PostgresStore {
                     .map(|r| r.try_get(0))
                     .collect::<Result<_, _>>()?;
                 let is_held = |schedule: &i64| held.binary_search(schedule).is_ok();
-                picked.retain(|(_, schedule, succeeded)| !succeeded || is_held(schedule));
+                picked.retain(|(_, schedule, ran)| !ran || is_held(schedule));
                 if !picked.is_empty() {
                     break picked.into_iter().map(|(id, _, _)| id).collect();
                 }
-                // Every run picked is a succeeded run of a busy schedule: at least one more.
+                // Every run picked is a run that ran of a busy schedule: at least one more.
                 busy.extend(wanted.into_iter().filter(|s| !is_held(s)));
             };
             // Counted before the delete: rows removed by ON DELETE CASCADE are not reported by it.
@@ -2761,6 +2768,7 @@ impl Store for PostgresStore {
                  WHERE d.id = p.definition_id",
                 &[&ids],
             )?;
+            tx.execute(&super::keep_pruned_last_run_sql("id = ANY($1)"), &[&ids])?;
             let runs = tx.execute("DELETE FROM job_runs WHERE id = ANY($1)", &[&ids])?;
             Ok(PruneCounts {
                 runs,
