@@ -47,7 +47,8 @@ CREATE TABLE job_definitions (
     -- runner_job_last_run_status{job,status} reads the last of this schedule's runs that ran
     -- (succeeded, dead, cancelled; at the same finish, dead over cancelled over succeeded), and
     -- this pair: the last of those `prune` deleted, so the series does not vanish when every run
-    -- of a yearly job is older than the retention. Both NULL, or both set. (0015)
+    -- of a yearly job is older than the retention. Both NULL, or both set. `migrate` without
+    -- --history folds the runs it leaves behind into these and pruned_success_at. (0015)
     pruned_last_finished_at INTEGER,
     pruned_last_status   TEXT
         CHECK ((pruned_last_status IS NULL) = (pruned_last_finished_at IS NULL)

@@ -23,8 +23,10 @@ pub struct Args {
     /// brought up to date) like `runner init` does. It must hold no schedule of the same names.
     #[arg(long, value_name = "URL|PATH")]
     pub to: String,
-    /// Move the finished runs too, with their attempts and events, and the dead-runs counter.
-    /// Without it only pending runs move (with their attempts and events); finished ones stay.
+    /// Move the finished runs too, with their attempts and events. Without it only pending runs
+    /// move (with their attempts and events); finished ones stay, and each schedule brings its
+    /// last success and last run from them (for `metrics`), as it always brings its dead-runs
+    /// counter.
     #[arg(long)]
     pub history: bool,
 }

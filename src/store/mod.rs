@@ -599,7 +599,8 @@ impl Rows {
 
 /// A batch of what `runner migrate` moves from one database to another (see
 /// `Store::migrate_out`): every schedule (with its dead-runs counter, history or not: it is the
-/// schedule's) in the first batch, and in each up to [`MIGRATE_BATCH`] of the runs that must not be
+/// schedule's; without history, with the last success and last run of the finished runs left
+/// behind, see `carry_last_runs`) in the first batch, and in each up to [`MIGRATE_BATCH`] of the runs that must not be
 /// lost (pending ones; with history, every run), in id order, with their attempts and events.
 /// Ids are the source's.
 #[derive(Debug, Clone, Default)]
@@ -656,6 +657,9 @@ pub trait MigrationBatches {
 /// parameter 2.
 struct MigrationSql {
     definitions: &'static str,
+    /// Without history: per schedule and status that ran, the latest finish among its runs,
+    /// which stay behind (see `carry_last_runs`).
+    last_runs_left: Option<String>,
     runs: String,
     attempts: String,
     events: String,
@@ -676,8 +680,17 @@ impl MigrationSql {
                  ORDER BY id"
             )
         };
+        let last_runs_left = (!with_history).then(|| {
+            format!(
+                "SELECT definition_id, status, max(finished_at) AS finished_at FROM job_runs
+                 WHERE finished_at IS NOT NULL AND {} IS NOT NULL
+                 GROUP BY definition_id, status",
+                LastRun::rank_sql("status")
+            )
+        });
         MigrationSql {
             definitions: "SELECT * FROM job_definitions ORDER BY id",
+            last_runs_left,
             runs: format!("SELECT * FROM job_runs WHERE id > {p1}{moved} ORDER BY id LIMIT {p2}"),
             attempts: of_moved_runs("job_attempts"),
             events: of_moved_runs("job_events"),
@@ -735,7 +748,12 @@ where
         let first = self.after.is_none();
         let after = self.after.unwrap_or(i64::MIN);
         let definitions = if first {
-            (self.read)(Table::Definitions, self.sql.definitions, &[])?
+            let mut definitions = (self.read)(Table::Definitions, self.sql.definitions, &[])?;
+            if let Some(sql) = &self.sql.last_runs_left {
+                let left = (self.read)(Table::Runs, sql, &[])?;
+                carry_last_runs(&mut definitions, &left)?;
+            }
+            definitions
         } else {
             Rows::default()
         };
@@ -760,6 +778,65 @@ where
         self.counts += batch.counts();
         Ok(Some(batch))
     }
+}
+
+/// Without history, the finished runs stay behind, and with them what the per-job metrics read:
+/// each schedule's last success and last run. Fold them into the schedule's pruned columns
+/// (`left`: per schedule and status that ran, the latest finish among the runs that stay), so
+/// that the target, which holds none of those runs, reports what the source did, as if they
+/// had been pruned there.
+fn carry_last_runs(definitions: &mut Rows, left: &Rows) -> Result<()> {
+    use std::collections::HashMap;
+    let odd = |what: &str| Error(anyhow::anyhow!("a schedule's runs to carry have {what}"));
+    let (schedule, status, finished_at) = (
+        left.column("definition_id")?,
+        left.column("status")?,
+        left.column("finished_at")?,
+    );
+    let mut last_runs: HashMap<i64, Vec<LastRun>> = HashMap::new();
+    for row in &left.rows {
+        let (Some(id), Some(at), Value::Text(text)) = (
+            row[schedule].integer(),
+            row[finished_at].integer(),
+            &row[status],
+        ) else {
+            return Err(odd("a value of the wrong type"));
+        };
+        let status: RunStatus = text.parse().map_err(|_| odd("an unknown status"))?;
+        last_runs
+            .entry(id)
+            .or_default()
+            .extend(LastRun::of(at, status));
+    }
+    let id = definitions.column("id")?;
+    let success_at = definitions.column("pruned_success_at")?;
+    let last_at = definitions.column("pruned_last_finished_at")?;
+    let last_status = definitions.column("pruned_last_status")?;
+    for row in &mut definitions.rows {
+        let Some(kept) = row[id].integer().and_then(|id| last_runs.remove(&id)) else {
+            continue; // no run of it stays behind: its pruned columns say it all
+        };
+        let pruned_last = match (&row[last_at], &row[last_status]) {
+            (Value::Integer(at), Value::Text(text)) => text
+                .parse()
+                .ok()
+                .and_then(|status| LastRun::of(*at, status)),
+            _ => None,
+        };
+        let kept_success = kept
+            .iter()
+            .filter(|run| run.status() == RunStatus::Succeeded)
+            .map(|run| run.finished_at())
+            .max();
+        if let Some(at) = kept_success.max(row[success_at].integer()) {
+            row[success_at] = Value::Integer(at);
+        }
+        if let Some(last) = kept.into_iter().chain(pruned_last).max() {
+            row[last_at] = Value::Integer(last.finished_at());
+            row[last_status] = Value::Text(last.status().as_str().to_string());
+        }
+    }
+    Ok(())
 }
 
 /// The table a row of a `Migration` goes into.

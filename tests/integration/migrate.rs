@@ -113,14 +113,15 @@ fn statuses(db: &TestDb) -> Vec<(String, String, i64)> {
     .collect()
 }
 
-/// Every column of a table but its id and the ids that point at other rows (which a migration
-/// gives new values), in an order both databases share: by schedule name, then run key, then
-/// id. `runs` says which runs (an SQL condition on `r`).
-fn carried(db: &TestDb, table: &str, runs: &str) -> Vec<Vec<Val>> {
+/// Every column of a table but its id, the ids that point at other rows (which a migration
+/// gives new values) and those in `except`, in an order both databases share: by schedule name,
+/// then run key, then id. `runs` says which runs (an SQL condition on `r`).
+fn carried(db: &TestDb, table: &str, runs: &str, except: &[&str]) -> Vec<Vec<Val>> {
     let columns: Vec<String> = db
         .columns(table)
         .into_iter()
         .filter(|c| !["id", "definition_id", "run_id"].contains(&c.as_str()))
+        .filter(|c| !except.contains(&c.as_str()))
         .map(|c| format!("t.\"{c}\""))
         .collect();
     assert!(columns.len() > 3, "no columns of {table}");
@@ -141,9 +142,35 @@ fn carried(db: &TestDb, table: &str, runs: &str) -> Vec<Vec<Val>> {
 
 /// Every row a migration carries, of the runs that `runs` selects.
 fn carried_all(db: &TestDb, runs: &str) -> Vec<Vec<Vec<Val>>> {
+    carried_all_but(db, runs, &[])
+}
+
+/// As `carried_all`, without the columns in `except`.
+fn carried_all_but(db: &TestDb, runs: &str, except: &[&str]) -> Vec<Vec<Vec<Val>>> {
     ["job_definitions", "job_runs", "job_attempts", "job_events"]
-        .map(|t| carried(db, t, runs))
+        .map(|t| carried(db, t, runs, except))
         .to_vec()
+}
+
+/// The schedules' columns that say what pruning deleted: without `--history`, the finished runs
+/// left behind are folded into them on the target (see `last_runs_move`).
+const PRUNED_COLUMNS: [&str; 3] = [
+    "pruned_success_at",
+    "pruned_last_finished_at",
+    "pruned_last_status",
+];
+
+/// Every job's `runner_job_last_success_timestamp_seconds` and `runner_job_last_run_status`
+/// series in `db`.
+fn last_runs(env: &Env, db: &TestDb) -> Vec<String> {
+    on(env, db, &["metrics"])
+        .lines()
+        .filter(|l| {
+            l.starts_with("runner_job_last_success_timestamp_seconds{")
+                || l.starts_with("runner_job_last_run_status{")
+        })
+        .map(str::to_string)
+        .collect()
 }
 
 /// How many rows each scheduled instant of `job` has (schedule runs only).
@@ -176,7 +203,8 @@ fn cursors_and_pending_runs_move_and_nothing_runs_twice(env: &Env, target: &Test
         "--now", FIRST_TICK, "schedule", "pause", "doomed", "--for", "10m",
     ]);
     let pending = "r.status = 'pending'";
-    let before = carried_all(&env.sql, pending);
+    let before = carried_all_but(&env.sql, pending, &PRUNED_COLUMNS);
+    let metrics_before = last_runs(env, &env.sql);
     let keys = env.sql.query_strings(
         "SELECT idempotency_key FROM job_runs WHERE status = 'pending' ORDER BY idempotency_key",
         &[],
@@ -194,8 +222,15 @@ fn cursors_and_pending_runs_move_and_nothing_runs_twice(env: &Env, target: &Test
     assert!(out.contains("are now paused"), "{out}");
 
     // Every column of every schedule (cursor, revision, created_at, paused...) and of every
-    // pending run, its attempt and its events arrived as they were; finished runs did not.
-    assert_eq!(carried_all(target, "1 = 1"), before);
+    // pending run, its attempt and its events arrived as they were; finished runs did not, but
+    // each job's last success and last run did.
+    assert_eq!(carried_all_but(target, "1 = 1", &PRUNED_COLUMNS), before);
+    assert_eq!(last_runs(env, target), metrics_before);
+    assert!(
+        metrics_before
+            .contains(&"runner_job_last_run_status{job=\"doomed\",status=\"dead\"} 1".to_string()),
+        "{metrics_before:?}"
+    );
     assert_eq!(
         target.query_strings(
             "SELECT idempotency_key FROM job_runs ORDER BY idempotency_key",
@@ -401,6 +436,116 @@ fn to_sqlite_history_moves_runs_attempts_events_and_the_dead_counter() {
     let env = Env::init();
     let target = sqlite_target(&env);
     history_moves(&env, &target);
+}
+
+/// Each job's last success and last run, as `metrics` reports them, move with its schedule,
+/// with `history` or without: then the target holds none of the finished runs, and the
+/// schedules' pruned columns carry what they said, whether the source kept the runs or had
+/// pruned them (either may be the later). With `history` the columns move as they are.
+fn last_runs_move(env: &Env, target: &TestDb, history: bool) {
+    let run_at = |job: &str, at: &str, command: &str| {
+        env.ok(&[
+            "--now", at, "schedule", "edit", job, "--quiet", "--", command,
+        ]);
+        env.run(&["--now", at, "run", job, "--wait"]);
+    };
+    for job in ["yearly", "fading", "back", "forged"] {
+        env.add_at(Some(T0), job, NEVER, &["--max-attempts", "1"], "true");
+    }
+    // Pruned: `yearly` died; `fading` succeeded; `back` died.
+    run_at("yearly", "2026-01-02T00:00:00Z", "exit 1");
+    run_at("fading", "2026-01-02T00:00:00Z", "true");
+    run_at("back", "2026-01-02T00:00:00Z", "exit 1");
+    let out = env.ok(&[
+        "--now",
+        "2026-02-01T00:00:00Z",
+        "prune",
+        "--older-than",
+        "1d",
+    ]);
+    assert!(out.starts_with("removed 3 runs"), "{out}");
+    // Kept, later: `fading` died, `back` succeeded; `forged` succeeded, before a pruned run
+    // forged on it (a run of the same schedule another command held while a prune passed).
+    run_at("fading", "2026-03-01T00:00:00Z", "exit 1");
+    run_at("back", "2026-03-01T00:00:00Z", "true");
+    run_at("forged", "2026-03-01T00:00:00Z", "true");
+    env.sql.exec(
+        &format!(
+            "UPDATE job_definitions SET pruned_success_at = {}, pruned_last_finished_at = {},
+                 pruned_last_status = 'cancelled'
+             WHERE name = 'forged'",
+            epoch("2026-02-01T00:00:00Z"),
+            epoch("2026-04-01T00:00:00Z")
+        ),
+        &[],
+    );
+    let before = last_runs(env, &env.sql);
+    for (job, status) in [
+        ("yearly", "dead"),
+        ("fading", "dead"),
+        ("back", "succeeded"),
+        ("forged", "cancelled"),
+    ] {
+        let line = format!("runner_job_last_run_status{{job=\"{job}\",status=\"{status}\"}} 1");
+        assert!(before.contains(&line), "{line} in {before:?}");
+    }
+    assert_eq!(
+        before
+            .iter()
+            .filter(|l| l.starts_with("runner_job_last_success_timestamp_seconds"))
+            .count(),
+        3,
+        "{before:?}"
+    );
+    let columns = carried_all(&env.sql, "1 = 1");
+
+    let mut args = vec![
+        "--now",
+        "2026-04-02T00:00:00Z",
+        "migrate",
+        "--to",
+        target.location(),
+    ];
+    if history {
+        args.push("--history");
+    }
+    env.ok(&args);
+    assert_eq!(last_runs(env, target), before);
+    if history {
+        assert_eq!(carried_all(target, "1 = 1"), columns);
+    } else {
+        assert_eq!(target.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
+    }
+}
+
+#[test]
+fn to_postgres_last_runs_move_without_history() {
+    let Some(target) = postgres_target() else {
+        return;
+    };
+    last_runs_move(&Env::init(), &target, false);
+}
+
+#[test]
+fn to_sqlite_last_runs_move_without_history() {
+    let env = Env::init();
+    let target = sqlite_target(&env);
+    last_runs_move(&env, &target, false);
+}
+
+#[test]
+fn to_postgres_last_runs_move_with_history() {
+    let Some(target) = postgres_target() else {
+        return;
+    };
+    last_runs_move(&Env::init(), &target, true);
+}
+
+#[test]
+fn to_sqlite_last_runs_move_with_history() {
+    let env = Env::init();
+    let target = sqlite_target(&env);
+    last_runs_move(&env, &target, true);
 }
 
 /// A history larger than a batch of the migration (500 runs, read and written with their attempts
