@@ -319,7 +319,7 @@ fn a_read_only_database_in_a_read_only_directory_can_be_read() {
 fn an_unreachable_or_unreadable_database_is_not_called_missing() {
     sqlite_only!("file permissions of the database");
     let env = Env::init();
-    env.ok(&["schedule", "add", "a", "--cron", NEVER, "--", "echo hi"]);
+    env.ok(&["schedule", "add", "a", "--cron", &never(), "--", "echo hi"]);
     let Some(stranger) = Stranger::with_copy_of(&env, "unreachable database") else {
         return;
     };

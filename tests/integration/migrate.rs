@@ -450,7 +450,13 @@ fn last_runs_move(env: &Env, target: &TestDb, history: bool) {
         env.run(&["--now", at, "run", job, "--wait"]);
     };
     for job in ["yearly", "fading", "back", "forged"] {
-        env.add_at(Some(T0), job, NEVER, &["--max-attempts", "1"], "true");
+        env.add_at(
+            Some(T0),
+            job,
+            &never_near(T0),
+            &["--max-attempts", "1"],
+            "true",
+        );
     }
     // Pruned: `yearly` died; `fading` succeeded; `back` died.
     run_at("yearly", "2026-01-02T00:00:00Z", "exit 1");
