@@ -1,5 +1,6 @@
 //! Times as people type them on the command line (`--since`, `--from`, `--to`, `--now`, and
-//! `--at`): one parser, so every flag that takes a time accepts the same forms.
+//! `--at`): one parser, so every flag that takes a time accepts the same forms. Durations too
+//! ([`parse_duration`]): one parser for every flag, setting and TOML field that takes one.
 //!
 //! * `2026-11-23` (midnight), `2026-11-23T10:30`, `2026-11-23 10:30` (seconds optional),
 //!   `10:30` (today);
@@ -100,6 +101,68 @@ fn on_date_or_today(
         .and_time(time)
 }
 
+/// A duration as people type it: humantime's syntax (`90s`, `10m`, `1h30m`, `2d`, `1w`, `250ms`),
+/// without its months and years. humantime counts a month as 30.44 days and a year as 365.25
+/// days, and takes `M` for a month, so `--timeout 10M` (meant as ten minutes) was 304 days;
+/// neither has a fixed length, so they are refused with a word to write days.
+pub fn parse_duration(value: &str) -> Result<Duration, DurationError> {
+    if let Some(unit) = calendar_unit(value) {
+        return Err(DurationError::Calendar {
+            value: value.to_string(),
+            unit: unit.to_string(),
+        });
+    }
+    humantime::parse_duration(value).map_err(|e| DurationError::Syntax {
+        value: value.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Why a duration was refused. Its message names the value; callers that know better words for
+/// a syntax error (a variable's name, the other forms a flag takes) use their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DurationError {
+    /// A month or year unit (`M`, `month`, `y`, `yr`, `years`, ...).
+    Calendar { value: String, unit: String },
+    /// Not a duration at all; `reason` is humantime's.
+    Syntax { value: String, reason: String },
+}
+
+impl std::fmt::Display for DurationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DurationError::Calendar { value, unit } => {
+                let (what, instead) = match unit.as_str() {
+                    "M" | "month" | "months" => ("months", "30d for 30 days, or 10m for minutes"),
+                    _ => ("years", "365d for 365 days"),
+                };
+                write!(
+                    f,
+                    "{value:?}: {unit:?} counts {what}, which have no fixed length; write days, \
+                     e.g. {instead} (see `runner help durations`)"
+                )
+            }
+            DurationError::Syntax { value, reason } => write!(
+                f,
+                "{value:?} is not a duration ({reason}); use e.g. 90s, 10m, 1h30m"
+            ),
+        }
+    }
+}
+
+/// The first month or year unit in `value`, if any. humantime reads a unit as a maximal run of
+/// ASCII letters (and `µ`) after a number; these are the runs it takes for months and years.
+fn calendar_unit(value: &str) -> Option<&str> {
+    value
+        .split(|c: char| !(c.is_ascii_alphabetic() || c == 'µ'))
+        .find(|unit| {
+            matches!(
+                *unit,
+                "M" | "month" | "months" | "y" | "yr" | "yrs" | "year" | "years"
+            )
+        })
+}
+
 /// A time (no durations): the forms in the module's doc.
 pub fn parse_time(value: &str) -> Result<TimeInput, String> {
     parse_time_only(value).ok_or_else(|| format!("{value:?} is not a time; {TIME_FORMS}"))
@@ -110,14 +173,14 @@ pub fn parse_since(value: &str) -> Result<TimeInput, String> {
     if let Some(time) = parse_time_only(value) {
         return Ok(time);
     }
-    humantime::parse_duration(value.trim())
-        .map(TimeInput::Ago)
-        .map_err(|_| {
-            format!(
-                "{value:?} is neither a duration before now (e.g. 90m, 2h, 7d; see `runner help \
-                 durations`) nor a time; {TIME_FORMS}"
-            )
-        })
+    match parse_duration(value.trim()) {
+        Ok(duration) => Ok(TimeInput::Ago(duration)),
+        Err(e @ DurationError::Calendar { .. }) => Err(e.to_string()),
+        Err(DurationError::Syntax { .. }) => Err(format!(
+            "{value:?} is neither a duration before now (e.g. 90m, 2h, 7d; see `runner help \
+             durations`) nor a time; {TIME_FORMS}"
+        )),
+    }
 }
 
 /// A time that means the same whatever the clock says (for `--now`): a date, a date and time, or
@@ -241,6 +304,43 @@ mod tests {
         let error = parse_since("yesterday").expect_err("not a time");
         assert!(error.contains("neither a duration"), "{error}");
         assert!(error.contains("runner help times"), "{error}");
+    }
+
+    #[test]
+    fn durations_take_fixed_units_only() {
+        let secs = |value: &str| parse_duration(value).map(|d| d.as_secs());
+        assert_eq!(secs("90s"), Ok(90));
+        assert_eq!(secs("10m"), Ok(600));
+        assert_eq!(secs("1h30m"), Ok(5400));
+        assert_eq!(secs("1h 30m"), Ok(5400));
+        assert_eq!(secs("2d"), Ok(172_800));
+        assert_eq!(secs("1w"), Ok(604_800));
+        assert_eq!(secs("3 minutes"), Ok(180));
+        assert_eq!(secs("2hrs"), Ok(7200));
+        // Every spelling humantime takes for a month or a year: it counts 30.44 and 365.25 days,
+        // and `10M` meant as ten minutes was 304 days.
+        for calendar in [
+            "10M", "5 M", "1month", "2 months", "1y", "1yr", "2yrs", "1year", "2 years", "1d1y",
+            "1y1d", "1.5M", "1h 2M", "M",
+        ] {
+            let error = parse_duration(calendar).expect_err(calendar);
+            assert!(
+                matches!(error, DurationError::Calendar { .. }),
+                "{calendar:?}: {error:?}"
+            );
+            let message = error.to_string();
+            assert!(message.contains("write days"), "{message}");
+            assert!(message.contains(&format!("{calendar:?}")), "{message}");
+        }
+        for bad in ["", "soon", "5 parsecs", "10H", "-1s", "1Month"] {
+            assert!(
+                matches!(parse_duration(bad), Err(DurationError::Syntax { .. })),
+                "{bad:?}"
+            );
+        }
+        // `--since` refuses them too, saying why rather than "neither a duration nor a time".
+        let error = parse_since("1y").expect_err("a year");
+        assert!(error.contains("write days"), "{error}");
     }
 
     #[test]

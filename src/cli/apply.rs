@@ -1133,7 +1133,7 @@ mod tests {
         let text = "[a]\ncron = \"61 * * * *\"\ncommand = \"true\"\ntz = \"Mars/Olympus\"\nmax_attempts = 0\n\
                     timeout = \"soon\"\nbackoff_base = \"2h\"\nbackoff_max = \"1h\"\n\n\
                     [b]\ntz = \"Nowhere/Else\"\n\n\
-                    [c]\ncron = \"@daily\"\ncommand = \"true\"\nbackoff_base = \"2h\"\nbackoff_max = \"20y\"\n";
+                    [c]\ncron = \"@daily\"\ncommand = \"true\"\nbackoff_base = \"2h\"\nbackoff_max = \"7300d\"\n";
         let found = errors(text);
         assert_eq!(
             places(&found),

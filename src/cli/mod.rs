@@ -429,9 +429,9 @@ pub fn actor(owner: Option<String>) -> Actor {
     }
 }
 
+/// A duration flag (`--lease`, `--older-than`, ...): see [`crate::time_input::parse_duration`].
 pub fn parse_duration(value: &str) -> Result<Duration, String> {
-    humantime::parse_duration(value)
-        .map_err(|e| format!("{value:?} is not a duration ({e}); use e.g. 90s, 10m, 1h30m"))
+    crate::time_input::parse_duration(value).map_err(|e| e.to_string())
 }
 
 /// A duration stored in whole seconds (`--timeout`, `--backoff-base`, `--backoff-max`,

@@ -15,6 +15,7 @@ use anyhow::Result;
 
 use super::Tick;
 use crate::store::{PruneCounts, Store};
+use crate::time_input::DurationError;
 
 /// Runs deleted per transaction: small enough that a tick waiting for the lock waits briefly.
 pub const PRUNE_BATCH: usize = 5000;
@@ -51,9 +52,13 @@ fn parse_retention(value: &str) -> Result<Option<Duration>, String> {
     }
     // Not humantime's own message ("expected number at 0"): it names neither the variable nor
     // what it accepts.
-    humantime::parse_duration(value)
-        .map(Some)
-        .map_err(|_| format!("RUNNER_RETENTION={value:?} is not a retention; {RETENTION_SYNTAX}"))
+    match crate::time_input::parse_duration(value) {
+        Ok(duration) => Ok(Some(duration)),
+        Err(e @ DurationError::Calendar { .. }) => Err(format!("RUNNER_RETENTION={e}")),
+        Err(DurationError::Syntax { .. }) => Err(format!(
+            "RUNNER_RETENTION={value:?} is not a retention; {RETENTION_SYNTAX}"
+        )),
+    }
 }
 
 /// Delete finished runs older than `cutoff`, batch by batch, until none is left or `budget`
@@ -171,5 +176,11 @@ mod tests {
             "{message}"
         );
         assert!(!message.contains("expected number"), "{message}");
+        // humantime's months and years (1y = 365.25 days) are refused: write days.
+        for calendar in ["1y", "6M", "1year", "12months"] {
+            let message = parse_retention(calendar).expect_err("a calendar unit");
+            assert!(message.starts_with("RUNNER_RETENTION="), "{message}");
+            assert!(message.contains("write days"), "{message}");
+        }
     }
 }

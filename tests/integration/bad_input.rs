@@ -82,7 +82,7 @@ fn bad_input_is_exit_2_with_a_message_and_nothing_written() {
         words(&["--db", "", "init"]),
         // A pause longer than any duration setting (its end printed as 1970 once): refused.
         words(&["schedule", "pause", "x", "--for", "100000000d"]),
-        words(&["schedule", "pause", "x", "--for", "11y"]),
+        words(&["schedule", "pause", "x", "--for", "4018d"]),
         words(&["tick", "--concurrency", "0"]),
         words(&["tick", "--concurrency", "-1"]),
         words(&["tick", "--batch", "0"]),
@@ -175,4 +175,62 @@ fn huge_lease_is_refused() {
         let err = env.fails(2, &["tick", "--lease", lease]);
         assert!(err.contains("--lease"), "{err}");
     }
+}
+
+/// humantime also reads months (`M`, `month`) and years (`y`, `yr`, `year`) as 30.44 and 365.25
+/// days: `--timeout 10M`, meant as ten minutes, was 304 days. Every duration, wherever it is
+/// given, refuses them (exit 2, saying to write days) and writes nothing.
+#[test]
+fn month_and_year_units_are_refused_wherever_a_duration_is_taken() {
+    let env = Env::init();
+    env.add("x", &[], "true");
+    let toml = env.path("schedules.toml");
+    std::fs::write(
+        &toml,
+        "[y]\ncron = \"@daily\"\ncommand = \"true\"\ntimeout = \"10M\"\n",
+    )
+    .expect("write schedules.toml");
+    let add = |flag: &str, value: &str| -> Vec<String> {
+        [
+            "schedule", "add", "y", "--cron", "@daily", flag, value, "--", "true",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let words = |args: &[&str]| -> Vec<String> { args.iter().map(|s| s.to_string()).collect() };
+    let cases: Vec<Vec<String>> = vec![
+        add("--timeout", "10M"),
+        add("--grace", "5M"),
+        add("--backoff-base", "1month"),
+        add("--backoff-max", "1y"),
+        words(&["schedule", "edit", "x", "--timeout", "2 months"]),
+        words(&["schedule", "pause", "x", "--for", "1year"]),
+        words(&["tick", "--lease", "1M"]),
+        words(&["tick", "--max-tick", "1M"]),
+        words(&["prune", "--older-than", "1y"]),
+        words(&["status", "--check", "--max-tick-age", "1M"]),
+        words(&["status", "--check", "--dead-window", "1yr"]),
+        words(&["status", "--check", "--max-due-lag", "2 years"]),
+        words(&["history", "--since", "1y"]),
+        words(&["schedule", "apply", toml.to_str().expect("utf-8")]),
+    ];
+    let before = env.sql.snapshot();
+    let check = |args: &[String], out: std::process::Output| {
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("write days"), "{args:?}: {err}");
+        assert_eq!(env.sql.snapshot(), before, "{args:?} wrote to the database");
+    };
+    for args in &cases {
+        check(args, env.cmd().args(args).output().expect("spawn"));
+    }
+    let prune = words(&["prune"]);
+    let out = env
+        .cmd()
+        .args(&prune)
+        .env("RUNNER_RETENTION", "1y")
+        .output()
+        .expect("spawn");
+    check(&prune, out);
 }
