@@ -315,16 +315,18 @@ impl Ctx {
     }
 }
 
-/// `--db ''` names no database. Taking it for the default would let a script whose variable is
-/// unset (`--db "$DB"`) act on the user's own database.
-fn named_database(value: &str) -> Result<String, String> {
-    match value.is_empty() {
-        true => Err(
-            "an empty value names no database; for the default, leave out --db and unset RUNNER_DB"
+/// A database named on the command line (`--db`, `RUNNER_DB`, `migrate --to`): one check for
+/// all of them, refusing what names no database. `''` names none: taking it for the default
+/// would let a script whose variable is unset (`--db "$DB"`) act on the user's own database.
+pub fn named_database(value: &str) -> Result<String, String> {
+    if value.is_empty() {
+        return Err(
+            "an empty value names no database; give a file path or a postgres:// URL \
+             (for the default database, leave out --db and unset RUNNER_DB)"
                 .to_string(),
-        ),
-        false => Ok(value.to_string()),
+        );
     }
+    Ok(value.to_string())
 }
 
 pub fn dispatch(cli: Cli) -> Result<()> {

@@ -911,3 +911,30 @@ fn to_sqlite_a_source_failing_after_the_target_committed_loses_nothing() {
     let failed = sqlite_target(&env);
     a_source_failing_after_the_target_committed_loses_nothing(&env, &killed, &failed);
 }
+
+/// The files in the test's directory, sorted: a refused target must create none.
+fn files_in(env: &Env) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(env.dir.path())
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// `--to` is checked as `--db` is, by the same check: a value that names no database is bad
+/// input (exit 2) before anything is opened or created. (`--to ''` exited 4, "cannot create
+/// database : No such file or directory".)
+#[test]
+fn a_target_that_names_no_database_is_refused_as_bad_input() {
+    let env = Env::init();
+    env.add("manual", &[], "true");
+    let (before, files) = (env.sql.snapshot(), files_in(&env));
+    for (target, says) in [("", "an empty value names no database")] {
+        let err = env.fails(2, &["migrate", "--to", target]);
+        assert!(err.contains(says), "--to {target:?}: {err}");
+        assert!(err.contains("--to"), "--to {target:?}: {err}");
+        assert_eq!(env.sql.snapshot(), before, "--to {target:?}");
+        assert_eq!(files_in(&env), files, "--to {target:?} created a file");
+    }
+}
