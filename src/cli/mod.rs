@@ -316,13 +316,24 @@ impl Ctx {
 }
 
 /// A database named on the command line (`--db`, `RUNNER_DB`, `migrate --to`): one check for
-/// all of them, refusing what names no database. `''` names none: taking it for the default
-/// would let a script whose variable is unset (`--db "$DB"`) act on the user's own database.
+/// all of them, refusing what names no database that outlives the command. `''` names none:
+/// taking it for the default would let a script whose variable is unset (`--db "$DB"`) act on the
+/// user's own database.
 pub fn named_database(value: &str) -> Result<String, String> {
     if value.is_empty() {
         return Err(
             "an empty value names no database; give a file path or a postgres:// URL \
              (for the default database, leave out --db and unset RUNNER_DB)"
+                .to_string(),
+        );
+    }
+    // SQLite's name for a database in memory, gone when the command ends: `schedule add` said
+    // "added" and stored nothing (and left an empty file of that name behind).
+    if value == ":memory:" {
+        return Err(
+            ":memory: is SQLite's in-memory database, gone when the command ends; runner needs \
+             a database file that outlives it: give a file path (./:memory: for a file of that \
+             name)"
                 .to_string(),
         );
     }

@@ -100,6 +100,48 @@ fn commands_other_than_init_and_add_refuse_a_missing_database_and_create_nothing
     assert!(checked >= 10, "only {checked} commands checked");
 }
 
+/// Values that name no database outliving the command are bad input (exit 2), from `--db` and
+/// from `RUNNER_DB` alike, and create nothing. `:memory:` (SQLite's in-memory database) let
+/// `schedule add` say "added schedule x", store nothing, and leave an empty file `:memory:`.
+#[test]
+fn names_of_no_lasting_database_are_refused_and_create_nothing() {
+    let env = Env::new();
+    let cases: &[(&str, &str)] = &[(":memory:", "in-memory database")];
+    for &(value, says) in cases {
+        for args in [
+            &["init"][..],
+            &[
+                "schedule", "add", "x", "--cron", "@daily", "-q", "--", "true",
+            ],
+            &["schedule", "list"],
+        ] {
+            let by_flag = env
+                .cmd()
+                .args(["--db", value])
+                .args(args)
+                .output()
+                .expect("spawn");
+            let by_env = env
+                .cmd()
+                .env("RUNNER_DB", value)
+                .args(args)
+                .output()
+                .expect("spawn");
+            for (how, out) in [("--db", by_flag), ("RUNNER_DB", by_env)] {
+                let err = stderr(&out);
+                assert_eq!(out.status.code(), Some(2), "{how} {value} {args:?}: {err}");
+                assert!(err.contains(says), "{how} {value} {args:?}: {err}");
+                no_panic(&err);
+                assert!(
+                    tree(env.dir.path()).is_empty(),
+                    "{how} {value} {args:?} left {:?}",
+                    tree(env.dir.path())
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn init_and_schedule_add_create_the_database_0600_in_a_0700_directory() {
     sqlite_only!("file and directory modes");

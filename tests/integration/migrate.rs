@@ -930,7 +930,10 @@ fn a_target_that_names_no_database_is_refused_as_bad_input() {
     let env = Env::init();
     env.add("manual", &[], "true");
     let (before, files) = (env.sql.snapshot(), files_in(&env));
-    for (target, says) in [("", "an empty value names no database")] {
+    for (target, says) in [
+        ("", "an empty value names no database"),
+        (":memory:", "in-memory database"),
+    ] {
         let err = env.fails(2, &["migrate", "--to", target]);
         assert!(err.contains(says), "--to {target:?}: {err}");
         assert!(err.contains("--to"), "--to {target:?}: {err}");
