@@ -69,7 +69,7 @@ use crate::tz::Tz;
 pub struct Cli {
     /// Database: a SQLite file path, or a postgres:// URL for several hosts [default:
     /// $XDG_STATE_HOME/runner/runner.db, else ~/.local/state/runner/runner.db].
-    #[arg(long, global = true, env = "RUNNER_DB", value_name = "PATH|URL", value_parser = named_database)]
+    #[arg(long, global = true, env = "RUNNER_DB", value_name = "PATH|URL", value_parser = DatabaseName)]
     pub db: Option<String>,
 
     /// Also say on stderr what was done: the tick's summary, each batch `prune` deletes. (One
@@ -319,7 +319,7 @@ impl Ctx {
 /// all of them, refusing what names no database that outlives the command. `''` names none:
 /// taking it for the default would let a script whose variable is unset (`--db "$DB"`) act on the
 /// user's own database.
-pub fn named_database(value: &str) -> Result<String, String> {
+fn named_database(value: &str) -> Result<String, String> {
     if value.is_empty() {
         return Err(
             "an empty value names no database; give a file path or a postgres:// URL \
@@ -337,7 +337,68 @@ pub fn named_database(value: &str) -> Result<String, String> {
                 .to_string(),
         );
     }
+    if let (Location::Sqlite(_), Some(scheme)) = (Location::parse(value), url_scheme(value)) {
+        return Err(not_a_url_we_take(value, scheme));
+    }
     Ok(value.to_string())
+}
+
+/// The scheme a value begins with, as RFC 3986 writes one (`postgres:`, `sqlite:`, `file:`).
+fn url_scheme(value: &str) -> Option<&str> {
+    let (scheme, _) = value.split_once(':')?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')))
+    .then_some(scheme)
+}
+
+/// A value that begins like a URL but is not one runner takes (`postgres:/host/db`,
+/// `POSTGRES://...`, `sqlite:///path`, `file:x.db`). Taken as a file name it became a SQLite
+/// database in the working directory: on several hosts, each its own. A file whose name has a
+/// colon is still reachable as `./NAME`. The value is not repeated: it may hold a password.
+fn not_a_url_we_take(value: &str, scheme: &str) -> String {
+    let postgres = ["postgres", "postgresql"];
+    let rest = &value[scheme.len()..];
+    if !postgres.contains(&scheme)
+        && postgres.iter().any(|p| scheme.eq_ignore_ascii_case(p))
+        && rest.starts_with("://")
+    {
+        // The postgres crate knows the scheme only in lower case.
+        let lower = Location::Postgres(format!("{}{rest}", scheme.to_ascii_lowercase()));
+        return format!("write the URL's scheme in lower case: {lower}");
+    }
+    format!(
+        "it begins like a URL ({scheme}:), but the only URLs runner takes are \
+         postgres://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE and postgresql://..., for PostgreSQL; \
+         for a SQLite file whose name begins so, write ./NAME"
+    )
+}
+
+/// `--db`, `RUNNER_DB` and `migrate --to`, checked by [`named_database`]. A parser of its own so
+/// that clap's error names the flag but not the value, which may be a URL with a password.
+#[derive(Debug, Clone, Copy)]
+pub struct DatabaseName;
+
+impl clap::builder::TypedValueParser for DatabaseName {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let flag = arg.map(|arg| format!(" for '{arg}'")).unwrap_or_default();
+        let refuse = |why: &str| {
+            cmd.clone().error(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid value{flag}: {why}"),
+            )
+        };
+        let value = value.to_str().ok_or_else(|| refuse("not valid UTF-8"))?;
+        named_database(value).map_err(|why| refuse(&why))
+    }
 }
 
 pub fn dispatch(cli: Cli) -> Result<()> {
@@ -457,4 +518,46 @@ pub fn parse_whole_seconds(value: &str) -> Result<Duration, String> {
         ));
     }
     Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_name_that_begins_like_another_url_is_refused() {
+        for taken in [
+            "runner.db",
+            "./postgres:/x",
+            "/var/lib/runner/runner.db",
+            "dir/a:b.db",
+            "postgres://runner@db.example.com/runner",
+            "postgresql:///runner?host=/run/postgresql",
+            "~/x.db",
+            "1a:b.db",
+        ] {
+            assert_eq!(named_database(taken).as_deref(), Ok(taken));
+        }
+        for (refused, says) in [
+            (
+                "postgres:/db.example.com/runner",
+                "begins like a URL (postgres:)",
+            ),
+            ("postgresql:/x", "(postgresql:)"),
+            ("sqlite:///abs/path", "(sqlite:)"),
+            ("file:x.db", "(file:)"),
+            ("file::memory:", "(file:)"),
+            ("a+b.c-d:x", "(a+b.c-d:)"),
+            ("POSTGRES://u@h/db", "lower case: postgres://u@h/db"),
+            ("PostgreSQL://u@h/db", "lower case: postgresql://u@h/db"),
+        ] {
+            let message = named_database(refused).expect_err(refused);
+            assert!(message.contains(says), "{refused}: {message}");
+        }
+        // A URL's password is never repeated.
+        for refused in ["POSTGRES://u:secret@h/db", "postgres:/u:secret@h/db"] {
+            let message = named_database(refused).expect_err(refused);
+            assert!(!message.contains("secret"), "{message}");
+        }
+    }
 }

@@ -102,11 +102,24 @@ fn commands_other_than_init_and_add_refuse_a_missing_database_and_create_nothing
 
 /// Values that name no database outliving the command are bad input (exit 2), from `--db` and
 /// from `RUNNER_DB` alike, and create nothing. `:memory:` (SQLite's in-memory database) let
-/// `schedule add` say "added schedule x", store nothing, and leave an empty file `:memory:`.
+/// `schedule add` say "added schedule x", store nothing, and leave an empty file `:memory:`. A
+/// mistyped PostgreSQL URL (`postgres:/host/db`) became a SQLite file in the working directory
+/// (on several hosts, one each); it is refused with the URL forms runner takes, and a password
+/// in it is not repeated.
 #[test]
 fn names_of_no_lasting_database_are_refused_and_create_nothing() {
     let env = Env::new();
-    let cases: &[(&str, &str)] = &[(":memory:", "in-memory database")];
+    let cases: &[(&str, &str)] = &[
+        (":memory:", "in-memory database"),
+        ("postgres:/db.example.com/runner", "postgres://"),
+        ("postgresql:/x", "postgres://"),
+        ("sqlite:///abs/path", "./NAME"),
+        ("file:x.db", "./NAME"),
+        (
+            "POSTGRES://runner:secret@db.example.com/runner",
+            "lower case: postgres://runner:***@db.example.com/runner",
+        ),
+    ];
     for &(value, says) in cases {
         for args in [
             &["init"][..],
@@ -131,6 +144,7 @@ fn names_of_no_lasting_database_are_refused_and_create_nothing() {
                 let err = stderr(&out);
                 assert_eq!(out.status.code(), Some(2), "{how} {value} {args:?}: {err}");
                 assert!(err.contains(says), "{how} {value} {args:?}: {err}");
+                assert!(!err.contains("secret"), "{how} {value} {args:?}: {err}");
                 no_panic(&err);
                 assert!(
                     tree(env.dir.path()).is_empty(),

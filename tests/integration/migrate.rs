@@ -933,6 +933,7 @@ fn a_target_that_names_no_database_is_refused_as_bad_input() {
     for (target, says) in [
         ("", "an empty value names no database"),
         (":memory:", "in-memory database"),
+        ("postgres:/db.example.com/runner", "postgres://"),
     ] {
         let err = env.fails(2, &["migrate", "--to", target]);
         assert!(err.contains(says), "--to {target:?}: {err}");
