@@ -920,11 +920,20 @@ fn export_entry(s: &Settings) -> ExportEntry {
 pub fn export(args: ExportArgs, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
     let mut definitions = Vec::new();
+    // Damaged schedules cannot be written as settings. They are left out, but the export then
+    // fails (exit 4, as `show` of a damaged schedule does): a file made from it lacks them, and
+    // `apply --prune` of that file would remove them with their runs. What could be exported is
+    // still printed: a script without `set -e` that applies the file anyway would, from an
+    // empty file, prune every schedule instead.
+    let mut left_out = Vec::new();
     if args.names.is_empty() {
         for row in store.definitions()? {
             match row {
                 Ok(d) => definitions.push(d),
-                Err(damaged) => crate::complain!("runner: warning: not exported: {damaged}"),
+                Err(damaged) => {
+                    crate::complain!("runner: warning: not exported: {damaged}");
+                    left_out.push(damaged.label());
+                }
             }
         }
     } else {
@@ -942,6 +951,13 @@ pub fn export(args: ExportArgs, ctx: &Ctx) -> Result<()> {
         escape_line(&store.describe())
     );
     say!("# Fields left out take the defaults of `runner schedule add`.");
+    if !left_out.is_empty() {
+        say!(
+            "# INCOMPLETE: damaged, so left out: {}. Do not apply this file with --prune: it \
+             would remove them and their runs.",
+            left_out.join(", ")
+        );
+    }
     // A pause's end is the operator's, not configuration: the file holds `paused = true` only.
     for d in &definitions {
         if let Some(until) = d.pause_end() {
@@ -955,6 +971,16 @@ pub fn export(args: ExportArgs, ctx: &Ctx) -> Result<()> {
     }
     say!("");
     super::emit(&body)?;
+    if !left_out.is_empty() {
+        return Err(Failure::database(format!(
+            "the export is incomplete: {} left out, damaged (see above); a file made from this \
+             output must not be applied with --prune, which would remove {} and {} runs. \
+             Repair with `runner schedule edit`, then export again",
+            left_out.join(", "),
+            if left_out.len() == 1 { "it" } else { "them" },
+            if left_out.len() == 1 { "its" } else { "their" },
+        )));
+    }
     Ok(())
 }
 

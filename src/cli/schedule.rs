@@ -166,6 +166,10 @@ pub enum Command {
     ))]
     Apply(super::apply::ApplyArgs),
     /// Print schedules in the TOML format `schedule apply` reads (`export | apply` is a no-op).
+    ///
+    /// A damaged schedule cannot be exported: it is left out and named on stderr, the rest is
+    /// printed, and the command exits 4. Do not apply such a file with --prune: it would remove
+    /// the schedules left out.
     #[command(after_long_help = concat!(
         "Examples:\n",
         "  runner schedule export > schedules.toml\n",

@@ -649,3 +649,58 @@ fn export_then_apply_is_a_no_op() {
     );
     env.fails(3, &["schedule", "export", "nope"]);
 }
+
+/// A damaged schedule cannot be exported. It used to be left out with a warning and exit 0, so
+/// the README's `export > schedules.toml`, then `apply --prune`, removed it and its runs. Now
+/// export prints the rest, names what it left out and why, warns against --prune on stderr and
+/// in the file, and exits 4 (as `schedule show` of a damaged schedule does).
+#[test]
+fn export_with_a_damaged_schedule_says_what_it_left_out_and_exits_4() {
+    let env = Env::init();
+    env.ok(&[
+        "schedule",
+        "add",
+        "backup",
+        "--cron",
+        "30 2 * * *",
+        "-q",
+        "--",
+        "/usr/local/bin/backup",
+    ]);
+    env.ok(&[
+        "schedule",
+        "add",
+        "heartbeat",
+        "--cron",
+        "* * * * *",
+        "-q",
+        "--",
+        "true",
+    ]);
+    env.sql.exec(
+        "UPDATE job_definitions SET timezone = 'Mars/Olympus' WHERE name = 'backup'",
+        &[],
+    );
+    let before = env.sql.snapshot();
+    let out = env.run(&["schedule", "export"]);
+    let (exported, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    // What could be exported is printed, with a warning in the file itself.
+    assert!(exported.contains("[heartbeat]"), "{exported}");
+    assert!(!exported.contains("[backup]"), "{exported}");
+    assert!(
+        exported.contains("# INCOMPLETE: damaged, so left out: schedule backup.")
+            && exported.contains("Do not apply this file with --prune"),
+        "{exported}"
+    );
+    // Stderr names the schedule, the problem, and the danger of --prune.
+    assert!(
+        err.contains("not exported: schedule backup is damaged") && err.contains("Mars/Olympus"),
+        "{err}"
+    );
+    assert!(err.contains("must not be applied with --prune"), "{err}");
+    assert_eq!(env.sql.snapshot(), before, "export wrote to the database");
+    // Exported by name, it is refused the same way (as before).
+    let err = env.fails(4, &["schedule", "export", "backup"]);
+    assert!(err.contains("Mars/Olympus"), "{err}");
+}
