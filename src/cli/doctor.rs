@@ -318,29 +318,166 @@ pub fn cron_path(entry: Option<&CronEntry>) -> String {
         .to_string()
 }
 
-/// What the shell runs first in a command: its first word, after `VAR=value` assignments.
+/// What the shell runs first in a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FirstWord {
+    /// A word as the shell reads it, its quotes removed: what `command -v` is asked about.
     Word(String),
-    /// Its value depends on expansion (`$TOOL run`): not checked, rather than executed.
-    Expanded(String),
+    /// Only the shell can tell what runs first: the word needs expansion (`$TOOL`, `~/bin/x`,
+    /// `*.sh`), opens a compound command whose body runs first (`for`, `case`), or does not
+    /// parse. Not checked, rather than run.
+    Unknown(String),
+    /// Nothing runs: an empty command, or only assignments and redirections.
     None,
 }
 
+/// The characters that end an unquoted shell word.
+const SHELL_OPERATORS: [char; 7] = [';', '&', '|', '<', '>', '(', ')'];
+/// Reserved words followed by the command that runs first (`! cmd`, `{ cmd; }`, `if cmd; ...`).
+const BEFORE_A_COMMAND: [&str; 5] = ["!", "{", "if", "while", "until"];
+/// The other reserved words: what runs first is in a body (`for`, `case`), or it is a syntax
+/// error.
+const RESERVED_WORDS: [&str; 11] = [
+    "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "in", "then",
+];
+/// Redirection operators, longest first (`&>` is bash's; dash reads a leading one as an error).
+const REDIRECTIONS: [&str; 11] = [
+    "&>>", "&>", "<<-", "<<", "<>", "<&", ">>", ">&", ">|", "<", ">",
+];
+
+/// The first word the shell runs in `command`, found as `sh` parses it in the common cases:
+/// past blanks, comments, `(`, the reserved words in [`BEFORE_A_COMMAND`], `VAR=value`
+/// assignments and redirections with their targets (`2>&1`, `>file`, `< in`), up to a blank or
+/// one of [`SHELL_OPERATORS`] (`(cd /srv && make)` runs `cd`, `true&&echo` runs `true`).
 pub fn first_word(command: &str) -> FirstWord {
-    let words = words(command);
-    let assignment = |w: &str| {
-        w.split_once('=').is_some_and(|(name, _)| {
-            !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !name.starts_with(|c: char| c.is_ascii_digit())
-        })
-    };
-    match words.into_iter().find(|w| !assignment(w)) {
-        Some(w) if w.contains(['$', '`']) => FirstWord::Expanded(w),
-        Some(w) => FirstWord::Word(w),
-        None => FirstWord::None,
+    let mut rest = command;
+    loop {
+        rest = rest.trim_start();
+        if rest.starts_with('#') {
+            rest = rest.find('\n').map_or("", |end| &rest[end..]);
+            continue;
+        }
+        if let Some(after) = rest.strip_prefix('(') {
+            rest = after;
+            continue;
+        }
+        if let Some(after) = after_redirection_operator(rest) {
+            let (target, after_target) = split_word(after.trim_start());
+            if target.is_empty() {
+                // A redirection to nothing (`> ;`): a syntax error.
+                return FirstWord::Unknown(rest[..rest.len() - after.len()].to_string());
+            }
+            rest = after_target;
+            continue;
+        }
+        let (word, after) = split_word(rest);
+        if word.is_empty() {
+            // An operator where a command should start (`;ls`, `)`, `|`): a syntax error.
+            return match rest.chars().next() {
+                Some(operator) => FirstWord::Unknown(operator.to_string()),
+                None => FirstWord::None,
+            };
+        }
+        if is_assignment(word) || BEFORE_A_COMMAND.contains(&word) {
+            rest = after;
+            continue;
+        }
+        if RESERVED_WORDS.contains(&word) {
+            return FirstWord::Unknown(word.to_string());
+        }
+        return match unquoted_literal(word) {
+            Some(literal) => FirstWord::Word(literal),
+            None => FirstWord::Unknown(word.to_string()),
+        };
     }
+}
+
+/// What follows a redirection operator (and its file descriptor number) at the start of `text`.
+fn after_redirection_operator(text: &str) -> Option<&str> {
+    let fd = text.trim_start_matches(|c: char| c.is_ascii_digit());
+    if fd.len() < text.len() && fd.starts_with('&') {
+        return None;
+    }
+    REDIRECTIONS
+        .iter()
+        .find_map(|operator| fd.strip_prefix(operator))
+}
+
+/// `text` split after its first shell word, as written (quotes kept): the word ends at an
+/// unquoted blank or operator, outside `$(...)` and `${...}`.
+fn split_word(text: &str) -> (&str, &str) {
+    let mut chars = text.char_indices().peekable();
+    let mut quote = None;
+    let mut depth = 0;
+    while let Some((at, c)) = chars.next() {
+        match (quote, c) {
+            (Some('\''), '\'') => quote = None,
+            (Some('\''), _) => {}
+            (Some(_), '\\') | (None, '\\') => {
+                chars.next();
+            }
+            (Some(open), _) if c == open => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"' | '`') => quote = Some(c),
+            (None, '$') if matches!(chars.peek(), Some((_, '(' | '{'))) => {
+                chars.next();
+                depth += 1;
+            }
+            (None, '(' | '{') if depth > 0 => depth += 1,
+            (None, ')' | '}') if depth > 0 => depth -= 1,
+            (None, _) if depth == 0 && (c.is_whitespace() || SHELL_OPERATORS.contains(&c)) => {
+                return text.split_at(at);
+            }
+            (None, _) => {}
+        }
+    }
+    (text, "")
+}
+
+/// `NAME=value`, which the shell takes as an assignment before the command.
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
+/// A word with its quotes removed, if that is all the shell does to it: `None` when it expands
+/// it (`$`, backquotes, a leading `~`, an unquoted glob) or its quotes do not close.
+fn unquoted_literal(word: &str) -> Option<String> {
+    if word.starts_with('~') {
+        return None;
+    }
+    let mut literal = String::new();
+    let mut chars = word.char_indices();
+    let mut quote = None;
+    while let Some((at, c)) = chars.next() {
+        match (quote, c) {
+            (Some('\''), '\'') | (Some('"'), '"') => quote = None,
+            (Some('\''), _) => literal.push(c),
+            (_, '$' | '`') => return None,
+            (Some(_), '\\') => {
+                let (_, next) = chars.next()?;
+                if !matches!(next, '"' | '\\' | '$' | '`' | '\n') {
+                    literal.push('\\');
+                }
+                if next != '\n' {
+                    literal.push(next);
+                }
+            }
+            (None, '\\') => match chars.next()? {
+                (_, '\n') => {}
+                (_, next) => literal.push(next),
+            },
+            (None, '\'' | '"') => quote = Some(c),
+            // `[` alone is the `test` builtin; with a `]` after it, a bracket pattern.
+            (None, '*' | '?') => return None,
+            (None, '[') if word[at..].contains(']') => return None,
+            _ => literal.push(c),
+        }
+    }
+    quote.is_none().then_some(literal)
 }
 
 // ---- gathering (I/O) ----
@@ -707,6 +844,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
     let cron_home = cron_home.unwrap_or_else(|| PathBuf::from("/"));
     let path = cron_path(cron_entry.as_ref().map(|(e, _)| *e));
     let mut problems = Vec::new();
+    let mut not_checked = Vec::new();
     let mut checked = 0;
     for row in store.definitions()? {
         let Ok(definition) = row else { continue };
@@ -733,18 +871,29 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                     ));
                 }
             }
-            FirstWord::Expanded(_) | FirstWord::None => {}
+            FirstWord::Unknown(word) => {
+                not_checked.push(format!("{name} (`{}`)", escape_line(&word)))
+            }
+            FirstWord::None => {}
         }
     }
+    // Said, not failed: doctor does not run a command to learn what its shell would run first.
+    let not_checked = match not_checked.is_empty() {
+        true => String::new(),
+        false => format!(
+            "; not checked, as only the shell can tell what runs first: {}",
+            not_checked.join(", ")
+        ),
+    };
     checks.push(if problems.is_empty() {
         Check::ok(
             "commands",
-            format!("{checked} schedule(s): every command resolves under cron's environment (PATH={path}, HOME={})", cron_home.display()),
+            format!("{checked} schedule(s): every command resolves under cron's environment (PATH={path}, HOME={}){not_checked}", cron_home.display()),
         )
     } else {
         Check::fail(
             "commands",
-            problems.join("; "),
+            format!("{}{not_checked}", problems.join("; ")),
             format!("use absolute paths in the commands, or set PATH in the crontab above the `runner tick` line (now PATH={path}); create missing workdirs or change them with `runner schedule edit NAME --workdir DIR`"),
         )
     });
@@ -967,16 +1116,65 @@ mod tests {
     }
 
     #[test]
-    fn the_first_word_skips_assignments_and_never_expands() {
-        assert_eq!(
-            first_word("LANG=C /usr/bin/report --x"),
-            FirstWord::Word("/usr/bin/report".into())
-        );
-        assert_eq!(
-            first_word("'my tool' run"),
-            FirstWord::Word("my tool".into())
-        );
-        assert_eq!(first_word("$TOOL run"), FirstWord::Expanded("$TOOL".into()));
-        assert_eq!(first_word("   "), FirstWord::None);
+    fn the_first_word_is_found_as_the_shell_parses_the_command() {
+        use FirstWord::{Unknown, Word};
+        let word = |w: &str| Word(w.to_string());
+        let unknown = |w: &str| Unknown(w.to_string());
+        for (command, expected) in [
+            ("ls -l /", word("ls")),
+            ("LANG=C /usr/bin/report --x", word("/usr/bin/report")),
+            ("A=\"x y\" B=$(date +%s) tool", word("tool")),
+            // Operators end a word, with or without blanks around them.
+            ("true&&echo ok", word("true")),
+            ("ls;echo", word("ls")),
+            ("a|b", word("a")),
+            ("cmd>out", word("cmd")),
+            // Grouping and negation come before the command.
+            ("(cd /tmp && ls) >/dev/null", word("cd")),
+            ("((cd /srv))", word("cd")),
+            ("{ a; b; }", word("a")),
+            ("! grep -q x f", word("grep")),
+            ("!(false)", word("false")),
+            ("if test -f x; then y; fi", word("test")),
+            ("while ! ping -c1 h; do sleep 1; done", word("ping")),
+            // Redirections, with or without a blank before their target.
+            (">/tmp/x echo hi", word("echo")),
+            ("> /tmp/x echo hi", word("echo")),
+            ("2>&1 cmd", word("cmd")),
+            ("2>&- cmd", word("cmd")),
+            ("< in sort", word("sort")),
+            (">> f tool", word("tool")),
+            ("&>f tool", word("tool")),
+            ("<<'EOF' cat", word("cat")),
+            ("\n  # a comment\n  backup --full", word("backup")),
+            // Quotes removed, as the shell removes them.
+            ("'my tool' run", word("my tool")),
+            ("\"/opt/a b/run\" x", word("/opt/a b/run")),
+            ("\\ls", word("ls")),
+            ("[ -f /etc/x ] && run", word("[")),
+            // Not reserved when not alone, or quoted: a command the shell looks for.
+            ("!cmd", word("!cmd")),
+            ("'if' x", word("if")),
+            ("\"A\"=1 x", word("A=1")),
+            // Only the shell can tell.
+            ("$TOOL run", unknown("$TOOL")),
+            ("\"$HOME/bin/x\"", unknown("\"$HOME/bin/x\"")),
+            ("`which tool` run", unknown("`which tool`")),
+            ("~/bin/x", unknown("~/bin/x")),
+            ("./*.sh", unknown("./*.sh")),
+            ("run[12]", unknown("run[12]")),
+            ("for f in *; do x; done", unknown("for")),
+            ("case $x in a) y;; esac", unknown("case")),
+            ("'unclosed", unknown("'unclosed")),
+            (";ls", unknown(";")),
+            ("2> ; ls", unknown("2>")),
+            // Nothing runs.
+            ("   ", FirstWord::None),
+            ("A=1 B=2", FirstWord::None),
+            (">/tmp/truncated", FirstWord::None),
+            ("# only a comment", FirstWord::None),
+        ] {
+            assert_eq!(first_word(command), expected, "{command:?}");
+        }
     }
 }

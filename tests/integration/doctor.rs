@@ -343,6 +343,59 @@ fn a_command_missing_from_crons_path_is_named_with_its_schedule() {
     );
 }
 
+/// The first word is found as the shell parses the command: a subshell, an operator without
+/// blanks, a leading redirection do not hide it (they used to be taken as part of it, and fail);
+/// a command that is not there still fails, inside a subshell too; one only the shell can tell is
+/// named as not checked, and fails nothing.
+#[test]
+fn the_commands_check_finds_the_first_word_as_the_shell_does() {
+    let env = Env::init();
+    for (name, command) in [
+        ("subshell", "(cd /tmp && ls) >/dev/null"),
+        ("joined", "true&&echo ok"),
+        ("redirected", ">/tmp/x echo hi"),
+        ("expanded", "$TOOL --run"),
+    ] {
+        env.ok(&["schedule", "add", name, "--cron", "@daily", "--", command]);
+    }
+    env.ok(&["tick"]);
+    let out = doctor(&env, Some(&cron_d(&env, "")), true, &["--json"]);
+    let (status, message) = status_of(&out, "commands");
+    assert_eq!(status, "ok", "{message}");
+    assert!(
+        message.starts_with("4 schedule(s): every command resolves under cron's environment")
+            && message.ends_with(
+                "; not checked, as only the shell can tell what runs first: expanded (`$TOOL`)"
+            ),
+        "{message}"
+    );
+
+    for (name, command) in [
+        ("missing", "nosuchcmd-xyz --flag"),
+        ("missing-in-subshell", "(nosuchcmd-xyz)"),
+    ] {
+        env.ok(&["schedule", "add", name, "--cron", "@daily", "--", command]);
+    }
+    let out = doctor(&env, Some(&cron_d(&env, "")), true, &["--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, message) = status_of(&out, "commands");
+    assert_eq!(status, "fail");
+    let findings: Vec<&str> = message.split("; ").collect();
+    assert_eq!(findings.len(), 3, "{message}");
+    for (finding, name) in findings.iter().zip(["missing", "missing-in-subshell"]) {
+        assert!(
+            finding.starts_with(&format!(
+                "{name}: `nosuchcmd-xyz` is not found with cron's PATH=/usr/bin:/bin (from "
+            )),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        findings[2], "not checked, as only the shell can tell what runs first: expanded (`$TOOL`)",
+        "{message}"
+    );
+}
+
 #[test]
 fn a_database_others_can_write_is_a_finding() {
     sqlite_only!("the permissions of the database file");
