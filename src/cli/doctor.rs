@@ -7,10 +7,12 @@
 //! them, no `XDG_*`.
 //!
 //! Test-only overrides (so tests need not touch the real /etc or /proc): `RUNNER_DOCTOR_ETC`
-//! replaces `/etc` (for `crontab` and `cron.d/`), `RUNNER_DOCTOR_CRONTAB` is a file read instead
-//! of `crontab -l` (a missing file: no crontab), `RUNNER_DOCTOR_PROC` replaces `/proc`.
+//! replaces `/etc` (for `crontab` and `cron.d/`; its owner stands for root, whom cron requires to
+//! own the files there), `RUNNER_DOCTOR_CRONTAB` is a file read instead of `crontab -l` (a
+//! missing file: no crontab), `RUNNER_DOCTOR_PROC` replaces `/proc`.
 
 use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -139,11 +141,15 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
 pub struct CronEntry {
     /// `/etc/cron.d/runner:27`, or `crontab -l:3`.
     pub source: String,
+    /// Its time fields as written: `* * * * *`, `@reboot`.
+    pub schedule: String,
     /// The user field of system crontabs; `None` in a user's own crontab.
     pub user: Option<String>,
     pub command: String,
     /// The crontab's variable lines above this entry, in order (later ones win).
     pub env: Vec<(String, String)>,
+    /// Why cron skips the file this line is in, if it does (see [`cron_ignores`]).
+    pub ignored: Option<Ignored>,
 }
 
 impl CronEntry {
@@ -191,12 +197,119 @@ pub fn parse_crontab(text: &str, source: &str, system: bool) -> Vec<CronEntry> {
         }
         entries.push(CronEntry {
             source: format!("{source}:{}", index + 1),
+            schedule: fields[..time_fields].join(" "),
             user: system.then(|| fields.last().copied().unwrap_or_default().to_string()),
             command: command.to_string(),
             env: env.clone(),
+            ignored: None,
         });
     }
     entries
+}
+
+/// Why cron skips a system crontab file, and the commands that make it read the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ignored {
+    pub reason: String,
+    pub fix: String,
+}
+
+/// What Debian's cron looks at before it reads a system crontab (`/etc/crontab`, `/etc/cron.d/*`).
+#[derive(Debug, Clone)]
+pub struct CrontabFile {
+    pub path: PathBuf,
+    /// In `/etc/cron.d`, where cron reads only names made of letters, digits, `_` and `-`.
+    pub in_cron_d: bool,
+    /// The owner (uid, name) of the path itself when it is a symbolic link.
+    pub link_owner: Option<(u32, String)>,
+    /// The owner (uid, name) of the file the path leads to.
+    pub owner: (u32, String),
+    pub mode: u32,
+    pub hard_links: u64,
+    pub regular: bool,
+}
+
+/// Why Debian's cron would skip `file`, as cron(8) says and cron 3.0pl1 does: a `/etc/cron.d`
+/// name of other characters than letters, digits, `_` and `-` (a dot among them); a symbolic link
+/// not owned by root; a file that is not regular, not owned by root, writable by group or others,
+/// or with more than one hard link. `root`: the owner cron requires (root; under
+/// `RUNNER_DOCTOR_ETC`, the owner of that directory, so tests need not run as root).
+pub fn cron_ignores(file: &CrontabFile, root: &(u32, String)) -> Option<Ignored> {
+    let path = escape_line(&file.path.display().to_string());
+    let root_name = &root.1;
+    let mut reasons = Vec::new();
+    let mut fixes = Vec::new();
+    let name = file
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if file.in_cron_d && !name.chars().all(allowed) {
+        let renamed: String = name
+            .chars()
+            .map(|c| if allowed(c) { c } else { '-' })
+            .collect();
+        reasons.push("its name has characters other than letters, digits, `_` and `-`".to_string());
+        fixes.push(format!(
+            "`sudo mv {path} {}`",
+            escape_line(&file.path.with_file_name(renamed).display().to_string())
+        ));
+    }
+    if let Some((uid, owner)) = &file.link_owner {
+        if *uid != root.0 {
+            reasons.push(format!(
+                "it is a symbolic link owned by {owner}, not {root_name}"
+            ));
+            fixes.push(format!("`sudo chown -h {root_name} {path}`"));
+        }
+    }
+    if !file.regular {
+        reasons.push("it is not a regular file".to_string());
+        fixes.push("make it a regular file".to_string());
+    }
+    if file.owner.0 != root.0 {
+        reasons.push(format!("it is owned by {}, not {root_name}", file.owner.1));
+        fixes.push(format!("`sudo chown {root_name} {path}`"));
+    }
+    if file.mode & 0o022 != 0 {
+        reasons.push(format!(
+            "it is writable by group or others (mode {:04o})",
+            file.mode & 0o7777
+        ));
+        fixes.push(format!("`sudo chmod go-w {path}`"));
+    }
+    if file.hard_links > 1 {
+        reasons.push(format!("it has {} hard links", file.hard_links));
+        fixes.push(format!(
+            "give it a single link: `sudo cp -p {path} {path}.new && sudo mv {path}.new {path}`"
+        ));
+    }
+    (!reasons.is_empty()).then(|| Ignored {
+        reason: format!("cron ignores {path}: {}", reasons.join(", and ")),
+        fix: fixes.join("; "),
+    })
+}
+
+/// What keeps a `runner tick` line from waking runner every minute: the file cron ignores, or a
+/// schedule other than every minute. `(finding, fix)` pairs; none for a line that works.
+pub fn tick_line_findings(entry: &CronEntry) -> Vec<(String, String)> {
+    let mut findings = Vec::new();
+    if let Some(ignored) = &entry.ignored {
+        findings.push((ignored.reason.clone(), ignored.fix.clone()));
+    }
+    let every_minute = crate::schedule::CronSchedule::parse(&entry.schedule)
+        .is_ok_and(|schedule| schedule.fires_every_minute());
+    if !every_minute {
+        findings.push((
+            format!(
+                "its schedule `{}` is not every minute",
+                escape_line(&entry.schedule)
+            ),
+            "make the line's time fields `* * * * *`: runner needs a tick every minute to start runs on time".to_string(),
+        ));
+    }
+    findings
 }
 
 fn unquote(value: &str) -> &str {
@@ -488,8 +601,8 @@ fn override_path(var: &str, default: &str) -> PathBuf {
         .map_or_else(|| PathBuf::from(default), PathBuf::from)
 }
 
-/// Every crontab job line cron would read: the user's own crontab, `/etc/crontab`, `/etc/cron.d/*`
-/// (cron skips names with a dot and editor leftovers, as `run-parts` does).
+/// Every crontab job line: the user's own crontab, `/etc/crontab`, `/etc/cron.d/*`. The lines of
+/// system crontab files cron ignores are there too, marked with why (see [`cron_ignores`]).
 fn all_cron_entries() -> Vec<CronEntry> {
     let mut entries = Vec::new();
     let user_crontab = match std::env::var_os("RUNNER_DOCTOR_CRONTAB") {
@@ -507,32 +620,59 @@ fn all_cron_entries() -> Vec<CronEntry> {
         entries.extend(parse_crontab(&text, "your crontab (crontab -l)", false));
     }
     let etc = override_path("RUNNER_DOCTOR_ETC", "/etc");
-    let system_crontab = etc.join("crontab");
-    if let Ok(text) = std::fs::read_to_string(&system_crontab) {
-        entries.extend(parse_crontab(
-            &text,
-            &system_crontab.display().to_string(),
-            true,
-        ));
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(etc.join("cron.d"))
-        .map(|dir| {
-            dir.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| !n.contains('.') && !n.ends_with('~'))
-                })
-                .collect()
-        })
+    let root_uid = match std::env::var_os("RUNNER_DOCTOR_ETC").filter(|v| !v.is_empty()) {
+        Some(_) => std::fs::metadata(&etc).map_or(0, |m| m.uid()),
+        None => 0,
+    };
+    let root = (root_uid, user_name(root_uid));
+    let mut files = vec![(etc.join("crontab"), false)];
+    let mut cron_d: Vec<PathBuf> = std::fs::read_dir(etc.join("cron.d"))
+        .map(|dir| dir.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
-    files.sort();
-    for file in files {
-        if let Ok(text) = std::fs::read_to_string(&file) {
-            entries.extend(parse_crontab(&text, &file.display().to_string(), true));
-        }
+    cron_d.sort();
+    files.extend(cron_d.into_iter().map(|path| (path, true)));
+    for (path, in_cron_d) in files {
+        let Some(file) = crontab_file(path, in_cron_d) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(&file.path) else {
+            continue;
+        };
+        let ignored = cron_ignores(&file, &root);
+        entries.extend(
+            parse_crontab(&text, &file.path.display().to_string(), true)
+                .into_iter()
+                .map(|entry| CronEntry {
+                    ignored: ignored.clone(),
+                    ..entry
+                }),
+        );
     }
     entries
+}
+
+/// What cron looks at in a system crontab file before reading it; `None` if it is not there.
+fn crontab_file(path: PathBuf, in_cron_d: bool) -> Option<CrontabFile> {
+    let link = std::fs::symlink_metadata(&path).ok()?;
+    let target = std::fs::metadata(&path).ok()?;
+    let owner = |uid: u32| (uid, user_name(uid));
+    Some(CrontabFile {
+        link_owner: link.file_type().is_symlink().then(|| owner(link.uid())),
+        owner: owner(target.uid()),
+        mode: target.mode(),
+        hard_links: target.nlink(),
+        regular: target.is_file(),
+        path,
+        in_cron_d,
+    })
+}
+
+/// A user's name from passwd, else the number.
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |user| user.name)
 }
 
 /// Names of running processes that look like a cron daemon.
@@ -654,19 +794,56 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
         let db = cron_database(entry, &line, &home);
         tick_lines.push((entry, line, Some((user, home)), Some(db)));
     }
-    let matching = tick_lines
+    let is_this_database =
+        |db: &Option<Location>| db.as_ref().is_some_and(|db| same_database(db, database));
+    // A line in a file cron ignores runs nothing: it counts only to say why this database's
+    // line does not run.
+    tick_lines.retain(|(entry, _, _, db)| entry.ignored.is_none() || is_this_database(db));
+    let matching: Vec<_> = tick_lines
         .iter()
-        .find(|(_, _, _, db)| db.as_ref().is_some_and(|db| same_database(db, database)));
-    let cron_entry = match matching {
+        .filter(|(_, _, _, db)| is_this_database(db))
+        .collect();
+    // The line that works, else the first one, whose findings are then reported.
+    let chosen = matching
+        .iter()
+        .find(|(entry, ..)| tick_line_findings(entry).is_empty())
+        .or(matching.first());
+    let cron_entry = match chosen {
         Some((entry, line, Some((user, home)), _)) => {
-            checks.push(Check::ok(
-                "cron line",
+            let runs = |entry: &CronEntry, user: &str| {
                 format!(
                     "{} runs `{}` as {user} for this database",
                     entry.source,
                     escape_line(&entry.command)
-                ),
-            ));
+                )
+            };
+            if tick_line_findings(entry).is_empty() {
+                checks.push(Check::ok("cron line", runs(entry, user)));
+            } else {
+                // No line of this database works: each is named with what stops it.
+                let mut messages = Vec::new();
+                let mut fixes: Vec<String> = Vec::new();
+                for (entry, _, user, _) in &matching {
+                    let user = user.as_ref().map_or("?", |(user, _)| user.as_str());
+                    let (findings, line_fixes): (Vec<String>, Vec<String>) =
+                        tick_line_findings(entry).into_iter().unzip();
+                    messages.push(format!(
+                        "{}, but {}",
+                        runs(entry, user),
+                        findings.join(", and ")
+                    ));
+                    for fix in line_fixes {
+                        if !fixes.contains(&fix) {
+                            fixes.push(fix);
+                        }
+                    }
+                }
+                checks.push(Check::fail(
+                    "cron line",
+                    messages.join("; "),
+                    fixes.join("; "),
+                ));
+            }
             checks.push(binary_check(entry, line, home));
             Some((*entry, user.clone()))
         }
@@ -1006,19 +1183,135 @@ mod tests {
     fn user_crontabs_have_no_user_field() {
         let entries = parse_crontab("*/5 1 * * MON  echo hi  there\n", "crontab -l", false);
         assert_eq!(entries[0].user, None);
+        assert_eq!(entries[0].schedule, "*/5 1 * * MON");
         assert_eq!(entries[0].command, "echo hi  there");
+    }
+
+    #[test]
+    fn a_tick_line_must_be_read_by_cron_and_run_every_minute() {
+        let line = |text: &str| parse_crontab(text, "/etc/cron.d/runner", true).remove(0);
+        for works in [
+            "* * * * * runner runner tick",
+            "*/1 * * * * runner runner tick",
+            "0-59 * * * * runner runner tick",
+        ] {
+            assert_eq!(tick_line_findings(&line(works)), Vec::new(), "{works}");
+        }
+        for (late, schedule) in [
+            ("@reboot runner runner tick", "@reboot"),
+            ("@hourly runner runner tick", "@hourly"),
+            ("0 * * * * runner runner tick", "0 * * * *"),
+            ("*/5 * * * * runner runner tick", "*/5 * * * *"),
+        ] {
+            let findings = tick_line_findings(&line(late));
+            assert_eq!(findings.len(), 1, "{late}");
+            assert_eq!(
+                findings[0].0,
+                format!("its schedule `{schedule}` is not every minute")
+            );
+        }
+        let ignored = Ignored {
+            reason: "cron ignores it".into(),
+            fix: "chmod".into(),
+        };
+        let findings = tick_line_findings(&CronEntry {
+            ignored: Some(ignored),
+            ..line("* * * * * runner runner tick")
+        });
+        assert_eq!(findings, vec![("cron ignores it".into(), "chmod".into())]);
+    }
+
+    #[test]
+    fn cron_ignores_system_crontabs_as_debians_cron_does() {
+        let root = (0, "root".to_string());
+        let nobody = (65534, "nobody".to_string());
+        let file = |name: &str| CrontabFile {
+            path: PathBuf::from("/etc/cron.d").join(name),
+            in_cron_d: true,
+            link_owner: None,
+            owner: root.clone(),
+            mode: 0o100644,
+            hard_links: 1,
+            regular: true,
+        };
+        // Read: root's, not writable by group or others, even executable or through root's link.
+        for read in [
+            file("runner"),
+            file("Runner_2-x"),
+            CrontabFile {
+                mode: 0o100600,
+                ..file("runner")
+            },
+            CrontabFile {
+                mode: 0o100755,
+                ..file("runner")
+            },
+            CrontabFile {
+                link_owner: Some(root.clone()),
+                ..file("runner")
+            },
+            CrontabFile {
+                path: PathBuf::from("/etc/crontab.d"),
+                in_cron_d: false,
+                ..file("")
+            },
+        ] {
+            assert_eq!(cron_ignores(&read, &root), None, "{read:?}");
+        }
+        let ignored = |file: CrontabFile| cron_ignores(&file, &root).expect("ignored");
+        let both = ignored(CrontabFile {
+            mode: 0o100666,
+            owner: nobody.clone(),
+            ..file("runner")
+        });
+        assert_eq!(
+            both.reason,
+            "cron ignores /etc/cron.d/runner: it is owned by nobody, not root, and it is writable \
+             by group or others (mode 0666)"
+        );
+        assert_eq!(
+            both.fix,
+            "`sudo chown root /etc/cron.d/runner`; `sudo chmod go-w /etc/cron.d/runner`"
+        );
+        let group = ignored(CrontabFile {
+            mode: 0o100664,
+            ..file("runner")
+        });
+        assert!(group.reason.ends_with("(mode 0664)"), "{group:?}");
+        let dotted = ignored(file("runner.conf"));
+        assert_eq!(
+            dotted.fix,
+            "`sudo mv /etc/cron.d/runner.conf /etc/cron.d/runner-conf`"
+        );
+        let link = ignored(CrontabFile {
+            link_owner: Some(nobody),
+            ..file("runner")
+        });
+        assert_eq!(link.fix, "`sudo chown -h root /etc/cron.d/runner`");
+        let linked = ignored(CrontabFile {
+            hard_links: 2,
+            ..file("runner")
+        });
+        assert!(linked.reason.ends_with("it has 2 hard links"), "{linked:?}");
+        let dir = ignored(CrontabFile {
+            regular: false,
+            ..file("runner")
+        });
+        assert!(dir.reason.ends_with("it is not a regular file"), "{dir:?}");
     }
 
     #[test]
     fn the_database_of_a_tick_line_follows_cron_not_the_shell() {
         let entry = |env: &[(&str, &str)], command: &str| CronEntry {
             source: "x:1".into(),
+            schedule: "* * * * *".into(),
             user: None,
             command: command.into(),
             env: env
                 .iter()
                 .map(|(n, v)| (n.to_string(), v.to_string()))
                 .collect(),
+            ignored: None,
         };
         let home = Path::new("/home/ann");
         let db = |e: &CronEntry| cron_database(e, &tick_line(&e.command).expect("tick"), home);
@@ -1092,9 +1385,11 @@ mod tests {
         let check = |command: &str| {
             let entry = CronEntry {
                 source: "x:1".into(),
+                schedule: "* * * * *".into(),
                 user: None,
                 command: command.into(),
                 env: Vec::new(),
+                ignored: None,
             };
             binary_check(&entry, &tick_line(command).expect("tick"), home.path())
         };

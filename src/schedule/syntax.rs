@@ -489,6 +489,19 @@ impl CronSchedule {
         self.wildcard
     }
 
+    /// Whether it fires every minute: `* * * * *`, however it is spelt (`*/1`, `0-59`, `0-7`).
+    pub fn fires_every_minute(&self) -> bool {
+        let all =
+            |bits: Bits, values: std::ops::Range<u32>| values.into_iter().all(|n| has_bit(bits, n));
+        let every_day_of_month = all(self.days_of_month, 1..32);
+        let every_day_of_week = all(self.days_of_week, 0..7);
+        let every_day = match self.days_and {
+            true => every_day_of_month && every_day_of_week,
+            false => every_day_of_month || every_day_of_week,
+        };
+        all(self.minutes, 0..60) && all(self.hours, 0..24) && all(self.months, 1..13) && every_day
+    }
+
     /// Whether day-of-month and day-of-week are both restricted, so a day matches when either
     /// does (cron's OR rule).
     pub fn days_either(&self) -> bool {
@@ -632,6 +645,30 @@ mod tests {
                 s.next_after(Tz::UTC, utc("2026-01-01T00:00:00Z")).is_some(),
                 "{expr}"
             );
+        }
+    }
+
+    #[test]
+    fn every_minute_is_recognised_however_it_is_spelt() {
+        for expr in [
+            "* * * * *",
+            "*/1 * * * *",
+            "0-59 0-23 1-31 1-12 0-7",
+            "*/1 */1 */1 */1 */1",
+            "* * * * 0-6",
+            "* * 1-31 * MON",
+        ] {
+            assert!(sched(expr).fires_every_minute(), "{expr}");
+        }
+        for expr in [
+            "0 * * * *",
+            "@hourly",
+            "*/2 * * * *",
+            "* 0-22 * * *",
+            "* * * * 1-5",
+            "* * 1-30 * *",
+        ] {
+            assert!(!sched(expr).fires_every_minute(), "{expr}");
         }
     }
 

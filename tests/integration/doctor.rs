@@ -24,7 +24,10 @@ fn doctor_cmd(env: &Env, cron_d: Option<&str>, daemon: bool, args: &[&str]) -> C
     let etc = env.path("etc");
     std::fs::create_dir_all(etc.join("cron.d")).expect("etc");
     if let Some(text) = cron_d {
-        std::fs::write(etc.join("cron.d/runner"), text).expect("cron.d file");
+        let file = etc.join("cron.d/runner");
+        std::fs::write(&file, text).expect("cron.d file");
+        // As `install -m 644` puts it, whatever the umask: cron ignores a group-writable file.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     }
     let proc = env.path("proc");
     if daemon {
@@ -411,6 +414,188 @@ fn a_database_others_can_write_is_a_finding() {
     );
     assert!(message.contains("chmod 600"), "{message}");
     assert_eq!(status_of(&out, "cron line").0, "ok");
+}
+
+/// A `runner tick` line in a file Debian's cron ignores (writable by group or others, not
+/// root's, linked twice, a name with a dot) runs nothing: it is a finding with the command that
+/// fixes it, where it used to pass. A file that is root's and not writable by others passes,
+/// through a symbolic link too.
+#[test]
+fn a_cron_line_in_a_file_cron_ignores_is_a_finding() {
+    let env = good_setup();
+    let line = cron_d(&env, "");
+    let cron_file = env.path("etc/cron.d/runner");
+    let with_mode = |mode: u32| {
+        let cmd = doctor_cmd(&env, Some(&line), true, &["--json"]);
+        std::fs::set_permissions(&cron_file, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        with_cmd(cmd)
+    };
+    for mode in [0o666, 0o646, 0o664] {
+        let out = with_mode(mode);
+        assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+        let (status, message, fix) = check_of(&out, "cron line");
+        assert_eq!(status, "fail");
+        assert_eq!(
+            message,
+            format!(
+                "{}:4 runs `{BIN} tick` as {} for this database, but cron ignores {}: it is \
+                 writable by group or others (mode {mode:04o})",
+                cron_file.display(),
+                me(),
+                cron_file.display()
+            )
+        );
+        assert_eq!(
+            fix.as_deref(),
+            Some(&*format!("`sudo chmod go-w {}`", cron_file.display()))
+        );
+        // The line is still the one the other checks speak for.
+        assert_eq!(check_of(&out, "runner binary").0, "ok");
+    }
+    for mode in [0o644, 0o600, 0o640, 0o755] {
+        let (status, message, _) = check_of(&with_mode(mode), "cron line");
+        assert_eq!(status, "ok", "mode {mode:o}: {message}");
+    }
+
+    // Linked twice: cron reads neither name.
+    let second = env.path("second-link");
+    let cmd = doctor_cmd(&env, Some(&line), true, &["--json"]);
+    std::fs::hard_link(&cron_file, &second).expect("hard link");
+    let (status, message, _) = check_of(&with_cmd(cmd), "cron line");
+    assert_eq!(status, "fail");
+    assert!(message.ends_with("it has 2 hard links"), "{message}");
+    std::fs::remove_file(&second).expect("rm link");
+
+    // Through a symbolic link, the file elsewhere: read when both are root's (the test's own
+    // /etc stand-in is this user's, who stands for root).
+    let elsewhere = env.path("runner-crontab");
+    std::fs::rename(&cron_file, &elsewhere).expect("move");
+    std::os::unix::fs::symlink(&elsewhere, &cron_file).expect("symlink");
+    let out = with_cmd(doctor_cmd(&env, None, true, &["--json"]));
+    let (status, message, _) = check_of(&out, "cron line");
+    assert_eq!(status, "ok", "{message}");
+    std::fs::remove_file(&cron_file).expect("rm symlink");
+
+    // A name with a dot: the line is found, and the rename that makes cron read it is given.
+    let dotted = env.path("etc/cron.d/runner.cron");
+    std::fs::rename(&elsewhere, &dotted).expect("rename");
+    let out = with_cmd(doctor_cmd(&env, None, true, &["--json"]));
+    let (status, message, fix) = check_of(&out, "cron line");
+    assert_eq!(status, "fail");
+    assert!(
+        message.ends_with(&format!(
+            "cron ignores {}: its name has characters other than letters, digits, `_` and `-`",
+            dotted.display()
+        )),
+        "{message}"
+    );
+    assert_eq!(
+        fix.as_deref(),
+        Some(&*format!(
+            "`sudo mv {} {}`",
+            dotted.display(),
+            env.path("etc/cron.d/runner-cron").display()
+        ))
+    );
+    // With a line cron reads beside it, that one is the line: the leftover is not a finding.
+    let out = doctor(&env, Some(&line), true, &["--json"]);
+    let (status, message, _) = check_of(&out, "cron line");
+    assert_eq!(status, "ok", "{message}");
+    assert!(
+        message.starts_with(&format!("{}:4 ", cron_file.display())),
+        "{message}"
+    );
+}
+
+/// Cron requires root to own its system crontabs and their symbolic links. (Only root can give
+/// a file to another user; as anyone else the test says so and returns.)
+#[test]
+fn a_cron_line_in_a_file_root_does_not_own_is_a_finding() {
+    if !crate::common::is_root() {
+        println!("skipped: only root can give the crontab file to another user");
+        return;
+    }
+    let env = good_setup();
+    let line = cron_d(&env, "");
+    let cron_file = env.path("etc/cron.d/runner");
+    let nobody_name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(65534))
+        .ok()
+        .flatten()
+        .map_or_else(|| "65534".to_string(), |u| u.name);
+
+    let cmd = doctor_cmd(&env, Some(&line), true, &["--json"]);
+    std::os::unix::fs::chown(&cron_file, Some(65534), None).expect("chown");
+    let (status, message, fix) = check_of(&with_cmd(cmd), "cron line");
+    assert_eq!(status, "fail");
+    assert!(
+        message.ends_with(&format!("it is owned by {nobody_name}, not root")),
+        "{message}"
+    );
+    assert_eq!(
+        fix.as_deref(),
+        Some(&*format!("`sudo chown root {}`", cron_file.display()))
+    );
+
+    // A symbolic link of another user's, to root's file.
+    let elsewhere = env.path("runner-crontab");
+    std::fs::write(&elsewhere, &line).expect("crontab");
+    std::fs::remove_file(&cron_file).expect("rm");
+    std::os::unix::fs::symlink(&elsewhere, &cron_file).expect("symlink");
+    std::os::unix::fs::lchown(&cron_file, Some(65534), None).expect("lchown");
+    let out = with_cmd(doctor_cmd(&env, None, true, &["--json"]));
+    let (status, message, fix) = check_of(&out, "cron line");
+    assert_eq!(status, "fail");
+    assert!(
+        message.ends_with(&format!(
+            "it is a symbolic link owned by {nobody_name}, not root"
+        )),
+        "{message}"
+    );
+    assert_eq!(
+        fix.as_deref(),
+        Some(&*format!("`sudo chown -h root {}`", cron_file.display()))
+    );
+}
+
+/// A `runner tick` line that cron does not run every minute (`@reboot`, `@hourly`, `0 * * * *`)
+/// is a finding, where it used to pass; `*/1` is every minute, and a line that is every minute
+/// beside one that is not is the line.
+#[test]
+fn a_cron_line_not_every_minute_is_a_finding() {
+    let env = good_setup();
+    let tick = format!("{} {BIN} tick", me());
+    let with_schedule = |schedules: &[&str]| {
+        let lines: String = schedules.iter().map(|s| format!("{s} {tick}\n")).collect();
+        let text = format!("RUNNER_DB={}\n{lines}", env.sql.location());
+        doctor(&env, Some(&text), true, &["--json"])
+    };
+    for schedule in ["@reboot", "@hourly", "0 * * * *", "*/5 * * * *"] {
+        let out = with_schedule(&[schedule]);
+        assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+        let (status, message, fix) = check_of(&out, "cron line");
+        assert_eq!(status, "fail");
+        assert!(
+            message.ends_with(&format!(
+                "for this database, but its schedule `{schedule}` is not every minute"
+            )),
+            "{message}"
+        );
+        assert!(
+            fix.expect("a fix")
+                .starts_with("make the line's time fields `* * * * *`"),
+            "{schedule}"
+        );
+    }
+    for schedules in [&["*/1 * * * *"][..], &["@reboot", "* * * * *"]] {
+        let out = with_schedule(schedules);
+        let (status, message, _) = check_of(&out, "cron line");
+        assert_eq!(status, "ok", "{schedules:?}: {message}");
+    }
+}
+
+/// Runs a command made by [`doctor_cmd`].
+fn with_cmd(mut cmd: Command) -> Output {
+    cmd.output().expect("runner doctor")
 }
 
 /// The test's URL as another crontab might write it: `postgresql://`, a password (never shown;
