@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::display::duration_of_secs;
+use crate::display::{duration_of_secs, exact_duration};
 use crate::store::Health;
 
 /// How bad it is, in the order monitoring plugins rank it.
@@ -139,9 +139,17 @@ fn secs(d: Duration) -> i64 {
     i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
-/// A threshold exactly as given (not rounded to two units): `3m`, `1h`, `1h 30m 15s`.
+/// A threshold exactly as given (not rounded to two units), in the units a duration is written
+/// in: `3m`, `1h`, `1h30m15s`, `40d`, `1s500ms`. (humantime's own formatting says `40d` as
+/// `1month 9days 13h 30m`, in a unit runner refuses as input.)
 fn shown(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
+    let millis = d.subsec_millis();
+    match (d.as_secs(), millis) {
+        (0, 0) => "0s".to_string(),
+        (0, ms) => format!("{ms}ms"),
+        (secs, 0) => exact_duration(secs),
+        (secs, ms) => format!("{}{ms}ms", exact_duration(secs)),
+    }
 }
 
 #[cfg(test)]
@@ -190,6 +198,18 @@ mod tests {
             error_code: None,
             finished_at: None,
         }
+    }
+
+    #[test]
+    fn thresholds_are_shown_in_the_units_they_are_written_in() {
+        let shown_as = |ms: u64| shown(Duration::from_millis(ms));
+        assert_eq!(shown_as(0), "0s");
+        assert_eq!(shown_as(180_000), "3m");
+        assert_eq!(shown_as(5_415_000), "1h30m15s");
+        // Not "1month 9days 13h 30m": months are no unit of runner's.
+        assert_eq!(shown_as(40 * 86_400_000), "40d");
+        assert_eq!(shown_as(1_500), "1s500ms");
+        assert_eq!(shown_as(250), "250ms");
     }
 
     #[test]
