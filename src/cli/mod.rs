@@ -69,7 +69,7 @@ use crate::tz::Tz;
 pub struct Cli {
     /// Database: a SQLite file path, or a postgres:// URL for several hosts [default:
     /// $XDG_STATE_HOME/runner/runner.db, else ~/.local/state/runner/runner.db].
-    #[arg(long, global = true, env = "RUNNER_DB", value_name = "PATH|URL", value_parser = DatabaseName)]
+    #[arg(long, global = true, env = "RUNNER_DB", value_name = "PATH|URL")]
     pub db: Option<String>,
 
     /// Also say on stderr what was done: the tick's summary, each batch `prune` deletes. (One
@@ -319,12 +319,10 @@ impl Ctx {
 /// all of them, refusing what names no database that outlives the command. `''` names none:
 /// taking it for the default would let a script whose variable is unset (`--db "$DB"`) act on the
 /// user's own database.
-fn named_database(value: &str) -> Result<String, String> {
+pub fn named_database(value: &str) -> Result<String, String> {
     if value.is_empty() {
         return Err(
-            "an empty value names no database; give a file path or a postgres:// URL \
-             (for the default database, leave out --db and unset RUNNER_DB)"
-                .to_string(),
+            "an empty value names no database; give a file path or a postgres:// URL".to_string(),
         );
     }
     // SQLite's name for a database in memory, gone when the command ends: `schedule add` said
@@ -375,8 +373,10 @@ fn not_a_url_we_take(value: &str, scheme: &str) -> String {
     )
 }
 
-/// `--db`, `RUNNER_DB` and `migrate --to`, checked by [`named_database`]. A parser of its own so
-/// that clap's error names the flag but not the value, which may be a URL with a password.
+/// `migrate --to`, checked by [`named_database`]. A parser of its own so that clap's error names
+/// the flag but not the value, which may be a URL with a password. (`--db` and `RUNNER_DB` are
+/// checked when a command opens its database: `help`, `completions` and `man` need none, and a
+/// `RUNNER_DB` they cannot use must not stop them.)
 #[derive(Debug, Clone, Copy)]
 pub struct DatabaseName;
 
@@ -407,7 +407,15 @@ pub fn dispatch(cli: Cli) -> Result<()> {
     // `completions` and `man` work with no HOME, RUNNER_DB or database at all.
     let ctx = || -> Result<Ctx> {
         let location = match cli.db.as_deref() {
-            Some(value) => Location::parse(value),
+            Some(value) => Location::parse(&named_database(value).map_err(|why| {
+                let default = match value.is_empty() {
+                    true => " (for the default database, leave out --db and unset RUNNER_DB)",
+                    false => "",
+                };
+                Failure::usage(format!(
+                    "invalid value for --db (or RUNNER_DB): {why}{default}"
+                ))
+            })?),
             None => Location::Sqlite(Location::default_path()?),
         };
         Ok(Ctx {

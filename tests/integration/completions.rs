@@ -325,5 +325,35 @@ fn completions_and_man_need_no_home_or_database_setting() {
             stderr(&out)
         );
     }
+    // A RUNNER_DB that names no usable database stops the commands that use one, not these.
+    for value in ["", ":memory:", "file:x.db"] {
+        let with = |args: &[&str]| -> Output {
+            command(&env, BIN)
+                .args(args)
+                .env("RUNNER_DB", value)
+                .output()
+                .expect("spawn runner")
+        };
+        let out = with(&["status"]);
+        assert_eq!(out.status.code(), Some(2), "RUNNER_DB={value:?} status");
+        assert!(
+            stderr(&out).contains("invalid value for --db (or RUNNER_DB)"),
+            "{}",
+            stderr(&out)
+        );
+        for args in [
+            &["completions", "bash"][..],
+            &["man"],
+            &["help", "durations"],
+        ] {
+            let out = with(args);
+            assert!(
+                out.status.success() && !out.stdout.is_empty(),
+                "RUNNER_DB={value:?} runner {args:?}: {:?}\nstderr: {}",
+                out.status.code(),
+                stderr(&out)
+            );
+        }
+    }
     assert_no_database(&env);
 }
