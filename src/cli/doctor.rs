@@ -291,12 +291,21 @@ pub fn cron_ignores(file: &CrontabFile, root: &(u32, String)) -> Option<Ignored>
     })
 }
 
-/// What keeps a `runner tick` line from waking runner every minute: the file cron ignores, or a
-/// schedule other than every minute. `(finding, fix)` pairs; none for a line that works.
-pub fn tick_line_findings(entry: &CronEntry) -> Vec<(String, String)> {
+/// What keeps a `runner tick` line from waking runner every minute: the file cron ignores, a
+/// schedule other than every minute, or a database name the tick refuses (it then exits 2 every
+/// minute). `(finding, fix)` pairs; none for a line that works.
+pub fn tick_line_findings(entry: &CronEntry, line: &TickLine) -> Vec<(String, String)> {
     let mut findings = Vec::new();
     if let Some(ignored) = &entry.ignored {
         findings.push((ignored.reason.clone(), ignored.fix.clone()));
+    }
+    if let Some(Err(why)) = chosen_database(entry, line).map(|v| super::named_database(&v)) {
+        findings.push((
+            format!("the tick refuses the database it names (exit 2): {why}"),
+            "name the database as runner takes it: a file path (./NAME for a name with a colon) \
+             or a postgres:// URL"
+                .to_string(),
+        ));
     }
     let every_minute = crate::schedule::CronSchedule::parse(&entry.schedule)
         .is_ok_and(|schedule| schedule.fires_every_minute());
@@ -372,13 +381,7 @@ pub fn tick_line(command: &str) -> Option<TickLine> {
 /// it; cron never does). Relative paths and `~` resolve against `home` (cron's working directory);
 /// a `postgres://` URL is taken as the tick takes it.
 pub fn cron_database(entry: &CronEntry, line: &TickLine, home: &Path) -> Location {
-    let chosen = line
-        .db_flag
-        .clone()
-        .or_else(|| line.db_assigned.clone())
-        .or_else(|| entry.var("RUNNER_DB").map(str::to_string))
-        .filter(|v| !v.is_empty());
-    if let Some(value) = chosen {
+    if let Some(value) = chosen_database(entry, line).filter(|v| !v.is_empty()) {
         return match Location::parse(&value) {
             Location::Sqlite(_) => Location::Sqlite(under_cron_home(&value, home)),
             postgres @ Location::Postgres(_) => postgres,
@@ -390,6 +393,15 @@ pub fn cron_database(entry: &CronEntry, line: &TickLine, home: &Path) -> Locatio
             None => home.join(".local/state/runner/runner.db"),
         },
     )
+}
+
+/// The database a cron entry's tick names, as written: `--db`, else `RUNNER_DB` set on the
+/// command, else in the crontab.
+fn chosen_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
+    line.db_flag
+        .clone()
+        .or_else(|| line.db_assigned.clone())
+        .or_else(|| entry.var("RUNNER_DB").map(str::to_string))
 }
 
 /// Whether a crontab's database is this one: the same file (through any link), or the same
@@ -806,7 +818,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
     // The line that works, else the first one, whose findings are then reported.
     let chosen = matching
         .iter()
-        .find(|(entry, ..)| tick_line_findings(entry).is_empty())
+        .find(|(entry, line, ..)| tick_line_findings(entry, line).is_empty())
         .or(matching.first());
     let cron_entry = match chosen {
         Some((entry, line, Some((user, home)), _)) => {
@@ -817,16 +829,16 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                     escape_line(&entry.command)
                 )
             };
-            if tick_line_findings(entry).is_empty() {
+            if tick_line_findings(entry, line).is_empty() {
                 checks.push(Check::ok("cron line", runs(entry, user)));
             } else {
                 // No line of this database works: each is named with what stops it.
                 let mut messages = Vec::new();
                 let mut fixes: Vec<String> = Vec::new();
-                for (entry, _, user, _) in &matching {
+                for (entry, line, user, _) in &matching {
                     let user = user.as_ref().map_or("?", |(user, _)| user.as_str());
                     let (findings, line_fixes): (Vec<String>, Vec<String>) =
-                        tick_line_findings(entry).into_iter().unzip();
+                        tick_line_findings(entry, line).into_iter().unzip();
                     messages.push(format!(
                         "{}, but {}",
                         runs(entry, user),
@@ -1190,12 +1202,15 @@ mod tests {
     #[test]
     fn a_tick_line_must_be_read_by_cron_and_run_every_minute() {
         let line = |text: &str| parse_crontab(text, "/etc/cron.d/runner", true).remove(0);
+        let findings_of = |entry: &CronEntry| {
+            tick_line_findings(entry, &tick_line(&entry.command).expect("a tick line"))
+        };
         for works in [
             "* * * * * runner runner tick",
             "*/1 * * * * runner runner tick",
             "0-59 * * * * runner runner tick",
         ] {
-            assert_eq!(tick_line_findings(&line(works)), Vec::new(), "{works}");
+            assert_eq!(findings_of(&line(works)), Vec::new(), "{works}");
         }
         for (late, schedule) in [
             ("@reboot runner runner tick", "@reboot"),
@@ -1203,7 +1218,7 @@ mod tests {
             ("0 * * * * runner runner tick", "0 * * * *"),
             ("*/5 * * * * runner runner tick", "*/5 * * * *"),
         ] {
-            let findings = tick_line_findings(&line(late));
+            let findings = findings_of(&line(late));
             assert_eq!(findings.len(), 1, "{late}");
             assert_eq!(
                 findings[0].0,
@@ -1214,11 +1229,27 @@ mod tests {
             reason: "cron ignores it".into(),
             fix: "chmod".into(),
         };
-        let findings = tick_line_findings(&CronEntry {
+        let findings = findings_of(&CronEntry {
             ignored: Some(ignored),
             ..line("* * * * * runner runner tick")
         });
         assert_eq!(findings, vec![("cron ignores it".into(), "chmod".into())]);
+        // A database name the tick refuses: it exits 2 every minute.
+        for refused in [
+            "* * * * * runner runner --db name:x.db tick",
+            "* * * * * runner RUNNER_DB=:memory: runner tick",
+            "RUNNER_DB=POSTGRES://u@h/db\n* * * * * runner runner tick",
+        ] {
+            let entry = parse_crontab(refused, "/etc/cron.d/runner", true).remove(0);
+            let findings = findings_of(&entry);
+            assert_eq!(findings.len(), 1, "{refused}: {findings:?}");
+            assert!(
+                findings[0]
+                    .0
+                    .starts_with("the tick refuses the database it names (exit 2): "),
+                "{findings:?}"
+            );
+        }
     }
 
     #[test]
