@@ -114,7 +114,13 @@ pub fn parse_duration(value: &str) -> Result<Duration, DurationError> {
     }
     humantime::parse_duration(value).map_err(|e| DurationError::Syntax {
         value: value.to_string(),
-        reason: e.to_string(),
+        reason: match e {
+            // humantime's own list ends in "months, years": units refused here.
+            humantime::DurationError::UnknownUnit { unit, .. } => {
+                format!("unknown time unit {unit:?}; the units are ms, s, m, h, d and w")
+            }
+            other => other.to_string(),
+        },
     })
 }
 
@@ -338,6 +344,13 @@ mod tests {
                 "{bad:?}"
             );
         }
+        // An unknown unit is told the units runner takes, not humantime's, which end in months.
+        let message = parse_duration("2mo").expect_err("mo").to_string();
+        assert!(
+            message.contains("unknown time unit \"mo\"; the units are ms, s, m, h, d and w"),
+            "{message}"
+        );
+        assert!(!message.contains("month"), "{message}");
         // `--since` refuses them too, saying why rather than "neither a duration nor a time".
         let error = parse_since("1y").expect_err("a year");
         assert!(error.contains("write days"), "{error}");

@@ -143,12 +143,14 @@ fn secs(d: Duration) -> i64 {
 /// in: `3m`, `1h`, `1h30m15s`, `40d`, `1s500ms`. (humantime's own formatting says `40d` as
 /// `1month 9days 13h 30m`, in a unit runner refuses as input.)
 fn shown(d: Duration) -> String {
-    let millis = d.subsec_millis();
-    match (d.as_secs(), millis) {
-        (0, 0) => "0s".to_string(),
-        (0, ms) => format!("{ms}ms"),
+    // The part under a second as humantime writes it (`500ms`, `1ms 500us`), without spaces.
+    let fraction = humantime::format_duration(Duration::from_nanos(d.subsec_nanos().into()))
+        .to_string()
+        .replace(' ', "");
+    match (d.as_secs(), d.subsec_nanos()) {
         (secs, 0) => exact_duration(secs),
-        (secs, ms) => format!("{}{ms}ms", exact_duration(secs)),
+        (0, _) => fraction,
+        (secs, _) => format!("{}{fraction}", exact_duration(secs)),
     }
 }
 
@@ -210,6 +212,8 @@ mod tests {
         assert_eq!(shown_as(40 * 86_400_000), "40d");
         assert_eq!(shown_as(1_500), "1s500ms");
         assert_eq!(shown_as(250), "250ms");
+        assert_eq!(shown(Duration::from_micros(500)), "500us");
+        assert_eq!(shown(Duration::from_micros(1_000_001)), "1s1us");
     }
 
     #[test]
