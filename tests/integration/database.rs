@@ -119,6 +119,11 @@ fn names_of_no_lasting_database_are_refused_and_create_nothing() {
             "POSTGRES://runner:secret@db.example.com/runner",
             "lower case: postgres://runner:***@db.example.com/runner",
         ),
+        // An @ left in the password: the rest of it was taken for the host, and shown.
+        (
+            "postgres://runner:se@secret@127.0.0.1:1/runner",
+            "more than one @ before its host",
+        ),
     ];
     for &(value, says) in cases {
         for args in [

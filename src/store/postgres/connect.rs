@@ -158,6 +158,18 @@ fn connect_within(config: Config, tls: MakeRustlsConnect, server: &Server) -> Re
 /// Parse the URL. The `postgres` crate knows `sslmode` `disable`, `prefer` and `require`; the
 /// verifying modes are taken out here and given to the TLS connector.
 fn parse(url: &str, shown: &str) -> Result<(Config, Verify)> {
+    // The postgres crate ends the user and password at the first `@`: with an `@` left in the
+    // password, the rest of it became the host, and its errors printed that part of the password
+    // ("cannot connect to PostgreSQL at cret@db...").
+    let authority = url.split_once("://").map_or("", |(_, rest)| {
+        rest.split(['/', '?']).next().unwrap_or_default()
+    });
+    if authority.matches('@').count() > 1 {
+        return Err(Failure::usage(format!(
+            "{shown} has more than one @ before its host; write an @ in the user name or \
+             password as %40"
+        )));
+    }
     let mut verify = Verify::Nothing;
     let rewritten = match url.split_once('?') {
         None => url.to_string(),
@@ -502,6 +514,25 @@ mod tests {
         .expect_err("refused");
         assert_eq!(crate::exit::code_for(&error), crate::exit::USAGE);
         assert!(!format!("{error:#}").contains("s3cret"), "{error:#}");
+    }
+
+    #[test]
+    fn an_at_sign_left_in_the_password_is_refused_without_showing_it() {
+        let error = parse(
+            "postgres://u:se@cret@127.0.0.1:1/d",
+            "postgres://u:***@127.0.0.1:1/d",
+        )
+        .expect_err("refused");
+        assert_eq!(crate::exit::code_for(&error), crate::exit::USAGE);
+        let message = format!("{error:#}");
+        assert!(message.contains("write an @ in the user name or password as %40"));
+        assert!(!message.contains("cret"), "{message}");
+        // Written as %40 it is one password, and an @ after the host is the path's or a
+        // parameter's.
+        let (config, _) =
+            parse("postgres://u:se%40cret@h/d?application_name=a@b", "x").expect("parse");
+        assert_eq!(config.get_password(), Some(&b"se@cret"[..]));
+        assert_eq!(config.get_hosts().len(), 1);
     }
 
     #[test]
