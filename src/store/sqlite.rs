@@ -232,16 +232,6 @@ impl SqliteStore {
             ))
             .into());
         }
-        // Said here, not as SQLite's "unable to open database file" about the URI it was given.
-        if let Err(e) = std::fs::File::open(path) {
-            if e.kind() == std::io::ErrorKind::PermissionDenied {
-                return Err(Failure::database(format!(
-                    "cannot read {shown}: permission denied; run as the user that owns it \
-                     (e.g. `sudo -u runner ...`) or give this user read access"
-                ))
-                .into());
-            }
-        }
         // A user who cannot write the database only reads it. Read it in SQLite's immutable mode
         // when nobody has it open and its -wal is empty: otherwise SQLite would create -wal and
         // -shm files next to it with the database's (read-only) mode, and leave them behind to
@@ -259,8 +249,7 @@ impl SqliteStore {
         // READ_WRITE without CREATE: SQLite opens a read-only file read-only, so reads still work
         // and writes fail with a clear error.
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags)
-            .map_err(|e| Failure::database(format!("cannot open database {shown}: {e}")))?;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| cannot_open(path, &e))?;
         let mut store = SqliteStore {
             conn,
             path: path.to_path_buf(),
@@ -301,9 +290,8 @@ impl SqliteStore {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(immutable_uri(path), flags).map_err(|e| {
-            Failure::database(format!("cannot open database {}: {e}", path.display()))
-        })?;
+        let conn = Connection::open_with_flags(immutable_uri(path), flags)
+            .map_err(|e| cannot_open(path, &e))?;
         let mut store = SqliteStore {
             conn,
             path: path.to_path_buf(),
@@ -719,6 +707,22 @@ fn cannot_write(path: &Path, error: Option<rusqlite::Error>) -> anyhow::Error {
         "{} is read-only for this user{cause}: reading works, but this command must write; {why}",
         path.display()
     ))
+}
+
+/// Why SQLite could not open the database at `path`. A file this user may not read is said to
+/// be so, not as SQLite's "unable to open database file" about the URI it was given (looked at
+/// only once the open failed: every command opens the database).
+fn cannot_open(path: &Path, error: &rusqlite::Error) -> anyhow::Error {
+    let shown = path.display();
+    let unreadable =
+        std::fs::File::open(path).is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied);
+    Failure::database(match unreadable {
+        true => format!(
+            "cannot read {shown}: permission denied; run as the user that owns it \
+             (e.g. `sudo -u runner ...`) or give this user read access"
+        ),
+        false => format!("cannot open database {shown}: {error}"),
+    })
 }
 
 /// Whether the database file exists. A directory above it that this user may not enter hides it
