@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 pub use catch_up::{plan_catch_up, Decision, CATCH_UP_ALL_LIMIT};
 pub use syntax::{cron_problem, CronSchedule};
 pub use warnings::{traps, Proposed, Trap, Warning};
-pub use zone::{parse_zone, resolve_local, DstRule, FireTimes, LocalTime};
+pub use zone::{parse_zone, resolve_local, DstRule, FireTimes, LocalTime, LAST_YEAR};
 
 use crate::clock::from_epoch;
 use crate::tz::Tz;
@@ -62,25 +62,21 @@ impl Timing {
     }
 
     /// The newest `limit` fire instants in (`after`, `until`], newest first (`after` may be
-    /// `i64::MIN`: no lower bound). The search starts at `until` and reaches back in windows that
-    /// grow fourfold, so its cost follows how far back the instants lie, not how long ago `after`
-    /// is; it looks no further back than the search horizon of `next_after` (401 years).
+    /// `i64::MIN`: no lower bound). Its cost follows how far back the instants lie, not how long
+    /// ago `after` is; it looks no further back than the search horizon of `next_after` (401
+    /// years).
     pub fn latest(&self, after: i64, until: i64, limit: usize) -> Vec<i64> {
         const HORIZON_SECS: i64 = 401 * 366 * 86_400;
-        let mut span: i64 = 3600;
-        loop {
-            let from = until.saturating_sub(span).max(after);
-            if limit == 0 || from >= until {
-                return Vec::new();
-            }
-            let found =
-                self.cron
-                    .fire_times_between(self.tz, from_epoch(from), from_epoch(until), limit);
-            if found.instants.len() >= limit || from == after || span >= HORIZON_SECS {
-                return found.instants.iter().rev().map(|t| t.timestamp()).collect();
-            }
-            span = span.saturating_mul(4).min(HORIZON_SECS);
-        }
+        let after = after.max(until.saturating_sub(HORIZON_SECS));
+        let newest = self
+            .cron
+            .newest_between(self.tz, from_epoch(after), from_epoch(until), limit);
+        newest
+            .instants
+            .iter()
+            .rev()
+            .map(|t| t.timestamp())
+            .collect()
     }
 
     /// Whether `epoch` is one of the schedule's fire instants.

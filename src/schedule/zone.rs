@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use chrono::{DateTime, LocalResult, NaiveDateTime, Offset, TimeDelta, TimeZone, Utc};
+use chrono::{DateTime, LocalResult, NaiveDate, NaiveDateTime, Offset, TimeDelta, TimeZone, Utc};
 
 use super::{CronError, CronSchedule};
 use crate::tz::Tz;
@@ -39,7 +39,10 @@ impl CronSchedule {
 
     /// Fire instants in (after, until], ascending. If there are more than `keep_newest`,
     /// return only the newest `keep_newest` of them plus the count of older ones dropped.
-    /// Memory is bounded by `keep_newest`, whatever the length of the range.
+    /// Memory is bounded by `keep_newest`, and so is the time, whatever the length of the range:
+    /// the newest are found by searching back from `until`, and the older ones are counted up to
+    /// `OLDER_COUNT_LIMIT` (a tick after years of downtime, or a clock set years ahead, would
+    /// otherwise walk every minute of those years before it ran anything).
     pub fn fire_times_between(
         &self,
         tz: Tz,
@@ -47,33 +50,83 @@ impl CronSchedule {
         until: DateTime<Utc>,
         keep_newest: usize,
     ) -> FireTimes {
-        let mut kept: VecDeque<DateTime<Utc>> = VecDeque::new();
-        let mut older_dropped: u64 = 0;
-        if until > after {
-            // No naive local time this far past `until` can map to an instant
-            // at or before it.
-            let end = local_of(tz, until)
-                .and_then(|local| local.checked_add_signed(TimeDelta::days(2)))
-                .unwrap_or(NaiveDateTime::MAX);
-            for instant in self.walk(tz, after, end) {
-                if instant > until {
+        let newest = self.newest_between(tz, after, until, keep_newest);
+        let mut older_dropped = newest.dropped;
+        let mut older_uncounted = false;
+        if newest.searched_after > after {
+            let mut counted: u64 = 0;
+            for _ in self.walk_until(tz, after, newest.searched_after) {
+                if counted == OLDER_COUNT_LIMIT {
+                    older_uncounted = true;
                     break;
                 }
-                if keep_newest == 0 {
-                    older_dropped += 1;
-                    continue;
-                }
-                if kept.len() == keep_newest {
-                    kept.pop_front();
-                    older_dropped += 1;
+                counted += 1;
+            }
+            older_dropped += counted;
+        }
+        FireTimes {
+            instants: newest.instants,
+            older_dropped,
+            older_uncounted,
+        }
+    }
+
+    /// The newest `keep` fire instants in (after, until], ascending. The search starts an hour
+    /// before `until` and reaches back in windows that grow fourfold until one holds `keep`
+    /// instants or reaches `after`, so its cost follows how far back those instants lie, not how
+    /// long ago `after` is.
+    pub(super) fn newest_between(
+        &self,
+        tz: Tz,
+        after: DateTime<Utc>,
+        until: DateTime<Utc>,
+        keep: usize,
+    ) -> Newest {
+        // croner finds no time in or after its last year: searching back from a later `until`
+        // would find nothing in each window until one reached `after`, then walk all of it.
+        let until = until.min(last_searchable_instant());
+        let mut span = TimeDelta::hours(1);
+        loop {
+            let from = until
+                .checked_sub_signed(span)
+                .map_or(after, |from| from.max(after));
+            let mut kept: VecDeque<DateTime<Utc>> = VecDeque::new();
+            let mut dropped: u64 = 0;
+            for instant in self.walk_until(tz, from, until) {
+                if kept.len() == keep {
+                    dropped += 1;
+                    if kept.pop_front().is_none() {
+                        continue; // keep == 0
+                    }
                 }
                 kept.push_back(instant);
             }
+            if kept.len() >= keep || from <= after {
+                return Newest {
+                    instants: kept.into(),
+                    dropped,
+                    searched_after: from,
+                };
+            }
+            span = span.checked_mul(4).unwrap_or(TimeDelta::MAX);
         }
-        FireTimes {
-            instants: kept.into(),
-            older_dropped,
-        }
+    }
+
+    /// The fire instants in (after, until], ascending.
+    fn walk_until(
+        &self,
+        tz: Tz,
+        after: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        // No naive local time this far past `until` can map to an instant at or before it.
+        let end = local_of(tz, until)
+            .and_then(|local| local.checked_add_signed(TimeDelta::days(2)))
+            .unwrap_or(NaiveDateTime::MAX);
+        let walk = (until > after).then(|| self.walk(tz, after, end));
+        walk.into_iter()
+            .flatten()
+            .take_while(move |instant| *instant <= until)
     }
 
     /// Walks the fire instants after `after`, searching naive local times up to `end`.
@@ -102,6 +155,17 @@ impl CronSchedule {
             exhausted: start.is_none(),
         }
     }
+}
+
+/// The last year whose fire times are computed: croner's searches stop when they reach the next.
+pub const LAST_YEAR: i32 = croner::YEAR_UPPER_LIMIT - 1;
+
+/// The last instant whose local time croner can search in every zone: a day before the year at
+/// which its searches stop (`croner::YEAR_UPPER_LIMIT`, 5000) begins.
+fn last_searchable_instant() -> DateTime<Utc> {
+    NaiveDate::from_ymd_opt(LAST_YEAR, 12, 31)
+        .and_then(|day| day.and_hms_opt(0, 0, 0))
+        .map_or(DateTime::<Utc>::MAX_UTC, |t| t.and_utc())
 }
 
 /// How far (in seconds) the UTC offset may move across a transition that we
@@ -267,8 +331,25 @@ impl Iterator for FireIter<'_> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FireTimes {
     pub instants: Vec<DateTime<Utc>>,
+    /// How many older instants were left out: all of them, or `OLDER_COUNT_LIMIT` more than the
+    /// newest window held when `older_uncounted`.
     pub older_dropped: u64,
+    /// More older instants were left out than were counted.
+    pub older_uncounted: bool,
 }
+
+/// The newest instants of a range, and what the search for them saw.
+pub(super) struct Newest {
+    pub instants: Vec<DateTime<Utc>>,
+    /// Instants of the window searched that were older than the ones kept.
+    pub dropped: u64,
+    /// The window searched was (searched_after, until]: nothing at or before it was looked at.
+    pub searched_after: DateTime<Utc>,
+}
+
+/// How many of the instants older than the newest window `fire_times_between` counts one by one
+/// (about 70 ms of walking for an every-minute expression): more are reported as "more than".
+pub const OLDER_COUNT_LIMIT: u64 = 100_000;
 
 /// Parse an IANA zone name ("UTC", "America/New_York").
 pub fn parse_zone(name: &str) -> Result<Tz, CronError> {
@@ -667,7 +748,8 @@ mod tests {
                     utc("2026-01-01T09:00:00Z"),
                     utc("2026-01-01T10:00:00Z")
                 ],
-                older_dropped: 7
+                older_dropped: 7,
+                older_uncounted: false,
             }
         );
         let none = s.fire_times_between(Tz::UTC, after, until, 0);
@@ -678,19 +760,42 @@ mod tests {
         let same = s.fire_times_between(Tz::UTC, until, until, 5);
         assert!(same.instants.is_empty());
 
-        // A year of minutes: exact count, bounded memory.
+        // Sixty days of minutes (under the counting limit): exact count, bounded memory.
         let s = sched("* * * * *");
-        let year = s.fire_times_between(
+        let days = s.fire_times_between(
             Tz::UTC,
-            utc("2025-01-01T00:00:00Z"),
+            utc("2025-11-02T00:00:00Z"),
             utc("2026-01-01T00:00:00Z"),
             2,
         );
         assert_eq!(
-            year.instants,
+            days.instants,
             [utc("2025-12-31T23:59:00Z"), utc("2026-01-01T00:00:00Z")]
         );
-        assert_eq!(year.older_dropped, 365 * 24 * 60 - 2);
+        assert_eq!(days.older_dropped, 60 * 24 * 60 - 2);
+        assert!(!days.older_uncounted);
+    }
+
+    /// Ten years of minutes (5.26 million instants): the newest are found without walking the
+    /// years before them, and the older ones are counted only up to the limit. Walking them all
+    /// took seconds per schedule, in a tick that heard no SIGTERM meanwhile.
+    #[test]
+    fn years_behind_are_not_walked() {
+        let s = sched("* * * * *");
+        let until = utc("2036-01-01T00:00:00Z");
+        let got = s.fire_times_between(Tz::UTC, utc("2026-01-01T00:00:00Z"), until, 1000);
+        assert_eq!(got.instants.len(), 1000);
+        assert_eq!(got.instants[999], until);
+        assert_eq!(got.instants[0], until - TimeDelta::minutes(999));
+        assert!(got.older_uncounted);
+        assert!(got.older_dropped > OLDER_COUNT_LIMIT);
+        assert!(got.older_dropped < 2 * OLDER_COUNT_LIMIT);
+
+        // Just under the limit, the count is exact.
+        let after = until - TimeDelta::minutes(1000 + OLDER_COUNT_LIMIT as i64 - 5);
+        let got = s.fire_times_between(Tz::UTC, after, until, 1000);
+        assert_eq!(got.older_dropped, OLDER_COUNT_LIMIT - 5);
+        assert!(!got.older_uncounted);
     }
 
     #[test]
@@ -889,6 +994,30 @@ mod tests {
             let got = s.fire_times_between(tz, after, until, usize::MAX);
             prop_assert_eq!(got.older_dropped, 0);
             prop_assert_eq!(got.instants, reference(&s, tz, after, until), "{} in {}", expr, tz);
+        }
+
+        /// The newest instants, found by searching back from `until` in growing windows, and the
+        /// count of the older ones are those of a walk over the whole range, across transitions.
+        #[test]
+        fn newest_searched_back_match_brute_force(
+            expr in expression(),
+            zone in 0..zones().len(),
+            base in 0..TRANSITIONS.len(),
+            shift_minutes in -1800i64..600,
+            keep in 0usize..40,
+        ) {
+            let Ok(s) = CronSchedule::parse(&expr) else { return Ok(()); };
+            let tz = zones()[zone];
+            let after = utc(TRANSITIONS[base])
+                + TimeDelta::minutes(shift_minutes)
+                + TimeDelta::seconds(17);
+            let until = after + TimeDelta::hours(40);
+            let all = reference(&s, tz, after, until);
+            let got = s.fire_times_between(tz, after, until, keep);
+            let kept = all.len().min(keep);
+            prop_assert_eq!(&got.instants[..], &all[all.len() - kept..], "{} in {}", expr, tz);
+            prop_assert_eq!(got.older_dropped, (all.len() - kept) as u64);
+            prop_assert!(!got.older_uncounted);
         }
     }
 

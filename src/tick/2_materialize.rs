@@ -12,7 +12,7 @@ use std::rc::Rc;
 use std::sync::mpsc::SyncSender;
 
 use anyhow::Result;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::Tick;
 use crate::clock::{from_epoch, Now};
@@ -315,10 +315,18 @@ impl Planner {
         if let Some((_, Decision::Skip(reason))) =
             instants.first_mut().filter(|_| due.older_dropped > 0)
         {
-            reason.push_str(&format!(
-                "; {} older missed instants were not recorded",
-                due.older_dropped
-            ));
+            reason.push_str(&if due.older_uncounted {
+                format!(
+                    "; more than {} older missed instants, since {}, were not recorded",
+                    due.older_dropped,
+                    from_epoch(through).to_rfc3339_opts(SecondsFormat::Secs, true)
+                )
+            } else {
+                format!(
+                    "; {} older missed instants were not recorded",
+                    due.older_dropped
+                )
+            });
         }
         Planned {
             instants,

@@ -578,3 +578,37 @@ fn more_than_a_thousand_missed_instants_are_counted_not_lost() {
         lenient.iter().filter(|r| r.1 == "succeeded").count()
     );
 }
+
+/// Ten years behind (a host restored from an old image, a clock set years ahead): the tick
+/// records the newest 1,000 instants and runs the latest, without walking the 5 million minutes
+/// before them one by one (which took seconds of CPU per schedule, and 9999-12-31 took hours);
+/// the older ones are counted up to a limit, and the note says since when they were missed.
+#[test]
+fn years_of_missed_instants_are_not_walked_one_by_one() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
+        "decade",
+        "* * * * *",
+        &[],
+        "true",
+    );
+    let out = env.run(&["--now", "2036-01-01T00:00:00Z", "tick"]);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "tick: exit {:?}: {}",
+        out.status.code(),
+        stderr(&out)
+    );
+    let decade = rows(&env, "decade");
+    assert_eq!(decade.len(), 1000);
+    assert_eq!(decade[999].0, "2036-01-01T00:00:00Z");
+    assert_eq!(decade[999].1, "succeeded");
+    let reason = decade[0].2.as_deref().unwrap_or_default();
+    assert!(
+        reason.starts_with("catch-up latest: superseded by 2036-01-01T00:00:00Z; more than ")
+            && reason
+                .ends_with(" older missed instants, since 2026-01-01T00:00:00Z, were not recorded"),
+        "{reason}"
+    );
+}
