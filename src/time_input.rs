@@ -15,8 +15,9 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
+use chrono::{DateTime, Datelike, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
 
+use crate::schedule::LAST_YEAR;
 use crate::tz::Tz;
 
 /// What the forms above mean, for error messages (the full story is `runner help times`).
@@ -199,7 +200,15 @@ pub fn parse_fixed_time(value: &str) -> Result<DateTime<Utc>, String> {
         ));
     }
     // Nothing here reads `now`: any instant will do. `--now` is in UTC unless a zone follows.
-    input.resolve(Tz::UTC, DateTime::UNIX_EPOCH)
+    let at = input.resolve(Tz::UTC, DateTime::UNIX_EPOCH)?;
+    // A clock past the last year fire times are computed in would move every cursor there, for
+    // good: no schedule would fire again.
+    if at.year() > LAST_YEAR {
+        return Err(format!(
+            "{value:?} is after {LAST_YEAR}, the last year runner computes fire times in"
+        ));
+    }
+    Ok(at)
 }
 
 fn parse_time_only(value: &str) -> Option<TimeInput> {
@@ -384,5 +393,14 @@ mod tests {
         let error = parse_fixed_time("10:30").expect_err("no date");
         assert!(error.contains("has no date"), "{error}");
         assert!(parse_fixed_time("2h").is_err());
+        assert_eq!(
+            parse_fixed_time("4999-12-31T23:59:59Z"),
+            Ok(utc("4999-12-31T23:59:59Z"))
+        );
+        let error = parse_fixed_time("9999-12-31").expect_err("past the last year");
+        assert!(
+            error.contains("after 4999, the last year runner computes fire times in"),
+            "{error}"
+        );
     }
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use clap::builder::{OsStringValueParser, TypedValueParser};
 use comfy_table::Table;
 use serde::Serialize;
@@ -20,7 +20,7 @@ use crate::model::{
     repair_flag, CatchUp, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
     SettingsChange,
 };
-use crate::schedule::{traps, Proposed, Timing, Trap};
+use crate::schedule::{traps, Proposed, Timing, Trap, LAST_YEAR};
 use crate::store::{DefinitionRow, LastResult, OpenMode, Removal, Store};
 use crate::tick::materialize::{materialize_definition, restart_cursor, resume_definition};
 use crate::tz::Tz;
@@ -735,10 +735,15 @@ fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
     };
     let times = timing.upcoming(after, usize::from(args.count));
     if times.len() < usize::from(args.count) {
-        // The search looks about 400 years ahead (`0 0 29 2 *` fires 97 or 98 times in them).
+        // The search looks about 400 years ahead (`0 0 29 2 *` fires 97 or 98 times in them),
+        // and no later than the year 5000.
+        let horizon = if after.year() + 401 > LAST_YEAR {
+            "up to the year 5000 (where runner stops computing fire times)"
+        } else {
+            "within about 400 years ahead (as far as it looks)"
+        };
         crate::complain!(
-            "runner: note: only {} within about 400 years ahead (as far as it looks), fewer \
-             than the {} asked for",
+            "runner: note: only {} {horizon}, fewer than the {} asked for",
             count(times.len(), "fire time"),
             args.count
         );

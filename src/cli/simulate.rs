@@ -3,7 +3,7 @@
 //! which of them its catch-up policy would run or skip if no tick ran during the window.
 
 use anyhow::Result;
-use chrono::TimeDelta;
+use chrono::{Datelike, TimeDelta};
 use comfy_table::Table;
 use serde::Serialize;
 
@@ -11,7 +11,7 @@ use super::{emit, emit_json, find_definition, Ctx};
 use crate::display::{count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::CatchUp;
-use crate::schedule::{plan_catch_up, Decision, Timing};
+use crate::schedule::{plan_catch_up, Decision, Timing, LAST_YEAR};
 use crate::store::OpenMode;
 use crate::time_input::{parse_time, TimeInput};
 use crate::tz::Tz;
@@ -95,6 +95,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             to.to_rfc3339(),
             from.to_rfc3339()
         )));
+    }
+    if to.year() > LAST_YEAR {
+        crate::complain!(
+            "runner: note: fire times are computed up to the year 5000; the window shows none \
+             after it"
+        );
     }
     // `handled`: a schedule's cursor. A tick never materialises an instant at or before it again
     // (it came before the schedule was added, resumed or edited, or a tick handled it).

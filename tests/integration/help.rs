@@ -233,6 +233,12 @@ fn simulate_and_now_take_the_same_forms() {
         &["--now", "10:30", "schedule", "next", "--cron", "0 12 * * *"],
     );
     assert!(err.contains("has no date"), "{err}");
+    // ...nor one past the last year fire times are computed in: every cursor would move there.
+    let err = env.fails(2, &["--now", "9999-12-31", "tick"]);
+    assert!(
+        err.contains("after 4999, the last year runner computes fire times in"),
+        "{err}"
+    );
 }
 
 /// `schedule add NAME ARGS`: exit 0, with its stderr.

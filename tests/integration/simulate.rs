@@ -1,7 +1,7 @@
 //! `runner schedule simulate`: fire times in a window, the DST rule behind any of them, and what
 //! catch-up would do with them; checked against what a real tick then does.
 
-use crate::common::{json, Env};
+use crate::common::{json, stderr, stdout, Env};
 use serde_json::Value;
 
 fn instants(report: &Value) -> &Vec<Value> {
@@ -234,4 +234,46 @@ fn a_paused_schedule_decides_nothing_and_bad_windows_are_refused() {
         ],
     );
     assert!(err.contains("shorter"), "{err}");
+}
+
+/// Fire times are computed up to the year 5000 (the cron crate's last): `simulate` and `next`
+/// say so rather than show a window cut short without a word.
+#[test]
+fn previews_say_where_fire_times_stop() {
+    let env = Env::new();
+    let out = env.run(&[
+        "schedule",
+        "simulate",
+        "--cron",
+        "@yearly",
+        "--from",
+        "4990-01-01",
+        "--to",
+        "5010-01-01",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("fire times are computed up to the year 5000"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("4999-01-01T00:00:00Z"));
+    assert!(!stdout(&out).contains("5001-"));
+
+    let out = env.run(&[
+        "--now",
+        "4997-01-01",
+        "schedule",
+        "next",
+        "--cron",
+        "@yearly",
+        "-n",
+        "5",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("up to the year 5000 (where runner stops computing fire times)"),
+        "{}",
+        stderr(&out)
+    );
 }
