@@ -28,9 +28,12 @@ A duration is a number and a unit; several are added up, written together or apa
 Units: s (also sec, second(s)), m (min, minute(s)), h (hr, hour(s)), d (day(s)),
 w (week(s)), and ms for milliseconds. Months and years have no fixed length: write days.
 
-Flags that take one:
+Flags and settings that take one:
   schedule add, edit   --timeout, --backoff-base, --backoff-max, --grace (whole seconds:
                        1.5s is refused rather than cut short)
+  schedule apply       the same settings in the file: timeout, backoff_base, backoff_max,
+                       grace (timeout = \"90m\")
+  schedule pause       --for (whole seconds too)
   tick                 --lease, --max-tick
   status --check       --max-tick-age, --dead-window, --max-due-lag
   prune                --older-than, and RUNNER_RETENTION (which also takes `off`)
