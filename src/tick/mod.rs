@@ -136,7 +136,9 @@ pub fn tick(
     if pending.due_schedules || tick.report.resumed > 0 {
         materialize::materialize_due(&mut tick)?;
     }
-    let runs_changed = tick.report.recovered + tick.report.materialized > 0;
+    // A resumed schedule's held runs were not due to the read above: they are now.
+    let runs_changed =
+        tick.report.recovered + tick.report.resumed + tick.report.materialized > 0;
     if pending.due_runs || runs_changed {
         execute::execute_due(&mut tick)?;
     }

@@ -235,6 +235,24 @@ fn pause_for_resumes_at_the_first_tick_after_it_and_runs_from_its_end() {
     );
 }
 
+/// The tick that ends a `pause --for` starts the runs the pause held (a manual run here), as the
+/// next tick after `schedule resume` would, even when no instant of the schedule is due with it:
+/// it had read that no run was due before it resumed the schedule, and left them a minute.
+#[test]
+fn the_tick_that_ends_a_timed_pause_starts_the_held_runs() {
+    let env = Env::init();
+    env.add_at(Some(T0), "held", &never_near(T0), &[], "true");
+    env.ok(&at(T0, &["schedule", "pause", "held", "--for", "30m"]));
+    env.ok(&at("2026-07-01T10:31:00Z", &["run", "held"]));
+    env.tick_at("2026-07-01T10:32:00Z");
+    let run = run_ids(&env, "held")[0];
+    assert_eq!(status_of(&env, run), "pending", "held by the pause");
+
+    let err = env.tick(&["--now", "2026-07-01T11:05:00Z", "-v"]);
+    assert!(err.contains("resumed 1 schedule"), "{err}");
+    assert_eq!(status_of(&env, run), "succeeded", "{err}");
+}
+
 #[test]
 fn a_plain_pause_or_resume_drops_the_end_of_a_timed_pause() {
     let env = Env::init();
