@@ -465,10 +465,9 @@ const BEFORE_A_COMMAND: [&str; 5] = ["!", "{", "if", "while", "until"];
 const RESERVED_WORDS: [&str; 11] = [
     "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "in", "then",
 ];
-/// Redirection operators, longest first (`&>` is bash's; dash reads a leading one as an error).
-const REDIRECTIONS: [&str; 11] = [
-    "&>>", "&>", "<<-", "<<", "<>", "<&", ">>", ">&", ">|", "<", ">",
-];
+/// Redirection operators, longest first. Not bash's `&>` and `&>>`: to dash (Debian's /bin/sh,
+/// which runs the jobs) `&` ends a command, so a command that begins with one is a syntax error.
+const REDIRECTIONS: [&str; 9] = ["<<-", "<<", "<>", "<&", ">>", ">&", ">|", "<", ">"];
 
 /// The first word the shell runs in `command`, found as `sh` parses it in the common cases:
 /// past blanks, comments, `(`, the reserved words in [`BEFORE_A_COMMAND`], `VAR=value`
@@ -1470,7 +1469,6 @@ mod tests {
             ("2>&- cmd", word("cmd")),
             ("< in sort", word("sort")),
             (">> f tool", word("tool")),
-            ("&>f tool", word("tool")),
             ("<<'EOF' cat", word("cat")),
             ("\n  # a comment\n  backup --full", word("backup")),
             // Quotes removed, as the shell removes them.
@@ -1493,6 +1491,11 @@ mod tests {
             ("case $x in a) y;; esac", unknown("case")),
             ("'unclosed", unknown("'unclosed")),
             (";ls", unknown(";")),
+            // `&>` is bash's redirection; dash (/bin/sh) reads `&` as ending a command, and one
+            // that begins with it is a syntax error. `2&>f` runs `2` in the background.
+            ("&>f tool", unknown("&")),
+            ("&>>f tool", unknown("&")),
+            ("2&>f tool", word("2")),
             ("2> ; ls", unknown("2>")),
             // Nothing runs.
             ("   ", FirstWord::None),
