@@ -404,6 +404,35 @@ fn chosen_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
         .or_else(|| entry.var("RUNNER_DB").map(str::to_string))
 }
 
+/// A `runner tick` line of a crontab, with what doctor makes of it, found once.
+struct SeenTickLine<'a> {
+    entry: &'a CronEntry,
+    line: TickLine,
+    /// Its user's name and home directory from passwd; `None` when no such user exists.
+    user: Option<(String, PathBuf)>,
+    /// The database its tick uses; `None` when its user does not exist.
+    database: Option<Location>,
+    /// What keeps it from waking runner every minute ([`tick_line_findings`]).
+    findings: Vec<(String, String)>,
+}
+
+impl<'a> SeenTickLine<'a> {
+    fn of(entry: &'a CronEntry, line: TickLine) -> SeenTickLine<'a> {
+        let user = passwd_user(entry.user.as_deref());
+        let database = user
+            .as_ref()
+            .map(|(_, home)| cron_database(entry, &line, home));
+        let findings = tick_line_findings(entry, &line);
+        SeenTickLine {
+            entry,
+            line,
+            user,
+            database,
+            findings,
+        }
+    }
+}
+
 /// Whether a crontab's database is this one: the same file (through any link), or the same
 /// PostgreSQL user, server and database however the URLs spell them (a password, the parameters,
 /// `postgresql://`, a default port written out or not).
@@ -793,34 +822,27 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
 
     // 1. A cron line running `runner tick` for this database.
     let entries = all_cron_entries();
-    let mut tick_lines = Vec::new();
-    for entry in &entries {
-        let Some(line) = tick_line(&entry.command) else {
-            continue;
-        };
-        let Some((user, home)) = passwd_user(entry.user.as_deref()) else {
-            tick_lines.push((entry, line, None, None));
-            continue;
-        };
-        let db = cron_database(entry, &line, &home);
-        tick_lines.push((entry, line, Some((user, home)), Some(db)));
-    }
-    let is_this_database =
-        |db: &Option<Location>| db.as_ref().is_some_and(|db| same_database(db, database));
+    let mut tick_lines: Vec<SeenTickLine> = entries
+        .iter()
+        .filter_map(|entry| Some(SeenTickLine::of(entry, tick_line(&entry.command)?)))
+        .collect();
+    let is_this_database = |seen: &SeenTickLine| {
+        seen.database
+            .as_ref()
+            .is_some_and(|db| same_database(db, database))
+    };
     // A line in a file cron ignores runs nothing: it counts only to say why this database's
     // line does not run.
-    tick_lines.retain(|(entry, _, _, db)| entry.ignored.is_none() || is_this_database(db));
-    let matching: Vec<_> = tick_lines
-        .iter()
-        .filter(|(_, _, _, db)| is_this_database(db))
-        .collect();
+    tick_lines.retain(|seen| seen.entry.ignored.is_none() || is_this_database(seen));
+    let matching: Vec<&SeenTickLine> = tick_lines.iter().filter(|s| is_this_database(s)).collect();
     // The line that works, else the first one, whose findings are then reported.
     let chosen = matching
         .iter()
-        .find(|(entry, line, ..)| tick_line_findings(entry, line).is_empty())
+        .find(|seen| seen.findings.is_empty())
         .or(matching.first());
-    let cron_entry = match chosen {
-        Some((entry, line, Some((user, home)), _)) => {
+    // Its user, if that user exists: a line whose user does not exist runs nothing.
+    let cron_entry = match chosen.and_then(|seen| Some((*seen, seen.user.as_ref()?))) {
+        Some((seen, (user, home))) => {
             let runs = |entry: &CronEntry, user: &str| {
                 format!(
                     "{} runs `{}` as {user} for this database",
@@ -828,23 +850,22 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                     escape_line(&entry.command)
                 )
             };
-            if tick_line_findings(entry, line).is_empty() {
-                checks.push(Check::ok("cron line", runs(entry, user)));
+            if seen.findings.is_empty() {
+                checks.push(Check::ok("cron line", runs(seen.entry, user)));
             } else {
                 // No line of this database works: each is named with what stops it.
                 let mut messages = Vec::new();
-                let mut fixes: Vec<String> = Vec::new();
-                for (entry, line, user, _) in &matching {
-                    let user = user.as_ref().map_or("?", |(user, _)| user.as_str());
-                    let (findings, line_fixes): (Vec<String>, Vec<String>) =
-                        tick_line_findings(entry, line).into_iter().unzip();
+                let mut fixes: Vec<&str> = Vec::new();
+                for seen in &matching {
+                    let user = seen.user.as_ref().map_or("?", |(user, _)| user.as_str());
+                    let findings: Vec<&str> = seen.findings.iter().map(|f| f.0.as_str()).collect();
                     messages.push(format!(
                         "{}, but {}",
-                        runs(entry, user),
+                        runs(seen.entry, user),
                         findings.join(", and ")
                     ));
-                    for fix in line_fixes {
-                        if !fixes.contains(&fix) {
+                    for (_, fix) in &seen.findings {
+                        if !fixes.contains(&fix.as_str()) {
                             fixes.push(fix);
                         }
                     }
@@ -855,29 +876,29 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                     fixes.join("; "),
                 ));
             }
-            checks.push(binary_check(entry, line, home));
-            Some((*entry, user.clone()))
+            checks.push(binary_check(seen.entry, &seen.line, home));
+            Some((seen.entry, user.clone()))
         }
         _ => {
             let others: Vec<String> = tick_lines
                 .iter()
-                .map(|(entry, _, user, db)| match (user, db) {
+                .map(|seen| match (&seen.user, &seen.database) {
                     (Some((user, _)), Some(db)) => {
-                        format!("{} (as {user}) uses {db}", entry.source)
+                        format!("{} (as {user}) uses {db}", seen.entry.source)
                     }
                     _ => format!(
                         "{} names user {:?}, who does not exist",
-                        entry.source,
-                        entry.user.as_deref().unwrap_or("?")
+                        seen.entry.source,
+                        seen.entry.user.as_deref().unwrap_or("?")
                     ),
                 })
                 .collect();
             // A line whose user does not exist runs nothing, whatever database it names: the
             // user is the fix (the README's system install creates it).
-            let missing_lines = tick_lines.iter().filter(|(_, _, user, _)| user.is_none());
+            let missing_lines = tick_lines.iter().filter(|seen| seen.user.is_none());
             let mut missing_users: Vec<&str> = missing_lines
                 .clone()
-                .filter_map(|(entry, _, _, _)| entry.user.as_deref())
+                .filter_map(|seen| seen.entry.user.as_deref())
                 .collect();
             missing_users.sort_unstable();
             missing_users.dedup();
