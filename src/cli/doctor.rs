@@ -299,7 +299,7 @@ pub fn tick_line_findings(entry: &CronEntry, line: &TickLine) -> Vec<(String, St
     if let Some(ignored) = &entry.ignored {
         findings.push((ignored.reason.clone(), ignored.fix.clone()));
     }
-    if let Some(Err(why)) = chosen_database(entry, line).map(|v| super::named_database(&v)) {
+    if let Some(why) = refused_database(entry, line) {
         findings.push((
             format!("the tick refuses the database it names (exit 2): {why}"),
             "name the database as runner takes it: a file path (./NAME for a name with a colon) \
@@ -404,14 +404,23 @@ fn chosen_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
         .or_else(|| entry.var("RUNNER_DB").map(str::to_string))
 }
 
+/// Why the tick refuses the database a cron line names, if it does (it then exits 2 and ticks no
+/// database): the tick's own check, [`super::named_database`], on the value the line names.
+fn refused_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
+    super::named_database(&chosen_database(entry, line)?).err()
+}
+
 /// A `runner tick` line of a crontab, with what doctor makes of it, found once.
 struct SeenTickLine<'a> {
     entry: &'a CronEntry,
     line: TickLine,
     /// Its user's name and home directory from passwd; `None` when no such user exists.
     user: Option<(String, PathBuf)>,
-    /// The database its tick uses; `None` when its user does not exist.
+    /// The database its tick uses; `None` when its user does not exist or the tick refuses the
+    /// database the line names.
     database: Option<Location>,
+    /// The tick refuses the database the line names ([`refused_database`]): it ticks none.
+    refused: bool,
     /// What keeps it from waking runner every minute ([`tick_line_findings`]).
     findings: Vec<(String, String)>,
 }
@@ -419,8 +428,11 @@ struct SeenTickLine<'a> {
 impl<'a> SeenTickLine<'a> {
     fn of(entry: &'a CronEntry, line: TickLine) -> SeenTickLine<'a> {
         let user = passwd_user(entry.user.as_deref());
+        let refused = refused_database(entry, &line).is_some();
+        // A value the tick refuses is no path to resolve: the tick opens nothing.
         let database = user
             .as_ref()
+            .filter(|_| !refused)
             .map(|(_, home)| cron_database(entry, &line, home));
         let findings = tick_line_findings(entry, &line);
         SeenTickLine {
@@ -428,6 +440,7 @@ impl<'a> SeenTickLine<'a> {
             line,
             user,
             database,
+            refused,
             findings,
         }
     }
@@ -835,6 +848,36 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
     // line does not run.
     tick_lines.retain(|seen| seen.entry.ignored.is_none() || is_this_database(seen));
     let matching: Vec<&SeenTickLine> = tick_lines.iter().filter(|s| is_this_database(s)).collect();
+    // A line naming a database the tick refuses ticks none, so which one it was meant for cannot
+    // be told: it is a finding whatever this database is, beside a line that works too (it
+    // exits 2 every minute). One whose user does not exist runs nothing: that is said below.
+    let refused: Vec<&SeenTickLine> = tick_lines
+        .iter()
+        .filter(|s| s.refused && s.user.is_some())
+        .collect();
+    let runs = |seen: &SeenTickLine| {
+        let user = seen.user.as_ref().map_or("?", |(user, _)| user.as_str());
+        format!(
+            "{} runs `{}` as {user}",
+            seen.entry.source,
+            escape_line(&seen.entry.command)
+        )
+    };
+    // A line named with what stops it; `whose`: what it is for, if that can be said.
+    let fails = |seen: &SeenTickLine, whose: &str| {
+        let findings: Vec<&str> = seen.findings.iter().map(|f| f.0.as_str()).collect();
+        format!("{}{whose}, but {}", runs(seen), findings.join(", and "))
+    };
+    // The fixes of lines, each said once.
+    let fixes_of = |lines: &[&SeenTickLine]| {
+        let mut fixes: Vec<String> = Vec::new();
+        for (_, fix) in lines.iter().flat_map(|seen| &seen.findings) {
+            if !fixes.contains(fix) {
+                fixes.push(fix.clone());
+            }
+        }
+        fixes
+    };
     // The line that works, else the first one, whose findings are then reported.
     let chosen = matching
         .iter()
@@ -843,37 +886,25 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
     // Its user, if that user exists: a line whose user does not exist runs nothing.
     let cron_entry = match chosen.and_then(|seen| Some((*seen, seen.user.as_ref()?))) {
         Some((seen, (user, home))) => {
-            let runs = |entry: &CronEntry, user: &str| {
-                format!(
-                    "{} runs `{}` as {user} for this database",
-                    entry.source,
-                    escape_line(&entry.command)
-                )
-            };
-            if seen.findings.is_empty() {
-                checks.push(Check::ok("cron line", runs(seen.entry, user)));
+            const THIS: &str = " for this database";
+            if seen.findings.is_empty() && refused.is_empty() {
+                checks.push(Check::ok("cron line", format!("{}{THIS}", runs(seen))));
             } else {
-                // No line of this database works: each is named with what stops it.
                 let mut messages = Vec::new();
-                let mut fixes: Vec<&str> = Vec::new();
-                for seen in &matching {
-                    let user = seen.user.as_ref().map_or("?", |(user, _)| user.as_str());
-                    let findings: Vec<&str> = seen.findings.iter().map(|f| f.0.as_str()).collect();
-                    messages.push(format!(
-                        "{}, but {}",
-                        runs(seen.entry, user),
-                        findings.join(", and ")
-                    ));
-                    for (_, fix) in &seen.findings {
-                        if !fixes.contains(&fix.as_str()) {
-                            fixes.push(fix);
-                        }
-                    }
+                let mut failing = Vec::new();
+                if seen.findings.is_empty() {
+                    messages.push(format!("{}{THIS}", runs(seen)));
+                } else {
+                    // No line of this database works: each is named with what stops it.
+                    messages.extend(matching.iter().map(|seen| fails(seen, THIS)));
+                    failing.extend(&matching);
                 }
+                messages.extend(refused.iter().map(|seen| fails(seen, "")));
+                failing.extend(&refused);
                 checks.push(Check::fail(
                     "cron line",
                     messages.join("; "),
-                    fixes.join("; "),
+                    fixes_of(&failing).join("; "),
                 ));
             }
             checks.push(binary_check(seen.entry, &seen.line, home));
@@ -886,7 +917,8 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                     (Some((user, _)), Some(db)) => {
                         format!("{} (as {user}) uses {db}", seen.entry.source)
                     }
-                    _ => format!(
+                    (Some(_), None) => fails(seen, ""),
+                    (None, _) => format!(
                         "{} names user {:?}, who does not exist",
                         seen.entry.source,
                         seen.entry.user.as_deref().unwrap_or("?")
@@ -895,9 +927,9 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                 .collect();
             // A line whose user does not exist runs nothing, whatever database it names: the
             // user is the fix (the README's system install creates it).
-            let missing_lines = tick_lines.iter().filter(|seen| seen.user.is_none());
-            let mut missing_users: Vec<&str> = missing_lines
-                .clone()
+            let mut missing_users: Vec<&str> = tick_lines
+                .iter()
+                .filter(|seen| seen.user.is_none())
                 .filter_map(|seen| seen.entry.user.as_deref())
                 .collect();
             missing_users.sort_unstable();
@@ -921,8 +953,9 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                         )
                     })
                     .collect();
-                // The lines of users who exist name another database.
-                if missing_lines.count() < others.len() {
+                fixes.extend(fixes_of(&refused));
+                // Lines of users who exist name another database.
+                if tick_lines.iter().any(|seen| seen.database.is_some()) {
                     fixes.push(format!(
                         "set RUNNER_DB={database} in that crontab, or point your shell at the \
                          database cron uses ({})",

@@ -593,6 +593,61 @@ fn a_cron_line_not_every_minute_is_a_finding() {
     }
 }
 
+/// A `runner tick` line naming a database the tick refuses (exit 2 every minute: here a URL
+/// whose scheme is in capitals) ticks no database, so doctor cannot tell which one it was meant
+/// for: it fails the cron line check with the tick's own reason, in /etc/cron.d or in the user's
+/// crontab, beside a line that works too. It used to be listed as a line for another database,
+/// a file named like the URL under the user's home.
+#[test]
+fn a_cron_line_naming_a_database_the_tick_refuses_is_a_finding() {
+    let env = good_setup();
+    let refused = format!("RUNNER_DB=POSTGRES://u@h/db {BIN} tick");
+    let reason = format!(
+        "runs `{refused}` as {}, but the tick refuses the database it names (exit 2): write the \
+         URL's scheme in lower case: postgres://u@h/db",
+        me()
+    );
+    let takes_it = "name the database as runner takes it: a file path (./NAME for a name with a \
+                    colon) or a postgres:// URL";
+
+    // Alone, in /etc/cron.d.
+    let alone = format!("* * * * * {} {refused}\n", me());
+    let out = doctor(&env, Some(&alone), true, &["--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, message, fix) = check_of(&out, "cron line");
+    assert_eq!(status, "fail");
+    assert_eq!(
+        message,
+        format!(
+            "no `runner tick` line uses this database ({}): {}:1 {reason}",
+            env.sql.location(),
+            env.path("etc/cron.d/runner").display()
+        )
+    );
+    assert_eq!(fix.as_deref(), Some(takes_it));
+
+    // In the user's crontab, beside a line of /etc/cron.d that works for this database: that
+    // line is still the one the other checks speak for.
+    let user_crontab = env.path("no-user-crontab");
+    std::fs::write(&user_crontab, format!("* * * * * {refused}\n")).expect("crontab");
+    let out = doctor(&env, Some(&cron_d(&env, "")), true, &["--json"]);
+    std::fs::remove_file(&user_crontab).expect("rm crontab");
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, message, fix) = check_of(&out, "cron line");
+    assert_eq!(status, "fail");
+    assert_eq!(
+        message,
+        format!(
+            "{}:4 runs `{BIN} tick` as {} for this database; your crontab (crontab -l):1 \
+             {reason}",
+            env.path("etc/cron.d/runner").display(),
+            me()
+        )
+    );
+    assert_eq!(fix.as_deref(), Some(takes_it));
+    assert_eq!(check_of(&out, "runner binary").0, "ok");
+}
+
 /// Runs a command made by [`doctor_cmd`].
 fn with_cmd(mut cmd: Command) -> Output {
     cmd.output().expect("runner doctor")
