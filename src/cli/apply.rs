@@ -24,8 +24,8 @@ use super::{actor, parse_whole_seconds, Ctx};
 use crate::display::escape_line;
 use crate::exit::Failure;
 use crate::model::{validate_name, Definition, Settings, SettingsChange};
-use crate::store::{self, Applied, DefinitionChanges, DefinitionRow, OpenMode, RunFilter};
-use crate::tick::materialize::{materialize_definition, restart_cursor};
+use crate::store::{self, Applied, DefinitionChanges, DefinitionRow, OpenMode, RunFilter, Store};
+use crate::tick::materialize::{materialize_definition, restart_cursor, resume_if_pause_ended};
 
 #[derive(Debug, clap::Args)]
 pub struct ApplyArgs {
@@ -832,17 +832,15 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     let mut update = Vec::new();
     for (definition, settings, _, damaged) in &plan.change {
         let mut definition = definition.clone();
+        // A `pause --for` that has ended is resumed first, as `edit` does.
+        if damaged.is_none()
+            && resume_if_pause_ended(store.as_mut(), definition.clone(), now.secs())?
+        {
+            definition = reread(store.as_ref(), &definition.name, &file)?;
+        }
         if damaged.is_none() && !definition.settings.paused && !settings.paused {
             materialize_definition(store.as_mut(), &definition, now, &me)?;
-            definition = match store.definition(&definition.name)? {
-                Some(Ok(d)) => d,
-                _ => {
-                    return Err(anyhow::anyhow!(
-                        "schedule {} changed while applying {file}; nothing was changed: run apply again",
-                        escape_line(&definition.name)
-                    ))
-                }
-            };
+            definition = reread(store.as_ref(), &definition.name, &file)?;
         }
         definition.settings = settings.clone();
         definition.set_cursor(restart_cursor(
@@ -891,6 +889,18 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
 }
 
 /// The file `apply` reads, for these settings.
+/// The schedule named `name` as stored now, after this apply changed it (resumed it, or
+/// materialised its due instants); an error if another command changed or removed it meanwhile.
+fn reread(store: &dyn Store, name: &str, file: &str) -> Result<Definition> {
+    match store.definition(name)? {
+        Some(Ok(d)) => Ok(d),
+        _ => Err(anyhow::anyhow!(
+            "schedule {} changed while applying {file}; nothing was changed: run apply again",
+            escape_line(name)
+        )),
+    }
+}
+
 fn export_entry(s: &Settings) -> ExportEntry {
     let d = Settings::defaults(&s.cron);
     let differs = |a: String, b: String| (a != b).then_some(a);

@@ -489,6 +489,25 @@ pub fn find_definition_row(store: &dyn Store, name: &str) -> Result<store::Defin
         .ok_or_else(|| unknown_schedule(name))
 }
 
+/// What keeps a run of `d` that is due at `now` from starting at the next tick, as the end of
+/// a message: its schedule is paused (for good, or until a time). None when nothing does (an
+/// ended `pause --for` is resumed by the next tick, which then starts the run).
+pub fn held_by_pause(d: &crate::model::Definition, now: i64) -> Option<String> {
+    if !d.settings.paused {
+        return None;
+    }
+    let name = crate::display::escape_line(&d.name);
+    let resume = format!("`runner schedule resume {name}`");
+    Some(match d.pause_end() {
+        Some(end) if end <= now => return None,
+        Some(end) => format!(
+            "the schedule is paused until {}, so the run is held until then (or {resume})",
+            crate::display::local_time(end, zone(&d.settings.timezone))
+        ),
+        None => format!("the schedule is paused, so the run is held until {resume}"),
+    })
+}
+
 /// "No such schedule" (exit 3), saying how to list them.
 pub fn unknown_schedule(name: &str) -> anyhow::Error {
     Failure::not_found(format!(

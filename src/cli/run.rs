@@ -6,13 +6,14 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::tick::shutdown_flag;
-use super::{actor, find_definition, Ctx};
+use super::{actor, find_definition, held_by_pause, Ctx};
 use crate::exit::Failure;
 use crate::model::{AfterFailure, Fenced, NewRun};
 use crate::process::{Outcome, SpawnErrorKind};
 use crate::store::OpenMode;
 use crate::tick::claim::claim_run;
 use crate::tick::execute::execute_claimed;
+use crate::tick::materialize::resume_if_pause_ended;
 use crate::tick::{runner_error, OnShutdown, Tick, TickOptions, TickReport};
 
 #[derive(Debug, clap::Args)]
@@ -31,10 +32,15 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     } else {
         OpenMode::MustExist
     })?;
-    let definition = find_definition(store.as_ref(), &args.name)?;
+    let mut definition = find_definition(store.as_ref(), &args.name)?;
+    let now = ctx.clock.epoch();
+    // A `pause --for` that has ended is resumed first, as the next tick would.
+    if resume_if_pause_ended(store.as_mut(), definition.clone(), now)? {
+        definition = find_definition(store.as_ref(), &args.name)?;
+    }
     let name = crate::display::escape_line(&definition.name);
-    let paused = definition.settings.paused;
-    if paused && args.wait {
+    let held = held_by_pause(&definition, now);
+    if held.is_some() && args.wait {
         // Its run would be held until the schedule resumes: waiting here could take forever.
         return Err(Failure::usage(format!(
             "schedule {name} is paused, so a run of it cannot start now; resume it first \
@@ -43,7 +49,6 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         )));
     }
     let me = actor(None);
-    let now = ctx.clock.epoch();
     // From the OS, not from a generator seeded by the clock: processes started together read the
     // same clock, and their runs would share a key (the second insert refused, its run lost).
     let nonce =
@@ -51,12 +56,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let run = NewRun::manual(&definition.name, now, nonce);
     let run_id = store.enqueue(definition.id, &run, now, &me)?;
     if !args.wait {
-        match paused {
-            true => say!(
-                "enqueued run {run_id} of {name}; the schedule is paused, so the run is held \
-                 until `runner schedule resume {name}`"
-            ),
-            false => say!("enqueued run {run_id} of {name}; the next tick executes it"),
+        match held {
+            Some(held) => say!("enqueued run {run_id} of {name}; {held}"),
+            None => say!("enqueued run {run_id} of {name}; the next tick executes it"),
         }
         return Ok(());
     }

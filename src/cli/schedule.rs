@@ -22,7 +22,9 @@ use crate::model::{
 };
 use crate::schedule::{traps, Proposed, Timing, Trap, LAST_YEAR};
 use crate::store::{DefinitionRow, LastResult, OpenMode, Removal, Store};
-use crate::tick::materialize::{materialize_definition, restart_cursor, resume_definition};
+use crate::tick::materialize::{
+    materialize_definition, restart_cursor, resume_definition, resume_if_pause_ended,
+};
 use crate::tz::Tz;
 
 #[derive(Debug, clap::Subcommand)]
@@ -515,6 +517,13 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
             (damaged.definition.clone(), Some(columns.join(", ")))
         }
     };
+    let now = ctx.clock.read();
+    // A `pause --for` that has ended is resumed first, as the next tick would: the instants due
+    // since its end are the old settings', materialised below.
+    if repaired.is_none() && resume_if_pause_ended(store.as_mut(), definition.clone(), now.secs())?
+    {
+        definition = find_definition(store.as_ref(), &args.name)?;
+    }
     let mut settings = definition.settings.changed(&args.flags.change())?;
     if args.active {
         settings.paused = false;
@@ -524,7 +533,6 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
         definition.paused_until = None;
     }
     let timing = settings.timing()?;
-    let now = ctx.clock.read();
     // The edit takes effect from the next fire time after now. Instants that came due before the
     // edit belong to the old settings: materialise them as the next tick would have (unless the
     // schedule is or becomes paused: pausing stops materialising at once, as `pause` does; or
@@ -831,6 +839,8 @@ struct ScheduleView<'a> {
     wildcard: Option<bool>,
     #[serde(skip)]
     damaged: Option<&'a DamagedDefinition>,
+    #[serde(skip)]
+    now: i64,
 }
 
 #[derive(Debug, Serialize)]
@@ -901,6 +911,7 @@ impl<'a> ScheduleView<'a> {
                 Err(_) => None,
             },
             damaged,
+            now,
         })
     }
 
@@ -919,9 +930,14 @@ impl<'a> ScheduleView<'a> {
         }
     }
 
-    /// `paused`, or `paused until T` for a pause with an end.
+    /// `paused`, or `paused until T` for a pause with an end (which has passed when the next
+    /// tick has yet to resume it).
     fn paused_text(&self) -> String {
         match self.paused_until_epoch {
+            Some(at) if at <= self.now => format!(
+                "paused until {}, ended: the next tick resumes it",
+                local_time(at, self.zone())
+            ),
             Some(at) => format!("paused until {}", local_time(at, self.zone())),
             None => "paused".to_string(),
         }

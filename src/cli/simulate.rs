@@ -13,6 +13,7 @@ use crate::exit::Failure;
 use crate::model::CatchUp;
 use crate::schedule::{plan_catch_up, Decision, Timing, LAST_YEAR};
 use crate::store::OpenMode;
+use crate::tick::materialize::with_ended_pause_resumed;
 use crate::time_input::{parse_time, TimeInput};
 use crate::tz::Tz;
 
@@ -107,7 +108,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let (schedule, timing, policy, paused, handled) = match (&args.name, &args.cron) {
         (Some(name), _) => {
             let store = ctx.open(OpenMode::MustExist)?;
-            let d = find_definition(store.as_ref(), name)?;
+            let mut d = find_definition(store.as_ref(), name)?;
+            // The tick at --to resumes a `pause --for` that has ended by then, from its end.
+            with_ended_pause_resumed(&mut d, to.timestamp())?;
             let s = &d.settings;
             let timing = s.timing()?;
             let policy = (s.catch_up, s.grace_secs);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::show::find_run;
-use super::{actor, emit, find_definition_row, Ctx};
+use super::{actor, emit, find_definition_row, held_by_pause, Ctx};
 use crate::display::{count, escape_line, local_time};
 use crate::exit::Failure;
 use crate::model::{Actor, RunStatus, Steer, Steered};
@@ -64,11 +64,18 @@ pub fn retry(args: RetryArgs, ctx: &Ctx) -> Result<()> {
     let raised = raised_max_from
         .map(|before| format!(" (max attempts raised from {before} to {max_attempts})"))
         .unwrap_or_default();
+    let next = attempt + 1;
+    let held = match find_definition_row(store.as_ref(), &run.job)? {
+        Ok(definition) => held_by_pause(&definition, ctx.clock.epoch()),
+        Err(_) => None,
+    };
+    let when = match held {
+        Some(held) => format!("attempt {next} of {max_attempts}{raised}; {held}"),
+        None => format!("attempt {next} of {max_attempts} runs at the next tick{raised}"),
+    };
     emit(&format!(
-        "run {} of {} is due now: attempt {} of {max_attempts} runs at the next tick{raised}\n",
-        run.id,
-        run.job,
-        attempt + 1
+        "run {} of {} is due now: {when}\n",
+        run.id, run.job
     ))
 }
 

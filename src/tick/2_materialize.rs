@@ -56,29 +56,57 @@ pub fn resume_definition(d: &mut Definition, at: i64) -> Result<()> {
 pub fn resume_ended_pauses(tick: &mut Tick<'_>) -> Result<()> {
     let now = tick.clock.epoch();
     for row in tick.store.ended_pauses(now)? {
-        let mut definition = match row {
-            Ok(definition) => definition,
+        match row {
+            Ok(definition) => {
+                if resume_if_pause_ended(&mut *tick.store, definition, now)? {
+                    tick.report.resumed += 1;
+                }
+            }
             Err(damaged) => {
                 let e = anyhow::anyhow!("its pause has ended, but it is damaged: {damaged}");
                 super::runner_error(&mut tick.report.errors, damaged.label(), &e);
-                continue;
             }
-        };
-        let Some(end) = definition.pause_end() else {
-            continue;
-        };
-        // The cursor counts instants up to and including it as handled: those before the end.
-        resume_definition(&mut definition, end - 1)?;
-        let resumed = DefinitionChanges {
-            update: vec![definition],
-            ..DefinitionChanges::default()
-        };
-        match tick.store.apply_definitions(&resumed, now)? {
-            Applied::Done => tick.report.resumed += 1,
-            Applied::Conflict(_) | Applied::Running(_) => {}
         }
     }
     Ok(())
+}
+
+/// What the next tick makes of a schedule whose `pause --for` ended at or before `now`: resumed
+/// from the end of the pause (the cursor counts the instants before the end as handled), its end
+/// dropped. False, leaving it as it is, if the schedule is not paused for a while or its pause
+/// has not ended yet. Commands that read a schedule before that tick (`why`, `simulate`) judge
+/// it so.
+pub fn with_ended_pause_resumed(definition: &mut Definition, now: i64) -> Result<bool> {
+    match definition.pause_end() {
+        Some(end) if end <= now => {
+            resume_definition(definition, end - 1)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// Resume `definition` in the store if its `pause --for` has ended, as the next tick would
+/// (`with_ended_pause_resumed`), only if nobody changed it since it was read. `edit` and `apply`
+/// do this first, so that the instants due since the end are materialised under the settings
+/// they came due with, as that tick would have, not dropped by a change that restarts the
+/// cursor. True if this call resumed it.
+pub fn resume_if_pause_ended(
+    store: &mut dyn Store,
+    mut definition: Definition,
+    now: i64,
+) -> Result<bool> {
+    if !with_ended_pause_resumed(&mut definition, now)? {
+        return Ok(false);
+    }
+    let resumed = DefinitionChanges {
+        update: vec![definition],
+        ..DefinitionChanges::default()
+    };
+    Ok(matches!(
+        store.apply_definitions(&resumed, now)?,
+        Applied::Done
+    ))
 }
 
 pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {

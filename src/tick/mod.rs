@@ -137,8 +137,7 @@ pub fn tick(
         materialize::materialize_due(&mut tick)?;
     }
     // A resumed schedule's held runs were not due to the read above: they are now.
-    let runs_changed =
-        tick.report.recovered + tick.report.resumed + tick.report.materialized > 0;
+    let runs_changed = tick.report.recovered + tick.report.resumed + tick.report.materialized > 0;
     if pending.due_runs || runs_changed {
         execute::execute_due(&mut tick)?;
     }

@@ -253,6 +253,90 @@ fn the_tick_that_ends_a_timed_pause_starts_the_held_runs() {
     assert_eq!(status_of(&env, run), "succeeded", "{err}");
 }
 
+/// Between the end of a `pause --for` and the tick that resumes the schedule, every command
+/// judges it as that tick will: resumed from the end. `simulate` shows the instant at the end
+/// running, `list` says the pause has ended, and `edit` (or `apply`) materialises the instants
+/// due since the end under the old settings before its change, where it had dropped them.
+#[test]
+fn an_ended_timed_pause_is_judged_as_the_next_tick_will() {
+    let env = Env::init();
+    let t0 = "2030-03-01T00:00:00Z";
+    let after = "2030-03-01T00:07:00Z";
+    env.add_at(Some(t0), "q", "*/5 * * * *", &[], "true");
+    env.ok(&at(t0, &["schedule", "pause", "q", "--for", "5m"]));
+    env.sql.exec(
+        "UPDATE job_definitions SET paused_until = $1 WHERE name = 'q'",
+        &[&epoch("2030-03-01T00:05:00Z")],
+    );
+
+    let simulated = json(&env.ok(&at(
+        after,
+        &[
+            "schedule",
+            "simulate",
+            "q",
+            "--from",
+            "2030-03-01T00:01:00Z",
+            "--to",
+            after,
+            "--json",
+        ],
+    )));
+    let instants = simulated["instants"].as_array().expect("instants");
+    assert_eq!(instants.len(), 1, "{simulated}");
+    assert_eq!(instants[0]["at"], "2030-03-01T00:05:00Z");
+    assert_eq!(instants[0]["decision"], "run", "{simulated}");
+    let list = env.ok(&at(after, &["schedule", "list"]));
+    assert!(list.contains("ended: the next tick resumes it"), "{list}");
+
+    let out = env.ok(&at(
+        after,
+        &["schedule", "edit", "q", "--timeout", "10m", "-q"],
+    ));
+    assert!(
+        out.contains("1 instant(s) already due were materialised"),
+        "{out}"
+    );
+    env.tick_at(after);
+    let runs = run_ids(&env, "q");
+    assert_eq!(runs.len(), 1, "the 00:05 instant");
+    assert_eq!(status_of(&env, runs[0]), "succeeded");
+}
+
+/// `run` and `retry` on a paused schedule say the run is held, and until when; the tick then
+/// holds it, as they said.
+#[test]
+fn run_and_retry_say_when_a_paused_schedule_holds_the_run() {
+    let env = Env::init();
+    env.add_at(
+        Some(T0),
+        "h",
+        &never_near(T0),
+        &["--max-attempts", "1"],
+        "exit 2",
+    );
+    env.ok(&at(T0, &["run", "h"]));
+    env.tick_at(T0);
+    let run = run_ids(&env, "h")[0];
+    assert_eq!(status_of(&env, run), "dead");
+
+    env.ok(&at(T0, &["schedule", "pause", "h"]));
+    let out = env.ok(&at(T0, &["retry", &run.to_string()]));
+    assert!(
+        out.contains("the schedule is paused, so the run is held until `runner schedule resume h`"),
+        "{out}"
+    );
+    env.ok(&at(T0, &["schedule", "pause", "h", "--for", "1h"]));
+    let out = env.ok(&at(T0, &["run", "h"]));
+    assert!(
+        out.contains("the schedule is paused until ")
+            && out.contains("so the run is held until then"),
+        "{out}"
+    );
+    env.tick_at(T0);
+    assert_eq!(status_of(&env, run), "pending", "held");
+}
+
 #[test]
 fn a_plain_pause_or_resume_drops_the_end_of_a_timed_pause() {
     let env = Env::init();
