@@ -1,7 +1,8 @@
 //! `runner why`: what happened to one instant of a schedule, and why. The decision, pure: the
-//! command reads the facts (the schedule, its recorded runs, the runs of the instants in question,
-//! the last tick, a running run) at one moment and hands them here with `now`; this module finds
-//! the instant a question is about and names the cause. `cli/why.rs` prints it.
+//! command reads the facts (the schedule, the instants its runs were for, the runs of the
+//! instants in question, the last tick, a running run) at one moment and hands them here with
+//! `now`; this module finds the instant a question is about and names the cause. `cli/why.rs`
+//! prints it.
 //!
 //! A schedule's instants are its current expression's since it was created and those its
 //! recorded runs were materialised for: after `schedule edit --cron` or `--tz`, the runs of the
@@ -14,7 +15,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-use crate::model::{Definition, Overlap, RunStatus, Trigger};
+use crate::model::{Definition, Overlap, RunStatus};
 use crate::schedule::{resolve_local, LocalTime, Timing};
 use crate::store::RunView;
 
@@ -23,9 +24,10 @@ use crate::store::RunView;
 pub const LOOK_BACK: usize = 1000;
 
 /// The schedule's latest instants at or before `now`, newest first, at most `LOOK_BACK`: its
-/// expression's since it was created, and those of its recorded runs (`recorded`, as `history`
-/// lists them; manual runs are no instant), which an expression or zone it has changed from may
-/// have named. The first is its last fire time: never one from before it existed.
+/// expression's since it was created, and those its latest schedule runs were materialised for
+/// (`recorded`: at or before `now`, newest first, at most `LOOK_BACK`, as
+/// `Store::recorded_instants` reads them; manual runs are no instant), which an expression or zone it has changed from may have named.
+/// The first is its last fire time: never one from before it existed.
 ///
 /// Once a recorded run shows the expression changed, the current one's instants count only from
 /// the schedule's last change (`updated_at`): before it the old expression ruled (an edit
@@ -35,20 +37,15 @@ pub fn latest_instants(
     definition: &Definition,
     timing: &Timing,
     now: i64,
-    recorded: &[RunView],
+    recorded: &[i64],
 ) -> Vec<i64> {
-    let scheduled: Vec<i64> = recorded
-        .iter()
-        .filter(|r| r.trigger == Trigger::Schedule.as_str() && r.scheduled_for <= now)
-        .map(|r| r.scheduled_for)
-        .collect();
-    let changed = scheduled.iter().any(|t| !timing.fires_at(*t));
+    let changed = recorded.iter().any(|t| !timing.fires_at(*t));
     let since = match changed {
         true => definition.updated_at.max(definition.created_at),
         false => definition.created_at,
     };
     let mut instants = timing.latest(since, now, LOOK_BACK);
-    instants.extend(scheduled);
+    instants.extend_from_slice(recorded);
     instants.sort_unstable_by(|a, b| b.cmp(a));
     instants.dedup();
     instants.truncate(LOOK_BACK);
@@ -868,15 +865,8 @@ mod tests {
             Vec::<i64>::new()
         );
         let dead = run(1, "2026-11-28T09:00:00Z", RunStatus::Dead);
-        let mut manual = run(2, "2026-11-28T09:20:00Z", RunStatus::Succeeded);
-        manual.trigger = "manual".to_string();
-        let recorded = [manual, dead.clone()];
-        let instants = latest_instants(&c.definition, &c.timing, c.now, &recorded);
-        assert_eq!(
-            instants,
-            vec![dead.scheduled_for],
-            "a manual run is no instant"
-        );
+        let instants = latest_instants(&c.definition, &c.timing, c.now, &[dead.scheduled_for]);
+        assert_eq!(instants, vec![dead.scheduled_for]);
         let runs = HashMap::from([(dead.scheduled_for, dead.clone())]);
         assert_eq!(
             pick_latest(&c.definition, &instants, &runs),
@@ -902,7 +892,7 @@ mod tests {
                 &late,
                 &c.timing,
                 at("2026-11-28T11:05:00Z"),
-                std::slice::from_ref(&dead)
+                &[dead.scheduled_for]
             ),
             vec![dead.scheduled_for]
         );
@@ -912,7 +902,7 @@ mod tests {
             &c.definition,
             &c.timing,
             at("2026-11-29T10:30:00Z"),
-            &[dead],
+            &[dead.scheduled_for],
         );
         assert_eq!(
             later,

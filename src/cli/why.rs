@@ -11,7 +11,7 @@ use super::history::RunRow;
 use super::{emit, emit_json, find_definition, Ctx};
 use crate::display::{age, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
-use crate::model::{Definition, Overlap, RunStatus, Trigger};
+use crate::model::{Definition, Overlap, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
 use crate::time_input::{parse_time, TimeInput};
 use crate::tz::Tz;
@@ -80,42 +80,25 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         last_tick_at: store.last_tick_at()?,
         running_run_id,
     };
-    // Its recorded runs are instants of it too, of whatever expression it had when they were
-    // materialised: the latest ones, as `history` lists them.
-    let recorded = store.history(&RunFilter {
-        definition_id: Some(definition.id),
-        status: None,
-        since: None,
-        limit: LOOK_BACK,
-    })?;
+    // The instants its runs were materialised for are its instants too, of whatever expression
+    // it had then: the latest, read by instant (manual runs, however many, are not read).
+    let recorded = store.recorded_instants(definition.id, now.secs(), LOOK_BACK)?;
     let instants = latest_instants(&definition, &timing, now.secs(), &recorded);
-    let (question, located) = match args.at {
+    let (question, located, mut runs) = match args.at {
         Some(at) => {
             let asked = at_of(&at, timing.tz, now.time())
                 .map_err(|e| Failure::usage(format!("--at: {e}")))?;
             let located = locate(&timing, asked);
-            // Looked up by instant, however old: `recorded` holds only the latest runs.
+            // Looked up by instant, however old: `recorded` holds only the latest.
             let there = match located.off_cron() {
                 Some(t) => store.runs_at_instants(definition.id, &[t])?,
                 None => Vec::new(),
             };
-            (Question::At(at), Some(located.or_recorded(&there)))
+            (Question::At(at), Some(located.or_recorded(&there)), None)
         }
         None => {
-            // The recorded runs are read already; only the instants without one are looked up.
-            let mut runs = by_instant(
-                recorded
-                    .iter()
-                    .filter(|r| r.trigger == Trigger::Schedule.as_str())
-                    .cloned()
-                    .collect(),
-            );
-            let unread: Vec<i64> = instants
-                .iter()
-                .copied()
-                .filter(|t| !runs.contains_key(t))
-                .collect();
-            runs.extend(by_instant(store.runs_at_instants(definition.id, &unread)?));
+            // The runs of the instants looked through, in one query.
+            let runs = by_instant(store.runs_at_instants(definition.id, &instants)?);
             let latest = pick_latest(&definition, &instants, &runs);
             let located = match latest {
                 Latest::NotSucceeded(t) | Latest::AllSucceeded { newest: t, .. } => {
@@ -123,16 +106,18 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
                 }
                 Latest::None => None,
             };
-            (Question::Latest(latest), located)
+            (Question::Latest(latest), located, Some(runs))
         }
     };
     let instant = located.as_ref().and_then(Located::instant);
-    let run = match instant {
-        Some(t) => store
+    let run = match (instant, runs.as_mut()) {
+        // One of the instants looked through: its run, if it has one, is read already.
+        (Some(t), Some(runs)) => runs.remove(&t),
+        (Some(t), None) => store
             .runs_at_instants(definition.id, &[t])?
             .into_iter()
             .next(),
-        None => None,
+        (None, _) => None,
     };
     let cause = match &located {
         Some(located) => explain(&facts, located, run.as_ref()),

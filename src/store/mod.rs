@@ -1404,6 +1404,12 @@ pub trait Store {
     /// `instants` (at most one each), in no particular order: what became of those instants
     /// (`why`).
     fn runs_at_instants(&self, definition_id: i64, instants: &[i64]) -> Result<Vec<RunView>>;
+    /// The instants of definition `definition_id`'s schedule runs (not manual ones) at or before
+    /// `through`, newest first, at most `limit`: the instants its runs were materialised for,
+    /// whatever expression it had then (`why`). Read by instant, so manual runs, however many,
+    /// are never read.
+    fn recorded_instants(&self, definition_id: i64, through: i64, limit: usize)
+        -> Result<Vec<i64>>;
     /// When the latest tick ran, by its own clock (None: no tick ever ran).
     fn last_tick_at(&self) -> Result<Option<i64>>;
     fn attempts(&self, run_id: i64) -> Result<Vec<AttemptView>>;

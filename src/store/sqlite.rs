@@ -1351,6 +1351,16 @@ const RUNS_AT_INSTANTS: &str = "
 WHERE r.definition_id = ?1 AND r.trigger = 'schedule'
   AND r.scheduled_for IN (SELECT value FROM json_each(?2))";
 
+/// The instants of a schedule's latest runs of its own (`recorded_instants`): at most `?3` entries
+/// of the partial index that holds schedule runs only, newest first. Named, since without
+/// statistics SQLite takes `job_runs_definition_history`, which holds manual runs too: it would
+/// step over every manual run newer than the runs it looks for, a million of them if so many
+/// were made.
+const RECORDED_INSTANTS: &str = "
+SELECT scheduled_for FROM job_runs INDEXED BY job_runs_one_per_instant
+WHERE definition_id = ?1 AND trigger = 'schedule' AND scheduled_for <= ?2
+ORDER BY scheduled_for DESC LIMIT ?3";
+
 const LAST_TICK_AT: &str = "SELECT value FROM runner_state WHERE key = 'last_tick_at'";
 
 /// The columns of the short form of a run that `status` names (`run_brief_from_row`); queries
@@ -2380,6 +2390,17 @@ impl Store for SqliteStore {
             .conn
             .prepare(&format!("{RUN_VIEW}\n{RUNS_AT_INSTANTS}"))?;
         let rows = stmt.query_map(params![definition_id, instants], run_view_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn recorded_instants(
+        &self,
+        definition_id: i64,
+        through: i64,
+        limit: usize,
+    ) -> Result<Vec<i64>> {
+        let mut stmt = self.conn.prepare(RECORDED_INSTANTS)?;
+        let rows = stmt.query_map(params![definition_id, through, limit as i64], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -3826,6 +3847,33 @@ mod tests {
             .expect("query")
             .is_empty());
         assert_eq!(store.last_tick_at().expect("query"), None);
+    }
+
+    /// `why` reads the instants of a schedule's latest runs of its own from the index that holds
+    /// no manual run alone (no table row), with or without statistics: never a walk over the
+    /// manual runs newer than them, however many, nor a sort.
+    #[test]
+    fn recorded_instants_read_schedule_runs_only() {
+        let (_dir, store) = store();
+        for analyzed in [false, true] {
+            if analyzed {
+                forge_large_history_statistics(&store);
+            }
+            let lines = plan(&store, RECORDED_INSTANTS);
+            assert_eq!(
+                lines,
+                vec![
+                    "SEARCH job_runs USING COVERING INDEX job_runs_one_per_instant \
+                     (definition_id=? AND scheduled_for<?)"
+                        .to_string()
+                ],
+                "analyzed: {analyzed}"
+            );
+        }
+        assert!(store
+            .recorded_instants(1, i64::MAX, 1000)
+            .expect("query")
+            .is_empty());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! `--now` or forged through `env.sql`, so time is deterministic.
 
 use crate::common::{
-    assert_read_at, epoch, forge_last_tick, forge_running, json, last_tick_at, Env,
+    assert_read_at, epoch, forge_last_tick, forge_running, insert_finished_runs, json,
+    last_tick_at, Env,
 };
 use serde_json::Value;
 
@@ -471,6 +472,67 @@ fn a_run_of_an_expression_since_changed_is_still_an_instant_of_the_schedule() {
     assert_eq!(report["cause"], "pending", "{report}");
     assert_eq!(report["instant"], "2026-11-28T10:00:00Z", "{report}");
     assert_eq!(report["last_fire_at"], "2026-11-28T10:00:00Z", "{report}");
+}
+
+#[test]
+fn scheduled_runs_are_found_however_many_manual_runs_came_after_them() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-11-26T08:00:00Z"),
+        "daily",
+        "0 9 * * *",
+        &["--max-attempts", "1"],
+        "exit 4",
+    );
+    env.tick_at("2026-11-27T09:00:05Z");
+    env.tick_at("2026-11-28T09:00:05Z");
+    env.ok(&[
+        "--now",
+        "2026-11-28T09:05:00Z",
+        "schedule",
+        "edit",
+        "daily",
+        "--cron",
+        "0 10 * * *",
+        "-q",
+    ]);
+    // More manual runs than `why` looks through instants, all newer than the scheduled ones:
+    // 09:10:00 to 09:29:59.
+    insert_finished_runs(&env, "daily", 1200, epoch("2026-11-28T09:30:00Z"), 0);
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE trigger = 'manual' AND scheduled_for > $1",
+            &[&epoch("2026-11-28T09:00:00Z")],
+        ),
+        1200
+    );
+    // The dead 09:00 run, of the expression before the edit, is still the latest instant that
+    // did not succeed, and the last fire time; the new expression's 10:00 the day before was
+    // never an instant.
+    let report = why(&env, "2026-11-28T09:45:00Z", &["daily"]);
+    assert_eq!(report["cause"], "dead", "{report}");
+    assert_eq!(report["instant"], "2026-11-28T09:00:00Z", "{report}");
+    assert_eq!(report["last_fire_at"], "2026-11-28T09:00:00Z", "{report}");
+    assert_eq!(report["run"]["trigger"], "schedule", "{report}");
+    let text = why_text(&env, "2026-11-28T09:45:00Z", &["daily"]);
+    assert!(
+        text.contains("last fire time: 2026-11-28T09:00:00+00:00"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2026-11-28T09:00:00+00:00: the latest instant that did not succeed."),
+        "{text}"
+    );
+    // Once it succeeded, the instant before it is the latest that did not.
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'succeeded', error_code = NULL, error_detail = NULL
+         WHERE trigger = 'schedule' AND scheduled_for = $1",
+        &[&epoch("2026-11-28T09:00:00Z")],
+    );
+    let report = why(&env, "2026-11-28T09:45:00Z", &["daily"]);
+    assert_eq!(report["cause"], "dead", "{report}");
+    assert_eq!(report["instant"], "2026-11-27T09:00:00Z", "{report}");
+    assert_eq!(report["last_fire_at"], "2026-11-28T09:00:00Z", "{report}");
 }
 
 #[test]

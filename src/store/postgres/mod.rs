@@ -1329,6 +1329,13 @@ fn run_view_from_row(row: &Row) -> Result<RunView> {
 const RUNS_AT_INSTANTS: &str = "
 WHERE r.definition_id = $1 AND r.trigger = 'schedule' AND r.scheduled_for = ANY($2)";
 
+/// The instants of a schedule's latest runs of its own (`recorded_instants`): the partial index
+/// `job_runs_one_per_instant` holds schedule runs only, so manual runs are never stepped over.
+const RECORDED_INSTANTS: &str = "
+SELECT scheduled_for FROM job_runs
+WHERE definition_id = $1 AND trigger = 'schedule' AND scheduled_for <= $2
+ORDER BY scheduled_for DESC LIMIT $3";
+
 const LAST_TICK_AT: &str = "SELECT value FROM runner_state WHERE key = 'last_tick_at'";
 
 /// The columns of the short form of a run that `status` names (`run_brief_from_row`); queries
@@ -2301,6 +2308,22 @@ impl Store for PostgresStore {
                 .query(&sql, &[&definition_id, &instants])?
                 .iter()
                 .map(run_view_from_row)
+                .collect()
+        })
+    }
+
+    fn recorded_instants(
+        &self,
+        definition_id: i64,
+        through: i64,
+        limit: usize,
+    ) -> StoreResult<Vec<i64>> {
+        let limit = limit as i64;
+        self.read(|client| {
+            client
+                .query(RECORDED_INSTANTS, &[&definition_id, &through, &limit])?
+                .iter()
+                .map(|r| Ok(r.try_get(0)?))
                 .collect()
         })
     }
