@@ -13,6 +13,7 @@ use crate::display::{age, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::{Definition, Overlap, RunStatus};
 use crate::store::{OpenMode, RunFilter, RunView};
+use crate::tick::materialize::with_ended_pause_resumed;
 use crate::time_input::{parse_time, TimeInput};
 use crate::tz::Tz;
 use crate::why::{
@@ -61,9 +62,11 @@ fn at_of(at: &TimeInput, tz: Tz, now: DateTime<Utc>) -> Result<At, String> {
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let store = ctx.open(OpenMode::MustExist)?;
-    let definition = find_definition(store.as_ref(), &args.name)?;
+    let mut definition = find_definition(store.as_ref(), &args.name)?;
     let timing = definition.settings.timing()?;
     let now = ctx.clock.read();
+    // A `pause --for` that has ended is the next tick's to resume, from its end: judged so.
+    with_ended_pause_resumed(&mut definition, now.secs())?;
     let running_run_id = store
         .history(&RunFilter {
             definition_id: Some(definition.id),

@@ -288,6 +288,10 @@ fn an_ended_timed_pause_is_judged_as_the_next_tick_will() {
     assert_eq!(instants[0]["decision"], "run", "{simulated}");
     let list = env.ok(&at(after, &["schedule", "list"]));
     assert!(list.contains("ended: the next tick resumes it"), "{list}");
+    // `why` said "paused" and advised `schedule resume`, which would have dropped the instant.
+    let why = json(&env.ok(&at(after, &["why", "q", "--json"])));
+    assert_eq!(why["instant"], "2030-03-01T00:05:00Z", "{why}");
+    assert_eq!(why["cause"], "no_tick_since", "{why}");
 
     let out = env.ok(&at(
         after,
