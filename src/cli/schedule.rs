@@ -718,6 +718,14 @@ fn resume(args: Name, ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
     let now = ctx.clock.epoch();
+    // A `pause --for` that has ended resumes from its end, as the next tick would have: the
+    // instants since are the schedule's, not part of the pause.
+    if resume_if_pause_ended(store.as_mut(), definition.clone(), now)? {
+        say!(
+            "resumed schedule {name} (its pause had ended; the next tick catches up from the end)"
+        );
+        return Ok(());
+    }
     resume_definition(&mut definition, now)?;
     store.update_definition(&definition, now)?;
     say!("resumed schedule {name}");

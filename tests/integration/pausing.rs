@@ -305,6 +305,18 @@ fn an_ended_timed_pause_is_judged_as_the_next_tick_will() {
     let runs = run_ids(&env, "q");
     assert_eq!(runs.len(), 1, "the 00:05 instant");
     assert_eq!(status_of(&env, runs[0]), "succeeded");
+
+    // `resume` after the end resumes from the end too: the 00:15 instant is not dropped.
+    env.ok(&at(after, &["schedule", "pause", "q", "--for", "5m"]));
+    env.sql.exec(
+        "UPDATE job_definitions SET paused_until = $1 WHERE name = 'q'",
+        &[&epoch("2030-03-01T00:15:00Z")],
+    );
+    let out = env.ok(&at("2030-03-01T00:17:00Z", &["schedule", "resume", "q"]));
+    assert!(out.contains("its pause had ended"), "{out}");
+    env.tick_at("2030-03-01T00:17:00Z");
+    let runs = run_ids(&env, "q");
+    assert_eq!(runs.len(), 2, "and the 00:15 instant");
 }
 
 /// `run` and `retry` on a paused schedule say the run is held, and until when; the tick then
