@@ -21,6 +21,13 @@ pub enum Failure {
     /// Database missing, unreadable, not a runner database, newer schema, or read-only.
     #[error("{0}")]
     Database(String),
+    /// The connection to the database server was lost in the middle of the command (the server
+    /// stopped or restarted, the session was terminated, the network went), and, where the
+    /// store tried, could not be made again: the database cannot be reached (exit 4, as when
+    /// connecting fails). A tick reports the first one and only counts the others, which say
+    /// the same.
+    #[error("{0}")]
+    ConnectionLost(String),
     /// The database stayed locked beyond the wait limit; safe to retry.
     #[error("{0}")]
     Busy(String),
@@ -35,6 +42,11 @@ pub enum Failure {
     /// happened, one line per error, and cron mails exactly those lines.
     #[error("the tick met {0} runner error(s)")]
     TickErrors(usize),
+    /// `tick`, `run --wait`: the connection to the database was lost while jobs ran (exit 4, as
+    /// when the database cannot be reached at all). Not an error message: the loss was printed
+    /// when it was met, once, and what it left unrecorded once at the end.
+    #[error("the tick lost its connection to the database ({0} runner error(s))")]
+    TickConnectionLost(usize),
 }
 
 impl Failure {
@@ -42,7 +54,10 @@ impl Failure {
     pub fn spoke(&self) -> bool {
         matches!(
             self,
-            Failure::JobExit(_) | Failure::Verdict(_) | Failure::TickErrors(_)
+            Failure::JobExit(_)
+                | Failure::Verdict(_)
+                | Failure::TickErrors(_)
+                | Failure::TickConnectionLost(_)
         )
     }
     pub fn usage(message: impl fmt::Display) -> anyhow::Error {
@@ -87,7 +102,8 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
             return match failure {
                 Failure::Usage(_) => USAGE,
                 Failure::NotFound(_) => NOT_FOUND,
-                Failure::Database(_) => DATABASE,
+                Failure::Database(_) | Failure::ConnectionLost(_) => DATABASE,
+                Failure::TickConnectionLost(_) => DATABASE,
                 Failure::Busy(_) => BUSY,
                 Failure::JobExit(code) | Failure::Verdict(code) => *code,
                 Failure::TickErrors(_) => RUNTIME,
@@ -98,6 +114,17 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
         }
     }
     RUNTIME
+}
+
+/// Whether the error is a lost connection to the database server ([`Failure::ConnectionLost`]):
+/// every later write of the command meets the same, until the server is back.
+pub fn is_connection_lost(error: &anyhow::Error) -> bool {
+    error.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<Failure>(),
+            Some(Failure::ConnectionLost(_))
+        )
+    })
 }
 
 /// `; hint: ...` when the error's backend said what the user can do about it, else "": appended

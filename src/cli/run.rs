@@ -89,13 +89,32 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         Err(e) => runner_error(&mut tick.report.errors, "claiming runs", &e),
     }
     let Some(executed) = report.executed.first() else {
+        if report.errors.connection_lost {
+            // Said when it was met: the claim, or its start, could not be written.
+            return Err(Failure::TickConnectionLost(report.errors.count).into());
+        }
         return Err(anyhow::anyhow!(
             "run {run_id} is queued but could not start now: the schedule {name} forbids overlap \
              and another of its runs is running or due before this one, or it was paused just \
              now; a tick executes it when it can"
         ));
     };
-    if executed.recorded == Fenced::LeaseLost {
+    let unrecorded = report
+        .unrecorded
+        .contains(&(executed.run_id, executed.attempt));
+    if unrecorded {
+        // The lost connection was reported when met; what it means for this run is said here.
+        let ended = executed
+            .error_code
+            .as_ref()
+            .map_or_else(|| "succeeded".to_string(), |code| format!("failed: {code}"));
+        crate::complain!(
+            "runner: run {run_id} attempt {} {ended}, but the connection to the database did not \
+             come back to record it: recovery retries the run by its policy once its lease \
+             expires",
+            executed.attempt
+        );
+    } else if executed.recorded == Fenced::LeaseLost {
         // Its end was not the run's to write: what comes next is not the retry policy's.
         let ended = executed
             .error_code

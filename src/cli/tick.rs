@@ -74,7 +74,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             report.recovered,
             report.materialized,
             report.executed.len(),
-            report.errors
+            report.errors.count
         );
         if report.resumed > 0 {
             crate::complain!(
@@ -95,9 +95,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             crate::complain!("runner: automatic pruning skipped: {why}");
         }
     }
-    if report.errors > 0 {
-        // Each error was printed as it happened; the exit code tells cron and scripts.
-        return Err(Failure::TickErrors(report.errors).into());
+    // Each error was printed as it happened; the exit code tells cron and scripts.
+    if report.errors.connection_lost {
+        return Err(Failure::TickConnectionLost(report.errors.count).into());
+    }
+    if report.errors.count > 0 {
+        return Err(Failure::TickErrors(report.errors.count).into());
     }
     Ok(())
 }

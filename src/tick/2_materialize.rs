@@ -203,7 +203,7 @@ fn read_batches(
 /// Plans due schedules and writes them `MATERIALIZE_BATCH` to a transaction.
 struct Writer<'t> {
     store: &'t mut dyn Store,
-    errors: &'t mut usize,
+    errors: &'t mut super::RunnerErrors,
     actor: &'t Actor,
     now: Now,
     timings: Timings,
@@ -236,7 +236,7 @@ impl Writer<'_> {
                 Err(damaged) => {
                     // A damaged row stops its own schedule only: one line naming it, the column
                     // and the repair; the others still run.
-                    *self.errors += 1;
+                    self.errors.count += 1;
                     crate::complain!("runner: error: {damaged}");
                 }
             }

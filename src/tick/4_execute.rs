@@ -483,7 +483,10 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
 
     loop {
         let shutting_down = supervisor.stop_all_on_shutdown(tick);
-        let young = started.elapsed() < options.max_tick && !shutting_down && !tick.writes_failed;
+        let young = started.elapsed() < options.max_tick
+            && !shutting_down
+            && !tick.writes_failed
+            && !tick.report.errors.connection_lost;
 
         // The ends first, their slots given to prepared jobs at once, then the claim of what
         // they leave room for.

@@ -168,6 +168,15 @@ fn write_decided(
     let DecidedEnds { results, reports } = decided;
     let recorded = match write_ends(tick, results, commit, write) {
         Ok(recorded) => recorded,
+        Err(e) if crate::exit::is_connection_lost(&e) => {
+            // Printed once for the whole tick (if this is the first error of the loss), then
+            // named at its end: `report_unrecorded`.
+            let runs = reports.iter().map(|r| (r.run.run_id, r.run.attempt));
+            tick.report.unrecorded.extend(runs);
+            runner_error(&mut tick.report.errors, "recording the end of jobs", &e);
+            tick.writes_failed = true;
+            vec![Fenced::LeaseLost; reports.len()]
+        }
         Err(e) => {
             // The leases will expire and recovery will retry the runs: at-least-once holds.
             for Unreported { run, .. } in &reports {

@@ -73,8 +73,11 @@ pub struct TickReport {
     pub resumed: usize,
     pub materialized: usize,
     pub executed: Vec<record::Executed>,
-    /// Runner errors that did not stop the tick (one stderr line each was printed).
-    pub errors: usize,
+    /// Runner errors that did not stop the tick (printed as they were met).
+    pub errors: RunnerErrors,
+    /// Attempts (run id, attempt) that ended but whose end could not be written because the
+    /// connection to the database was lost: recovery decides them once their leases expire.
+    pub unrecorded: Vec<(i64, u32)>,
     /// Why automatic pruning did not run, when the clock may not decide it.
     pub auto_prune_skipped: Option<&'static str>,
     /// What automatic pruning removed (and left for the next prune), if anything, and its cutoff
@@ -83,6 +86,21 @@ pub struct TickReport {
     /// The stderr lines of runs that went dead, written deferred and not durable yet
     /// (`record::results_durable` prints them).
     pub dead_not_yet_durable: Vec<String>,
+}
+
+/// The runner errors a tick met, each printed as one line to stderr when met (cron mails them),
+/// except a lost connection's: the first is printed, saying what the tick does about it, and the
+/// later ones only counted. While the database server is away every write meets the same error
+/// (each heartbeat, each end, the sync): a line for each flooded cron's mail and said nothing new.
+#[derive(Debug, Default)]
+pub struct RunnerErrors {
+    /// Every runner error met, printed or not.
+    pub count: usize,
+    /// The connection to the database was lost (PostgreSQL: the server stopped or restarted, the
+    /// session was terminated, the network went). The tick claims nothing more; what it holds is
+    /// seen to its end and recorded if the connection comes back (the store connects again for
+    /// each write), else recovered once its lease expires. The tick exits 4.
+    pub connection_lost: bool,
 }
 
 /// What the steps of a tick share: the store, the clock, the options (who we are), randomness
@@ -138,8 +156,13 @@ pub fn tick(
     }
     // A resumed schedule's held runs were not due to the read above: they are now.
     let runs_changed = tick.report.recovered + tick.report.resumed + tick.report.materialized > 0;
-    if pending.due_runs || runs_changed {
+    if (pending.due_runs || runs_changed) && !tick.report.errors.connection_lost {
         execute::execute_due(&mut tick)?;
+    }
+    if tick.report.errors.connection_lost {
+        // Pruning and the tally wait for the next tick: they would only meet the loss again.
+        report_unrecorded(&report);
+        return Ok(report);
     }
     // Retention is measured from now: only the real clock, and one that is not behind what the
     // database has seen, may decide what is old enough to delete.
@@ -188,13 +211,62 @@ pub fn attempt_marker(database: &str, run_id: i64, lease_token: &LeaseToken) -> 
 
 /// Count a runner problem that does not stop the tick and print it as one line to stderr (cron
 /// mails it), with a hint on that line when the cause is one the user can act on (disk full,
-/// permissions).
-pub fn runner_error(errors: &mut usize, context: impl std::fmt::Display, error: &anyhow::Error) {
-    *errors += 1;
+/// permissions). A lost connection is printed once, saying what the tick does about it; the
+/// same loss met again is only counted (see [`RunnerErrors`]).
+pub fn runner_error(
+    errors: &mut RunnerErrors,
+    context: impl std::fmt::Display,
+    error: &anyhow::Error,
+) {
+    errors.count += 1;
+    if crate::exit::is_connection_lost(error) {
+        if !errors.connection_lost {
+            errors.connection_lost = true;
+            crate::complain!(
+                "runner: error: {context}: {error:#}; claiming no more runs: the jobs running go \
+                 on to their end and are recorded if the connection comes back, else retried \
+                 once their leases expire (this loss is not reported again)"
+            );
+        }
+        return;
+    }
     crate::complain!(
         "runner: error: {context}: {error:#}{}",
         crate::exit::hint_suffix(error)
     );
+}
+
+/// After a lost connection: one line naming the attempts that ended but could not be recorded
+/// (their jobs ran: recovery retries them by their policy once their leases expire, so a job
+/// that did its work runs again, as after a crash). Nothing when every end was recorded.
+pub fn report_unrecorded(report: &TickReport) {
+    if let Some(line) = unrecorded_line(&report.unrecorded) {
+        crate::complain!("{line}");
+    }
+}
+
+fn unrecorded_line(unrecorded: &[(i64, u32)]) -> Option<String> {
+    const NAMED: usize = 10;
+    if unrecorded.is_empty() {
+        return None;
+    }
+    let mut named: Vec<String> = unrecorded
+        .iter()
+        .take(NAMED)
+        .map(|(run_id, attempt)| format!("run {run_id} (attempt {attempt})"))
+        .collect();
+    if unrecorded.len() > NAMED {
+        named.push(format!("and {} more", unrecorded.len() - NAMED));
+    }
+    let (ends, were, it, its, leases) = match unrecorded.len() {
+        1 => ("end", "was", "it", "its", "its lease expires"),
+        _ => ("ends", "were", "them", "their", "their leases expire"),
+    };
+    Some(format!(
+        "runner: error: the connection to the database was lost, so the {ends} of {} {were} \
+         not recorded: recovery retries {it} by {its} policy once {leases}",
+        named.join(", ")
+    ))
 }
 
 /// Test-only crash and stall points, so tests can make races deterministic instead of hoping a
@@ -251,4 +323,49 @@ fn test_hook_action(point: &str) -> Option<String> {
 pub fn test_fault(point: &str) -> bool {
     test_hook(point);
     test_hook_action(point).as_deref() == Some("fail")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exit::Failure;
+
+    #[test]
+    fn a_lost_connection_is_counted_every_time_and_marks_the_tick() {
+        let mut errors = RunnerErrors::default();
+        let lost: anyhow::Error = Failure::ConnectionLost("lost the connection".into()).into();
+        runner_error(&mut errors, "heartbeat", &lost);
+        runner_error(&mut errors, "heartbeat", &lost.context("again"));
+        assert_eq!(errors.count, 2);
+        assert!(errors.connection_lost);
+        let mut other = RunnerErrors::default();
+        runner_error(&mut other, "claiming runs", &anyhow::anyhow!("disk full"));
+        assert_eq!(other.count, 1);
+        assert!(
+            !other.connection_lost,
+            "only a lost connection stops the claims so"
+        );
+    }
+
+    #[test]
+    fn the_unrecorded_line_names_the_runs_and_says_what_becomes_of_them() {
+        assert_eq!(unrecorded_line(&[]), None);
+        let one = unrecorded_line(&[(7, 2)]).expect("a line");
+        assert!(
+            one.contains("the end of run 7 (attempt 2) was not recorded"),
+            "{one}"
+        );
+        assert!(
+            one.ends_with("retries it by its policy once its lease expires"),
+            "{one}"
+        );
+        let many: Vec<(i64, u32)> = (1..=12).map(|id| (id, 1)).collect();
+        let line = unrecorded_line(&many).expect("a line");
+        assert!(line.contains("the ends of run 1 (attempt 1), "), "{line}");
+        assert!(
+            line.contains("run 10 (attempt 1), and 2 more were not"),
+            "{line}"
+        );
+        assert!(line.ends_with("once their leases expire"), "{line}");
+    }
 }

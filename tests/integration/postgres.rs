@@ -808,8 +808,9 @@ fn a_server_restart_during_a_tick_fails_cleanly_and_nothing_is_lost() {
     std::fs::write(&release, "").expect("release the job");
     let out = tick.wait_with_output().expect("wait for the tick");
     let err = stderr(&out);
+    // 4 when a heartbeat met the loss (the database could not be reached), 0 if none did.
     assert!(
-        matches!(out.status.code(), Some(0 | 1 | 5)),
+        matches!(out.status.code(), Some(0 | 4 | 5)),
         "exit {:?}: {err}",
         out.status.code()
     );
@@ -839,6 +840,118 @@ fn a_server_restart_during_a_tick_fails_cleanly_and_nothing_is_lost() {
         ),
         0,
         "attempts overlap"
+    );
+}
+
+/// The database goes away while a tick runs a job, and stays away until the job has ended: the
+/// tick used to print a line for every write that then failed (each heartbeat, the job's end, the
+/// claim after it, the syncs, the automatic prune: cron mails them all) and exit 1. Now: one line
+/// saying the connection was lost, one naming the run whose end could not be recorded, exit 4 (the
+/// database cannot be reached); the job is seen to its end, not left running; once the database is
+/// back, recovery retries the run exactly once, and it succeeds.
+#[test]
+fn a_lost_connection_is_one_line_exit_4_and_the_run_is_retried_once() {
+    let Some(env) = PgEnv::init() else { return };
+    let starts = env.dir.path().join("starts");
+    let release = env.dir.path().join("release");
+    let command = format!(
+        "echo $$ >> {}; while [ ! -e {} ]; do sleep 0.1; done",
+        starts.display(),
+        release.display()
+    );
+    env.ok(&[
+        "schedule",
+        "add",
+        "held",
+        "--cron",
+        &never(),
+        "--",
+        &command,
+    ]);
+    env.ok(&["run", "held"]);
+    // Heart-beaten every 5 s.
+    let tick = env
+        .cmd()
+        .args(["tick", "--lease", "15s"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tick");
+    super::common::wait_until(Duration::from_secs(120), "the job to start", || {
+        std::fs::read_to_string(&starts).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let job_pid: u32 = std::fs::read_to_string(&starts)
+        .expect("starts")
+        .trim()
+        .parse()
+        .expect("the job's pid");
+    let mut admin = Client::connect(&env.server, NoTls).expect("connect as admin");
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {0} ALLOW_CONNECTIONS false;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}';",
+            env.name
+        ))
+        .expect("take the database away");
+    // Two heartbeats or more meet the loss (each tried to connect again, and failed), then the
+    // job ends while the database is still away.
+    std::thread::sleep(Duration::from_secs(12));
+    std::fs::write(&release, "").expect("release the job");
+    let out = tick.wait_with_output().expect("wait for the tick");
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+            env.name
+        ))
+        .expect("bring the database back");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "one line for the loss, one for the run: {err}"
+    );
+    assert!(
+        lines[0].starts_with("runner: error: ")
+            && lines[0].contains("lost the connection to PostgreSQL at 127.0.0.1")
+            && lines[0].contains("claiming no more runs"),
+        "{err}"
+    );
+    assert!(
+        lines[1].contains("run 1 (attempt 1) was not recorded"),
+        "{err}"
+    );
+    // The tick saw its job to the end: nothing of it is left running.
+    assert!(
+        !super::common::process_alive(job_pid),
+        "the job outlived its tick"
+    );
+    // Later ticks (clocks past the lease and the backoff) recover the run and retry it once.
+    for ahead in [3600, 7200] {
+        let now = database_time_plus(&env, ahead);
+        env.ok(&["--now", &now, "tick"]);
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM job_attempts
+             WHERE run_id = 1 AND attempt = 1 AND error_code = 'LEASE:EXPIRED'"
+        ),
+        1
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_attempts WHERE run_id = 1"),
+        2
+    );
+    let started = std::fs::read_to_string(&starts).expect("starts");
+    assert_eq!(
+        started.lines().count(),
+        2,
+        "run once, retried once: {started}"
     );
 }
 

@@ -430,6 +430,11 @@ pub fn cause(error: &postgres::Error) -> String {
     }
     let mut text = error.to_string();
     let mut source = std::error::Error::source(error);
+    // A TLS stream cut short says so at length, with a link to the TLS library's manual.
+    let io = source.and_then(|s| s.downcast_ref::<std::io::Error>());
+    if io.is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof) {
+        return format!("{text}: the server closed the connection");
+    }
     while let Some(inner) = source {
         let shown = inner.to_string();
         if !text.contains(&shown) {
@@ -441,10 +446,27 @@ pub fn cause(error: &postgres::Error) -> String {
     text
 }
 
+/// Exit 4: the connection was lost in the middle of the command.
+fn connection_lost(server: &Server, cause: &str) -> anyhow::Error {
+    Failure::ConnectionLost(format!("lost the connection to {server}: {cause}")).into()
+}
+
+/// A lost connection that could not be made again (`error`: why connecting failed): exit 4, as
+/// when the command could not connect at all, and reported as the loss it is.
+pub fn not_reconnected(error: anyhow::Error) -> anyhow::Error {
+    Failure::ConnectionLost(format!("lost the connection, and {error:#}")).into()
+}
+
+/// Whether the client's error came from its socket, not from the server or a conversion.
+fn is_io(error: &postgres::Error) -> bool {
+    std::error::Error::source(error).is_some_and(|source| source.is::<std::io::Error>())
+}
+
 /// An error met while working: busy (exit 5, safe to retry) when a lock or the statement timed
 /// out or a transaction lost a race it cannot win; a database problem (exit 4) when this user may
-/// not do this or the database is read-only; otherwise the cause with the server named (exit 1:
-/// a lost connection, a server restart, a constraint the runner did not expect).
+/// not do this or the database is read-only, or when the connection was lost (the server shut
+/// down or restarted, the session was terminated, the socket failed); otherwise the cause with
+/// the server named (exit 1: a constraint the runner did not expect).
 pub fn failure(server: &Server, error: &postgres::Error) -> anyhow::Error {
     let cause = cause(error);
     let busy = [
@@ -474,12 +496,10 @@ pub fn failure(server: &Server, error: &postgres::Error) -> anyhow::Error {
         // The server ended the session: shut down, restarted, or an administrator.
         Some(&SqlState::ADMIN_SHUTDOWN)
         | Some(&SqlState::CRASH_SHUTDOWN)
-        | Some(&SqlState::CANNOT_CONNECT_NOW) => {
-            anyhow::anyhow!("lost the connection to {server}: {cause}")
-        }
-        _ if error.is_closed() || error.code().is_none() => {
-            anyhow::anyhow!("lost the connection to {server}: {cause}")
-        }
+        | Some(&SqlState::CANNOT_CONNECT_NOW) => connection_lost(server, &cause),
+        // The connection closed, or its socket failed (reset, the TCP user timeout, a TLS
+        // stream cut short).
+        _ if error.is_closed() || is_io(error) => connection_lost(server, &cause),
         _ => anyhow::anyhow!("{server}: {cause}"),
     }
 }

@@ -338,7 +338,8 @@ impl PostgresStore {
     fn client(&self) -> StoreResult<Held<'_>> {
         let mut client = self.client.borrow_mut();
         if client.is_closed() {
-            let (fresh, _) = connect::connect(&self.url, &self.shown, self.plans)?;
+            let (fresh, _) = connect::connect(&self.url, &self.shown, self.plans)
+                .map_err(connect::not_reconnected)?;
             *client = fresh;
             self.connection.set(next_connection());
         }
