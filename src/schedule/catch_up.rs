@@ -74,9 +74,12 @@ pub fn plan_catch_up(
                     let decision = if late <= grace_delta {
                         Decision::Run
                     } else {
+                        // In whole seconds, rounded up: 60.4 s late with a grace of 1m is not
+                        // "missed by 1m (grace 1m)".
+                        let late_ms = u64::try_from(late.num_milliseconds()).unwrap_or(0);
                         Decision::Skip(format!(
                             "missed by {} (grace {})",
-                            duration(late.to_std().unwrap_or(Duration::ZERO)),
+                            duration(Duration::from_secs(late_ms.div_ceil(1000))),
                             duration(grace)
                         ))
                     };
@@ -185,5 +188,13 @@ mod tests {
             plan[0].1,
             Decision::Skip("missed by 2h10m (grace 5m)".into())
         );
+        // A fraction of a second past the grace reads as past it.
+        let plan = plan_catch_up(
+            &[utc("2026-01-01T05:00:00Z")],
+            utc("2026-01-01T05:01:00Z") + TimeDelta::milliseconds(400),
+            CatchUp::None,
+            Duration::from_secs(60),
+        );
+        assert_eq!(plan[0].1, Decision::Skip("missed by 1m1s (grace 1m)".into()));
     }
 }
