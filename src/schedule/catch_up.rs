@@ -195,6 +195,9 @@ mod tests {
             CatchUp::None,
             Duration::from_secs(60),
         );
-        assert_eq!(plan[0].1, Decision::Skip("missed by 1m1s (grace 1m)".into()));
+        assert_eq!(
+            plan[0].1,
+            Decision::Skip("missed by 1m1s (grace 1m)".into())
+        );
     }
 }

@@ -82,9 +82,9 @@ impl CronSchedule {
         until: DateTime<Utc>,
         keep: usize,
     ) -> Newest {
-        // croner finds no time in or after its last year: searching back from a later `until`
+        // croner finds no time from the year 5000 on: searching back from a later `until`
         // would find nothing in each window until one reached `after`, then walk all of it.
-        let until = until.min(last_searchable_instant());
+        let until = until.min(last_searchable_instant(tz));
         let mut span = TimeDelta::hours(1);
         loop {
             let from = until
@@ -160,12 +160,13 @@ impl CronSchedule {
 /// The last year whose fire times are computed: croner's searches stop when they reach the next.
 pub const LAST_YEAR: i32 = croner::YEAR_UPPER_LIMIT - 1;
 
-/// The last instant whose local time croner can search in every zone: a day before the year at
-/// which its searches stop (`croner::YEAR_UPPER_LIMIT`, 5000) begins.
-fn last_searchable_instant() -> DateTime<Utc> {
+/// The last instant whose local time in `tz` croner can search: the last second of `LAST_YEAR`
+/// there (its searches stop at `croner::YEAR_UPPER_LIMIT`, 5000).
+fn last_searchable_instant(tz: Tz) -> DateTime<Utc> {
     NaiveDate::from_ymd_opt(LAST_YEAR, 12, 31)
-        .and_then(|day| day.and_hms_opt(0, 0, 0))
-        .map_or(DateTime::<Utc>::MAX_UTC, |t| t.and_utc())
+        .and_then(|day| day.and_hms_opt(23, 59, 59))
+        .and_then(|local| tz.from_local_datetime(&local).earliest())
+        .map_or(DateTime::<Utc>::MAX_UTC, |t| t.with_timezone(&Utc))
 }
 
 /// How far (in seconds) the UTC offset may move across a transition that we
@@ -774,6 +775,26 @@ mod tests {
         );
         assert_eq!(days.older_dropped, 60 * 24 * 60 - 2);
         assert!(!days.older_uncounted);
+    }
+
+    /// Searching back from past the last year croner searches starts at that year's last second
+    /// in the schedule's zone: nothing is walked in vain, and no instant of that year is lost.
+    #[test]
+    fn the_last_year_is_searched_to_its_end() {
+        let s = sched("* * * * *");
+        for (tz, last) in [
+            (Tz::UTC, "4999-12-31T23:59:00Z"),
+            (berlin(), "4999-12-31T22:59:00Z"),
+            (ny(), "5000-01-01T04:59:00Z"),
+        ] {
+            let got = s.fire_times_between(
+                tz,
+                utc("4999-12-31T00:00:00Z"),
+                utc("5000-06-01T00:00:00Z"),
+                3,
+            );
+            assert_eq!(got.instants.last(), Some(&utc(last)), "{tz}");
+        }
     }
 
     /// Ten years of minutes (5.26 million instants): the newest are found without walking the
