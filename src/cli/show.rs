@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::history::RunRow;
-use super::{emit, emit_json, zone, Ctx};
+use super::{emit, emit_json, held_by_pause, zone, Ctx};
 use crate::display::{
     duration_of_ms, duration_of_secs, escape_line, escape_output, local_time, UtcTime,
 };
@@ -58,7 +58,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let attempts = store.attempts(run.id)?;
     let events = store.events(run.id)?;
     let now = ctx.clock.epoch();
-    let detail = RunDetail::of(&run, &attempts, &events, now);
+    let mut detail = RunDetail::of(&run, &attempts, &events, now);
+    if run.status == RunStatus::Pending {
+        if let Some(Ok(definition)) = store.definition(&run.job)? {
+            detail.held = held_by_pause(&definition, now);
+        }
+    }
     if args.json {
         return emit_json(&detail);
     }
@@ -86,6 +91,10 @@ struct RunDetail<'a> {
     heartbeat_at_epoch: Option<i64>,
     attempts: Vec<AttemptRow<'a>>,
     events: Vec<EventRow<'a>>,
+    /// A pending run held by its paused schedule: why, and until when (the text's status line;
+    /// `status` counts such runs in JSON).
+    #[serde(skip)]
+    held: Option<String>,
 }
 
 impl<'a> RunDetail<'a> {
@@ -107,6 +116,7 @@ impl<'a> RunDetail<'a> {
             heartbeat_at_epoch: run.heartbeat_at,
             attempts: attempts.iter().map(AttemptRow::of).collect(),
             events: events.iter().map(EventRow::of).collect(),
+            held: None,
         }
     }
 }
@@ -305,16 +315,19 @@ fn status_line(detail: &RunDetail, tz: Tz, now: i64) -> String {
     let run = &detail.run;
     let of = format!("{} of {}", run.attempt, run.max_attempts);
     let code = run.error_code.unwrap_or("");
+    let held = detail
+        .held
+        .as_ref()
+        .map(|held| format!("; {held}"))
+        .unwrap_or_default();
     match run.status {
-        RunStatus::Pending if run.attempt == 0 => {
-            if run.run_at_epoch <= now {
-                "pending: due, the next tick runs it".to_string()
-            } else {
-                format!("pending: due at {}", local_time(run.run_at_epoch, tz))
-            }
-        }
+        RunStatus::Pending if run.attempt == 0 => match &detail.held {
+            Some(held) => format!("pending: {held}"),
+            None if run.run_at_epoch <= now => "pending: due, the next tick runs it".to_string(),
+            None => format!("pending: due at {}", local_time(run.run_at_epoch, tz)),
+        },
         RunStatus::Pending => format!(
-            "pending: attempt {of} failed ({code}); attempt {} at {}",
+            "pending: attempt {of} failed ({code}); attempt {} at {}{held}",
             run.attempt + 1,
             local_time(run.run_at_epoch, tz)
         ),

@@ -351,6 +351,18 @@ fn run_and_retry_say_when_a_paused_schedule_holds_the_run() {
     );
     env.tick_at(T0);
     assert_eq!(status_of(&env, run), "pending", "held");
+    // `show` said "due, the next tick runs it" of a held run.
+    let show = env.ok(&at(T0, &["show", &run.to_string()]));
+    assert!(
+        show.contains("attempt 2 at ") && show.contains("so the run is held until then"),
+        "{show}"
+    );
+    let manual = run_ids(&env, "h")[0].max(run_ids(&env, "h")[1]);
+    let show = env.ok(&at(T0, &["show", &manual.to_string()]));
+    assert!(
+        show.contains("status:     pending: the schedule is paused until "),
+        "{show}"
+    );
 }
 
 #[test]
