@@ -46,6 +46,16 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         ..RunFilter::default()
     })?;
     if !running.is_empty() {
+        // A lease that has expired: its tick died (`kill -9`, a reboot), and with cron stopped
+        // no tick will recover the run, so waiting for it would never end.
+        let now = ctx.clock.epoch();
+        let (orphaned, held): (Vec<_>, Vec<_>) = running
+            .iter()
+            .partition(|r| r.lease_expires_at.is_some_and(|expiry| expiry < now));
+        if held.is_empty() {
+            let ids: Vec<i64> = orphaned.iter().map(|r| r.id).collect();
+            return Err(orphaned_runs(&source.describe(), &ids));
+        }
         let ids: Vec<i64> = running.iter().map(|r| r.id).collect();
         return Err(tick_active(&source.describe(), &ids));
     }
@@ -148,6 +158,14 @@ fn about_the_target(error: anyhow::Error) -> anyhow::Error {
 fn same_database(shown: &str) -> anyhow::Error {
     Failure::usage(format!(
         "--to names the database migrated from ({shown}); give another database"
+    ))
+}
+
+fn orphaned_runs(from: &str, ids: &[i64]) -> anyhow::Error {
+    let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+    Failure::usage(format!(
+        "{from} has running runs whose leases have expired ({}): the tick that ran them stopped          without recording them; nothing was moved or changed. Run `runner tick` once (it          recovers them: each is retried or goes dead by its policy) or `runner cancel ID` each,          then migrate again",
+        ids.join(", ")
     ))
 }
 

@@ -7,7 +7,7 @@
 //! a SQLite file. Across the suite's two passes that is every pair of backends.
 
 use crate::common::{
-    add_finished_history, epoch, never, never_near, stderr, stdout, Env, TestDb, Val,
+    add_finished_history, epoch, never, never_near, stderr, stdout, utc, Env, TestDb, Val,
 };
 use crate::sqlite_only;
 
@@ -745,6 +745,26 @@ fn refusals_change_nothing(env: &Env, target: &TestDb) {
     );
     assert!(err.contains(&format!("has running runs ({run})")), "{err}");
     assert!(err.contains("nothing was moved or changed"), "{err}");
+    assert_eq!(env.sql.snapshot(), source_before);
+    assert_eq!(target.snapshot(), target_before);
+
+    // Its lease expired (the tick was killed): no tick is at work, and waiting would never end.
+    let err = env.fails(
+        2,
+        &[
+            "--now",
+            &utc(epoch(MIGRATE_AT) + 700),
+            "migrate",
+            "--to",
+            target.location(),
+        ],
+    );
+    assert!(
+        err.contains(&format!(
+            "has running runs whose leases have expired ({run})"
+        )) && err.contains("Run `runner tick` once"),
+        "{err}"
+    );
     assert_eq!(env.sql.snapshot(), source_before);
     assert_eq!(target.snapshot(), target_before);
 }
