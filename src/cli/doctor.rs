@@ -313,12 +313,81 @@ pub fn tick_line_findings(entry: &CronEntry, line: &TickLine) -> Vec<(String, St
         findings.push((
             format!(
                 "its schedule `{}` is not every minute",
-                escape_line(&entry.schedule)
+                escape_line(&passwords_masked(&entry.schedule))
             ),
             "make the line's time fields `* * * * *`: runner needs a tick every minute to start runs on time".to_string(),
         ));
     }
     findings
+}
+
+/// Text taken from a crontab (a command, a line's time or user field) as doctor shows it: the
+/// password of every PostgreSQL URL in it masked as `***` by [`crate::store::masked_url`] (the
+/// one function that masks a URL), wherever the URL stands (`--db URL`, `--db=URL`,
+/// `RUNNER_DB=URL`, in quotes), the rest as written. A URL runs to the next blank outside quotes
+/// or quote that opens or closes (a quoted password may hold a blank), or to the next URL; its
+/// scheme is matched in any case, as one the tick refuses (`POSTGRES://`) still holds a password.
+fn passwords_masked(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let url_starts: Vec<usize> = lower
+        .match_indices("postgres")
+        .filter(|(at, scheme)| {
+            let after = &lower[at + scheme.len()..];
+            after.starts_with("://") || after.starts_with("ql://")
+        })
+        .map(|(at, _)| at)
+        .collect();
+    let ends = shell_word_breaks(text);
+    let mut shown = String::with_capacity(text.len());
+    let mut copied = 0;
+    for (index, &start) in url_starts.iter().enumerate() {
+        let word_end = ends
+            .iter()
+            .copied()
+            .find(|&end| end > start)
+            .unwrap_or(text.len());
+        let end = url_starts
+            .get(index + 1)
+            .map_or(word_end, |&next| next.min(word_end));
+        shown.push_str(&text[copied..start]);
+        shown.push_str(&crate::store::masked_url(&text[start..end]));
+        copied = end;
+    }
+    shown.push_str(&text[copied..]);
+    shown
+}
+
+/// Where a word's text ends in a shell command: a blank outside quotes, and a quote that opens
+/// or closes, none escaped. An unclosed quote runs to the end (so a URL in it is masked to the
+/// end, rather than in part).
+fn shell_word_breaks(text: &str) -> Vec<usize> {
+    let mut breaks = Vec::new();
+    let mut quote = None;
+    let mut chars = text.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match (quote, c) {
+            (Some('\''), '\'') => {
+                quote = None;
+                breaks.push(at);
+            }
+            (Some('\''), _) => {}
+            (_, '\\') => {
+                chars.next();
+            }
+            (Some(open), _) if c == open => {
+                quote = None;
+                breaks.push(at);
+            }
+            (Some(_), _) => {}
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                breaks.push(at);
+            }
+            (None, _) if c.is_whitespace() => breaks.push(at),
+            (None, _) => {}
+        }
+    }
+    breaks
 }
 
 fn unquote(value: &str) -> &str {
@@ -860,7 +929,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
         format!(
             "{} runs `{}` as {user}",
             seen.entry.source,
-            escape_line(&seen.entry.command)
+            escape_line(&passwords_masked(&seen.entry.command))
         )
     };
     // A line named with what stops it; `whose`: what it is for, if that can be said.
@@ -921,16 +990,16 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                     (None, _) => format!(
                         "{} names user {:?}, who does not exist",
                         seen.entry.source,
-                        seen.entry.user.as_deref().unwrap_or("?")
+                        passwords_masked(seen.entry.user.as_deref().unwrap_or("?"))
                     ),
                 })
                 .collect();
             // A line whose user does not exist runs nothing, whatever database it names: the
             // user is the fix (the README's system install creates it).
-            let mut missing_users: Vec<&str> = tick_lines
+            let mut missing_users: Vec<String> = tick_lines
                 .iter()
                 .filter(|seen| seen.user.is_none())
-                .filter_map(|seen| seen.entry.user.as_deref())
+                .filter_map(|seen| seen.entry.user.as_deref().map(passwords_masked))
                 .collect();
             missing_users.sort_unstable();
             missing_users.dedup();
@@ -1202,15 +1271,15 @@ fn binary_check(entry: &CronEntry, line: &TickLine, home: &Path) -> Check {
         path.split(':')
             .any(|dir| Path::new(dir).join(&line.binary).is_file())
     };
+    let binary = escape_line(&passwords_masked(&line.binary));
     if found {
-        Check::ok("runner binary", format!("{} exists", line.binary))
+        Check::ok("runner binary", format!("{binary} exists"))
     } else {
         Check::fail(
             "runner binary",
             format!(
-                "{} names `{}`, which is not there (cron's PATH={path})",
-                entry.source,
-                escape_line(&line.binary)
+                "{} names `{binary}`, which is not there (cron's PATH={path})",
+                entry.source
             ),
             "install runner there, or write its absolute path in the cron line".to_string(),
         )
@@ -1302,6 +1371,88 @@ mod tests {
                     .starts_with("the tick refuses the database it names (exit 2): "),
                 "{findings:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_crontab_command_is_shown_with_every_postgres_password_masked() {
+        for (command, shown) in [
+            // On the command, as `--db URL`, `--db=URL` and `RUNNER_DB=URL`.
+            (
+                "RUNNER_DB=postgres://u:secret@db.example/runner runner tick",
+                "RUNNER_DB=postgres://u:***@db.example/runner runner tick",
+            ),
+            (
+                "runner --db postgres://u:secret@host/db tick",
+                "runner --db postgres://u:***@host/db tick",
+            ),
+            (
+                "/usr/bin/runner --db=postgresql://u:secret@host:5433/db tick -v",
+                "/usr/bin/runner --db=postgresql://u:***@host:5433/db tick -v",
+            ),
+            (
+                "env RUNNER_DB=postgres://u:secret@h/db flock -n /run/x runner tick >>/var/log/x 2>&1",
+                "env RUNNER_DB=postgres://u:***@h/db flock -n /run/x runner tick >>/var/log/x 2>&1",
+            ),
+            // Percent-encoded, as a parameter (also after an unquoted `&`), and both at once.
+            (
+                "runner --db postgres://u:s%40c%3Aret@h/db tick",
+                "runner --db postgres://u:***@h/db tick",
+            ),
+            (
+                "runner --db 'postgres://u@h/db?sslmode=require&password=secret' tick",
+                "runner --db 'postgres://u@h/db?sslmode=require&password=***' tick",
+            ),
+            (
+                "runner --db postgres://u@h/db?sslmode=require&password=secret tick",
+                "runner --db postgres://u@h/db?sslmode=require&password=*** tick",
+            ),
+            (
+                "runner --db postgres://u:secret@h/db?password=secret tick",
+                "runner --db postgres://u:***@h/db?password=*** tick",
+            ),
+            // Quoted, with a blank or a quote in the password; a scheme the tick refuses.
+            (
+                "RUNNER_DB=\"postgres://u:sec ret@h/db\" runner tick",
+                "RUNNER_DB=\"postgres://u:***@h/db\" runner tick",
+            ),
+            (
+                "runner --db \"postgres://u:sec'ret@h/db\" tick",
+                "runner --db \"postgres://u:***@h/db\" tick",
+            ),
+            (
+                "RUNNER_DB=POSTGRES://u:secret@h/db runner tick",
+                "RUNNER_DB=POSTGRES://u:***@h/db runner tick",
+            ),
+            // Two URLs in one word, and in two.
+            (
+                "a=postgres://u:one@h/d;b=postgresql://u:two@h/e",
+                "a=postgres://u:***@h/d;b=postgresql://u:***@h/e",
+            ),
+            (
+                "runner --db postgres://u:one@h/d migrate --to postgres://u:two@h/e",
+                "runner --db postgres://u:***@h/d migrate --to postgres://u:***@h/e",
+            ),
+            // An unclosed quote: masked to the end rather than in part.
+            (
+                "runner --db 'postgres://u:sec ret@h/db tick",
+                "runner --db 'postgres://u:***@h/db tick",
+            ),
+        ] {
+            assert_eq!(passwords_masked(command), shown, "{command}");
+            assert!(!passwords_masked(command).contains("secret"), "{command}");
+        }
+        // Nothing else changes: no password, no URL, a SQLite path, a word like a scheme.
+        for kept in [
+            "runner --db postgres://u@h/db tick",
+            "runner --db postgres://h/db?sslmode=require tick",
+            "RUNNER_DB=/var/lib/runner/runner.db runner tick 2>&1 | logger -t 'a: b@c'",
+            "pg_dump --dbname=postgres:x@y",
+            "* * * * *",
+            "runner",
+            "",
+        ] {
+            assert_eq!(passwords_masked(kept), kept);
         }
     }
 
@@ -1492,6 +1643,12 @@ mod tests {
             );
         }
         assert_eq!(check("$HOME/bin/runner tick").status, Status::Fail);
+        // A word taken for the binary is shown with any password in it masked.
+        let url = check("/opt/wrap --db postgres://u:secret@h/runner tick");
+        assert_eq!(
+            url.message,
+            "x:1 names `postgres://u:***@h/runner`, which is not there (cron's PATH=/usr/bin:/bin)"
+        );
     }
 
     #[test]

@@ -137,8 +137,8 @@ impl std::fmt::Display for Location {
 /// A PostgreSQL URL as it may be shown or stored: both places a password can be given are
 /// masked as `***` (`user:PASSWORD@` and the `password=` parameter), the rest kept. Every
 /// message, output and record naming a PostgreSQL database goes through here (as
-/// `Location`'s `Display`).
-fn masked_url(url: &str) -> String {
+/// `Location`'s `Display`, or `doctor` for the URLs in a crontab's lines).
+pub fn masked_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };

@@ -774,3 +774,82 @@ fn an_unreachable_postgres_server_is_named_without_its_password() {
     let shown = format!("{}{}", stdout(&out), crate::common::stderr(&out));
     assert!(!shown.contains("hunter2"), "a password is shown: {shown}");
 }
+
+/// A password in a crontab's PostgreSQL URLs is never shown: doctor names the lines it finds
+/// (their command, time fields and user field, as written) with every password masked, on the
+/// command (`RUNNER_DB=URL`, `--db URL`, `--db=URL`, percent-encoded, as a parameter, a scheme in
+/// capitals) or in the line's fields, in text and `--json`; both for lines that tick the
+/// database doctor checks and for lines it lists as ticking another. They used to be shown as
+/// written. (Needs no server: doctor checks a URL on port 1, where nothing listens.)
+#[test]
+fn a_password_in_a_crontab_is_never_shown() {
+    let env = Env::new();
+    let jobs = |password: &str| format!("postgres://runner:{password}@127.0.0.1:1/jobs");
+    // Lines that tick the database doctor checks, none every minute, so each is named with its
+    // finding; the first holds its URL in its time fields (a field short).
+    let user_crontab = format!(
+        "RUNNER_DB={}\n\
+         * * * * RUNNER_DB={} {BIN} tick\n\
+         @hourly {BIN} --db {} tick\n\
+         @reboot {BIN} --db='postgresql://runner@127.0.0.1:1/jobs?sslmode=disable&password=secret-param' tick\n",
+        jobs("secret-variable"),
+        jobs("secret-fields"),
+        jobs("secret%40percent"),
+    );
+    std::fs::write(env.path("no-user-crontab"), user_crontab).expect("crontab");
+    // A line the tick refuses (shown whatever the database), and a user's crontab line copied
+    // into /etc/cron.d, whose user field is then its `RUNNER_DB=URL`.
+    let cron_d = format!(
+        "* * * * * {me} RUNNER_DB={} {BIN} tick\n\
+         * * * * * RUNNER_DB={} {BIN} tick\n\
+         @daily {me} env RUNNER_DB={} {BIN} tick\n",
+        jobs("secret-capitals").replace("postgres:", "POSTGRES:"),
+        jobs("secret-user"),
+        jobs("secret-env"),
+        me = me(),
+    );
+    let doctor_on = |database: &str, args: &[&str]| {
+        let out = doctor_cmd(&env, Some(&cron_d), true, args)
+            .env("RUNNER_DB", database)
+            .output()
+            .expect("runner doctor");
+        assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+        let shown = format!("{}{}", stdout(&out), crate::common::stderr(&out));
+        assert!(!shown.contains("secret"), "a password is shown: {shown}");
+        shown
+    };
+    let masked = jobs("***");
+    for args in [&[][..], &["--json"]] {
+        // The lines of this database.
+        let shown = doctor_on(&jobs("hunter2"), args);
+        for line in [
+            format!("its schedule `* * * * RUNNER_DB={masked}` is not every minute"),
+            format!("runs `{BIN} --db {masked} tick`"),
+            format!(
+                "runs `{BIN} --db='postgresql://runner@127.0.0.1:1/jobs?sslmode=disable&password=***' tick`"
+            ),
+            format!("runs `RUNNER_DB={} {BIN} tick`", masked.replace("postgres:", "POSTGRES:")),
+            format!("runs `env RUNNER_DB={masked} {BIN} tick`"),
+        ] {
+            assert!(shown.contains(&line), "{line} not in {shown}");
+        }
+        // Doctor checks another database: the lines are listed as ticking another.
+        let shown = doctor_on(env.sql.location(), args);
+        for line in [
+            format!(
+                "names user {:?}, who does not exist",
+                format!("RUNNER_DB={masked}")
+            ),
+            format!(
+                "runs `RUNNER_DB={} {BIN} tick`",
+                masked.replace("postgres:", "POSTGRES:")
+            ),
+        ] {
+            let line = match args {
+                [] => line,
+                _ => line.replace('"', "\\\""),
+            };
+            assert!(shown.contains(&line), "{line} not in {shown}");
+        }
+    }
+}
