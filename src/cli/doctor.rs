@@ -420,9 +420,10 @@ pub struct TickLine {
 
 pub fn tick_line(command: &str) -> Option<TickLine> {
     let words = words(command);
-    let at = words
-        .iter()
-        .position(|w| Path::new(w).file_name().is_some_and(|n| n == "runner"))?;
+    // Not an assignment before it: `RUNNER_DB=postgres://h/runner` ends in `runner` too.
+    let at = words.iter().position(|w| {
+        !is_assignment(w) && Path::new(w).file_name().is_some_and(|n| n == "runner")
+    })?;
     let args = &words[at + 1..];
     if !args.iter().any(|a| a == "tick") {
         return None;
@@ -1580,6 +1581,20 @@ mod tests {
                 "runner tick"
             )),
             Location::Postgres("postgres://runner@db.example.com/runner".into())
+        );
+        // A database named `runner` in an assignment before the binary is no binary.
+        let url = "postgres://u:pw@db.example/runner";
+        assert_eq!(
+            tick_line(&format!("RUNNER_DB={url} /usr/bin/runner tick")),
+            Some(TickLine {
+                binary: "/usr/bin/runner".into(),
+                db_flag: None,
+                db_assigned: Some(url.into()),
+            })
+        );
+        assert_eq!(
+            db(&entry(&[], &format!("env RUNNER_DB={url} runner tick"))),
+            Location::Postgres(url.into())
         );
         assert_eq!(tick_line("runner status"), None);
         assert_eq!(tick_line("/usr/bin/backup tick"), None);

@@ -853,3 +853,33 @@ fn a_password_in_a_crontab_is_never_shown() {
         }
     }
 }
+
+/// A line setting `RUNNER_DB` on its command to a URL whose database is named `runner` ticks
+/// that database, and its binary is the word after it. The assignment used to be taken for the
+/// binary (its last path segment is `runner`), so the line was said to tick the default SQLite
+/// file and its binary to be missing. (Needs no server: nothing listens on port 1.)
+#[test]
+fn a_runner_db_url_naming_a_database_runner_is_not_the_binary() {
+    let env = Env::new();
+    let url = "postgres://runner@127.0.0.1:1/runner";
+    std::fs::write(
+        env.path("no-user-crontab"),
+        format!("* * * * * RUNNER_DB={url} {BIN} tick\n"),
+    )
+    .expect("crontab");
+    let out = doctor_cmd(&env, None, true, &["--json"])
+        .env("RUNNER_DB", url)
+        .output()
+        .expect("runner doctor");
+    let (status, message, _) = check_of(&out, "cron line");
+    assert_eq!(status, "ok", "{message}");
+    assert_eq!(
+        message,
+        format!(
+            "your crontab (crontab -l):1 runs `RUNNER_DB={url} {BIN} tick` as {} for this database",
+            me()
+        )
+    );
+    let (status, message, _) = check_of(&out, "runner binary");
+    assert_eq!((status.as_str(), message), ("ok", format!("{BIN} exists")));
+}
