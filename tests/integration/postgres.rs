@@ -10,7 +10,7 @@ use std::time::Duration;
 use postgres::{Client, NoTls};
 use tempfile::TempDir;
 
-use super::common::{never, stderr, stdout, BIN};
+use super::common::{never, stderr, stdout, wait_until, BIN};
 
 /// A database of its own on the test server, dropped at the end.
 struct PgEnv {
@@ -546,6 +546,106 @@ fn a_database_with_another_applications_tables_is_not_a_runner_database() {
         env.count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"),
         1,
         "nothing created beside the other application's table"
+    );
+}
+
+/// Two `init`s of one empty database at once both succeed (the README: init is idempotent, and
+/// concurrent ones wait for each other). One finds no schema version and stalls there
+/// (`RUNNER_TEST_HOOK` point `schema-version-read`) while the other creates the whole schema;
+/// released, it must take the tables it now sees for runner's own, not another application's.
+#[test]
+fn an_init_beside_another_init_of_an_empty_database_succeeds() {
+    let Some(env) = PgEnv::new() else { return };
+    let gate = env.dir.path().join("gate");
+    let stalled = env
+        .cmd()
+        .arg("init")
+        .env(
+            "RUNNER_TEST_HOOK",
+            format!("schema-version-read:wait={}", gate.display()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn init");
+    let reached = env.dir.path().join("gate.reached");
+    wait_until(
+        Duration::from_secs(120),
+        "the first init to read the schema version",
+        || reached.exists(),
+    );
+    env.ok(&["init"]);
+    std::fs::write(&gate, "").expect("open the gate");
+    let out = stalled.wait_with_output().expect("init");
+    assert!(
+        out.status.success(),
+        "the stalled init failed ({:?}): {}",
+        out.status.code(),
+        stderr(&out)
+    );
+    assert_eq!(
+        env.count("SELECT max(version) FROM runner_schema_version"),
+        10
+    );
+}
+
+/// The same, the other way round: one `init` is creating the schema, not committed yet
+/// (`RUNNER_TEST_HOOK` point `schema-migrated`, the migration lock held), while another finds
+/// no schema version and waits for that lock. Once the first commits, the second must see the
+/// schema whole (the server's cache of names looked up before the wait must not hide it).
+#[test]
+fn an_init_waiting_for_another_init_to_commit_succeeds() {
+    let Some(env) = PgEnv::new() else { return };
+    let gate = env.dir.path().join("gate");
+    let quiet = std::process::Stdio::piped;
+    let first = env
+        .cmd()
+        .arg("init")
+        .env(
+            "RUNNER_TEST_HOOK",
+            format!("schema-migrated:wait={}", gate.display()),
+        )
+        .stdout(quiet())
+        .stderr(quiet())
+        .spawn()
+        .expect("spawn init");
+    let reached = env.dir.path().join("gate.reached");
+    wait_until(
+        Duration::from_secs(120),
+        "the first init to create the schema",
+        || reached.exists(),
+    );
+    let second = env
+        .cmd()
+        .arg("init")
+        .stdout(quiet())
+        .stderr(quiet())
+        .spawn()
+        .expect("spawn init");
+    wait_until(
+        Duration::from_secs(120),
+        "the second init to wait for the migration lock",
+        || {
+            env.count(
+                "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+                 WHERE d.datname = current_database() AND l.locktype = 'advisory'
+                   AND NOT l.granted",
+            ) > 0
+        },
+    );
+    std::fs::write(&gate, "").expect("open the gate");
+    for (which, init) in [("first", first), ("second", second)] {
+        let out = init.wait_with_output().expect("init");
+        assert!(
+            out.status.success(),
+            "the {which} init failed ({:?}): {}",
+            out.status.code(),
+            stderr(&out)
+        );
+    }
+    assert_eq!(
+        env.count("SELECT max(version) FROM runner_schema_version"),
+        10
     );
 }
 

@@ -156,7 +156,16 @@ fn query_one_prepared(
 impl PostgresStore {
     pub fn open(url: &str, shown: &str, mode: OpenMode) -> Result<PostgresStore> {
         let mut store = PostgresStore::connect(url, shown, mode)?;
-        store.found_version = store.migrate(mode)?;
+        store.found_version = match store.migrate(mode == OpenMode::CreateIfMissing)? {
+            Some(version) => version,
+            None => {
+                return Err(Failure::database(format!(
+                    "{} has no runner schema; create it with `runner init --db URL` \
+                     (or `runner schedule add`), or point --db / RUNNER_DB at another database",
+                    store.server
+                )))
+            }
+        };
         store.read_server_facts()?;
         Ok(store)
     }
@@ -166,12 +175,10 @@ impl PostgresStore {
     /// Creates nothing.
     pub fn open_if_present(url: &str, shown: &str) -> Result<Option<PostgresStore>> {
         let mut store = PostgresStore::connect(url, shown, OpenMode::MustExist)?;
-        if store.read(schema_version)?.is_none() {
-            // A check mode must fail where what it checks would.
-            store.refuse_foreign_tables()?;
+        let Some(version) = store.migrate(false)? else {
             return Ok(None);
-        }
-        store.found_version = store.migrate(OpenMode::MustExist)?;
+        };
+        store.found_version = version;
         store.read_server_facts()?;
         Ok(Some(store))
     }
@@ -203,31 +210,43 @@ impl PostgresStore {
         })
     }
 
-    /// Bring the schema up to date (`init`, `schedule add`), or refuse a database without one
-    /// (every other command), or with a newer one (exit 4). Returns the version it found (0: none).
-    fn migrate(&self, mode: OpenMode) -> Result<i64> {
+    /// Bring the schema up to date, creating it if there is none and `create` says so (`init`,
+    /// `schedule add`); refuse a database with a newer one, or with another application's tables
+    /// where runner's would go (exit 4). Returns the version it found (0: none, and created), or
+    /// `None` when there is no schema and `create` is false. (Even a command that only reads
+    /// fails where a command that writes would: a check mode must fail where what it checks
+    /// would.)
+    fn migrate(&self, create: bool) -> Result<Option<i64>> {
         let known = MIGRATIONS.len() as i64;
+        // Every command connects through here: a schema up to date costs this one read.
         let version = self.read(schema_version)?;
+        crate::tick::test_hook("schema-version-read");
         match version {
             Some(version) if version > known => return Err(self.newer_schema(version)),
-            Some(version) if version == known => return Ok(version),
-            None => self.refuse_foreign_tables()?,
-            _ => {}
-        }
-        match version {
-            None if mode != OpenMode::CreateIfMissing => {
-                return Err(Failure::database(format!(
-                    "{} has no runner schema; create it with `runner init --db URL` \
-                     (or `runner schedule add`), or point --db / RUNNER_DB at another database",
-                    self.server
-                )))
-            }
+            Some(version) if version == known => return Ok(Some(version)),
             _ => {}
         }
         let server = self.server.to_string();
         self.write(|tx| {
-            // Another runner may be migrating right now: wait for it, then look again.
+            // Another runner may be migrating right now: wait for it, then look again. Only
+            // under the lock is "no schema version" a fact about the tables beside it: without
+            // it, an `init` could commit the whole schema between the two reads, and its tables
+            // be taken for another application's.
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+            let version = match schema_version(tx)? {
+                Some(version) if version > known => return Err(newer_schema(&server, version)),
+                Some(version) => version,
+                None => {
+                    refuse_foreign_tables(tx, &self.server)?;
+                    if !create {
+                        return Ok(None);
+                    }
+                    0
+                }
+            };
+            if version == known {
+                return Ok(Some(version));
+            }
             // A migration may rewrite the history (version 6 fills in every attempt's
             // schedule): the statement timeout is for a tick's statements, not for it. Waiting
             // for locks is still bounded (lock_timeout).
@@ -238,15 +257,6 @@ impl PostgresStore {
                      applied_at bigint NOT NULL
                  )",
             )?;
-            let version: i64 = tx
-                .query_one(
-                    "SELECT coalesce(max(version), 0) FROM runner_schema_version",
-                    &[],
-                )?
-                .try_get(0)?;
-            if version > known {
-                return Err(newer_schema(&server, version));
-            }
             for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
                 tx.batch_execute(sql)
                     .map_err(|e| migration_failure(&self.server, index + 1, &e))?;
@@ -256,38 +266,10 @@ impl PostgresStore {
                     &[&(index as i64 + 1)],
                 )?;
             }
-            Ok(version)
+            crate::tick::test_hook("schema-migrated");
+            Ok(Some(version))
         })
         .map_err(Into::into)
-    }
-
-    /// In a database without runner's schema version, tables of the names runner's schema
-    /// creates are another application's: refuse the database (exit 4) before creating anything,
-    /// as SQLite refuses a file that is not runner's. (Other tables are fine: a database may be
-    /// shared.)
-    fn refuse_foreign_tables(&self) -> Result<()> {
-        let names = created_tables();
-        let found: Vec<String> = self.read(|client| {
-            Ok(client
-                .query(
-                    "SELECT relname::text FROM pg_class
-                     WHERE relname = ANY($1) AND pg_table_is_visible(oid) ORDER BY relname",
-                    &[&names],
-                )?
-                .iter()
-                .map(|row| row.try_get(0))
-                .collect::<Result<_, _>>()?)
-        })?;
-        if found.is_empty() {
-            return Ok(());
-        }
-        Err(not_a_runner_database(
-            &self.server,
-            &format!(
-                "it holds {} without runner's schema version",
-                found.join(", ")
-            ),
-        ))
     }
 
     fn newer_schema(&self, version: i64) -> anyhow::Error {
@@ -539,11 +521,43 @@ fn created_tables() -> Vec<String> {
     names
 }
 
+/// In a database without runner's schema version, tables of the names runner's schema creates
+/// are another application's: refuse the database (exit 4) before creating anything, as SQLite
+/// refuses a file that is not runner's. (Other tables are fine: a database may be shared.)
+fn refuse_foreign_tables(client: &mut impl GenericClient, server: &Server) -> Result<()> {
+    let names = created_tables();
+    let found: Vec<String> = client
+        .query(
+            "SELECT relname::text FROM pg_class
+             WHERE relname = ANY($1) AND pg_table_is_visible(oid) ORDER BY relname",
+            &[&names],
+        )?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(not_a_runner_database(
+        server,
+        &format!(
+            "it holds {} without runner's schema version",
+            found.join(", ")
+        ),
+    ))
+}
+
 /// The schema version applied, or `None` when the database has no runner schema.
-fn schema_version(client: &mut Client) -> Result<Option<i64>> {
+///
+/// Whether the table exists is read from `pg_class`, not by `to_regclass`: that looks the name
+/// up in the session's cache without taking a lock, and a session that missed it once (before
+/// waiting for the migration lock while another `init` created it) keeps missing it until its
+/// transaction ends, when the tables beside it are plainly there.
+fn schema_version(client: &mut impl GenericClient) -> Result<Option<i64>> {
     let exists: bool = client
         .query_one(
-            "SELECT to_regclass('runner_schema_version') IS NOT NULL",
+            "SELECT EXISTS (SELECT FROM pg_class
+                            WHERE relname = 'runner_schema_version' AND pg_table_is_visible(oid))",
             &[],
         )?
         .try_get(0)?;
