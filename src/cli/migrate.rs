@@ -75,7 +75,10 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         &actor(None),
         &detail,
         &|attempt| NewEvent::moved(attempt, &shown_to),
-        &mut |migration| match target.import_migration(migration)? {
+        &mut |migration| match target
+            .import_migration(migration)
+            .map_err(|e| about_the_target(e.into()))?
+        {
             Imported::Done => {
                 written.set(true);
                 if crate::tick::test_fault("migrated") {

@@ -844,6 +844,32 @@ fn the_target_is_named_absolutely_and_by_its_flag() {
     );
 }
 
+/// A PostgreSQL target that is read-only (here `default_transaction_read_only`, as on a
+/// standby) is refused with exit 4, and the advice names it by its flag: `--to`, not `--db`
+/// (the source), whether the failing write creates its schema or moves the schedules.
+#[test]
+fn to_postgres_a_read_only_target_is_named_by_its_flag() {
+    let (Some(fresh), Some(with_schema)) = (postgres_target(), postgres_target()) else {
+        return;
+    };
+    let env = Env::init();
+    env.add("manual", &[], "true");
+    on(&env, &with_schema, &["init"]);
+    for target in [&fresh, &with_schema] {
+        target.exec(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on',
+                 current_database()); END $$",
+            &[],
+        );
+        let before = env.sql.snapshot();
+        let err = env.fails(4, &["migrate", "--to", target.location()]);
+        assert!(err.contains("is read-only"), "{err}");
+        assert!(err.contains("give --to the primary server"), "{err}");
+        assert!(!err.contains("--db"), "{err}");
+        assert_eq!(env.sql.snapshot(), before);
+    }
+}
+
 /// The target committed, then the source failed before its own commit (`RUNNER_TEST_HOOK`
 /// point `migrated`, after the target's commit): with `fail`, exit 1 and the message that both
 /// databases hold the schedules and what to do; with `kill`, the process dies there. Either

@@ -256,7 +256,11 @@ impl PostgresStore {
                      version    bigint PRIMARY KEY,
                      applied_at bigint NOT NULL
                  )",
-            )?;
+            )
+            .map_err(|e| match version {
+                0 => creation_failure(&self.server, &e),
+                _ => e.into(),
+            })?;
             for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
                 tx.batch_execute(sql)
                     .map_err(|e| migration_failure(&self.server, index + 1, &e))?;
@@ -489,6 +493,20 @@ fn migration_failure(server: &Server, version: usize, error: &postgres::Error) -
         return not_a_runner_database(server, &connect::cause(error));
     }
     connect::failure(server, error).context(format!("applying PostgreSQL migration {version}"))
+}
+
+/// Creating runner's first table failed. For want of a privilege, what this user lacks is CREATE
+/// on the schema (there are no runner tables yet whose privileges it could be given); anything
+/// else is classified as any error is.
+fn creation_failure(server: &Server, error: &postgres::Error) -> anyhow::Error {
+    if error.code() != Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+        return connect::failure(server, error);
+    }
+    Failure::database(format!(
+        "{server}: {}; runner's tables are not created yet: grant this user CREATE on that \
+         schema, or run `runner init` as its owner (of `public`, the database's owner)",
+        connect::cause(error)
+    ))
 }
 
 /// Exit 4: the database holds another application's tables where runner's would go (`why`).
