@@ -1127,6 +1127,92 @@ fn a_lost_connection_is_one_line_exit_4_and_the_run_is_retried_once() {
     );
 }
 
+/// The server ends the tick's session while its job runs, and is back at once (a restart takes
+/// well under a second, or an administrator ended the session): the tick learns it only by
+/// sending its next statement, and the client used to connect again only for the statement after
+/// that one. So the job's end, the first write after the restart, failed ("lost the
+/// connection"), the tick exited 4, and once the lease expired the job ran a second time. Now the
+/// end is recorded on the first try, on a new connection: the run succeeded, once.
+#[test]
+fn the_first_write_after_the_session_was_ended_lands_on_a_new_connection() {
+    let Some(env) = PgEnv::init() else { return };
+    let starts = env.dir.path().join("starts");
+    let release = env.dir.path().join("release");
+    let command = format!(
+        "echo $$ >> {}; while [ ! -e {} ]; do sleep 0.1; done",
+        starts.display(),
+        release.display()
+    );
+    env.ok(&[
+        "schedule",
+        "add",
+        "held",
+        "--cron",
+        &never(),
+        "--",
+        &command,
+    ]);
+    env.ok(&["run", "held"]);
+    let tick = env
+        .cmd()
+        .args(["tick", "--concurrency", "1"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tick");
+    // The job's start is recorded: the tick now sends nothing until the job ends (its first
+    // heartbeat is 20 s away; if a slow machine reaches it, it is the first write instead).
+    super::common::wait_until(Duration::from_secs(120), "the job's start", || {
+        env.count("SELECT count(*) FROM job_attempts WHERE run_id = 1 AND child_pid IS NOT NULL")
+            == 1
+    });
+    // The tick's sessions (runner names itself; the test's own are unnamed).
+    let sessions = format!(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = '{}' AND application_name = 'runner'",
+        env.name
+    );
+    let mut admin = Client::connect(&env.server, NoTls).expect("connect as admin");
+    let pids: Vec<i32> = admin
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND application_name = 'runner'",
+            &[&env.name],
+        )
+        .expect("the tick's sessions")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(pids.len(), 1, "the tick holds one session");
+    admin
+        .execute("SELECT pg_terminate_backend($1)", &[&pids[0]])
+        .expect("end the tick's session");
+    super::common::wait_until(Duration::from_secs(120), "the session to end", || {
+        admin
+            .query_one(sessions.as_str(), &[])
+            .expect("sessions")
+            .get::<_, i64>(0)
+            == 0
+    });
+    // Idle for a while, as a connection is across a restart, before the job ends.
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(&release, "").expect("release the job");
+    let out = tick.wait_with_output().expect("wait for the tick");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(err, "", "no error line");
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
+        1,
+        "the end was recorded"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_attempts WHERE run_id = 1"),
+        1,
+        "one attempt"
+    );
+    let started = std::fs::read_to_string(&starts).expect("starts");
+    assert_eq!(started.lines().count(), 1, "run once: {started}");
+}
+
 /// A backend's schema, in the terms both can report: each table's columns (type and
 /// nullability, by name) and each index made by `CREATE INDEX` (not those behind a primary key
 /// or UNIQUE constraint, which each backend names its own way).

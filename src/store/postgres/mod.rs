@@ -17,6 +17,7 @@ pub mod pgpass;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use postgres::error::SqlState;
@@ -66,6 +67,12 @@ const MIGRATION_LOCK: i64 = 0x72_75_6e_6e_65_72;
 /// Serialises writes of the clock marks: see `lock_clock_marks`.
 const CLOCK_MARKS_LOCK: i64 = MIGRATION_LOCK + 1;
 
+/// How long a connection may sit idle before its next use checks that the server has not ended
+/// the session meanwhile (`PostgresStore::client`). The statements of a tick's busy moments come
+/// one after the other, and pay nothing; a heartbeat or a job's end, after the job ran, pays one
+/// round trip.
+const IDLE_PROBE_AFTER: Duration = Duration::from_secs(1);
+
 /// Parameters of a statement.
 type Params<'a> = Vec<&'a (dyn ToSql + Sync)>;
 
@@ -81,6 +88,8 @@ pub struct PostgresStore {
     unsynced: std::cell::Cell<bool>,
     /// Which connection `client` holds (see `prepared`).
     connection: std::cell::Cell<u64>,
+    /// When `client` was last used: see `client()`.
+    last_used: std::cell::Cell<Instant>,
     /// The plans its sessions allow (to connect again the same way).
     plans: connect::Plans,
     /// What names this database in a job's marker, as the server knows it (`Store::identity`).
@@ -108,6 +117,8 @@ thread_local! {
 struct Held<'a> {
     client: std::cell::RefMut<'a, Client>,
     outer: u64,
+    /// When the connection was last used, set on letting it go.
+    last_used: &'a std::cell::Cell<Instant>,
 }
 
 impl std::ops::Deref for Held<'_> {
@@ -126,6 +137,7 @@ impl std::ops::DerefMut for Held<'_> {
 impl Drop for Held<'_> {
     fn drop(&mut self) {
         CURRENT_CONNECTION.with(|c| c.set(self.outer));
+        self.last_used.set(Instant::now());
     }
 }
 
@@ -205,6 +217,7 @@ impl PostgresStore {
             found_version: 0,
             unsynced: std::cell::Cell::new(false),
             connection: std::cell::Cell::new(next_connection()),
+            last_used: std::cell::Cell::new(Instant::now()),
             plans,
             identity: String::new(),
         })
@@ -317,20 +330,55 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// The connection, connected again if the last one was lost (the server restarted, or a
-    /// network blip): a tick outlives both, and its next heartbeat or result should land. Only a
-    /// connection known closed is replaced, before anything is sent on it, so nothing is sent
-    /// twice; the statement that met the loss failed and said so.
+    /// The connection, connected again if the server ended the last one (it restarted, or an
+    /// administrator ended the session) or the network failed it: a tick outlives both, and its
+    /// next heartbeat or result should land.
+    ///
+    /// The client learns that the server ended its session only by sending on it: the reply to
+    /// the next statement is the server's farewell (`terminating connection due to administrator
+    /// command`), sent when the session ended, maybe long before. So the first write after a
+    /// restart used to fail, and with it a job's end: the run was recovered once its lease expired,
+    /// and the job ran again. A statement that failed so is not sent again: from its reply alone,
+    /// nothing proves that it did not run (a session ended by a shutdown that came while it
+    /// committed answers the same way), and running a claim or a job's start twice is worse than
+    /// the recovery. Instead, a connection left idle for `IDLE_PROBE_AFTER` is first asked an
+    /// empty query, which does nothing wherever it lands: if that finds the session ended, the
+    /// work goes to a new connection, and the loss cost nothing. A statement that meets a loss
+    /// anyway (one that came while it ran, or within the idle time) fails and says so.
     fn client(&self) -> StoreResult<Held<'_>> {
         let mut client = self.client.borrow_mut();
+        let ended = self.ended_while_idle(&mut client);
         if client.is_closed() {
-            let (fresh, _) = connect::connect(&self.url, &self.shown, self.plans)
-                .map_err(connect::not_reconnected)?;
+            // Connecting again failed: a loss found by the probe is reported as the loss it is,
+            // as the statement would have met it.
+            let (fresh, _) = connect::connect(&self.url, &self.shown, self.plans).map_err(
+                |error| match &ended {
+                    Some(loss) => connect::failure(&self.server, loss),
+                    None => connect::not_reconnected(error),
+                },
+            )?;
             *client = fresh;
             self.connection.set(next_connection());
         }
         let outer = CURRENT_CONNECTION.with(|c| c.replace(self.connection.get()));
-        Ok(Held { client, outer })
+        Ok(Held {
+            client,
+            outer,
+            last_used: &self.last_used,
+        })
+    }
+
+    /// How the server ended the session while it sat idle, if it did, found by an empty query
+    /// (one round trip) that failed as the client saw the connection close. A probe that times
+    /// out proves nothing: the work is sent on the connection, and meets what it meets.
+    fn ended_while_idle(&self, client: &mut Client) -> Option<postgres::Error> {
+        if client.is_closed() || self.last_used.get().elapsed() < IDLE_PROBE_AFTER {
+            return None;
+        }
+        client
+            .is_valid(connect::CONNECT_TIMEOUT)
+            .err()
+            .filter(|_| client.is_closed())
     }
 
     /// Run `work` on the connection, outside any transaction, with errors mapped to `Failure`.
