@@ -26,8 +26,9 @@ pub const LOOK_BACK: usize = 1000;
 /// The schedule's latest instants at or before `now`, newest first, at most `LOOK_BACK`: its
 /// expression's since it was created, and those its latest schedule runs were materialised for
 /// (`recorded`: at or before `now`, newest first, at most `LOOK_BACK`, as
-/// `Store::recorded_instants` reads them; manual runs are no instant), which an expression or zone it has changed from may have named.
-/// The first is its last fire time: never one from before it existed.
+/// `Store::recorded_instants` reads them; manual runs are no instant), which an expression or
+/// zone it has changed from may have named. The first is its last fire time: never one from
+/// before it existed.
 ///
 /// Once a recorded run shows the expression changed, the current one's instants count only from
 /// the schedule's last change (`updated_at`): before it the old expression ruled (an edit
