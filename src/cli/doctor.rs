@@ -1083,13 +1083,25 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                 } else {
                     String::new()
                 };
-                checks.push(Check::ok(
-                    "database",
-                    format!(
-                        "connected to {database}; runner's schema is current (version {}){upgraded}",
-                        schema.current
+                let current = format!(
+                    "connected to {database}; runner's schema is current (version {}){upgraded}",
+                    schema.current
+                );
+                checks.push(match store.write_denied() {
+                    Ok(None) => Check::ok("database", current),
+                    Ok(Some(why)) => Check::fail(
+                        "database",
+                        format!("{current}, but a tick cannot write it: {why}"),
+                        "point --db at the primary server, or grant this user SELECT, INSERT, \
+                         UPDATE and DELETE on runner's tables (see the README's Privileges)"
+                            .to_string(),
                     ),
-                ));
+                    Err(e) => Check::fail(
+                        "database",
+                        format!("{current}, but whether a tick can write it is unknown: {e:#}"),
+                        "see the message".to_string(),
+                    ),
+                });
             }
             Some(store)
         }

@@ -1412,6 +1412,13 @@ pub trait Store {
         -> Result<Vec<i64>>;
     /// When the latest tick ran, by its own clock (None: no tick ever ran).
     fn last_tick_at(&self) -> Result<Option<i64>>;
+    /// Why a tick could not write this database, though it connects and reads it (`doctor`):
+    /// PostgreSQL names a server in recovery, a read-only session, or the runner tables its user
+    /// lacks a privilege on. None where nothing says so; SQLite's file permissions are checked
+    /// by `doctor` itself.
+    fn write_denied(&self) -> Result<Option<String>> {
+        Ok(None)
+    }
     fn attempts(&self, run_id: i64) -> Result<Vec<AttemptView>>;
     fn events(&self, run_id: i64) -> Result<Vec<EventView>>;
     /// The health report at `now`; "recent" means finished at or after `recent_since`.

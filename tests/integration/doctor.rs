@@ -752,6 +752,58 @@ fn a_postgres_database_without_runners_schema_fails_with_the_init_hint() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// A PostgreSQL database doctor connects to and reads, but a tick could not write, fails the
+/// database check, saying why: a read-only session, or a user without the privileges the README
+/// lists. It passed before, while every tick exited 4.
+#[test]
+fn a_postgres_database_a_tick_cannot_write_fails_the_database_check() {
+    postgres_only!();
+    let env = Env::init();
+    let database = env.sql.query_string("SELECT current_database()", &[]);
+    let role = format!("{database}_reader");
+    env.sql.exec(&format!("CREATE ROLE {role} LOGIN"), &[]);
+    env.sql.exec(
+        &format!("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"),
+        &[],
+    );
+    let url = env.sql.location();
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    let reader = doctor_cmd(&env, None, true, &["--json"])
+        .env("RUNNER_DB", format!("{scheme}://{role}@{host}"))
+        .output()
+        .expect("runner doctor");
+    env.sql.exec(
+        &format!("ALTER DATABASE {database} SET default_transaction_read_only = on"),
+        &[],
+    );
+    let read_only = doctor(&env, None, true, &["--json"]);
+    for cleanup in [
+        format!("ALTER DATABASE {database} RESET default_transaction_read_only"),
+        format!("DROP OWNED BY {role}"),
+        format!("DROP ROLE {role}"),
+    ] {
+        env.sql.exec(&cleanup, &[]);
+    }
+
+    let (status, message, fix) = check_of(&reader, "database");
+    assert_eq!(status, "fail", "{}", stdout(&reader));
+    assert!(
+        message.contains(
+            "but a tick cannot write it: this user lacks SELECT, INSERT, UPDATE or \
+             DELETE on job_attempts, job_definitions, job_events, job_runs"
+        ),
+        "{message}"
+    );
+    assert!(fix.expect("a fix").contains("Privileges"));
+    let (status, message, _) = check_of(&read_only, "database");
+    assert_eq!(status, "fail", "{}", stdout(&read_only));
+    assert!(
+        message.contains("its sessions are read-only (default_transaction_read_only is on)"),
+        "{message}"
+    );
+}
+
 /// A PostgreSQL server doctor cannot reach is a finding naming the server and the cause, never
 /// the password. (Needs no server: nothing listens on port 1.)
 #[test]

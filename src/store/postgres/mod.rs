@@ -2409,6 +2409,34 @@ impl Store for PostgresStore {
         })
     }
 
+    fn write_denied(&self) -> StoreResult<Option<String>> {
+        // One privilege at a time: `has_table_privilege` with a list is true if any is held.
+        const DENIED: &str = "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on',
+                    ARRAY(SELECT t FROM unnest($1::text[]) t
+                          WHERE CASE WHEN to_regclass(t) IS NULL THEN false
+                                ELSE NOT (has_table_privilege(t, 'SELECT') AND has_table_privilege(t, 'INSERT')
+                                          AND has_table_privilege(t, 'UPDATE') AND has_table_privilege(t, 'DELETE'))
+                                END
+                          ORDER BY t)";
+        let tables = created_tables();
+        let (recovery, read_only, lacking): (bool, bool, Vec<String>) = self.read(|client| {
+            let row = client.query_one(DENIED, &[&tables])?;
+            Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
+        })?;
+        Ok(if recovery {
+            Some("the server is a standby (in recovery): it takes no writes".to_string())
+        } else if read_only {
+            Some("its sessions are read-only (default_transaction_read_only is on)".to_string())
+        } else if !lacking.is_empty() {
+            Some(format!(
+                "this user lacks SELECT, INSERT, UPDATE or DELETE on {}",
+                lacking.join(", ")
+            ))
+        } else {
+            None
+        })
+    }
+
     fn last_tick_at(&self) -> StoreResult<Option<i64>> {
         self.read(|client| {
             Ok(client
