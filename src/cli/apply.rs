@@ -888,7 +888,6 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-/// The file `apply` reads, for these settings.
 /// The schedule named `name` as stored now, after this apply changed it (resumed it, or
 /// materialised its due instants); an error if another command changed or removed it meanwhile.
 fn reread(store: &dyn Store, name: &str, file: &str) -> Result<Definition> {
@@ -901,6 +900,7 @@ fn reread(store: &dyn Store, name: &str, file: &str) -> Result<Definition> {
     }
 }
 
+/// The file `apply` reads, for these settings.
 fn export_entry(s: &Settings) -> ExportEntry {
     let d = Settings::defaults(&s.cron);
     let differs = |a: String, b: String| (a != b).then_some(a);
