@@ -244,7 +244,7 @@ impl SqliteStore {
             && !files::maybe_in_use(path)
             && files::immutable_read_sees_everything(path)
         {
-            return Self::open_immutable(path);
+            return Self::open_immutable(path, mode);
         }
         // READ_WRITE without CREATE: SQLite opens a read-only file read-only, so reads still work
         // and writes fail with a clear error.
@@ -259,7 +259,7 @@ impl SqliteStore {
             wal: None,
             written: Written::Nothing,
         };
-        let header = match store.configure() {
+        let header = match store.configure(mode) {
             Ok(header) => header,
             // Reading a WAL database needs its -shm file; in a directory this user cannot write,
             // SQLite cannot create it ("attempt to write a readonly database"). Without changes
@@ -268,7 +268,8 @@ impl SqliteStore {
             Err(e) if is_read_only(&e) => {
                 drop(store);
                 if files::immutable_read_sees_everything(path) {
-                    return Self::open_immutable(path).map_err(|_| open_error(path, e).into());
+                    return Self::open_immutable(path, mode)
+                        .map_err(|_| open_error(path, e).into());
                 }
                 return Err(match files::unreadable_sidecar(path)
                     .or_else(|| files::unreadable_wal(path))
@@ -280,13 +281,13 @@ impl SqliteStore {
             }
             Err(e) => return Err(open_error(path, e).into()),
         };
-        store.migrate(header)?;
+        store.migrate(header, mode)?;
         Ok(store)
     }
 
     /// Open read-only through `file:PATH?immutable=1`: no locks, no -shm, no -wal. Only for a
     /// database whose -wal is empty (see `files::immutable_read_sees_everything`).
-    fn open_immutable(path: &Path) -> Result<SqliteStore> {
+    fn open_immutable(path: &Path, mode: OpenMode) -> Result<SqliteStore> {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -301,22 +302,23 @@ impl SqliteStore {
             wal: None,
             written: Written::Nothing,
         };
-        let header = store.configure().map_err(|e| open_error(path, e))?;
-        store.migrate(header)?;
+        let header = store.configure(mode).map_err(|e| open_error(path, e))?;
+        store.migrate(header, mode)?;
         Ok(store)
     }
 
     /// Set the connection up; returns the file's header (`header`), read before anything else.
-    fn configure(&mut self) -> rusqlite::Result<Header> {
+    fn configure(&mut self, mode: OpenMode) -> rusqlite::Result<Header> {
         self.conn.busy_handler(Some(wait_while_busy))?;
         // Reading the header first turns a garbage file into NotADatabase here, not mid-command.
-        // Only a runner database this runner understands, or a new one, is switched to WAL:
-        // switching is a change to the file, and another application's database, or a newer
-        // runner's, is refused untouched (by `migrate`, next).
+        // Only a runner database this runner understands, or a new one that this command may
+        // create, is switched to WAL: switching is a change to the file, and another
+        // application's database, a newer runner's, or an empty one that only `init` may make
+        // ours, is refused untouched (by `migrate`, next).
         let header = self.header()?;
         let (app_id, version, tables) = header;
-        let ours = (app_id == APPLICATION_ID || (app_id == 0 && tables == 0))
-            && version <= MIGRATIONS.len() as i64;
+        let new = app_id == 0 && tables == 0 && mode == OpenMode::CreateIfMissing;
+        let ours = (app_id == APPLICATION_ID || new) && version <= MIGRATIONS.len() as i64;
         if ours && !self.conn.is_readonly(rusqlite::MAIN_DB)? && self.enable_wal()? == "wal" {
             self.wal = self.conn.path().map(|db| WalFile {
                 path: files::sidecar(Path::new(db), "-wal"),
@@ -365,9 +367,19 @@ impl SqliteStore {
 
     /// Bring the schema up to date, or refuse a database that is not ours or is newer, by the
     /// header `configure` read (the version is read again under the write lock before migrating).
-    fn migrate(&mut self, (app_id, version, tables): Header) -> Result<()> {
+    fn migrate(&mut self, (app_id, version, tables): Header, mode: OpenMode) -> Result<()> {
         let shown = self.path.display().to_string();
         let known = MIGRATIONS.len() as i64;
+        // A SQLite file with nothing in it (another program's new database, or one an `init` on
+        // a full disk left behind) is not a runner database yet: as with an empty file, only the
+        // commands that may create one make it one; a read must not write a schema.
+        if (app_id, version, tables) == (0, 0, 0) && mode != OpenMode::CreateIfMissing {
+            return Err(Failure::database(format!(
+                "{shown} is an empty SQLite database, not a runner database; create one with \
+                 `runner init`"
+            ))
+            .into());
+        }
         if version > known {
             return Err(Failure::database(format!(
                 "{shown} has schema version {version}, newer than this runner understands ({known}); \

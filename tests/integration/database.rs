@@ -469,6 +469,44 @@ fn a_database_from_a_newer_runner_is_refused() {
     );
 }
 
+/// A SQLite file with no tables (another program's new database, or what an `init` on a full disk
+/// leaves) is not a runner database: a read or a tick refuses it untouched, as it does an empty
+/// file, and only `init` (or `schedule add`) makes it one. Reads used to write the schema into it.
+#[test]
+fn an_empty_sqlite_database_is_refused_untouched_until_init() {
+    sqlite_only!("a SQLite file with no tables");
+    let env = Env::new();
+    {
+        let conn = Connection::open(&env.db).expect("create");
+        conn.execute_batch("CREATE TABLE t (x); DROP TABLE t;")
+            .expect("a header, no tables");
+    }
+    let before = fs::read(&env.db).expect("read");
+    assert!(!before.is_empty());
+    for args in [
+        &["tick"][..],
+        &["history"],
+        &["status"],
+        &["schedule", "list"],
+    ] {
+        let out = env.cmd().args(args).output().expect("spawn");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {err}");
+        assert!(
+            err.contains("is an empty SQLite database, not a runner database")
+                && err.contains("runner init"),
+            "{args:?}: {err}"
+        );
+        no_panic(&err);
+        assert!(
+            fs::read(&env.db).expect("read") == before,
+            "{args:?} changed the file"
+        );
+    }
+    env.ok(&["init"]);
+    env.ok(&["status"]);
+}
+
 #[test]
 fn a_sqlite_database_of_another_program_is_refused_untouched() {
     sqlite_only!("a SQLite file of another program");
