@@ -165,23 +165,61 @@ fn mask_userinfo(rest: &str) -> String {
 }
 
 /// `...?sslmode=require&password=secret` -> `...?sslmode=require&password=***`: a parameter is
-/// recognised wherever `?` or `&` starts one, so no parsing of the rest can let it through.
+/// recognised wherever `?` or `&` starts one, so no parsing of the rest can let it through, and
+/// its value runs to the next `&`, as the postgres crate reads it. The name is compared as that
+/// crate compares it too, after percent-decoding (it takes `pass%77ord=` for `password=`), and
+/// more loosely, in any case and with blanks around it: the crate refuses `PASSWORD=` and
+/// `sslpassword=` (libpq's key passphrase) as unknown, but the error shows the URL.
 fn mask_password_parameter(url: &str) -> String {
-    const KEY: &str = "password=";
     let mut shown = String::with_capacity(url.len());
     let mut rest = url;
-    while let Some(at) = rest.find(KEY) {
-        let starts_parameter = rest[..at].ends_with(['?', '&']);
-        shown.push_str(&rest[..at + KEY.len()]);
-        rest = &rest[at + KEY.len()..];
-        if starts_parameter {
-            let value_end = rest.find('&').unwrap_or(rest.len());
+    while let Some(start) = rest.find(['?', '&']) {
+        shown.push_str(&rest[..=start]);
+        rest = &rest[start + 1..];
+        let Some(name_end) = rest.find('=') else {
+            break;
+        };
+        if is_password_name(&rest[..name_end]) {
+            let value_end = rest[name_end..]
+                .find('&')
+                .map_or(rest.len(), |at| name_end + at);
+            shown.push_str(&rest[..=name_end]);
             shown.push_str("***");
             rest = &rest[value_end..];
         }
     }
     shown.push_str(rest);
     shown
+}
+
+/// Whether a URL parameter's name, as written, names a password (see `mask_password_parameter`).
+fn is_password_name(name: &str) -> bool {
+    let decoded = percent_decoded(name);
+    let name = decoded.trim_ascii();
+    name.eq_ignore_ascii_case(b"password") || name.eq_ignore_ascii_case(b"sslpassword")
+}
+
+/// `text` percent-decoded as the postgres crate decodes a URL's parts: `%` and two hex digits
+/// is that byte; any other `%` stays as written.
+fn percent_decoded(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let hex = |at: usize| bytes.get(at).and_then(|&b| char::from(b).to_digit(16));
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        match (bytes[at], hex(at + 1), hex(at + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                // Two hex digits make at most 0xff.
+                decoded.push((high * 16 + low) as u8);
+                at += 3;
+            }
+            (byte, _, _) => {
+                decoded.push(byte);
+                at += 1;
+            }
+        }
+    }
+    decoded
 }
 
 pub fn open(location: &Location, mode: OpenMode) -> anyhow::Result<Box<dyn Store>> {
@@ -1574,6 +1612,47 @@ mod tests {
         assert_eq!(
             shown("postgres://app@db/runner?old_password=x"),
             "postgres://app@db/runner?old_password=x"
+        );
+    }
+
+    /// The postgres crate percent-decodes a parameter's name: `pass%77ord=` gives it a password,
+    /// which must not show. Spellings it refuses (`PASSWORD=`, ` password=`, `sslpassword=`)
+    /// still hold a secret, and its error shows the URL: they are masked too.
+    #[test]
+    fn a_password_parameter_is_masked_however_its_name_is_written() {
+        let shown = |url: &str| Location::parse(url).to_string();
+        let config: ::postgres::Config = "postgres://app@db/runner?pass%77ord=s3cret"
+            .parse()
+            .expect("the crate takes a percent-encoded parameter name");
+        assert_eq!(config.get_password(), Some(&b"s3cret"[..]));
+        assert_eq!(
+            shown("postgres://app@db/runner?pass%77ord=s3cret"),
+            "postgres://app@db/runner?pass%77ord=***"
+        );
+        assert_eq!(
+            shown("postgres://app@db/runner?sslmode=require&%70%61%73%73%77%6F%72%64=s3cret&x=y"),
+            "postgres://app@db/runner?sslmode=require&%70%61%73%73%77%6F%72%64=***&x=y"
+        );
+        assert_eq!(
+            shown("postgres://app@db/runner?PASSWORD=s3cret"),
+            "postgres://app@db/runner?PASSWORD=***"
+        );
+        assert_eq!(
+            shown("postgres://app@db/runner?Pass%57ord=s3cret&sslmode=disable"),
+            "postgres://app@db/runner?Pass%57ord=***&sslmode=disable"
+        );
+        assert_eq!(
+            shown("postgres://app@db/runner?%20password%20=s3cret"),
+            "postgres://app@db/runner?%20password%20=***"
+        );
+        assert_eq!(
+            shown("postgres://app@db/runner?sslpassword=s3cret"),
+            "postgres://app@db/runner?sslpassword=***"
+        );
+        // Not a password: a longer name, a `%` that encodes nothing, a parameter without a value.
+        assert_eq!(
+            shown("postgres://app@db/runner?pass%77ords=x&pass%7word=y&password"),
+            "postgres://app@db/runner?pass%77ords=x&pass%7word=y&password"
         );
     }
 }
