@@ -474,6 +474,13 @@ fn chosen_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
         .or_else(|| entry.var("RUNNER_DB").map(str::to_string))
 }
 
+/// The `NAME=value` a system crontab line has where its user goes: a line written for a user's
+/// crontab (`* * * * * RUNNER_DB=... runner tick`), whose assignment cron takes for the user.
+/// No user has such a name (cron skips the line), so the line lacks its user field.
+fn assignment_for_user(entry: &CronEntry) -> Option<&str> {
+    entry.user.as_deref().filter(|user| is_assignment(user))
+}
+
 /// Why the tick refuses the database a cron line names, if it does (it then exits 2 and ticks no
 /// database): the tick's own check, [`super::named_database`], on the value the line names.
 fn refused_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
@@ -988,18 +995,27 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                         format!("{} (as {user}) uses {db}", seen.entry.source)
                     }
                     (Some(_), None) => fails(seen, ""),
-                    (None, _) => format!(
-                        "{} names user {:?}, who does not exist",
-                        seen.entry.source,
-                        passwords_masked(seen.entry.user.as_deref().unwrap_or("?"))
-                    ),
+                    (None, _) => match assignment_for_user(seen.entry) {
+                        Some(assignment) => format!(
+                            "{} has no user field: `{}` stands where its user goes (lines of \
+                             /etc/crontab and /etc/cron.d are `min hour dom mon dow USER command`)",
+                            seen.entry.source,
+                            escape_line(&passwords_masked(assignment))
+                        ),
+                        None => format!(
+                            "{} names user {:?}, who does not exist",
+                            seen.entry.source,
+                            passwords_masked(seen.entry.user.as_deref().unwrap_or("?"))
+                        ),
+                    },
                 })
                 .collect();
             // A line whose user does not exist runs nothing, whatever database it names: the
-            // user is the fix (the README's system install creates it).
+            // user is the fix (the README's system install creates it). Not for a line whose
+            // user field holds an assignment: that line lacks the field, and gets it.
             let mut missing_users: Vec<String> = tick_lines
                 .iter()
-                .filter(|seen| seen.user.is_none())
+                .filter(|seen| seen.user.is_none() && assignment_for_user(seen.entry).is_none())
                 .filter_map(|seen| seen.entry.user.as_deref().map(passwords_masked))
                 .collect();
             missing_users.sort_unstable();
@@ -1023,6 +1039,23 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                         )
                     })
                     .collect();
+                // The line with the field put in, for the user doctor runs as (doctor is run as
+                // the user cron runs the tick as).
+                for seen in tick_lines.iter().filter(|seen| seen.user.is_none()) {
+                    if let Some(assignment) = assignment_for_user(seen.entry) {
+                        let fixed = format!(
+                            "{} {my_name} {assignment} {}",
+                            seen.entry.schedule, seen.entry.command
+                        );
+                        let fix = format!(
+                            "put the user the tick runs as after the time fields: `{}`",
+                            escape_line(&passwords_masked(&fixed))
+                        );
+                        if !fixes.contains(&fix) {
+                            fixes.push(fix);
+                        }
+                    }
+                }
                 fixes.extend(fixes_of(&refused));
                 // Lines of users who exist name another database.
                 if tick_lines.iter().any(|seen| seen.database.is_some()) {

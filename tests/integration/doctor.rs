@@ -286,6 +286,51 @@ fn the_cron_line_fix_is_one_that_works() {
     );
 }
 
+/// A system crontab line whose user field holds the `RUNNER_DB=...` assignment (a user crontab's
+/// line copied into /etc/cron.d) has no user field: doctor says so and shows the line with one.
+/// It used to advise creating a user named `RUNNER_DB=...` with `useradd`.
+#[test]
+fn a_cron_d_line_without_its_user_field_is_named_so() {
+    let env = good_setup();
+    let database = env.sql.location();
+    let line = format!("* * * * * RUNNER_DB={database} {BIN} tick");
+    let out = doctor(
+        &env,
+        Some(&format!("SHELL=/bin/sh\n{line}\n")),
+        true,
+        &["--json"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, message, fix) = check_of(&out, "cron line");
+    assert_eq!(status, "fail");
+    let shown_database = runner::store::masked_url(database);
+    let assignment = format!("RUNNER_DB={shown_database}");
+    assert!(
+        message.contains(&format!(
+            "/runner:2 has no user field: `{assignment}` stands where its user goes (lines of \
+             /etc/crontab and /etc/cron.d are `min hour dom mon dow USER command`)"
+        )),
+        "{message}"
+    );
+    assert!(!message.contains("does not exist"), "{message}");
+    let fix = fix.expect("a fix");
+    assert_eq!(
+        fix,
+        format!(
+            "put the user the tick runs as after the time fields: \
+             `* * * * * {} {assignment} {BIN} tick`",
+            me()
+        )
+    );
+    assert!(!fix.contains("useradd"), "{fix}");
+
+    // The line as doctor shows it works.
+    let fixed = format!("* * * * * {} RUNNER_DB={database} {BIN} tick\n", me());
+    let out = doctor(&env, Some(&fixed), true, &["--json"]);
+    let (status, message, _) = check_of(&out, "cron line");
+    assert_eq!(status, "ok", "{message}");
+}
+
 #[test]
 fn a_command_missing_from_crons_path_is_named_with_its_schedule() {
     let env = good_setup();
@@ -888,10 +933,8 @@ fn a_password_in_a_crontab_is_never_shown() {
         // Doctor checks another database: the lines are listed as ticking another.
         let shown = doctor_on(env.sql.location(), args);
         for line in [
-            format!(
-                "names user {:?}, who does not exist",
-                format!("RUNNER_DB={masked}")
-            ),
+            format!("has no user field: `RUNNER_DB={masked}` stands where its user goes"),
+            format!("`* * * * * {} RUNNER_DB={masked} {BIN} tick`", me()),
             format!(
                 "runs `RUNNER_DB={} {BIN} tick`",
                 masked.replace("postgres:", "POSTGRES:")
