@@ -338,7 +338,42 @@ pub fn named_database(value: &str) -> Result<String, String> {
     if let (Location::Sqlite(_), Some(scheme)) = (Location::parse(value), url_scheme(value)) {
         return Err(not_a_url_we_take(value, scheme));
     }
+    // A libpq connection string (`host=db dbname=runner password=...`) taken for a file name
+    // became a SQLite database of that name, its password in the file name and every message.
+    // The value is not repeated: it may hold a password.
+    if let Some(keyword) = libpq_keyword(value) {
+        return Err(format!(
+            "it begins like a PostgreSQL key=value connection string ({keyword}=...), which \
+             runner does not take: give a URL, \
+             postgres://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE; for a SQLite file whose name \
+             begins so, write ./NAME"
+        ));
+    }
     Ok(value.to_string())
+}
+
+/// The libpq connection keyword a value begins with, as in `host=db` or `dbname = runner`.
+fn libpq_keyword(value: &str) -> Option<&str> {
+    const KEYWORDS: [&str; 12] = [
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "user",
+        "password",
+        "passfile",
+        "sslmode",
+        "service",
+        "connect_timeout",
+        "application_name",
+        "options",
+    ];
+    let value = value.trim_start();
+    let end = value
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(value.len());
+    let (word, rest) = value.split_at(end);
+    (KEYWORDS.contains(&word) && rest.trim_start().starts_with('=')).then_some(word)
 }
 
 /// The scheme a value begins with, as RFC 3986 writes one (`postgres:`, `sqlite:`, `file:`).
@@ -562,6 +597,9 @@ mod tests {
             "postgresql:///runner?host=/run/postgresql",
             "~/x.db",
             "1a:b.db",
+            "./host=db",
+            "hosts=db.db",
+            "host.db",
         ] {
             assert_eq!(named_database(taken).as_deref(), Ok(taken));
         }
@@ -577,12 +615,22 @@ mod tests {
             ("a+b.c-d:x", "(a+b.c-d:)"),
             ("POSTGRES://u@h/db", "lower case: postgres://u@h/db"),
             ("PostgreSQL://u@h/db", "lower case: postgresql://u@h/db"),
+            (
+                "host=db dbname=runner",
+                "key=value connection string (host=...)",
+            ),
+            ("dbname = runner", "(dbname=...)"),
+            (" user=runner host=/run/postgresql", "(user=...)"),
         ] {
             let message = named_database(refused).expect_err(refused);
             assert!(message.contains(says), "{refused}: {message}");
         }
         // A URL's password is never repeated.
-        for refused in ["POSTGRES://u:secret@h/db", "postgres:/u:secret@h/db"] {
+        for refused in [
+            "POSTGRES://u:secret@h/db",
+            "postgres:/u:secret@h/db",
+            "host=h password=secret",
+        ] {
             let message = named_database(refused).expect_err(refused);
             assert!(!message.contains("secret"), "{message}");
         }

@@ -105,7 +105,7 @@ fn commands_other_than_init_and_add_refuse_a_missing_database_and_create_nothing
 /// `schedule add` say "added schedule x", store nothing, and leave an empty file `:memory:`. A
 /// mistyped PostgreSQL URL (`postgres:/host/db`) became a SQLite file in the working directory
 /// (on several hosts, one each); it is refused with the URL forms runner takes, and a password
-/// in it is not repeated.
+/// in it is not repeated. So is a libpq key=value connection string.
 #[test]
 fn names_of_no_lasting_database_are_refused_and_create_nothing() {
     let env = Env::new();
@@ -123,6 +123,11 @@ fn names_of_no_lasting_database_are_refused_and_create_nothing() {
         (
             "postgres://runner:se@secret@127.0.0.1:1/runner",
             "more than one @ before its host",
+        ),
+        // A libpq connection string became a SQLite file of that name, password and all.
+        (
+            "host=127.0.0.1 dbname=runner password=secret",
+            "key=value connection string (host=...)",
         ),
     ];
     for &(value, says) in cases {
