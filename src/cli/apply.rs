@@ -25,7 +25,7 @@ use crate::display::escape_line;
 use crate::exit::Failure;
 use crate::model::{validate_name, Definition, Settings, SettingsChange};
 use crate::store::{self, Applied, DefinitionChanges, DefinitionRow, OpenMode, RunFilter, Store};
-use crate::tick::materialize::{materialize_definition, restart_cursor, resume_if_pause_ended};
+use crate::tick::materialize::{restart_cursor, settle_due};
 
 #[derive(Debug, clap::Args)]
 pub struct ApplyArgs {
@@ -832,15 +832,12 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     let mut update = Vec::new();
     for (definition, settings, _, damaged) in &plan.change {
         let mut definition = definition.clone();
-        // A `pause --for` that has ended is resumed first, as `edit` does.
-        if damaged.is_none()
-            && resume_if_pause_ended(store.as_mut(), definition.clone(), now.secs())?
-        {
-            definition = reread(store.as_ref(), &definition.name, &file)?;
-        }
-        if damaged.is_none() && !definition.settings.paused && !settings.paused {
-            materialize_definition(store.as_mut(), &definition, now, &me)?;
-            definition = reread(store.as_ref(), &definition.name, &file)?;
+        // As `edit` does: a `pause --for` that has ended is resumed first, and the instants due
+        // are settled even when the file pauses the schedule (the pause then holds their runs).
+        if damaged.is_none() {
+            let name = definition.name.clone();
+            let again = |store: &dyn Store| reread(store, &name, &file);
+            (definition, _) = settle_due(store.as_mut(), definition, now, &me, again)?;
         }
         definition.settings = settings.clone();
         definition.set_cursor(restart_cursor(

@@ -23,7 +23,7 @@ use crate::model::{
 use crate::schedule::{traps, Proposed, Timing, Trap, LAST_YEAR};
 use crate::store::{DefinitionRow, LastResult, OpenMode, Removal, Store};
 use crate::tick::materialize::{
-    materialize_definition, restart_cursor, resume_definition, resume_if_pause_ended,
+    restart_cursor, resume_definition, resume_if_pause_ended, settle_due,
 };
 use crate::tz::Tz;
 
@@ -96,6 +96,8 @@ pub enum Command {
     /// runs not yet started, retries waiting for their time, manual runs from `runner run`) are
     /// held: no tick starts them until the schedule is resumed. `status` counts them. A run that
     /// is running when the schedule is paused runs on (`runner cancel --schedule NAME` stops it).
+    /// The pause starts now: instants already due (no tick since) are materialised first, as a
+    /// tick would have, and their runs are held too.
     ///
     /// With --cancel-pending, the pending runs are cancelled instead of held (a CANCELLED event
     /// each, as `runner cancel RUN_ID` records). With --for, the first tick at or after that
@@ -517,14 +519,21 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
             (damaged.definition.clone(), Some(columns.join(", ")))
         }
     };
+    let change = args.flags.change();
+    // An invalid change is refused before anything is written.
+    definition.settings.changed(&change)?;
     let now = ctx.clock.read();
-    // A `pause --for` that has ended is resumed first, as the next tick would: the instants due
-    // since its end are the old settings', materialised below.
-    if repaired.is_none() && resume_if_pause_ended(store.as_mut(), definition.clone(), now.secs())?
-    {
-        definition = find_definition(store.as_ref(), &args.name)?;
+    // The edit takes effect from the next fire time after now. Instants that came due before the
+    // edit belong to the old settings (those since the end of a `pause --for` that has ended
+    // too): settle them as the next tick would have, even when the edit pauses the schedule (the
+    // pause then holds their runs). Not for a damaged schedule: there are no old settings to run
+    // them with.
+    let mut earlier = 0;
+    if repaired.is_none() {
+        let reread = |store: &dyn Store| find_definition(store, &args.name);
+        (definition, earlier) = settle_due(store.as_mut(), definition, now, &actor(None), reread)?;
     }
-    let mut settings = definition.settings.changed(&args.flags.change())?;
+    let mut settings = definition.settings.changed(&change)?;
     if args.active {
         settings.paused = false;
     }
@@ -533,16 +542,10 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
         definition.paused_until = None;
     }
     let timing = settings.timing()?;
-    // The edit takes effect from the next fire time after now. Instants that came due before the
-    // edit belong to the old settings: materialise them as the next tick would have (unless the
-    // schedule is or becomes paused: pausing stops materialising at once, as `pause` does; or
-    // it was damaged: there are no old settings to run them with).
-    let earlier = if !definition.settings.paused && !settings.paused && repaired.is_none() {
-        let n = materialize_definition(store.as_mut(), &definition, now, &actor(None))?;
-        definition = find_definition(store.as_ref(), &args.name)?;
-        n
+    let held = if settings.paused {
+        "; the pause holds their runs"
     } else {
-        0
+        ""
     };
     definition.settings = settings;
     // Instants up to now are handled (or, for a paused or damaged schedule, never replayed); the
@@ -563,7 +566,7 @@ fn edit(args: EditArgs, ctx: &Ctx) -> Result<()> {
         None => say!("updated schedule {name}"),
     }
     if earlier > 0 {
-        say!("({earlier} instant(s) already due were materialised under the previous settings first)");
+        say!("({earlier} instant(s) already due were materialised under the previous settings first{held})");
     }
     // From its cursor when that lies ahead (a tick whose clock ran ahead): no instant before it
     // will run.
@@ -643,12 +646,20 @@ fn remove(args: RmArgs, ctx: &Ctx) -> Result<()> {
 
 fn pause(args: PauseArgs, ctx: &Ctx) -> Result<()> {
     let mut store = ctx.open(OpenMode::MustExist)?;
-    let mut definition = find_definition(store.as_ref(), &args.name)?;
-    let now = ctx.clock.epoch();
+    let definition = find_definition(store.as_ref(), &args.name)?;
+    let read = ctx.clock.read();
+    let now = read.secs();
     let until = match args.for_duration {
         None => None,
         Some(d) => Some(pause_end(now, d)?),
     };
+    // The paused period starts now: the instants already due (no tick since; those since the end
+    // of a `pause --for` that has ended too) belong to the schedule before it. Settled first, as
+    // the next tick would have, by its catch-up policy; their runs are then held (or cancelled)
+    // below like any pending run.
+    let reread = |store: &dyn Store| find_definition(store, &args.name);
+    let (mut definition, earlier) =
+        settle_due(store.as_mut(), definition, read, &actor(None), reread)?;
     let name = escape_line(&definition.name);
     let zone = super::zone(&definition.settings.timezone);
     if definition.settings.paused && definition.pause_end() == until {
@@ -661,6 +672,14 @@ fn pause(args: PauseArgs, ctx: &Ctx) -> Result<()> {
         definition.paused_until = until;
         store.update_definition(&definition, now)?;
         say!("paused schedule {name}{}", until_text(until, zone));
+    }
+    if earlier > 0 {
+        say!(
+            "{} already due {} materialised first, as a tick would have: the pause starts after {}",
+            count(earlier, "instant"),
+            if earlier == 1 { "was" } else { "were" },
+            if earlier == 1 { "it" } else { "them" }
+        );
     }
     // Paused first, so no tick starts them meanwhile: the claim rule holds a paused schedule's runs.
     let pending = super::steer::runs_of(store.as_ref(), definition.id, RunStatus::Pending)?;

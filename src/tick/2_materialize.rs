@@ -109,6 +109,31 @@ pub fn resume_if_pause_ended(
     ))
 }
 
+/// What a command that changes a schedule at `now` (`edit`, `apply`, `pause`) does first, as the
+/// next tick would have: a `pause --for` that has ended is resumed from its end
+/// (`resume_if_pause_ended`), then the instants already due are materialised by the settings and
+/// policies they came due with (`materialize_definition`; none for a schedule still paused). The
+/// instants before now belong to the schedule as it was, so a change, a pause included, takes
+/// effect after them and drops none. Returns the schedule as stored then (read with `reread`)
+/// and how many instants were materialised.
+pub fn settle_due(
+    store: &mut dyn Store,
+    mut definition: Definition,
+    now: Now,
+    actor: &Actor,
+    reread: impl Fn(&dyn Store) -> Result<Definition>,
+) -> Result<(Definition, usize)> {
+    if resume_if_pause_ended(store, definition.clone(), now.secs())? {
+        definition = reread(store)?;
+    }
+    if definition.settings.paused {
+        return Ok((definition, 0));
+    }
+    let materialized = materialize_definition(store, &definition, now, actor)?;
+    // Read again whatever was written: the cursor may have moved (by this call, or a tick).
+    Ok((reread(store)?, materialized))
+}
+
 pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
     let now = tick.clock.read();
     let mut writer = Writer {
@@ -365,9 +390,9 @@ impl Planner {
 }
 
 /// Materialise one definition's due instants (a no-op when none are due, it is paused, or
-/// another process moved its cursor first). `schedule edit` uses it to settle instants that came
-/// due under the old settings before applying new ones.
-pub fn materialize_definition(
+/// another process moved its cursor first). `settle_due` uses it to settle the instants that came
+/// due under a schedule's settings before a command changes them.
+fn materialize_definition(
     store: &mut dyn Store,
     d: &Definition,
     now: Now,

@@ -396,6 +396,127 @@ fn a_plain_pause_or_resume_drops_the_end_of_a_timed_pause() {
     env.fails(2, &["schedule", "pause", "hourly", "--for", "soon"]);
 }
 
+/// Each run of schedule `name` as `scheduled_for status`, oldest instant first.
+fn runs_of(env: &Env, name: &str) -> Vec<String> {
+    env.sql
+        .query_rows(
+            "SELECT r.scheduled_for, r.status FROM job_runs r
+             JOIN job_definitions d ON d.id = r.definition_id
+             WHERE d.name = $1 ORDER BY r.scheduled_for",
+            &[&name],
+        )
+        .iter()
+        .map(|row| {
+            let at = chrono::DateTime::from_timestamp(row[0].i64(), 0).expect("in range");
+            format!("{} {}", at.format("%H:%M"), row[1].string())
+        })
+        .collect()
+}
+
+/// The paused period starts at the pause: an instant already due when `pause` comes (no tick
+/// since: cron's tick late, or still starting) belongs to the schedule before it. `pause`
+/// materialises it first, as that tick would have (by the catch-up policy), says so, and holds
+/// its run (or cancels it with `--cancel-pending`); it dropped them. So for the instants since
+/// the end of a `pause --for` that has ended. `resume` of a plain pause still continues from now.
+#[test]
+fn a_pause_materialises_the_instants_already_due_first_and_holds_their_runs() {
+    let env = Env::init();
+    let t0 = "2030-03-01T00:00:00Z";
+    env.add_at(Some(t0), "q", "*/5 * * * *", &[], "true");
+    let out = env.ok(&at("2030-03-01T00:05:30Z", &["schedule", "pause", "q"]));
+    assert!(
+        out.contains("1 instant already due was materialised first"),
+        "{out}"
+    );
+    assert!(out.contains("1 pending run held until it resumes"), "{out}");
+    env.tick_at("2030-03-01T00:06:00Z");
+    assert_eq!(runs_of(&env, "q"), ["00:05 pending"], "held by the pause");
+    // Resumed from now: the paused period (00:10, 00:15) is not replayed; the held run starts.
+    let out = env.ok(&at("2030-03-01T00:17:00Z", &["schedule", "resume", "q"]));
+    assert_eq!(out.trim(), "resumed schedule q", "{out}");
+    env.tick_at("2030-03-01T00:17:00Z");
+    assert_eq!(runs_of(&env, "q"), ["00:05 succeeded"]);
+
+    // A pause whose end has passed, paused again (plainly, or for a while) before the tick that
+    // would resume it: the instants since its end are the schedule's.
+    for (name, again) in [("plain", &[][..]), ("timed", &["--for", "1h"])] {
+        env.add_at(Some(t0), name, "*/5 * * * *", &[], "true");
+        env.ok(&at(t0, &["schedule", "pause", name, "--for", "5m"]));
+        env.sql.exec(
+            "UPDATE job_definitions SET paused_until = $1 WHERE name = $2",
+            &[&epoch("2030-03-01T00:05:00Z"), &name],
+        );
+        let out = env.ok(&at(
+            "2030-03-01T00:06:00Z",
+            &[&["schedule", "pause", name][..], again].concat(),
+        ));
+        assert!(
+            out.contains("1 instant already due was materialised first"),
+            "{name}: {out}"
+        );
+        env.tick_at("2030-03-01T00:07:00Z");
+        assert_eq!(runs_of(&env, name), ["00:05 pending"], "{name}");
+    }
+
+    // By the catch-up policy (latest: the newest runs, the older are skipped), and
+    // `--cancel-pending` cancels the run it materialised with the others.
+    env.add_at(Some(t0), "c", "*/5 * * * *", &[], "true");
+    let out = env.ok(&at(
+        "2030-03-01T00:16:00Z",
+        &["schedule", "pause", "c", "--cancel-pending"],
+    ));
+    assert!(
+        out.contains("3 instants already due were materialised first"),
+        "{out}"
+    );
+    assert!(out.contains("cancelled 1 pending run"), "{out}");
+    assert_eq!(
+        runs_of(&env, "c"),
+        ["00:05 skipped", "00:10 skipped", "00:15 cancelled"]
+    );
+}
+
+/// `edit --paused` and `apply` with `paused = true` pause like `pause`: the instants already due
+/// are materialised first under the settings they came due with, and held; they dropped them.
+#[test]
+fn edit_paused_and_apply_paused_materialise_the_instants_already_due_first() {
+    let env = Env::init();
+    let t0 = "2030-03-01T00:00:00Z";
+    env.add_at(Some(t0), "e", "*/5 * * * *", &[], "true");
+    env.add_at(Some(t0), "a", "*/5 * * * *", &[], "true");
+    let out = env.ok(&at(
+        "2030-03-01T00:05:30Z",
+        &["schedule", "edit", "e", "--paused"],
+    ));
+    assert!(
+        out.contains(
+            "(1 instant(s) already due were materialised under the previous settings first; \
+             the pause holds their runs)"
+        ),
+        "{out}"
+    );
+    let file = env.path("schedules.toml");
+    std::fs::write(
+        &file,
+        "[a]\ncron = \"*/5 * * * *\"\ncommand = \"true\"\npaused = true\n",
+    )
+    .expect("write file");
+    let file = file.to_str().expect("utf-8");
+    let out = env.ok(&at("2030-03-01T00:05:30Z", &["schedule", "apply", file]));
+    assert!(out.contains("1 changed"), "{out}");
+    env.tick_at("2030-03-01T00:06:00Z");
+    assert_eq!(runs_of(&env, "e"), ["00:05 pending"], "held by the pause");
+    assert_eq!(runs_of(&env, "a"), ["00:05 pending"], "held by the pause");
+
+    // Of a paused schedule nothing is due: `edit --paused` again materialises nothing.
+    let out = env.ok(&at(
+        "2030-03-01T00:11:00Z",
+        &["schedule", "edit", "e", "--paused"],
+    ));
+    assert!(!out.contains("materialised"), "{out}");
+    assert_eq!(runs_of(&env, "e"), ["00:05 pending"]);
+}
+
 #[test]
 fn edit_workdir_empty_or_no_workdir_unsets_it() {
     let env = Env::init();
