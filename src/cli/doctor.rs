@@ -52,7 +52,7 @@ pub struct Check {
     pub check: &'static str,
     pub status: Status,
     pub message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Null unless the check failed: present always, as in every other `--json` output.
     pub fix: Option<String>,
 }
 

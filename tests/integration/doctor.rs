@@ -78,6 +78,11 @@ fn check_of(out: &Output, check: &str) -> (String, String, Option<String>) {
         .iter()
         .find(|c| c["check"] == check)
         .unwrap_or_else(|| panic!("no check {check:?} in {}", stdout(out)));
+    // Every check carries every field: `fix` is null unless it failed (it used to be left out).
+    for field in ["check", "status", "message", "fix"] {
+        assert!(found.get(field).is_some(), "{field} missing from {found}");
+    }
+    assert_eq!(found["fix"].is_null(), found["status"] != "fail", "{found}");
     (
         found["status"].as_str().expect("status").to_string(),
         found["message"].as_str().expect("message").to_string(),
