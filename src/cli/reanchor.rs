@@ -9,12 +9,13 @@
 
 use anyhow::Result;
 
-use super::{find_definition, zone, Ctx};
+use super::{actor, find_definition, zone, Ctx};
 use crate::clock::CLOCK_TOLERANCE_SECS;
 use crate::display::{duration_of_secs, local_time, utc_time};
 use crate::exit::Failure;
-use crate::model::Definition;
+use crate::model::{Actor, Definition};
 use crate::store::{CursorMove, OpenMode, Reanchored, Store};
+use crate::tick::materialize::passed_over_before;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -56,8 +57,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     if definitions.is_empty() {
         say!("no schedules");
     }
+    let me = actor(None);
     for definition in definitions {
-        reanchor(store.as_mut(), definition, now)?;
+        reanchor(store.as_mut(), definition, now, &me)?;
     }
     if args.all {
         if let Some(high_water) = store.lower_clock_high_water(now)? {
@@ -73,9 +75,10 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-fn reanchor(store: &mut dyn Store, mut d: Definition, now: i64) -> Result<()> {
+fn reanchor(store: &mut dyn Store, mut d: Definition, now: i64, me: &Actor) -> Result<()> {
     for _ in 0..ATTEMPTS {
         let tz = zone(&d.settings.timezone);
+        let timing = d.settings.timing()?;
         let fire_text =
             |at: Option<i64>| at.map_or_else(|| "never".to_string(), |t| local_time(t, tz));
         let paused = if d.settings.paused { " (paused)" } else { "" };
@@ -83,15 +86,11 @@ fn reanchor(store: &mut dyn Store, mut d: Definition, now: i64) -> Result<()> {
             say!(
                 "{}{paused}: left alone, its cursor is not ahead of now (next fire {})",
                 d.name,
-                fire_text(
-                    d.settings
-                        .timing()?
-                        .next_after(d.materialized_through.max(now))
-                )
+                fire_text(timing.next_after(d.materialized_through.max(now)))
             );
             return Ok(());
         }
-        let next_fire_at = d.settings.timing()?.next_after(now);
+        let next_fire_at = timing.next_after(now);
         let cursor = CursorMove {
             definition_id: d.id,
             expected_through: d.materialized_through,
@@ -99,7 +98,9 @@ fn reanchor(store: &mut dyn Store, mut d: Definition, now: i64) -> Result<()> {
             new_through: now,
             next_fire_at,
         };
-        match store.reanchor_definition(cursor, now)? {
+        // The instants before now that the skips it forgets counted get a record of their own.
+        let record = |first_after: &_| passed_over_before(&d.name, &timing, now, first_after);
+        match store.reanchor_definition(cursor, now, me, &record)? {
             Some(done) => {
                 say!(
                     "reanchored {}{paused}: next fire {} -> {}",
@@ -107,7 +108,7 @@ fn reanchor(store: &mut dyn Store, mut d: Definition, now: i64) -> Result<()> {
                     fire_text(d.next_fire_at),
                     fire_text(next_fire_at)
                 );
-                report_runs_after(done)?;
+                report_runs_after(&done, tz)?;
                 return Ok(());
             }
             // A tick or another command changed it meanwhile: look again.
@@ -121,7 +122,7 @@ fn reanchor(store: &mut dyn Store, mut d: Definition, now: i64) -> Result<()> {
     .into())
 }
 
-fn report_runs_after(done: Reanchored) -> Result<()> {
+fn report_runs_after(done: &Reanchored, tz: crate::tz::Tz) -> Result<()> {
     if done.skips_forgotten > 0 {
         say!(
             "  forgot {} skipped instant(s) after now, skipped by the tick whose clock was ahead: \
@@ -134,6 +135,14 @@ fn report_runs_after(done: Reanchored) -> Result<()> {
             "  kept {} run(s) of instants after now (run early by that tick, or pending until \
              their time): those instants are not materialised again",
             done.runs_kept
+        );
+    }
+    if let Some(run) = &done.recorded {
+        say!(
+            "  recorded {} as skipped, the newest instant before now that tick passed over \
+             without a record: {}",
+            local_time(run.scheduled_for, tz),
+            run.skip_reason.as_deref().unwrap_or_default()
         );
     }
     Ok(())

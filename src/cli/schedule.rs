@@ -135,11 +135,14 @@ pub enum Command {
     /// schedules, and ticks print a warning while their clock is behind.
     ///
     /// For each schedule whose cursor lies more than a minute ahead of now, reanchor moves the
-    /// cursor back to now: its next fire time becomes the first instant after now. It records
-    /// no run. Instants after now that the tick with the clock ahead recorded as skipped are
-    /// forgotten, so they are decided again when they come; instants it ran (or left pending
-    /// until their time) keep their run and are not materialised again. A schedule whose cursor
-    /// is not ahead is left alone (and says so). Safe while ticks run.
+    /// cursor back to now: its next fire time becomes the first instant after now. Instants
+    /// after now that the tick with the clock ahead recorded as skipped are forgotten, so they
+    /// are decided again when they come; instants it ran (or left pending until their time) keep
+    /// their run and are not materialised again. If a forgotten skip was the one whose reason
+    /// counted older instants that tick passed over without a row each, those of them at or
+    /// before now get a record: the newest is recorded as skipped, its reason counting the
+    /// others. It records no other run. A schedule whose cursor is not ahead is left alone (and
+    /// says so). Safe while ticks run.
     ///
     /// `--all` re-anchors every schedule and also lowers the latest time a tick saw to now, so
     /// ticks stop warning that this clock is behind: use it once the clock is known to be right.

@@ -372,13 +372,26 @@ pub struct CursorMove {
 }
 
 /// What moving a schedule's cursor back did besides (see `Store::reanchor_definition`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Reanchored {
     /// Skipped instants after the new cursor, deleted so they are decided again when they come.
     pub skips_forgotten: u64,
     /// Other runs of instants after the new cursor (run early, or pending until their time):
     /// kept, and those instants are not materialised again.
     pub runs_kept: u64,
+    /// The skipped run written for instants at or before the new cursor that a forgotten skip's
+    /// reason counted (see `tick::materialize::passed_over_before`).
+    pub recorded: Option<NewRun>,
+}
+
+/// The oldest schedule run after a cursor being moved back, as it was before the move: if it
+/// is skipped, its reason may count older instants that have no run of their own.
+#[derive(Debug, Clone)]
+pub struct RunAfterCursor {
+    pub scheduled_for: i64,
+    pub status: RunStatus,
+    pub skip_reason: Option<String>,
+    pub created_at: i64,
 }
 
 /// Which runs `history` lists: newest first (by scheduled time), at most `limit`.
@@ -1427,9 +1440,18 @@ pub trait Store {
     /// what `cursor` expects, move the cursor to `cursor.new_through` (back: that is the point)
     /// and its next fire time to `cursor.next_fire_at`, bump the revision, and delete the
     /// schedule's `skipped` schedule runs scheduled after the new cursor (a tick whose clock was
-    /// ahead decided them before their time; they are decided again when they come). Returns
-    /// `None`, having changed nothing, when the schedule changed meanwhile.
-    fn reanchor_definition(&mut self, cursor: CursorMove, now: i64) -> Result<Option<Reanchored>>;
+    /// ahead decided them before their time; they are decided again when they come). `record`
+    /// is shown the oldest schedule run after the new cursor, as it was before the delete; the
+    /// run it returns, if any, is inserted (with its event, by `actor`, at `now`), unless its
+    /// instant has one. Returns `None`, having changed nothing, when the schedule changed
+    /// meanwhile.
+    fn reanchor_definition(
+        &mut self,
+        cursor: CursorMove,
+        now: i64,
+        actor: &Actor,
+        record: &dyn Fn(&RunAfterCursor) -> Option<NewRun>,
+    ) -> Result<Option<Reanchored>>;
     /// Lower the clock high-water mark to `now` if it is higher (`schedule reanchor --all`: the
     /// clock that saw it was wrong). Returns the mark it replaced, if it did.
     fn lower_clock_high_water(&mut self, now: i64) -> Result<Option<i64>>;

@@ -20,8 +20,8 @@ use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
     DefinitionRow, DueReader, EventView, Health, Imported, JobRunStats, LastResult, LeftForLater,
     Materialization, MigratedOut, MigrationBatches, OpenMode, PendingWork, PruneCounts, Reanchored,
-    Removal, Result, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage,
-    Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    Removal, Result, Rows, RunAfterCursor, RunBrief, RunFilter, RunView, RunningView,
+    SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
@@ -1275,6 +1275,35 @@ fn insert_event_with(
 /// Insert a run of definition `definition_id` with its `snapshot`, as `run` says, by `insert`
 /// (`INSERT_RUN`) on `conn`; `None` when its instant already has a schedule run (one run per
 /// instant).
+/// Insert one run of schedule `definition_id` with its event, in `tx`: its id, or None if its
+/// instant has a run already.
+fn insert_one_run(
+    tx: &Connection,
+    definition_id: i64,
+    run: &NewRun,
+    now: i64,
+    actor: &Actor,
+) -> Result<Option<i64>> {
+    let snapshot = Snapshot::read(tx, definition_id)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "the schedule of run {} was removed meanwhile",
+            run.idempotency_key
+        )
+    })?;
+    let run_id = insert_run(
+        &mut *tx.prepare_cached(INSERT_RUN)?,
+        tx,
+        definition_id,
+        &snapshot,
+        run,
+        now,
+    )?;
+    if let Some(run_id) = run_id {
+        insert_event(tx, run_id, now, actor, &run.event())?;
+    }
+    Ok(run_id)
+}
+
 fn insert_run(
     insert: &mut Statement<'_>,
     conn: &Connection,
@@ -2302,23 +2331,19 @@ impl Store for SqliteStore {
         actor: &Actor,
     ) -> Result<i64> {
         let tx = self.write()?;
-        let snapshot = Snapshot::read(&tx, definition_id)?.ok_or_else(|| {
-            anyhow::anyhow!(
-                "the schedule of run {} was removed meanwhile",
-                run.idempotency_key
-            )
-        })?;
-        let mut insert = tx.prepare_cached(INSERT_RUN)?;
-        let run_id = insert_run(&mut insert, &tx, definition_id, &snapshot, run, now)?;
-        drop(insert);
-        let run_id =
-            run_id.ok_or_else(|| anyhow::anyhow!("run {} exists already", run.idempotency_key))?;
-        insert_event(&tx, run_id, now, actor, &run.event())?;
+        let run_id = insert_one_run(&tx, definition_id, run, now, actor)?
+            .ok_or_else(|| anyhow::anyhow!("run {} exists already", run.idempotency_key))?;
         tx.commit()?;
         Ok(run_id)
     }
 
-    fn reanchor_definition(&mut self, cursor: CursorMove, now: i64) -> Result<Option<Reanchored>> {
+    fn reanchor_definition(
+        &mut self,
+        cursor: CursorMove,
+        now: i64,
+        actor: &Actor,
+        record: &dyn Fn(&RunAfterCursor) -> Option<NewRun>,
+    ) -> Result<Option<Reanchored>> {
         let tx = self.write()?;
         let moved = tx.execute(
             "UPDATE job_definitions SET materialized_through = ?4, next_fire_at = ?5, updated_at = ?6,
@@ -2336,6 +2361,23 @@ impl Store for SqliteStore {
         if moved == 0 {
             return Ok(None);
         }
+        let first_after = tx
+            .query_row(
+                "SELECT scheduled_for, status, skip_reason, created_at FROM job_runs
+                 WHERE definition_id = ?1 AND trigger = 'schedule' AND scheduled_for > ?2
+                 ORDER BY scheduled_for LIMIT 1",
+                params![cursor.definition_id, cursor.new_through],
+                |r| {
+                    Ok(RunAfterCursor {
+                        scheduled_for: r.get(0)?,
+                        status: status_from(1, r.get(1)?)?,
+                        skip_reason: r.get(2)?,
+                        created_at: r.get(3)?,
+                    })
+                },
+            )
+            .optional()?;
+        let to_record = first_after.as_ref().and_then(record);
         // Cascades to their events (a skipped run has no attempts).
         let skips_forgotten = tx.execute(
             "DELETE FROM job_runs
@@ -2348,10 +2390,16 @@ impl Store for SqliteStore {
             params![cursor.definition_id, cursor.new_through],
             |r| r.get(0),
         )?;
+        let recorded = match to_record {
+            // Not inserted: its instant has a run already, which tells of it.
+            Some(run) => insert_one_run(&tx, cursor.definition_id, &run, now, actor)?.map(|_| run),
+            None => None,
+        };
         tx.commit()?;
         Ok(Some(Reanchored {
             skips_forgotten: skips_forgotten as u64,
             runs_kept: runs_kept as u64,
+            recorded,
         }))
     }
 

@@ -16,11 +16,11 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::Tick;
 use crate::clock::{from_epoch, Now};
-use crate::model::{Actor, CatchUp, Cursor, Definition, NewRun, Overlap, Settings};
-use crate::schedule::{plan_catch_up, Decision, Timing};
+use crate::model::{Actor, CatchUp, Cursor, Definition, NewRun, Overlap, RunStatus, Settings};
+use crate::schedule::{plan_catch_up, Decision, FireTimes, Timing};
 use crate::store::{
-    Applied, CursorMove, DefinitionChanges, DefinitionRow, DueReader, Materialization, Store,
-    MATERIALIZE_BATCH,
+    Applied, CursorMove, DefinitionChanges, DefinitionRow, DueReader, Materialization,
+    RunAfterCursor, Store, MATERIALIZE_BATCH,
 };
 
 /// How many instants of one schedule a tick looks at (and records, run or skipped) at most;
@@ -368,18 +368,7 @@ impl Planner {
         if let Some((_, Decision::Skip(reason))) =
             instants.first_mut().filter(|_| due.older_dropped > 0)
         {
-            reason.push_str(&if due.older_uncounted {
-                format!(
-                    "; more than {} older missed instants, since {}, were not recorded",
-                    due.older_dropped,
-                    from_epoch(through).to_rfc3339_opts(SecondsFormat::Secs, true)
-                )
-            } else {
-                format!(
-                    "; {} older missed instants were not recorded",
-                    due.older_dropped
-                )
-            });
+            reason.push_str(&OlderNotRecorded::of(&due, through).note());
         }
         Planned {
             instants,
@@ -387,6 +376,121 @@ impl Planner {
             next_fire_at: timing.next_after(new_through),
         }
     }
+}
+
+/// The note a tick appends to the reason of the oldest instant it records (as skipped) when
+/// older ones were passed over without a row each: how many, and from which cursor when there
+/// were more than it counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OlderNotRecorded {
+    count: u64,
+    /// More than `count` (the count stopped at `OLDER_COUNT_LIMIT`); they came after `since`.
+    more: bool,
+    since: i64,
+}
+
+const NOT_RECORDED_SUFFIX: &str = " older missed instants were not recorded";
+
+impl OlderNotRecorded {
+    /// What `due`, the instants after `since` a tick looked at, left unrecorded.
+    fn of(due: &FireTimes, since: i64) -> OlderNotRecorded {
+        OlderNotRecorded {
+            count: due.older_dropped,
+            more: due.older_uncounted,
+            since,
+        }
+    }
+
+    fn note(&self) -> String {
+        if self.more {
+            format!(
+                "; more than {} older missed instants, since {}, were not recorded",
+                self.count,
+                from_epoch(self.since).to_rfc3339_opts(SecondsFormat::Secs, true)
+            )
+        } else {
+            format!("; {}{NOT_RECORDED_SUFFIX}", self.count)
+        }
+    }
+
+    /// The note at the end of a skip reason, if it has one (`since` is only known with `more`).
+    fn parse(reason: &str) -> Option<OlderNotRecorded> {
+        let (_, note) = reason.rsplit_once("; ")?;
+        if let Some(count) = note.strip_suffix(NOT_RECORDED_SUFFIX) {
+            return Some(OlderNotRecorded {
+                count: count.parse().ok()?,
+                more: false,
+                since: i64::MIN,
+            });
+        }
+        let rest = note
+            .strip_prefix("more than ")?
+            .strip_suffix(", were not recorded")?;
+        let (count, since) = rest.split_once(" older missed instants, since ")?;
+        Some(OlderNotRecorded {
+            count: count.parse().ok()?,
+            more: true,
+            since: DateTime::parse_from_rfc3339(since).ok()?.timestamp(),
+        })
+    }
+}
+
+/// `schedule reanchor` moves schedule `name`'s cursor back to `through` and forgets the skipped
+/// runs after it. The oldest of them (`first_after`) may be the one whose reason counts the
+/// older instants its tick passed over without a row each, some of them at or before `through`:
+/// once it is gone, nothing would tell of those. The skipped run that tells of them instead: at
+/// the newest of them, its reason counting the older ones. None when `first_after` counts no
+/// such instant, or all of them lie after `through` (they are decided again when they come).
+pub fn passed_over_before(
+    name: &str,
+    timing: &Timing,
+    through: i64,
+    first_after: &RunAfterCursor,
+) -> Option<NewRun> {
+    if first_after.status != RunStatus::Skipped || first_after.scheduled_for <= through {
+        return None;
+    }
+    let counted = OlderNotRecorded::parse(first_after.skip_reason.as_deref()?)?;
+    let (newest, older) = if counted.more {
+        // They are every instant since the cursor the note names.
+        let due = timing.cron.fire_times_between(
+            timing.tz,
+            from_epoch(counted.since),
+            from_epoch(through),
+            1,
+        );
+        let newest = due.instants.first()?.timestamp();
+        (newest, OlderNotRecorded::of(&due, counted.since))
+    } else {
+        // They are the `count` instants just before `first_after`: those after the cursor are
+        // not lost, the others are.
+        let after_cursor = timing.cron.fire_times_between(
+            timing.tz,
+            from_epoch(through),
+            from_epoch(first_after.scheduled_for - 1),
+            0,
+        );
+        if after_cursor.older_uncounted {
+            return None;
+        }
+        let lost = counted.count.checked_sub(after_cursor.older_dropped)?;
+        let newest = *timing.latest(i64::MIN, through, 1).first()?;
+        let older = OlderNotRecorded {
+            count: lost.checked_sub(1)?,
+            more: false,
+            since: i64::MIN,
+        };
+        (newest, older)
+    };
+    let mut reason = format!(
+        "passed over by a tick whose clock was ahead (at {}), which kept no record of it; \
+         recorded by schedule reanchor",
+        from_epoch(first_after.created_at).to_rfc3339_opts(SecondsFormat::Secs, true)
+    );
+    if older.count > 0 {
+        reason.push_str(&older.note());
+    }
+    Some(NewRun::scheduled(name, newest, Some(reason)))
 }
 
 /// Materialise one definition's due instants (a no-op when none are due, it is paused, or
@@ -436,4 +540,88 @@ fn plan(d: &Definition, planner: &Planner, now: Now) -> Materialization {
             .collect()
     });
     Materialization { cursor, plan }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> i64 {
+        DateTime::parse_from_rfc3339(s).expect("time").timestamp()
+    }
+
+    #[test]
+    fn the_note_of_older_instants_reads_back() {
+        for note in [
+            OlderNotRecorded {
+                count: 440,
+                more: false,
+                since: i64::MIN,
+            },
+            OlderNotRecorded {
+                count: 100_000,
+                more: true,
+                since: at("2030-01-01T00:00:00Z"),
+            },
+        ] {
+            let reason = format!(
+                "catch-up latest: superseded by 2030-01-06T00:00:00Z{}",
+                note.note()
+            );
+            assert_eq!(OlderNotRecorded::parse(&reason), Some(note), "{reason}");
+        }
+        assert_eq!(
+            OlderNotRecorded::parse("catch-up latest: superseded by 2030-01-06T00:00:00Z"),
+            None
+        );
+        assert_eq!(OlderNotRecorded::parse("missed by 1m (grace 0s)"), None);
+    }
+
+    /// An every-5-minutes schedule whose tick at 2030-01-06T00:00:30Z counted the 440 instants
+    /// since 2030-01-01T00:00:00Z before the oldest it recorded, 2030-01-02T12:45:00Z.
+    fn counted_skip(status: RunStatus) -> RunAfterCursor {
+        RunAfterCursor {
+            scheduled_for: at("2030-01-02T12:45:00Z"),
+            status,
+            skip_reason: Some(
+                "catch-up latest: superseded by 2030-01-06T00:00:00Z; 440 older missed instants \
+                 were not recorded"
+                    .to_string(),
+            ),
+            created_at: at("2030-01-06T00:00:30Z"),
+        }
+    }
+
+    #[test]
+    fn the_counted_instants_before_the_cursor_get_a_record() {
+        let timing = Timing::parse("*/5 * * * *", "UTC").expect("timing");
+        let skip = counted_skip(RunStatus::Skipped);
+        let run = passed_over_before("every5", &timing, at("2030-01-02T00:00:30Z"), &skip)
+            .expect("a record");
+        assert_eq!(run.scheduled_for, at("2030-01-02T00:00:00Z"));
+        assert_eq!(run.idempotency_key, "every5@2030-01-02T00:00:00Z");
+        let reason = run.skip_reason.expect("skipped");
+        assert!(
+            reason.starts_with(
+                "passed over by a tick whose clock was ahead (at 2030-01-06T00:00:30Z)"
+            ),
+            "{reason}"
+        );
+        assert!(
+            reason.ends_with("; 287 older missed instants were not recorded"),
+            "{reason}"
+        );
+        // The oldest of them alone: no older ones to count.
+        let run = passed_over_before("every5", &timing, at("2030-01-01T00:05:00Z"), &skip)
+            .expect("a record");
+        assert_eq!(run.scheduled_for, at("2030-01-01T00:05:00Z"));
+        assert!(!run.skip_reason.expect("skipped").contains("older"));
+        // Before the first of them: every one lies after the cursor and is decided again.
+        let none = passed_over_before("every5", &timing, at("2030-01-01T00:04:00Z"), &skip);
+        assert!(none.is_none(), "{none:?}");
+        // A run, or a skip at or before the cursor, is not forgotten: it tells of them itself.
+        let ran = counted_skip(RunStatus::Succeeded);
+        assert!(passed_over_before("every5", &timing, at("2030-01-02T00:00:30Z"), &ran).is_none());
+        assert!(passed_over_before("every5", &timing, at("2030-01-03T00:00:00Z"), &skip).is_none());
+    }
 }

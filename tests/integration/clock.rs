@@ -512,6 +512,112 @@ fn reanchor_forgets_instants_skipped_ahead_of_their_time() {
     assert_eq!(runs(&env, "daily", "succeeded"), 2);
 }
 
+/// A tick five days ahead records the newest 1,000 instants of an every-5-minutes schedule and
+/// counts the 440 older ones (from its cursor on) in the oldest skip's reason. Re-anchoring one
+/// day after that cursor forgets that skip with the others after now, but 288 of the instants it
+/// counted lie before now: they are neither run again nor recorded anywhere else. The re-anchor
+/// records the newest of them as skipped, its reason counting the 287 others, so `history`,
+/// `show` and `why` tell of them. The same with more older instants than a tick counts one by
+/// one (an every-minute schedule 120 days ahead), whose reason names the cursor instead.
+#[test]
+fn reanchor_keeps_a_record_of_the_instants_before_now_a_tick_ahead_only_counted() {
+    let env = Env::init();
+    env.add_at(
+        Some("2030-01-01T00:00:00Z"),
+        "every5",
+        "*/5 * * * *",
+        &[],
+        "true",
+    );
+    env.tick_at("2030-01-06T00:00:30Z");
+    let counted = |name: &str| {
+        env.sql.query_i64(
+            &format!(
+                "SELECT count(*) FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+                 WHERE d.name = '{name}' AND r.skip_reason LIKE '%older missed instants%'"
+            ),
+            &[],
+        )
+    };
+    assert_eq!(
+        counted("every5"),
+        1,
+        "the oldest skip counts the older instants"
+    );
+
+    let now = "2030-01-02T00:00:30Z";
+    let out = env.ok(&["--now", now, "schedule", "reanchor", "every5"]);
+    assert!(
+        out.contains(
+            "  recorded 2030-01-02T00:00:00+00:00 as skipped, the newest instant before now that \
+             tick passed over without a record: passed over by a tick whose clock was ahead (at \
+             2030-01-06T00:00:30Z), which kept no record of it; recorded by schedule reanchor; \
+             287 older missed instants were not recorded\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("forgot 999 skipped instant(s) after now"),
+        "{out}"
+    );
+    let skipped = json(&env.ok(&[
+        "--now", now, "history", "every5", "--status", "skipped", "--json",
+    ]));
+    let skipped = skipped.as_array().expect("array");
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(skipped[0]["scheduled_for"], "2030-01-02T00:00:00Z");
+    let reason = skipped[0]["skip_reason"].as_str().expect("reason");
+    assert!(
+        reason.ends_with("; 287 older missed instants were not recorded"),
+        "{reason}"
+    );
+    let run_id = skipped[0]["id"].as_i64().expect("id").to_string();
+    let shown = json(&env.ok(&["--now", now, "show", &run_id, "--json"]));
+    assert_eq!(shown["events"][0]["kind"], "SKIPPED", "{shown}");
+    assert_eq!(shown["events"][0]["detail"]["reason"], reason, "{shown}");
+    // `why` tells of the latest instant, and of the others through its reason.
+    let why = json(&env.ok(&["--now", now, "why", "every5", "--json"]));
+    assert_eq!(why["instant"], "2030-01-02T00:00:00Z", "{why}");
+    assert_eq!(why["cause"], "skipped_catch_up", "{why}");
+    assert_eq!(why["run"]["skip_reason"], reason, "{why}");
+    // The next instant is decided when it comes: the next tick runs it.
+    env.tick_at("2030-01-02T00:05:30Z");
+    let ran = json(&env.ok(&[
+        "--now",
+        now,
+        "why",
+        "every5",
+        "--at",
+        "2030-01-02T00:05:00Z",
+        "--json",
+    ]));
+    assert_eq!(ran["cause"], "ran", "{ran}");
+
+    // More older instants than a tick counts: the reason names the cursor they came after.
+    env.add_at(
+        Some("2030-01-06T00:00:00Z"),
+        "minutely",
+        "* * * * *",
+        &[],
+        "true",
+    );
+    env.tick_at("2030-05-01T00:00:30Z");
+    assert_eq!(counted("minutely"), 1);
+    let now = "2030-03-01T00:00:30Z";
+    let out = env.ok(&["--now", now, "schedule", "reanchor", "minutely"]);
+    let since_cursor = 54 * 1440 - 1;
+    assert!(
+        out.contains(&format!(
+            "  recorded 2030-03-01T00:00:00+00:00 as skipped, the newest instant before now \
+             that tick passed over without a record: passed over by a tick whose clock was ahead \
+             (at 2030-05-01T00:00:30Z), which kept no record of it; recorded by schedule \
+             reanchor; {since_cursor} older missed instants were not recorded\n"
+        )),
+        "{out}"
+    );
+    assert_eq!(runs(&env, "minutely", "skipped"), 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // A VM restored from a snapshot
 // ---------------------------------------------------------------------------------------------

@@ -32,8 +32,8 @@ use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
     DefinitionRow, DueReader, EventView, Health, Imported, LastResult, LeftForLater,
     Materialization, MigratedOut, MigrationBatches, OpenMode, PendingWork, PruneCounts, Reanchored,
-    Removal, Rows, RunBrief, RunFilter, RunView, RunningView, SchemaVersions, Storage, Store,
-    Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    Removal, Rows, RunAfterCursor, RunBrief, RunFilter, RunView, RunningView, SchemaVersions,
+    Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -2306,6 +2306,8 @@ impl Store for PostgresStore {
         &mut self,
         cursor: CursorMove,
         now: i64,
+        actor: &Actor,
+        record: &dyn Fn(&RunAfterCursor) -> Option<NewRun>,
     ) -> StoreResult<Option<Reanchored>> {
         self.write(|tx| {
             let moved = tx.execute(
@@ -2324,6 +2326,23 @@ impl Store for PostgresStore {
             if moved == 0 {
                 return Ok(None);
             }
+            let first_after = tx
+                .query_opt(
+                    "SELECT scheduled_for, status, skip_reason, created_at FROM job_runs
+                     WHERE definition_id = $1 AND trigger = 'schedule' AND scheduled_for > $2
+                     ORDER BY scheduled_for LIMIT 1",
+                    &[&cursor.definition_id, &cursor.new_through],
+                )?
+                .map(|row| -> Result<RunAfterCursor> {
+                    Ok(RunAfterCursor {
+                        scheduled_for: row.try_get(0)?,
+                        status: status_at(&row, 1)?,
+                        skip_reason: row.try_get(2)?,
+                        created_at: row.try_get(3)?,
+                    })
+                })
+                .transpose()?;
+            let to_record = first_after.as_ref().and_then(record);
             let skips_forgotten = tx.execute(
                 "DELETE FROM job_runs
                  WHERE definition_id = $1 AND trigger = 'schedule' AND status = 'skipped' AND scheduled_for > $2",
@@ -2336,9 +2355,18 @@ impl Store for PostgresStore {
                     &[&cursor.definition_id, &cursor.new_through],
                 )?
                 .try_get(0)?;
+            let recorded = match to_record {
+                Some(run) => {
+                    let inserted = insert_runs(tx, &[(cursor.definition_id, &run)], now, actor)?;
+                    // Not inserted: its instant has a run already, which tells of it.
+                    inserted.contains_key(&run.idempotency_key).then_some(run)
+                }
+                None => None,
+            };
             Ok(Some(Reanchored {
                 skips_forgotten,
                 runs_kept: runs_kept as u64,
+                recorded,
             }))
         })
     }
