@@ -34,8 +34,8 @@ pub struct Args {
     #[arg(long, conflicts_with = "check")]
     pub json: bool,
     /// Monitoring-plugin mode: print one summary line naming the rules that fired, and exit 0
-    /// (OK), 1 (WARNING: a due run waits too long) or 2 (CRITICAL: no recent tick, an expired
-    /// lease, or a run gone dead lately).
+    /// (OK), 1 (WARNING: a due run waits too long, or a tick ran with a clock ahead of this
+    /// host's) or 2 (CRITICAL: no recent tick, an expired lease, or a run gone dead lately).
     #[arg(long)]
     pub check: bool,
     /// With --check: critical when no tick ran for longer than this.
