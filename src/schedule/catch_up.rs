@@ -74,12 +74,14 @@ pub fn plan_catch_up(
                     let decision = if late <= grace_delta {
                         Decision::Run
                     } else {
-                        // In whole seconds, rounded up: 60.4 s late with a grace of 1m is not
-                        // "missed by 1m (grace 1m)".
-                        let late_ms = u64::try_from(late.num_milliseconds()).unwrap_or(0);
+                        // In whole seconds, rounded down (a tick seeing 09:00 at 09:10:00.3 says
+                        // "missed by 10m"), but past the grace: 60.4 s late with a grace of 1m is
+                        // not "missed by 1m (grace 1m)".
+                        let late_secs = u64::try_from(late.num_seconds()).unwrap_or(0);
+                        let shown = late_secs.max(grace.as_secs() + 1);
                         Decision::Skip(format!(
                             "missed by {} (grace {})",
-                            duration(Duration::from_secs(late_ms.div_ceil(1000))),
+                            duration(Duration::from_secs(shown)),
                             duration(grace)
                         ))
                     };
@@ -199,5 +201,13 @@ mod tests {
             plan[0].1,
             Decision::Skip("missed by 1m1s (grace 1m)".into())
         );
+        // Well past it, a fraction of a second is not rounded up into one more second.
+        let plan = plan_catch_up(
+            &[utc("2026-01-01T05:00:00Z")],
+            utc("2026-01-01T05:10:00Z") + TimeDelta::milliseconds(300),
+            CatchUp::None,
+            Duration::from_secs(300),
+        );
+        assert_eq!(plan[0].1, Decision::Skip("missed by 10m (grace 5m)".into()));
     }
 }
