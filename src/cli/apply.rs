@@ -12,7 +12,7 @@
 //! of the wrong type is not validated further); only a TOML syntax error stops the reading.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -256,13 +256,22 @@ fn error_at_line(text: &str, e: &toml::de::Error) -> FileError {
 /// found (sorted by line). A syntax error stops reading: after it the text cannot be trusted.
 /// Otherwise every table is read, and each of its keys that is unknown or has a value of the
 /// wrong type is a problem; a table without such a problem is then validated, field by field.
-pub fn read_file(text: &str) -> std::result::Result<BTreeMap<String, Settings>, Vec<FileError>> {
+///
+/// `stored_workdir` gives a schedule's workdir as stored: a file that names it unchanged is not
+/// refused when that directory is gone meanwhile (or its mount is not up yet), as `edit` of
+/// another field is not; `export | apply` stays a no-op. Any other workdir must exist.
+pub fn read_file(
+    text: &str,
+    stored_workdir: &dyn Fn(&str) -> Option<String>,
+) -> std::result::Result<BTreeMap<String, Settings>, Vec<FileError>> {
     let root = DeTable::parse(text).map_err(|e| vec![error_at_line(text, &e)])?;
     let mut schedules = BTreeMap::new();
     let mut errors = Vec::new();
     for (name, table) in root.get_ref() {
         let name = name.get_ref().as_ref();
-        match entry_of(name, table, text).and_then(|entry| settings_of(name, &entry, text)) {
+        let settings = entry_of(name, table, text)
+            .and_then(|entry| settings_of(name, &entry, text, stored_workdir));
+        match settings {
             Ok(settings) => {
                 schedules.insert(name.to_string(), settings);
             }
@@ -375,6 +384,7 @@ fn settings_of(
     name: &str,
     entry: &Spanned<Entry>,
     text: &str,
+    stored_workdir: &dyn Fn(&str) -> Option<String>,
 ) -> std::result::Result<Settings, Vec<FileError>> {
     let table_line = line_of(text, entry.span().start);
     let fail = |line: usize, field: &'static str, message: String| FileError {
@@ -508,7 +518,13 @@ fn settings_of(
             }),
         ));
     }
-    if let Some(v) = &entry.workdir {
+    // The stored workdir, unchanged and gone meanwhile: kept as it is, not checked again.
+    let kept_workdir = entry.workdir.as_ref().and_then(|v| {
+        let path = Path::new(v.get_ref());
+        (!path.exists() && stored_workdir(name).as_deref() == Some(v.get_ref().as_str()))
+            .then(|| v.get_ref().clone())
+    });
+    if let Some(v) = entry.workdir.as_ref().filter(|_| kept_workdir.is_none()) {
         steps.push((
             "workdir",
             at(v.span()),
@@ -581,7 +597,11 @@ fn settings_of(
         return Err(errors);
     }
     // Every step passed, cron's and command's too: the whole, with no stand-in left, passes.
-    check(&flags).map_err(|e| vec![fail(table_line, "", e)])
+    let mut settings = check(&flags).map_err(|e| vec![fail(table_line, "", e)])?;
+    if kept_workdir.is_some() {
+        settings.workdir = kept_workdir;
+    }
+    Ok(settings)
 }
 
 /// One field that differs: the file's name for it, and its old and new values as shown.
@@ -715,7 +735,15 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     let file = args.file.display().to_string();
     let text = std::fs::read_to_string(&args.file)
         .map_err(|e| Failure::usage(format!("cannot read {file}: {e}")))?;
-    let wanted = read_file(&text).map_err(|errors| {
+    // Read only when the file names a workdir that does not exist (see `read_file`).
+    let stored = std::cell::OnceCell::new();
+    let stored_workdir = |name: &str| {
+        stored
+            .get_or_init(|| stored_workdirs(&ctx.location))
+            .get(name)
+            .cloned()
+    };
+    let wanted = read_file(&text, &stored_workdir).map_err(|errors| {
         let lines: Vec<String> = errors
             .iter()
             .map(|e| match (e.schedule.as_str(), e.field) {
@@ -887,6 +915,21 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
 
 /// The schedule named `name` as stored now, after this apply changed it (resumed it, or
 /// materialised its due instants); an error if another command changed or removed it meanwhile.
+/// Each stored schedule's workdir, by name; none where the database cannot be read (the file's
+/// workdirs are then checked as for a new schedule, and the error says which is missing).
+fn stored_workdirs(location: &store::Location) -> BTreeMap<String, String> {
+    let Ok(Some(store)) = store::open_if_present(location) else {
+        return BTreeMap::new();
+    };
+    let Ok(rows) = store.definitions() else {
+        return BTreeMap::new();
+    };
+    rows.into_iter()
+        .filter_map(|row| row.ok())
+        .filter_map(|d| Some((d.name, d.settings.workdir?)))
+        .collect()
+}
+
 fn reread(store: &dyn Store, name: &str, file: &str) -> Result<Definition> {
     match store.definition(name)? {
         Some(Ok(d)) => Ok(d),
@@ -996,13 +1039,14 @@ mod tests {
     use super::*;
 
     fn errors(text: &str) -> Vec<FileError> {
-        read_file(text).expect_err("invalid")
+        read_file(text, &|_| None).expect_err("invalid")
     }
 
     #[test]
     fn fields_left_out_take_the_defaults_of_add() {
         let schedules = read_file(
             "[backup]\ncron = \"30 2 * * *\"\ncommand = [\"/usr/bin/backup\", \"--tag\", \"a b\"]\ntimeout = \"2h\"\n",
+            &|_| None,
         )
         .expect("valid");
         let s = &schedules["backup"];
@@ -1205,7 +1249,10 @@ mod tests {
         entries.insert("reports.daily".to_string(), export_entry(&s));
         let text = toml::to_string(&entries).expect("toml");
         assert!(text.contains("[\"reports.daily\"]"), "{text}");
-        assert_eq!(read_file(&text).expect("valid")["reports.daily"], s);
+        assert_eq!(
+            read_file(&text, &|_| None).expect("valid")["reports.daily"],
+            s
+        );
     }
 
     #[test]

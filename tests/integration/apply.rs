@@ -650,6 +650,69 @@ fn export_then_apply_is_a_no_op() {
     env.fails(3, &["schedule", "export", "nope"]);
 }
 
+/// A workdir that is gone since the schedule was added (a removed directory, a mount not up yet)
+/// does not make `export | apply` fail: the file names it unchanged, as stored, and `edit` of
+/// another field does not check it either. It used to fail the whole file (exit 2), blocking
+/// every other change in it. A workdir the file changes, or a new schedule's, must still exist.
+#[test]
+fn an_unchanged_workdir_that_is_gone_does_not_block_apply() {
+    let env = Env::init();
+    let workdir = env.path("work");
+    std::fs::create_dir(&workdir).expect("workdir");
+    let dir = workdir.to_str().expect("utf-8");
+    env.add_at(None, "job", "@daily", &["--workdir", dir], "true");
+    env.add_at(None, "other", "@daily", &[], "true");
+    let exported = env.ok(&["schedule", "export"]);
+    std::fs::remove_dir(&workdir).expect("rmdir");
+
+    let same = write(&env, "same.toml", &exported);
+    let out = env.ok(&["schedule", "apply", same.to_str().expect("utf-8")]);
+    assert!(out.contains("no changes"), "{out}");
+
+    // Another schedule's change goes through beside it.
+    let changed = write(
+        &env,
+        "changed.toml",
+        &exported.replace("[other]\ncron = \"@daily\"", "[other]\ncron = \"@hourly\""),
+    );
+    assert_ne!(std::fs::read_to_string(&changed).expect("read"), exported);
+    env.ok(&["schedule", "apply", changed.to_str().expect("utf-8")]);
+    let shown = json(&env.ok(&["schedule", "show", "job", "--json"]));
+    assert_eq!(shown["workdir"], dir, "{shown}");
+    let shown = json(&env.ok(&["schedule", "show", "other", "--json"]));
+    assert_eq!(shown["cron"], "@hourly", "{shown}");
+
+    // Pointed at another missing directory, or a new schedule's: refused, nothing changed.
+    let moved = write(
+        &env,
+        "moved.toml",
+        &exported.replace(dir, &format!("{dir}-elsewhere")),
+    );
+    let out = apply(&env, &moved, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no such directory"),
+        "{}",
+        stderr(&out)
+    );
+    let new = write(
+        &env,
+        "new.toml",
+        &format!(
+            "{exported}\n[fresh]\ncron = \"@daily\"\ncommand = \"true\"\nworkdir = \"{dir}\"\n"
+        ),
+    );
+    let out = apply(&env, &new, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("schedule fresh, field workdir")
+            && stderr(&out).contains("no such directory"),
+        "{}",
+        stderr(&out)
+    );
+    env.fails(3, &["schedule", "show", "fresh"]);
+}
+
 /// A damaged schedule cannot be exported. It used to be left out with a warning and exit 0, so
 /// the README's `export > schedules.toml`, then `apply --prune`, removed it and its runs. Now
 /// export prints the rest, names what it left out and why, warns against --prune on stderr and
