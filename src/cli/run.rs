@@ -90,7 +90,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     }
     let Some(executed) = report.executed.first() else {
         if report.errors.connection_lost {
-            // Said when it was met: the claim, or its start, could not be written.
+            // Said when it was met: the claim, or its start, could not be written, or the job was
+            // left at its gate (said here).
+            crate::tick::report_unrecorded(&report);
             return Err(Failure::TickConnectionLost(report.errors.count).into());
         }
         return Err(anyhow::anyhow!(

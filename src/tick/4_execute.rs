@@ -238,6 +238,7 @@ impl Supervisor {
             if beaten == Some(true) {
                 self.stop_lost_at_gate();
             }
+            self.leave_at_gate_if_connection_lost(tick);
         }
     }
 
@@ -252,11 +253,30 @@ impl Supervisor {
         }
     }
 
+    /// Once the connection to the database is lost, no prepared job starts, even one whose lease
+    /// a heartbeat on a new connection just renewed: nothing may be able to record its end (it
+    /// would then run again once recovered), and a look at its lease that cannot reach the
+    /// database proves nothing. Their shells exit at the gate, having run nothing of the command;
+    /// their runs are left to their leases' expiry, and recovery retries them by their policy
+    /// (`report_unrecorded` counts them). Nothing is written for them here: recovery ends their
+    /// attempts (`LEASE:EXPIRED`).
+    fn leave_at_gate_if_connection_lost(&mut self, tick: &mut Tick<'_>) {
+        if !tick.report.errors.connection_lost {
+            return;
+        }
+        for a in self.ready.drain(..) {
+            a.job.abort();
+            tick.report.not_started += 1;
+        }
+    }
+
     /// Release prepared jobs into the slots that are free; none once the tick is told to stop
-    /// (the next `stop_all_on_shutdown` stops them at their gate). Jobs that waited at their
-    /// gate have their leases looked at first (`LEASE_RECHECK_AT_GATE`).
+    /// (the next `stop_all_on_shutdown` stops them at their gate), nor once the connection to the
+    /// database is lost (`leave_at_gate_if_connection_lost`). Jobs that waited at their gate have
+    /// their leases looked at first (`LEASE_RECHECK_AT_GATE`).
     fn admit_ready(&mut self, tick: &mut Tick<'_>, concurrency: usize) {
         loop {
+            self.leave_at_gate_if_connection_lost(tick);
             let free = concurrency.saturating_sub(self.active.len());
             let next = self.ready.len().min(free);
             if next == 0 || tick.options.shutdown.load(Ordering::Relaxed) {
@@ -271,6 +291,9 @@ impl Supervisor {
                 let lost = match heartbeat(tick, self.lease_secs, self.ready.iter_mut().take(next))
                 {
                     Some(lost) => lost,
+                    // The look met a lost connection: none of them starts (the loop's next turn
+                    // leaves them at their gate).
+                    None if tick.report.errors.connection_lost => continue,
                     // The store cannot say (reported). A job seen holding its lease less than a
                     // lease ago holds it still, unless cancelled meanwhile, which the periodic
                     // heartbeat then finds, as it does for running jobs; one not seen for a
@@ -706,6 +729,15 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
         return;
     }
     test_hook("spawned");
+    if tick.report.errors.connection_lost {
+        // Spawned while the loss was met: their starts are not written (a claim is not either),
+        // and they never start; their leases expire into recovery.
+        for a in gated {
+            a.job.abort();
+            tick.report.not_started += 1;
+        }
+        return;
+    }
     let starts: Vec<StartRecord> = gated
         .iter()
         .map(|a| StartRecord {
@@ -734,6 +766,9 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
                 &e.into(),
             );
             tick.writes_failed = true;
+            if tick.report.errors.connection_lost {
+                tick.report.not_started += gated.len();
+            }
             vec![Fenced::LeaseLost; gated.len()]
         }
     };

@@ -78,6 +78,10 @@ pub struct TickReport {
     /// Attempts (run id, attempt) that ended but whose end could not be written because the
     /// connection to the database was lost: recovery decides them once their leases expire.
     pub unrecorded: Vec<(i64, u32)>,
+    /// Jobs spawned at their gate that never started because the connection to the database was
+    /// lost before their release: their shells exited without running the command, and recovery
+    /// retries their runs once their leases expire.
+    pub not_started: usize,
     /// Why automatic pruning did not run, when the clock may not decide it.
     pub auto_prune_skipped: Option<&'static str>,
     /// What automatic pruning removed (and left for the next prune), if anything, and its cutoff
@@ -238,34 +242,56 @@ pub fn runner_error(
 
 /// After a lost connection: one line naming the attempts that ended but could not be recorded
 /// (their jobs ran: recovery retries them by their policy once their leases expire, so a job
-/// that did its work runs again, as after a crash). Nothing when every end was recorded.
+/// that did its work runs again, as after a crash), and counting the jobs prepared at their gate
+/// that were not started (their commands never ran; recovery retries them too). Nothing when
+/// every end was recorded and no prepared job was left unstarted.
 pub fn report_unrecorded(report: &TickReport) {
-    if let Some(line) = unrecorded_line(&report.unrecorded) {
+    if let Some(line) = unrecorded_line(&report.unrecorded, report.not_started) {
         crate::complain!("{line}");
     }
 }
 
-fn unrecorded_line(unrecorded: &[(i64, u32)]) -> Option<String> {
+fn unrecorded_line(unrecorded: &[(i64, u32)], not_started: usize) -> Option<String> {
     const NAMED: usize = 10;
-    if unrecorded.is_empty() {
+    let mut lost = Vec::new();
+    if !unrecorded.is_empty() {
+        let mut named: Vec<String> = unrecorded
+            .iter()
+            .take(NAMED)
+            .map(|(run_id, attempt)| format!("run {run_id} (attempt {attempt})"))
+            .collect();
+        if unrecorded.len() > NAMED {
+            named.push(format!("and {} more", unrecorded.len() - NAMED));
+        }
+        let (ends, were) = match unrecorded.len() {
+            1 => ("end", "was"),
+            _ => ("ends", "were"),
+        };
+        lost.push(format!(
+            "the {ends} of {} {were} not recorded",
+            named.join(", ")
+        ));
+    }
+    if not_started > 0 {
+        let (jobs, were, commands) = match not_started {
+            1 => ("job", "was", "its command"),
+            _ => ("jobs", "were", "their commands"),
+        };
+        lost.push(format!(
+            "{not_started} prepared {jobs} {were} not started ({commands} never ran)"
+        ));
+    }
+    if lost.is_empty() {
         return None;
     }
-    let mut named: Vec<String> = unrecorded
-        .iter()
-        .take(NAMED)
-        .map(|(run_id, attempt)| format!("run {run_id} (attempt {attempt})"))
-        .collect();
-    if unrecorded.len() > NAMED {
-        named.push(format!("and {} more", unrecorded.len() - NAMED));
-    }
-    let (ends, were, it, its, leases) = match unrecorded.len() {
-        1 => ("end", "was", "it", "its", "its lease expires"),
-        _ => ("ends", "were", "them", "their", "their leases expire"),
+    let (it, its, leases) = match unrecorded.len() + not_started {
+        1 => ("it", "its", "its lease expires"),
+        _ => ("them", "their", "their leases expire"),
     };
     Some(format!(
-        "runner: error: the connection to the database was lost, so the {ends} of {} {were} \
-         not recorded: recovery retries {it} by {its} policy once {leases}",
-        named.join(", ")
+        "runner: error: the connection to the database was lost, so {}: recovery retries {it} \
+         by {its} policy once {leases}",
+        lost.join(" and ")
     ))
 }
 
@@ -349,8 +375,8 @@ mod tests {
 
     #[test]
     fn the_unrecorded_line_names_the_runs_and_says_what_becomes_of_them() {
-        assert_eq!(unrecorded_line(&[]), None);
-        let one = unrecorded_line(&[(7, 2)]).expect("a line");
+        assert_eq!(unrecorded_line(&[], 0), None);
+        let one = unrecorded_line(&[(7, 2)], 0).expect("a line");
         assert!(
             one.contains("the end of run 7 (attempt 2) was not recorded"),
             "{one}"
@@ -360,12 +386,32 @@ mod tests {
             "{one}"
         );
         let many: Vec<(i64, u32)> = (1..=12).map(|id| (id, 1)).collect();
-        let line = unrecorded_line(&many).expect("a line");
+        let line = unrecorded_line(&many, 0).expect("a line");
         assert!(line.contains("the ends of run 1 (attempt 1), "), "{line}");
         assert!(
             line.contains("run 10 (attempt 1), and 2 more were not"),
             "{line}"
         );
         assert!(line.ends_with("once their leases expire"), "{line}");
+    }
+
+    #[test]
+    fn the_unrecorded_line_counts_the_prepared_jobs_not_started() {
+        let one = unrecorded_line(&[], 1).expect("a line");
+        assert_eq!(
+            one,
+            "runner: error: the connection to the database was lost, so 1 prepared job was not \
+             started (its command never ran): recovery retries it by its policy once its lease \
+             expires"
+        );
+        let both = unrecorded_line(&[(7, 2)], 3).expect("a line");
+        assert!(
+            both.contains(
+                "so the end of run 7 (attempt 2) was not recorded and 3 prepared jobs were not \
+                 started (their commands never ran): recovery retries them by their policy once \
+                 their leases expire"
+            ),
+            "{both}"
+        );
     }
 }

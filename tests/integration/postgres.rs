@@ -1213,6 +1213,215 @@ fn the_first_write_after_the_session_was_ended_lands_on_a_new_connection() {
     assert_eq!(started.lines().count(), 1, "run once: {started}");
 }
 
+/// Jobs wait at their gate, their starts recorded, when the connection is lost (the tick stalled
+/// there; the database then refuses connections and the tick's session is ended). The look at
+/// their leases cannot reach the database, and nothing could record their ends: they used to be
+/// released all the same (seen holding their leases less than a lease ago), ran with nobody to
+/// record them, and ran again once recovery retried them. Now none starts: their shells exit at
+/// the gate, the tick's last line counts them, and recovery retries each run, which runs once.
+#[test]
+fn jobs_at_their_gate_when_the_connection_is_lost_never_start() {
+    lose_the_connection_with_jobs_at_their_gate("recorded");
+}
+
+/// The same, the loss met by the write of the jobs' starts (the tick stalled before it): they
+/// never started before either, but the tick's last line did not say so.
+#[test]
+fn jobs_whose_starts_meet_the_lost_connection_are_counted_as_not_started() {
+    lose_the_connection_with_jobs_at_their_gate("spawned");
+}
+
+/// Three jobs of one claim, spawned at their gate; the tick stalled at `point` while the
+/// database is taken away; then it goes on.
+fn lose_the_connection_with_jobs_at_their_gate(point: &str) {
+    let Some(env) = PgEnv::init() else { return };
+    let log = env.dir.path().join("log");
+    let go = env.dir.path().join("go");
+    let command = format!("echo $RUNNER_RUN_ID >> {}", log.display());
+    env.ok(&[
+        "schedule",
+        "add",
+        "held",
+        "--cron",
+        &never(),
+        "--overlap",
+        "allow",
+        "--",
+        &command,
+    ]);
+    for _ in 0..3 {
+        env.ok(&["run", "held"]);
+    }
+    let tick = env
+        .cmd()
+        .args(["tick", "--concurrency", "3"])
+        .env("RUNNER_TEST_HOOK", format!("{point}:wait={}", go.display()))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tick");
+    let reached = env.dir.path().join("go.reached");
+    wait_until(Duration::from_secs(120), "the tick to stall", || {
+        reached.exists()
+    });
+    let mut admin = Client::connect(&env.server, NoTls).expect("connect as admin");
+    take_the_database_away(&env, &mut admin);
+    // Past LEASE_RECHECK_AT_GATE (0.1 s) since the starts' commit (at `recorded`): the gates open
+    // only after a look at the leases, which meets the loss.
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&go, "").expect("let the tick go on");
+    let out = tick.wait_with_output().expect("wait for the tick");
+    bring_the_database_back(&env, &mut admin);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    let ran = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(ran, "", "no command ran: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "one line for the loss, one for the runs: {err}"
+    );
+    assert!(
+        lines[0].contains("lost the connection to PostgreSQL at 127.0.0.1")
+            && lines[0].contains("claiming no more runs"),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with(
+            "runner: error: the connection to the database was lost, so 3 prepared jobs were not \
+             started (their commands never ran)"
+        ),
+        "{err}"
+    );
+    // Later ticks (clocks past the lease and the backoff) recover the runs and retry each once.
+    for ahead in [3600, 7200] {
+        let now = database_time_plus(&env, ahead);
+        env.ok(&["--now", &now, "tick", "--concurrency", "3"]);
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded'"),
+        3
+    );
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM job_attempts WHERE attempt = 1 AND error_code = 'LEASE:EXPIRED'"
+        ),
+        3
+    );
+    let mut ran: Vec<String> = std::fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    ran.sort();
+    assert_eq!(ran, ["1", "2", "3"], "each command ran once");
+}
+
+/// `run --wait`: its job waits at its gate, its start recorded, when the connection is lost (as
+/// above). It used to be released, ran with nobody to record its end, and `run` exited with the
+/// job's code; now it never starts, `run` says so and exits 4, and recovery retries the run.
+#[test]
+fn run_wait_never_starts_its_job_at_the_gate_once_the_connection_is_lost() {
+    let Some(env) = PgEnv::init() else { return };
+    let log = env.dir.path().join("log");
+    let go = env.dir.path().join("go");
+    let command = format!("echo ran >> {}", log.display());
+    env.ok(&[
+        "schedule",
+        "add",
+        "held",
+        "--cron",
+        &never(),
+        "--",
+        &command,
+    ]);
+    let run = env
+        .cmd()
+        .args(["run", "held", "--wait"])
+        .env(
+            "RUNNER_TEST_HOOK",
+            format!("recorded:wait={}", go.display()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn run --wait");
+    let reached = env.dir.path().join("go.reached");
+    wait_until(Duration::from_secs(120), "the start to be recorded", || {
+        reached.exists()
+    });
+    let mut admin = Client::connect(&env.server, NoTls).expect("connect as admin");
+    take_the_database_away(&env, &mut admin);
+    // Past LEASE_RECHECK_AT_GATE (0.1 s): the gate opens only after a look at the lease.
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&go, "").expect("let run go on");
+    let out = run.wait_with_output().expect("wait for run");
+    bring_the_database_back(&env, &mut admin);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap_or_default(),
+        "",
+        "the command ran: {err}"
+    );
+    assert!(
+        err.lines().last().is_some_and(|line| line.starts_with(
+            "runner: error: the connection to the database was lost, so 1 prepared job was not \
+             started (its command never ran)"
+        )),
+        "{err}"
+    );
+    for ahead in [3600, 7200] {
+        let now = database_time_plus(&env, ahead);
+        env.ok(&["--now", &now, "tick"]);
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
+        1
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log).expect("log"),
+        "ran\n",
+        "run once"
+    );
+}
+
+/// The database refuses new connections and the runner's sessions are ended; returns once none
+/// is left.
+fn take_the_database_away(env: &PgEnv, admin: &mut Client) {
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {0} ALLOW_CONNECTIONS false;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}';",
+            env.name
+        ))
+        .expect("take the database away");
+    wait_until(
+        Duration::from_secs(120),
+        "the runner's sessions to end",
+        || {
+            admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = $1 AND application_name = 'runner'",
+                    &[&env.name],
+                )
+                .expect("sessions")
+                .get::<_, i64>(0)
+                == 0
+        },
+    );
+}
+
+fn bring_the_database_back(env: &PgEnv, admin: &mut Client) {
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+            env.name
+        ))
+        .expect("bring the database back");
+}
+
 /// A backend's schema, in the terms both can report: each table's columns (type and
 /// nullability, by name) and each index made by `CREATE INDEX` (not those behind a primary key
 /// or UNIQUE constraint, which each backend names its own way).
