@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 15.
+-- Schema version 16.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -104,6 +104,10 @@ CREATE TABLE job_runs (
     -- 1 while a run of a `forbid` schedule runs (set by its claim), else NULL: see the index
     -- job_runs_running_by_definition. (0012)
     running_alone     INTEGER CHECK (running_alone = 1),
+    -- A run cancelled while running, until its job is known to be stopped (its attempt closed):
+    -- the lease's expiry plus the kill grace, by which the tick holding it has stopped the job;
+    -- past it, recovery stops it. Else NULL. See the index job_runs_stopping. (0016)
+    stopping_by       INTEGER,
     CHECK ((status = 'running') = (lease_token IS NOT NULL)),
     CHECK (status <> 'running' OR (owner IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
@@ -120,6 +124,10 @@ CREATE INDEX job_runs_leases ON job_runs (lease_expires_at) WHERE status = 'runn
 CREATE UNIQUE INDEX job_runs_running_by_definition ON job_runs (definition_id, running_alone)
     WHERE status = 'running';
 CREATE INDEX job_runs_pending_by_definition ON job_runs (definition_id, run_at, id) WHERE status = 'pending';
+-- The overlap rule too: no run of a `forbid` schedule starts while the job of a run of it
+-- cancelled while running is being stopped; and recovery's look for overdue ones. Normally
+-- empty. (0016)
+CREATE INDEX job_runs_stopping ON job_runs (definition_id, stopping_by) WHERE stopping_by IS NOT NULL;
 -- History, per schedule and overall, newest first.
 CREATE INDEX job_runs_definition_history ON job_runs (definition_id, scheduled_for DESC);
 CREATE INDEX job_runs_history ON job_runs (scheduled_for DESC, id DESC);

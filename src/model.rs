@@ -1133,8 +1133,16 @@ pub enum RunChange {
     /// `max_attempts`; no longer finished.
     Requeue { due_at: i64, max_attempts: u32 },
     /// `cancelled` at `at`, with error `CANCELLED` and `detail`; the lease (if any) is released,
-    /// which is what tells the tick holding it (at its next heartbeat) to kill the job.
-    Cancel { at: i64, detail: String },
+    /// which is what tells the tick holding it (at its next heartbeat) to kill the job. A
+    /// running run's job is then being stopped until its attempt closes: `stopping_by` is its
+    /// lease's expiry plus `stop_grace_secs` (the tick holding it stops the job, SIGTERM then
+    /// SIGKILL after the kill grace, at a heartbeat before that expiry), after which recovery
+    /// stops it instead.
+    Cancel {
+        at: i64,
+        detail: String,
+        stop_grace_secs: i64,
+    },
 }
 
 /// What a steer request decides for a run in a given state.
@@ -1206,6 +1214,7 @@ impl Steer {
                 change: RunChange::Cancel {
                     at: now,
                     detail: format!("cancelled by {}", actor.owner),
+                    stop_grace_secs: crate::tick::record::KILL_GRACE.as_secs() as i64,
                 },
                 event: NewEvent::new(
                     EventKind::Cancelled,
@@ -1260,6 +1269,16 @@ pub struct ExpiredLease {
     pub lease_token: LeaseToken,
     pub lease_expires_at: i64,
     /// The attempt's processes as recorded (`None` only for a damaged database).
+    pub holder: Option<AttemptHolder>,
+}
+
+/// A run cancelled while running whose job was not known to be stopped by its `stopping_by`:
+/// the tick holding it died or hung before it could stop it.
+#[derive(Debug, Clone)]
+pub struct OverdueStop {
+    pub run_id: i64,
+    pub stopping_by: i64,
+    /// Its open attempt (`None`: closed meanwhile, or gone with a damaged database).
     pub holder: Option<AttemptHolder>,
 }
 

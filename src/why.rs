@@ -496,6 +496,7 @@ mod tests {
             last_attempt_started_at: None,
             last_duration_ms: None,
             last_exit_code: None,
+            stopping_by: None,
         }
     }
 

@@ -89,6 +89,10 @@ struct RunDetail<'a> {
     lease_expires_at_epoch: Option<i64>,
     heartbeat_at: Option<UtcTime>,
     heartbeat_at_epoch: Option<i64>,
+    /// Cancelled while running, its job not yet known stopped: the tick holding it stops it,
+    /// or, past this, the next tick does (null otherwise).
+    stopping_by: Option<UtcTime>,
+    stopping_by_epoch: Option<i64>,
     attempts: Vec<AttemptRow<'a>>,
     events: Vec<EventRow<'a>>,
     /// A pending run held by its paused schedule: why, and until when (the text's status line;
@@ -114,6 +118,8 @@ impl<'a> RunDetail<'a> {
             lease_expires_at_epoch: run.lease_expires_at,
             heartbeat_at: run.heartbeat_at.map(UtcTime),
             heartbeat_at_epoch: run.heartbeat_at,
+            stopping_by: run.stopping_by.map(UtcTime),
+            stopping_by_epoch: run.stopping_by,
             attempts: attempts.iter().map(AttemptRow::of).collect(),
             events: events.iter().map(EventRow::of).collect(),
             held: None,
@@ -343,7 +349,15 @@ fn status_line(detail: &RunDetail, tz: Tz, now: i64) -> String {
         ),
         RunStatus::Succeeded => format!("succeeded on attempt {of}"),
         RunStatus::Dead => format!("dead after attempt {of}: {code}"),
-        RunStatus::Cancelled => format!("cancelled after {} attempt(s)", run.attempt),
+        RunStatus::Cancelled => match detail.stopping_by_epoch {
+            Some(by) => format!(
+                "cancelled after {} attempt(s); its job is being stopped (by the tick holding \
+                 it, or, from {}, by the next tick)",
+                run.attempt,
+                local_time(by, tz)
+            ),
+            None => format!("cancelled after {} attempt(s)", run.attempt),
+        },
         RunStatus::Skipped => format!("skipped: {}", run.skip_reason.map(safe).unwrap_or_default()),
     }
 }

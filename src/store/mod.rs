@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, ClaimedRun, ColumnProblem, DamagedDefinition, Definition,
-    ExpiredLease, Fenced, LastRun, LeaseToken, NewEvent, NewRun, OrphanClose, RunStatus, Settings,
-    StartRecord, Steer, Steered,
+    ExpiredLease, Fenced, LastRun, LeaseToken, NewEvent, NewRun, OrphanClose, OverdueStop,
+    RunStatus, Settings, StartRecord, Steer, Steered,
 };
 
 pub use postgres::PostgresStore;
@@ -271,6 +271,8 @@ pub struct PendingWork {
     pub expired_leases: bool,
     /// An open attempt of this host whose run moved on without it (`orphaned_attempts`).
     pub orphaned_attempts: bool,
+    /// A cancelled run whose job was not stopped in time (`overdue_stops`).
+    pub overdue_stops: bool,
     /// A schedule whose timed pause ended (`ended_pauses`).
     pub ended_pauses: bool,
     /// A schedule due, or one whose due-ness cannot be judged (`due_definitions`).
@@ -433,6 +435,9 @@ pub struct RunView {
     pub last_attempt_started_at: Option<i64>,
     pub last_duration_ms: Option<i64>,
     pub last_exit_code: Option<i32>,
+    /// Cancelled while running, and its job not yet known to be stopped: by when the tick
+    /// holding it must have stopped it (after that, recovery does).
+    pub stopping_by: Option<i64>,
 }
 
 /// One attempt of a run, for `show`.
@@ -1048,6 +1053,12 @@ pub fn insert_row_sql(
     )
 }
 
+/// The attempt of the cancelled run with id parameter 1 (in the backend's syntax) was closed, its
+/// processes gone: its job no longer holds back its `forbid` schedule (`Store::claim`).
+pub fn job_stopped_sql(placeholder: &str) -> String {
+    format!("UPDATE job_runs SET stopping_by = NULL WHERE id = {placeholder} AND stopping_by IS NOT NULL")
+}
+
 /// Raises by one the dead-runs counter of the schedule of the run that just went dead (the same
 /// SQL for every backend, with the run's id as parameter 1 in the backend's syntax).
 pub fn count_dead_sql(placeholder: &str) -> String {
@@ -1303,10 +1314,10 @@ pub trait Store {
     /// `run_at <= now`, its schedule is not paused (a pause holds its runs, retries and manual
     /// runs alike, until `resume`), and, if its schedule's overlap policy is `forbid`, no run of
     /// that schedule is `running` and it is the schedule's oldest such run (by `run_at`, then id).
-    /// Nor, for `forbid`, while a run of that schedule cancelled less than a lease ago (the
-    /// claimer's) still has its attempt open: its job lives until the tick holding it stops it at
-    /// its next heartbeat. (After a lease, that tick is presumed dead, as recovery presumes: the
-    /// schedule is not held forever by a host that is gone.)
+    /// Nor, for `forbid`, while the job of a run of that schedule cancelled while running is
+    /// being stopped (its `stopping_by` is set, `job_runs_stopping`): it lives until the tick
+    /// holding it stops it at its next heartbeat and closes the attempt, or, past `stopping_by`,
+    /// until recovery stops it (`overdue_stops`).
     /// So a claim never starts a second run of a `forbid` schedule, and never takes two at once.
     /// Where claims read from snapshots (PostgreSQL), the unique index on running `forbid` runs
     /// (`running_alone`, which the claim sets) refuses the second, and the claim is made again.
@@ -1425,9 +1436,16 @@ pub trait Store {
     /// Attempts on `host` still open whose run no longer holds them (cancelled or recovered
     /// under them): their processes may be alive and must be stopped before they are closed.
     fn orphaned_attempts(&self, host: &str, limit: usize) -> Result<Vec<AttemptHolder>>;
+    /// Runs cancelled while running whose job was not known stopped by their `stopping_by`
+    /// (before `now`), with their open attempt (`None` once it is closed or gone), oldest first.
+    fn overdue_stops(&self, now: i64, limit: usize) -> Result<Vec<OverdueStop>>;
+    /// Stop waiting for the job of cancelled run `run_id` (its attempt is out of this host's
+    /// reach, or already closed): its `forbid` schedule's runs may start again.
+    fn release_stop(&mut self, run_id: i64) -> Result<()>;
     /// Close an orphaned attempt (its processes are gone) as failed with `close`'s error, and
-    /// record `close.event`; never one its run still holds under its token. False if it was
-    /// closed meanwhile.
+    /// record `close.event`; never one its run still holds under its token. Its run, if
+    /// cancelled, no longer waits for its job (`stopping_by` cleared). False if it was closed
+    /// meanwhile.
     fn close_orphaned_attempt(
         &mut self,
         holder: &AttemptHolder,

@@ -27,8 +27,9 @@ use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
-    ExpiredLease, Fenced, LastRun, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose, Overlap,
-    RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
+    ExpiredLease, Fenced, LastRun, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose,
+    OverdueStop, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
+    Steering,
 };
 
 /// A file's application id, schema version (`user_version`) and number of schema objects.
@@ -53,6 +54,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0013_status_check_pairs.sql"),
     include_str!("../../migrations/0014_pruned_success.sql"),
     include_str!("../../migrations/0015_pruned_last_run.sql"),
+    include_str!("../../migrations/0016_job_stopping.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -835,6 +837,9 @@ fn due_definitions_query() -> String {
 /// What each step of a tick looks for, written once for the step's own read and for
 /// `pending_work`'s (`?1` is now in both). A `running` run whose lease expired (runs as `r`):
 const EXPIRED_LEASE: &str = "r.status = 'running' AND r.lease_expires_at < ?1";
+/// A cancelled run whose job was not known stopped by its deadline (`job_runs_stopping`; runs
+/// as `r`):
+const OVERDUE_STOP: &str = "r.stopping_by IS NOT NULL AND r.stopping_by < ?1";
 /// A paused schedule whose timed pause ended:
 const ENDED_PAUSE: &str = "paused = 1 AND paused_until <= ?1";
 /// A due schedule:
@@ -858,6 +863,7 @@ fn pending_work_query() -> String {
              EXISTS (SELECT 1 FROM job_runs r WHERE {EXPIRED_LEASE}),
              EXISTS (SELECT 1 FROM job_attempts a JOIN job_runs r ON r.id = a.run_id
                      WHERE {}),
+             EXISTS (SELECT 1 FROM job_runs r INDEXED BY job_runs_stopping WHERE {OVERDUE_STOP}),
              EXISTS (SELECT 1 FROM job_definitions WHERE {ENDED_PAUSE}),
              EXISTS (SELECT 1 FROM job_definitions WHERE {DUE_SCHEDULE})
                  OR EXISTS (SELECT 1 FROM job_definitions WHERE {UNDECIDABLE_SCHEDULE}),
@@ -1066,7 +1072,7 @@ fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>
     // its run write landed, or when the run was cancelled under it (cancel leaves the open
     // attempt to its runner). An attempt a recovering runner closed is never rewritten. One
     // recovered from another host stays open for that host to stop and close.
-    tx.prepare_cached(
+    let closed = tx.prepare_cached(
             "UPDATE job_attempts SET finished_at = ?4, duration_ms = ?5, outcome = ?6, exit_code = ?7, error_code = ?8,
                  error_detail = ?9, stdout_tail = ?10, stderr_tail = ?11, stdout_bytes = ?12, stderr_bytes = ?13
              WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL
@@ -1080,6 +1086,11 @@ fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>
             result.attempt_left_open
         ])?;
     let at = result.finished_at;
+    if !applied && closed == 1 {
+        // Closed under its cancelled run: its job is stopped.
+        tx.prepare_cached(&super::job_stopped_sql("?1"))?
+            .execute([result.run_id])?;
+    }
     if !applied {
         // The run this attempt held: one whose attempt row is still there (a removed schedule's
         // runs and attempts are gone, and SQLite gives a new run the id of a removed newest one).
@@ -1352,7 +1363,7 @@ const RUN_VIEW: &str = "
 SELECT r.id, d.name, coalesce(r.timezone, d.timezone), r.trigger, r.status, r.scheduled_for, r.run_at, r.attempt, r.max_attempts,
        r.command, r.workdir, r.idempotency_key, r.owner, r.lease_expires_at, r.heartbeat_at,
        r.error_code, r.error_detail, r.skip_reason, r.created_at, r.started_at, r.finished_at,
-       a.started_at, a.duration_ms, a.exit_code
+       a.started_at, a.duration_ms, a.exit_code, r.stopping_by
 FROM job_runs r
 JOIN job_definitions d ON d.id = r.definition_id
 LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt";
@@ -1383,6 +1394,7 @@ fn run_view_from_row(row: &Row<'_>) -> rusqlite::Result<RunView> {
         last_attempt_started_at: row.get(21)?,
         last_duration_ms: row.get(22)?,
         last_exit_code: row.get(23)?,
+        stopping_by: row.get(24)?,
     })
 }
 
@@ -1635,11 +1647,9 @@ WHERE id IN (
       AND (d.overlap = 'allow' OR (
             -- forbid: nothing of this schedule running, and only its oldest due run
             NOT EXISTS (SELECT 1 FROM job_runs o WHERE o.definition_id = r.definition_id AND o.status = 'running')
-            -- nor a job of it cancelled within a lease and not yet stopped (see `Store::claim`)
-            AND NOT EXISTS (SELECT 1 FROM job_attempts a INDEXED BY job_attempts_open
-                            JOIN job_runs c ON c.id = a.run_id
-                            WHERE a.finished_at IS NULL AND a.definition_id = r.definition_id
-                              AND c.finished_at > 2 * :now - :lease_expires_at)
+            -- nor while the job of a run of it cancelled while running is being stopped
+            AND NOT EXISTS (SELECT 1 FROM job_runs c INDEXED BY job_runs_stopping
+                            WHERE c.definition_id = r.definition_id AND c.stopping_by IS NOT NULL)
             AND r.id = (SELECT p.id FROM job_runs p
                         WHERE p.definition_id = r.definition_id AND p.status = 'pending' AND p.run_at <= :now
                         ORDER BY p.run_at, p.id LIMIT 1)))
@@ -2112,9 +2122,10 @@ impl Store for SqliteStore {
                 Ok(PendingWork {
                     expired_leases: r.get(0)?,
                     orphaned_attempts: r.get(1)?,
-                    ended_pauses: r.get(2)?,
-                    due_schedules: r.get(3)?,
-                    due_runs: r.get(4)?,
+                    overdue_stops: r.get(2)?,
+                    ended_pauses: r.get(3)?,
+                    due_schedules: r.get(4)?,
+                    due_runs: r.get(5)?,
                 })
             })?)
     }
@@ -2293,6 +2304,40 @@ impl Store for SqliteStore {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    fn overdue_stops(&self, now: i64, limit: usize) -> Result<Vec<OverdueStop>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT r.id, r.stopping_by,
+                    a.run_id, a.attempt, a.lease_token, a.host, a.runner_pid, a.runner_start_time,
+                    a.child_pid, a.child_start_time, a.started_at
+             FROM job_runs r INDEXED BY job_runs_stopping
+             LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
+                                     AND a.finished_at IS NULL
+             WHERE {OVERDUE_STOP}
+             ORDER BY r.stopping_by
+             LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![now, limit as i64], |r| {
+            let has_attempt = r.get::<_, Option<i64>>(2)?.is_some();
+            Ok(OverdueStop {
+                run_id: r.get(0)?,
+                stopping_by: r.get(1)?,
+                holder: if has_attempt {
+                    Some(attempt_holder_from_row(r, 2)?)
+                } else {
+                    None
+                },
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn release_stop(&mut self, run_id: i64) -> Result<()> {
+        let tx = self.write()?;
+        tx.execute(&super::job_stopped_sql("?1"), [run_id])?;
+        tx.commit()?;
+        Ok(())
+    }
+
     fn close_orphaned_attempt(
         &mut self,
         holder: &AttemptHolder,
@@ -2318,6 +2363,7 @@ impl Store for SqliteStore {
         )?;
         if closed == 1 {
             insert_event(&tx, holder.run_id, now, actor, &close.event)?;
+            tx.execute(&super::job_stopped_sql("?1"), [holder.run_id])?;
         }
         tx.commit()?;
         Ok(closed == 1)
@@ -2692,11 +2738,16 @@ impl Store for SqliteStore {
                 params![run_id, from, due_at, max_attempts],
             )?,
             // The CHECK constraints: only a running run holds a lease.
-            RunChange::Cancel { at, detail } => tx.execute(
+            RunChange::Cancel {
+                at,
+                detail,
+                stop_grace_secs,
+            } => tx.execute(
                 "UPDATE job_runs SET status = 'cancelled', finished_at = ?3, owner = NULL, lease_token = NULL,
-                     lease_expires_at = NULL, heartbeat_at = NULL, error_code = ?4, error_detail = ?5
+                     lease_expires_at = NULL, heartbeat_at = NULL, error_code = ?4, error_detail = ?5,
+                     stopping_by = CASE status WHEN 'running' THEN lease_expires_at + ?6 END
                  WHERE id = ?1 AND status = ?2",
-                params![run_id, from, at, ErrorCode::Cancelled.to_string(), detail],
+                params![run_id, from, at, ErrorCode::Cancelled.to_string(), detail, stop_grace_secs],
             )?,
         };
         insert_event(&tx, run_id, now, actor, &event)?;
@@ -3495,7 +3546,9 @@ mod tests {
     /// Takes a database back to schema version 8: attempts without their schedule's id (and
     /// runs without `running_alone`, version 12, schedules without the pruned columns of
     /// versions 14 and 15; versions 10 and 11 may be applied again).
-    const BEFORE_ATTEMPT_SCHEDULE: &str = "ALTER TABLE job_definitions DROP COLUMN pruned_last_status;
+    const BEFORE_ATTEMPT_SCHEDULE: &str = "DROP INDEX job_runs_stopping;
+        ALTER TABLE job_runs DROP COLUMN stopping_by;
+        ALTER TABLE job_definitions DROP COLUMN pruned_last_status;
         ALTER TABLE job_definitions DROP COLUMN pruned_last_finished_at;
         ALTER TABLE job_definitions DROP COLUMN pruned_success_at;
         DROP INDEX job_runs_running_by_definition;
@@ -3857,6 +3910,21 @@ mod tests {
                     "analyzed: {analyzed}: walks every schedule: {lines:#?}"
                 );
             }
+            // A cancelled run's job being stopped holds its `forbid` schedule back: one probe
+            // per claimed run's schedule, and the idle tick's look for overdue ones reads only
+            // such runs.
+            let lines = plan(&store, &claim_sql(false));
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.contains("INDEX job_runs_stopping (definition_id=?")),
+                "analyzed: {analyzed}: {lines:#?}"
+            );
+            let lines = plan(&store, &pending_work_query());
+            assert!(
+                lines.iter().any(|l| l.contains("INDEX job_runs_stopping")),
+                "analyzed: {analyzed}: {lines:#?}"
+            );
         }
     }
 

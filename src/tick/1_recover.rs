@@ -2,7 +2,8 @@
 //! and retried or made dead by their policy. Their processes on this host are killed first, and
 //! the attempt is closed only once they are gone, so a run never has two attempts alive at once
 //! here. Attempts left open under a run that moved on without them (cancelled while their
-//! runner was gone) are stopped and closed the same way.
+//! runner was gone) are stopped and closed the same way, and so are those of a run cancelled
+//! while running whose runner, alive or not, did not stop its job in time.
 //!
 //! Across hosts (several hosts sharing a PostgreSQL database), a host recovers another host's
 //! expired lease too, so the run is retried; but it cannot stop processes there, so it leaves
@@ -115,6 +116,37 @@ pub fn stop_orphaned_attempts(tick: &mut Tick<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Runs cancelled while running whose job the tick holding them did not stop in time (by their
+/// lease's expiry and the kill grace: that tick died or hung): their processes on this host are
+/// stopped as `cancel` stops those of a runner that is gone, whether or not the runner is alive,
+/// and the attempt closed, so their `forbid` schedule's next run never starts beside them. One
+/// whose attempt is on another host is left to that host's tick (as for an expired lease), and
+/// no longer holds its schedule back.
+pub fn stop_overdue(tick: &mut Tick<'_>) -> Result<()> {
+    let actor = &tick.options.actor;
+    for overdue in tick
+        .store
+        .overdue_stops(tick.clock.epoch(), RECOVER_BATCH)?
+    {
+        let Some(holder) = overdue.holder.filter(|h| h.host == actor.host) else {
+            tick.store.release_stop(overdue.run_id)?;
+            continue;
+        };
+        if let Stopped::StillAlive(processes) =
+            stop_attempt(tick.store, tick.clock, actor, &holder)?
+        {
+            let error = anyhow::anyhow!(
+                "its run was cancelled, but its processes would not die ({}); its attempt stays \
+                 open until they do",
+                processes.join(", ")
+            );
+            let context = format!("run {}: stopping attempt {}", holder.run_id, holder.attempt);
+            runner_error(&mut tick.report.errors, context, &error);
+        }
+    }
+    Ok(())
+}
+
 /// What became of an attempt whose runner is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stopped {
@@ -129,10 +161,10 @@ pub fn runner_alive(holder: &AttemptHolder) -> bool {
     procfs::is_alive(holder.runner_pid, holder.runner_start_time)
 }
 
-/// Stop the processes of an attempt of this host whose runner is gone (SIGTERM, SIGKILL after the
-/// grace) and, once none is left, close the attempt: as cancelled when its run was, else as
-/// `LEASE:EXPIRED` (another host recovered the run). Used by `cancel` and by the tick's sweep of
-/// orphaned attempts.
+/// Stop the processes of an attempt of this host whose runner is gone, or did not stop them in
+/// time (SIGTERM, SIGKILL after the grace) and, once none is left, close the attempt: as
+/// cancelled when its run was, else as `LEASE:EXPIRED` (another host recovered the run). Used by
+/// `cancel`, by the tick's sweep of orphaned attempts and by `stop_overdue`.
 pub fn stop_attempt(
     store: &mut dyn Store,
     clock: &Clock,
@@ -157,8 +189,13 @@ pub fn stop_attempt(
         .run(holder.run_id)?
         .is_none_or(|run| run.status == crate::model::RunStatus::Cancelled);
     let close = if cancelled {
+        let runner = if runner_alive(holder) {
+            "had not stopped its job in time"
+        } else {
+            "was gone"
+        };
         let detail = format!(
-            "the run was cancelled while its runner (pid {}) was gone; {stopped}",
+            "the run was cancelled while its runner (pid {}) {runner}; {stopped}",
             holder.runner_pid
         );
         OrphanClose::cancelled(holder.attempt, &detail)

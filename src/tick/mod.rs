@@ -149,6 +149,9 @@ pub fn tick(
     if pending.expired_leases {
         recover::recover_expired(&mut tick)?;
     }
+    if pending.overdue_stops {
+        recover::stop_overdue(&mut tick)?;
+    }
     if pending.orphaned_attempts {
         recover::stop_orphaned_attempts(&mut tick)?;
     }

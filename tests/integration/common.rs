@@ -235,12 +235,21 @@ pub const UNDO_PRUNED_LAST_RUN: [&str; 2] = [
     "ALTER TABLE job_definitions DROP COLUMN pruned_last_finished_at",
 ];
 
+/// SQL that takes a database back to before cancelled runs kept when their job must be stopped
+/// by (SQLite schema version 16, PostgreSQL 11), on either backend.
+pub const UNDO_JOB_STOPPING: [&str; 2] = [
+    "DROP INDEX job_runs_stopping",
+    "ALTER TABLE job_runs DROP COLUMN stopping_by",
+];
+
 /// Take the database back to before attempts carried their schedule's id (SQLite schema version
-/// 9, PostgreSQL 6), and so to before the runs' `running_alone` (12 and 8) and the schedules'
-/// pruned columns (14 and 9, 15 and 10) too, on either backend, for tests that forge an older
-/// version and migrate it.
+/// 9, PostgreSQL 6), and so to before the runs' `running_alone` (12 and 8), the schedules'
+/// pruned columns (14 and 9, 15 and 10) and the runs' `stopping_by` (16 and 11) too, on either
+/// backend, for tests that forge an older version and migrate it.
 pub fn undo_attempt_schedule(env: &Env) {
     for undo in [
+        UNDO_JOB_STOPPING[0],
+        UNDO_JOB_STOPPING[1],
         UNDO_PRUNED_LAST_RUN[0],
         UNDO_PRUNED_LAST_RUN[1],
         "ALTER TABLE job_definitions DROP COLUMN pruned_success_at",

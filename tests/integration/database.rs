@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-use crate::common::{add_finished_history, mode, stderr, Env, UNDO_PRUNED_LAST_RUN};
+use crate::common::{
+    add_finished_history, mode, stderr, Env, UNDO_JOB_STOPPING, UNDO_PRUNED_LAST_RUN,
+};
 use crate::sqlite_only;
 
 /// Every path under `dir` (relative), sorted.
@@ -669,8 +671,8 @@ fn version_13s_status_check_migrates_and_every_connection_reads_it() {
     let pending = env.enqueue("job");
     let watcher = env.sql.sqlite();
     assert_eq!(temporary_btrees_per_run(&watcher), 0);
-    // As version 12 left it: the six states in one list (and no version 14 or 15 columns).
-    for undo in UNDO_PRUNED_LAST_RUN {
+    // As version 12 left it: the six states in one list (and no version 14, 15 or 16 columns).
+    for undo in UNDO_JOB_STOPPING.into_iter().chain(UNDO_PRUNED_LAST_RUN) {
         env.sql.exec(undo, &[]);
     }
     env.sql.exec(
@@ -697,7 +699,7 @@ fn version_13s_status_check_migrates_and_every_connection_reads_it() {
     let out = env.ok(&["init"]);
     assert!(
         out.starts_with(&format!(
-            "migrated {} from schema version 12 to 15",
+            "migrated {} from schema version 12 to 16",
             env.db.display()
         )),
         "{out}"

@@ -1370,12 +1370,12 @@ fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
             sqlite
                 .execute_batch("PRAGMA user_version = 5")
                 .expect("downgrade");
-            (5, 15)
+            (5, 16)
         }
         Backend::Postgres => {
             env.sql
                 .exec("DELETE FROM runner_schema_version WHERE version >= 4", &[]);
-            (3, 10)
+            (3, 11)
         }
     };
     let out = env.ok(&["init"]);

@@ -147,10 +147,10 @@ fn init_creates_the_schema_and_other_commands_need_it() {
     // dead-runs counters per schedule; 0005: the covering index of metrics; 0006: attempts name
     // their schedule; 0007: the indexes by status hold finished runs only; 0008: one running
     // run of a `forbid` schedule, held by a unique index; 0009: the last success pruning
-    // deleted; 0010: the last run pruning deleted).
+    // deleted; 0010: the last run pruning deleted; 0011: a cancelled run's job being stopped).
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        10
+        11
     );
     // The constraints and indexes SQLite has, partial ones included.
     let indexes = env.count(
@@ -585,7 +585,7 @@ fn an_init_beside_another_init_of_an_empty_database_succeeds() {
     );
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        10
+        11
     );
 }
 
@@ -645,7 +645,7 @@ fn an_init_waiting_for_another_init_to_commit_succeeds() {
     }
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        10
+        11
     );
 }
 

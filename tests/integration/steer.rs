@@ -3,14 +3,17 @@
 //! the real binary. Times are pinned with `--now`.
 
 use std::fs;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::common::{
-    assert_read_at, epoch, json, never_near, process_alive, run_ids, status_of, stderr, stdout,
-    utc, wait_until, Bg, Env, CLOCK_SLACK_SECS, RETRY_AT_ONCE,
+    assert_read_at, epoch, json, never_near, process_alive, real_now, run_ids, sh_quote, status_of,
+    stderr, stdout, utc, wait_until, Bg, Env, CLOCK_SLACK_SECS, RETRY_AT_ONCE,
 };
 
 #[test]
@@ -248,6 +251,105 @@ fn a_forbid_schedule_starts_no_run_while_a_cancelled_one_still_runs() {
         .map(String::from)
         .collect();
     assert_eq!(lines, ["start 1", "end 1", "start 2", "end 2"], "overlap");
+}
+
+/// A `forbid` schedule whose run 1 holds `lock` (then, ignoring SIGTERM, sleeps, so that only
+/// SIGKILL stops it; its pid in `pidfile`) and whose later runs log whether run 1's job still held
+/// it when they started (`overlap`) or not (`alone`). The lock goes with the last of run 1's
+/// processes, whatever pid the kernel hands out meanwhile.
+fn add_lock_holder(env: &Env, name: &str, ignore_term: bool) -> (PathBuf, PathBuf, PathBuf) {
+    let (lock, pidfile, log) = (env.path("lock"), env.path("job.pid"), env.path("log"));
+    let trap = if ignore_term { "trap '' TERM; " } else { "" };
+    let command = format!(
+        "if [ \"$RUNNER_RUN_ID\" = 1 ]; then exec 9> {lock}; flock 9; echo $$ > {pid}; {trap}sleep 60; \
+         elif flock -n {lock} true; then echo \"alone $RUNNER_RUN_ID\" >> {log}; \
+         else echo \"overlap $RUNNER_RUN_ID\" >> {log}; fi",
+        lock = sh_quote(&lock),
+        pid = sh_quote(&pidfile),
+        log = sh_quote(&log),
+    );
+    env.add(name, &[], &command);
+    (lock, pidfile, log)
+}
+
+/// Whether the lock of `add_lock_holder` is free: run 1's job is gone.
+fn lock_free(lock: &Path) -> bool {
+    Command::new("flock")
+        .args(["-n", &lock.display().to_string(), "true"])
+        .status()
+        .expect("flock")
+        .success()
+}
+
+/// `--overlap forbid` waits for a cancelled run's job until the tick holding it has stopped it,
+/// however long that takes: a job that ignores SIGTERM lives through the kill grace (10 s), far
+/// past the tick's lease (3 s), and the schedule's next run, in that same tick, starts only once
+/// it is gone. (The wait used to end a lease after the cancel.) Meanwhile `show` says so.
+#[test]
+fn a_forbid_schedule_waits_for_a_cancelled_job_through_its_kill_grace() {
+    let env = Env::init();
+    let (lock, pidfile, log) = add_lock_holder(&env, "stubborn", true);
+    env.ok(&["run", "stubborn"]);
+    let bg = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]).with_job_pidfile(&pidfile);
+    wait_until(Duration::from_secs(60), "run 1's job to start", || {
+        bg.job_pid().is_some()
+    });
+    env.ok(&["cancel", "1"]);
+    let shown = env.ok(&["show", "1"]);
+    assert!(shown.contains("its job is being stopped"), "{shown}");
+    env.ok(&["run", "stubborn"]);
+    let out = bg.finish(Duration::from_secs(120));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(lock_free(&lock), "run 1's job was stopped");
+    // Had the tick left before run 2 was due to it, a later one runs it.
+    env.ok(&["tick"]);
+    assert_eq!(
+        fs::read_to_string(&log).expect("log"),
+        "alone 2\n",
+        "overlap"
+    );
+    let shown = env.ok(&["show", "1"]);
+    assert!(!shown.contains("being stopped"), "{shown}");
+}
+
+/// A tick that hangs (SIGSTOP) holding a run that is then cancelled cannot stop its job. Once
+/// the run's lease and the kill grace are past, the next tick's recovery stops it, as it stops
+/// the jobs of expired leases (the runner's being alive notwithstanding), closes its attempt, and
+/// only then starts the schedule's next run. (It used to start that run beside the job a lease
+/// after the cancel, and no tick ever stopped the job: a cancelled run is not a running one.)
+#[test]
+fn a_hung_ticks_cancelled_job_is_stopped_before_its_schedule_runs_again() {
+    let env = Env::init();
+    let (lock, pidfile, log) = add_lock_holder(&env, "hung", false);
+    env.ok(&["run", "hung"]);
+    let bg = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]).with_job_pidfile(&pidfile);
+    wait_until(Duration::from_secs(60), "run 1's job to start", || {
+        bg.job_pid().is_some()
+    });
+    let tick_pid = Pid::from_raw(bg.pid() as i32);
+    kill(tick_pid, Signal::SIGSTOP).expect("SIGSTOP the tick");
+    let out = env.ok(&["cancel", "1"]);
+    assert!(out.contains("next heartbeat"), "{out}");
+    env.ok(&["run", "hung"]);
+    // An hour on: the hung tick's lease and the kill grace are long past.
+    let later = utc(real_now() + 3600);
+    env.tick_at(&later);
+    assert!(lock_free(&lock), "run 1's job was stopped");
+    assert_eq!(
+        fs::read_to_string(&log).expect("log"),
+        "alone 2\n",
+        "overlap"
+    );
+    let closed = env.sql.query_opt_string(
+        "SELECT error_code FROM job_attempts WHERE run_id = 1 AND finished_at IS NOT NULL",
+        &[],
+    );
+    assert_eq!(closed.as_deref(), Some("CANCELLED"));
+    // The hung tick, resumed, finds its run cancelled and its attempt closed.
+    kill(tick_pid, Signal::SIGCONT).expect("SIGCONT the tick");
+    let out = bg.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(status_of(&env, 1), "cancelled");
 }
 
 #[test]

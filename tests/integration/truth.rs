@@ -274,21 +274,21 @@ fn init_says_what_it_created_and_quiet_silences_it() {
             let db = env.db.display();
             assert_eq!(
                 created,
-                format!("created {db} (mode 0600, schema version 15)\n")
+                format!("created {db} (mode 0600, schema version 16)\n")
             );
             assert_eq!(
                 again,
-                format!("database {db} is up to date (mode 0600, schema version 15)\n")
+                format!("database {db} is up to date (mode 0600, schema version 16)\n")
             );
         }
         Backend::Postgres => {
             assert!(
                 created.starts_with("created the runner schema in postgres")
-                    && created.ends_with(" (schema version 10)\n"),
+                    && created.ends_with(" (schema version 11)\n"),
                 "{created}"
             );
             assert!(
-                again.ends_with(" is up to date (schema version 10)\n"),
+                again.ends_with(" is up to date (schema version 11)\n"),
                 "{again}"
             );
             // The server and database are named, never the password.
@@ -317,7 +317,8 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     // dead-runs counters per schedule, version 6's, nor the run tally, version 8's, nor each
     // attempt's schedule, version 9's, nor the index of undecidable schedules, version 11's, nor
     // the runs' running_alone, version 12's; version 13 changed only the text of a CHECK; nor the
-    // last success pruned, version 14's, nor the last run pruned, version 15's).
+    // last success pruned, version 14's, nor the last run pruned, version 15's, nor the runs'
+    // stopping_by, version 16's).
     undo_attempt_schedule(&env);
     env.sql
         .sqlite()
@@ -338,7 +339,7 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     assert_eq!(
         out,
         format!(
-            "migrated {} from schema version 3 to 15 (mode 0600)\n",
+            "migrated {} from schema version 3 to 16 (mode 0600)\n",
             env.db.display()
         )
     );

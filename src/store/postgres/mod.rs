@@ -40,7 +40,8 @@ use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
     EventKind, ExpiredLease, Fenced, LastRun, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose,
-    Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered, Steering,
+    OverdueStop, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
+    Steering,
 };
 
 /// What the `Store` trait's methods return: errors already classified (`Failure`), the server
@@ -59,6 +60,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0008_one_forbid_run.sql"),
     include_str!("../../../migrations/postgres/0009_pruned_success.sql"),
     include_str!("../../../migrations/postgres/0010_pruned_last_run.sql"),
+    include_str!("../../../migrations/postgres/0011_job_stopping.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
@@ -1141,7 +1143,7 @@ fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Resul
          WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL
            AND (($14 AND NOT $15) OR EXISTS (SELECT 1 FROM job_runs WHERE id = $1 AND status = 'cancelled'))",
     )?;
-    tx.execute(
+    let closed = tx.execute(
         &finish_attempt,
         &[
             &result.run_id,
@@ -1162,6 +1164,11 @@ fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Resul
         ],
     )?;
     let at = result.finished_at;
+    if !applied && closed == 1 {
+        // Closed under its cancelled run: its job is stopped.
+        let stopped = prepared(tx, &super::job_stopped_sql("$1"))?;
+        tx.execute(&stopped, &[&result.run_id])?;
+    }
     if !applied {
         // The run this attempt held: one whose attempt row is still there (a removed schedule's
         // runs and attempts are gone, and SQLite may give a new run the same id).
@@ -1372,7 +1379,7 @@ const RUN_VIEW: &str = "
 SELECT r.id, d.name, coalesce(r.timezone, d.timezone), r.trigger, r.status, r.scheduled_for, r.run_at, r.attempt, r.max_attempts,
        r.command, r.workdir, r.idempotency_key, r.owner, r.lease_expires_at, r.heartbeat_at,
        r.error_code, r.error_detail, r.skip_reason, r.created_at, r.started_at, r.finished_at,
-       a.started_at, a.duration_ms, a.exit_code
+       a.started_at, a.duration_ms, a.exit_code, r.stopping_by
 FROM job_runs r
 JOIN job_definitions d ON d.id = r.definition_id
 LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt";
@@ -1403,6 +1410,7 @@ fn run_view_from_row(row: &Row) -> Result<RunView> {
         last_attempt_started_at: row.try_get(21)?,
         last_duration_ms: row.try_get(22)?,
         last_exit_code: opt_i32_at(row, 23)?,
+        stopping_by: row.try_get(24)?,
     })
 }
 
@@ -1548,6 +1556,9 @@ SELECT (SELECT r.id FROM job_runs r
 /// What each step of a tick looks for, written once for the step's own read and for
 /// `pending_work`'s (`$1` is now in both). A `running` run whose lease expired (runs as `r`):
 const EXPIRED_LEASE: &str = "r.status = 'running' AND r.lease_expires_at < $1";
+/// A cancelled run whose job was not known stopped by its deadline (`job_runs_stopping`; runs
+/// as `r`):
+const OVERDUE_STOP: &str = "r.stopping_by IS NOT NULL AND r.stopping_by < $1";
 /// A paused schedule whose timed pause ended:
 const ENDED_PAUSE: &str = "paused = 1 AND paused_until <= $1";
 /// A due schedule:
@@ -1568,6 +1579,7 @@ fn pending_work_query() -> String {
              EXISTS (SELECT 1 FROM job_runs r WHERE {EXPIRED_LEASE}),
              EXISTS (SELECT 1 FROM job_attempts a JOIN job_runs r ON r.id = a.run_id
                      WHERE {}),
+             EXISTS (SELECT 1 FROM job_runs r WHERE {OVERDUE_STOP}),
              EXISTS (SELECT 1 FROM job_definitions WHERE {ENDED_PAUSE}),
              EXISTS (SELECT 1 FROM job_definitions WHERE {DUE_SCHEDULE}),
              ({ANYTHING_DUE_SQL})",
@@ -1598,10 +1610,9 @@ WITH picked AS (
                 -- forbid: nothing of this schedule running, and only its oldest due run
                 NOT EXISTS (SELECT 1 FROM job_runs o
                             WHERE o.definition_id = r.definition_id AND o.status = 'running')
-                -- nor a job of it cancelled within a lease and not yet stopped (see `Store::claim`)
-                AND NOT EXISTS (SELECT 1 FROM job_attempts a JOIN job_runs c ON c.id = a.run_id
-                                WHERE a.finished_at IS NULL AND a.definition_id = r.definition_id
-                                  AND c.finished_at > 2 * $3 - $2)
+                -- nor while the job of a run of it cancelled while running is being stopped
+                AND NOT EXISTS (SELECT 1 FROM job_runs c
+                                WHERE c.definition_id = r.definition_id AND c.stopping_by IS NOT NULL)
                 AND r.id = (SELECT p.id FROM job_runs p
                             WHERE p.definition_id = r.definition_id AND p.status = 'pending' AND p.run_at <= $3
                             ORDER BY p.run_at, p.id LIMIT 1)))
@@ -2073,9 +2084,10 @@ impl Store for PostgresStore {
             Ok(PendingWork {
                 expired_leases: row.try_get(0)?,
                 orphaned_attempts: row.try_get(1)?,
-                ended_pauses: row.try_get(2)?,
-                due_schedules: row.try_get(3)?,
-                due_runs: row.try_get(4)?,
+                overdue_stops: row.try_get(2)?,
+                ended_pauses: row.try_get(3)?,
+                due_schedules: row.try_get(4)?,
+                due_runs: row.try_get(5)?,
             })
         })
     }
@@ -2253,6 +2265,47 @@ impl Store for PostgresStore {
         })
     }
 
+    fn overdue_stops(&self, now: i64, limit: usize) -> StoreResult<Vec<OverdueStop>> {
+        self.read(|client| {
+            client
+                .query(
+                    &format!(
+                        "SELECT r.id, r.stopping_by,
+                                a.run_id, a.attempt, a.lease_token, a.host, a.runner_pid,
+                                a.runner_start_time, a.child_pid, a.child_start_time, a.started_at
+                         FROM job_runs r
+                         LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
+                                                 AND a.finished_at IS NULL
+                         WHERE {OVERDUE_STOP}
+                         ORDER BY r.stopping_by
+                         LIMIT $2"
+                    ),
+                    &[&now, &(limit as i64)],
+                )?
+                .iter()
+                .map(|r| {
+                    let has_attempt = r.try_get::<_, Option<i64>>(2)?.is_some();
+                    Ok(OverdueStop {
+                        run_id: r.try_get(0)?,
+                        stopping_by: r.try_get(1)?,
+                        holder: if has_attempt {
+                            Some(attempt_holder_from_row(r, 2)?)
+                        } else {
+                            None
+                        },
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn release_stop(&mut self, run_id: i64) -> StoreResult<()> {
+        self.write(|tx| {
+            tx.execute(&super::job_stopped_sql("$1"), &[&run_id])?;
+            Ok(())
+        })
+    }
+
     fn close_orphaned_attempt(
         &mut self,
         holder: &AttemptHolder,
@@ -2278,6 +2331,7 @@ impl Store for PostgresStore {
             )?;
             if closed == 1 {
                 insert_event(tx, holder.run_id, now, actor, &close.event)?;
+                tx.execute(&super::job_stopped_sql("$1"), &[&holder.run_id])?;
             }
             Ok(closed == 1)
         })
@@ -2718,10 +2772,15 @@ impl Store for PostgresStore {
                     &[&run_id, &from, &due_at, &i64::from(max_attempts)],
                 )?,
                 // The CHECK constraints: only a running run holds a lease.
-                RunChange::Cancel { at, detail } => tx.execute(
+                RunChange::Cancel {
+                    at,
+                    detail,
+                    stop_grace_secs,
+                } => tx.execute(
                     "UPDATE job_runs SET status = 'cancelled', finished_at = $3, owner = NULL,
                          lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
-                         error_code = $4, error_detail = $5
+                         error_code = $4, error_detail = $5,
+                         stopping_by = CASE status WHEN 'running' THEN lease_expires_at + $6 END
                      WHERE id = $1 AND status = $2",
                     &[
                         &run_id,
@@ -2729,6 +2788,7 @@ impl Store for PostgresStore {
                         &at,
                         &ErrorCode::Cancelled.to_string(),
                         &detail,
+                        &stop_grace_secs,
                     ],
                 )?,
             };
