@@ -389,28 +389,16 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
     if let Ok(false) = tick.store.anything_due(tick.clock.epoch()) {
         return Ok(());
     }
-    let asked = Slots::asked(tick.options.concurrency);
-    let needed = asked.files_needed();
-    let (slots, limit) = match crate::process::open_files::make_room_for(needed) {
-        Ok(()) => (asked, None),
-        Err(limit) => (asked.within(limit), Some(limit)),
+    // Made before the descriptors are counted (it opens three), and before the helpers start:
+    // its SIGCHLD handler is in place before the first job is spawned, so that no job's exit goes
+    // unheard.
+    let wakeup = Wakeup::new();
+    let Some(slots) = slots_within_open_file_limit(tick) else {
+        return Ok(());
     };
-    if let Some(limit) = limit.filter(|_| slots.running < asked.running) {
-        let (concurrency, running) = (asked.running, slots.running);
-        crate::complain!(
-            "runner: warning: the open-file limit (ulimit -n) is {limit} and its hard limit \
-             allows no more; --concurrency {concurrency} needs about {needed}: this tick runs \
-             {running} job{} at a time. Raise the hard limit (limits.conf, or `ulimit -Hn` as \
-             root), or lower --concurrency",
-            if running == 1 { "" } else { "s" }
-        );
-    }
     let (requests, queue) = mpsc::channel::<SpawnRequest>();
     let (spawned, returned) = mpsc::channel::<Spawned>();
     let queue = Mutex::new(queue);
-    // Made before the helpers start: its SIGCHLD handler is in place before the first job is
-    // spawned, so that no job's exit goes unheard.
-    let wakeup = Wakeup::new();
     std::thread::scope(|scope| {
         let mut helpers = 0;
         for _ in 0..SPAWN_THREADS {
@@ -433,6 +421,62 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
     })
 }
 
+/// Open files a tick takes besides its jobs' pipes that are not open yet when it counts the ones
+/// it has (the database's, the standard streams, the wake-up's, whatever it inherited): the
+/// output pump's epoll, opened with the first job, and the short-lived ones opened while jobs run
+/// (the supervisor's `/proc` reads, SQLite's statement journal or a look at its directory, a
+/// PostgreSQL connection made again beside the lost one).
+const FILES_OPENED_LATER: u64 = 4;
+/// Open files per job held (its gate, its stdout and stderr pipes), running or prepared ahead.
+const FILES_PER_JOB: u64 = 3;
+/// Open files a spawn under way takes beside those of the job it starts: the shell's ends of its
+/// three pipes, and the two of the pipe that reports a failed `exec` where the spawn forks.
+const FILES_PER_SPAWN: u64 = 5;
+/// Raising the soft limit costs nothing: it is raised beyond the count by this much, where the
+/// hard limit allows.
+const FILES_HEADROOM: u64 = 64;
+
+/// The slots the open-file limit holds, the soft limit raised as far as `--concurrency` needs
+/// (up to the hard limit; see `process::open_files`). Fewer than asked (said on stderr), where
+/// the hard limit holds fewer. `None` where it holds not even one job: said once as a runner
+/// error, and nothing is claimed (the runs stay pending, no attempt spent).
+fn slots_within_open_file_limit(tick: &mut Tick<'_>) -> Option<Slots> {
+    use crate::process::open_files;
+    let asked = Slots::asked(tick.options.concurrency);
+    let needed = asked.files_needed(open_files::open_below(u64::MAX));
+    let Some(limit) = open_files::raise_toward(needed.saturating_add(FILES_HEADROOM)) else {
+        return Some(asked); // no limit
+    };
+    if needed <= limit {
+        return Some(asked);
+    }
+    // Counted again: only the descriptors below the limit take room under it.
+    let open = open_files::open_below(limit);
+    let Some(slots) = asked.within(limit, open) else {
+        let least = Slots::ONE.files_needed(open);
+        let error = anyhow::anyhow!(
+            "the open-file limit (ulimit -n) is {limit} and its hard limit allows no more; {open} \
+             are open already, and running even one job at a time needs {least} in all, so the \
+             tick claims no run (they stay pending, no attempt spent). Raise the hard limit \
+             (limits.conf, or `ulimit -Hn` as root), or close what the tick inherits"
+        );
+        runner_error(&mut tick.report.errors, "running jobs", &error);
+        return None;
+    };
+    if slots.running < asked.running {
+        let (concurrency, needed, running) =
+            (asked.running, asked.files_needed(open), slots.running);
+        crate::complain!(
+            "runner: warning: the open-file limit (ulimit -n) is {limit} and its hard limit \
+             allows no more; --concurrency {concurrency} needs {needed}: this tick runs \
+             {running} job{} at a time. Raise the hard limit (limits.conf, or `ulimit -Hn` as \
+             root), or lower --concurrency",
+            if running == 1 { "" } else { "s" }
+        );
+    }
+    Some(slots)
+}
+
 /// How many jobs a tick runs at once, and how many more it may hold prepared at their gate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Slots {
@@ -440,13 +484,13 @@ struct Slots {
     ahead: usize,
 }
 
-/// Open files a tick needs besides its jobs' pipes: the database's files, the standard streams,
-/// the wake-up's pipe, the pump's epoll, `/proc` reads; with a margin.
-const FILES_BESIDE_JOBS: u64 = 64;
-/// Open files per job held (its gate, its stdout and stderr pipes), and per spawn under way.
-const FILES_PER_JOB: u64 = 3;
-
 impl Slots {
+    /// The least a tick works with: one job at a time, none prepared ahead.
+    const ONE: Slots = Slots {
+        running: 1,
+        ahead: 0,
+    };
+
     /// `--concurrency` slots, and `max(concurrency, MIN_AHEAD)` places ahead.
     fn asked(concurrency: usize) -> Slots {
         Slots {
@@ -455,35 +499,40 @@ impl Slots {
         }
     }
 
-    /// The files the tick may have open at once: for each job it holds (running, or prepared
-    /// ahead), for each spawn under way, and beside them.
-    fn files_needed(self) -> u64 {
-        let jobs = self
-            .running
-            .saturating_add(self.ahead)
-            .saturating_add(SPAWN_THREADS);
-        u64::try_from(jobs)
-            .unwrap_or(u64::MAX)
+    /// The files the tick may have open at once, `open` of them already: for each job it holds
+    /// (running, or prepared ahead), for each spawn under way (one per helper, at most one per
+    /// job held: a job is claimed only into room held for it), and the ones opened later.
+    fn files_needed(self, open: u64) -> u64 {
+        let jobs = self.running.saturating_add(self.ahead);
+        let spawns = jobs.min(SPAWN_THREADS);
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        count(jobs)
             .saturating_mul(FILES_PER_JOB)
-            .saturating_add(FILES_BESIDE_JOBS)
+            .saturating_add(count(spawns).saturating_mul(FILES_PER_SPAWN))
+            .saturating_add(open)
+            .saturating_add(FILES_OPENED_LATER)
     }
 
-    /// As many as fit in `limit` open files: fewer places ahead first (they only save time), then
-    /// fewer slots, but always one. Jobs the tick has no descriptors for would fail to start
-    /// (`SPAWN:OTHER`), an attempt spent each time, though nothing is wrong with them.
-    fn within(self, limit: u64) -> Slots {
-        if self.files_needed() <= limit {
-            return self;
+    /// As many as fit in `limit` open files, `open` of them taken already: fewer places ahead
+    /// first (they only save time), then fewer slots. `None` when not even one job fits: a job
+    /// the tick has no descriptors for fails to start (`SPAWN:OTHER`), an attempt spent, though
+    /// nothing is wrong with it.
+    fn within(self, limit: u64, open: u64) -> Option<Slots> {
+        if self.files_needed(open) <= limit {
+            return Some(self);
         }
-        let spare = limit.saturating_sub(FILES_BESIDE_JOBS) / FILES_PER_JOB;
-        let jobs = usize::try_from(spare)
-            .unwrap_or(usize::MAX)
-            .saturating_sub(SPAWN_THREADS);
-        let running = self.running.min(jobs).max(1);
-        Slots {
+        let held = (1..self.running.saturating_add(self.ahead))
+            .rev()
+            .find(|&jobs| {
+                let running = self.running.min(jobs);
+                let ahead = jobs - running;
+                Slots { running, ahead }.files_needed(open) <= limit
+            })?;
+        let running = self.running.min(held);
+        Some(Slots {
             running,
-            ahead: self.ahead.min(jobs.saturating_sub(running)),
-        }
+            ahead: held - running,
+        })
     }
 }
 
@@ -898,16 +947,34 @@ mod tests {
 
     #[test]
     fn slots_give_up_places_ahead_before_running_ones_to_fit_the_open_file_limit() {
+        let open = 10;
         let asked = Slots::asked(50);
-        assert_eq!(asked.files_needed(), 3 * (50 + 50 + 2) + 64);
-        assert_eq!(asked.within(asked.files_needed()), asked, "it fits");
-        let fewer_ahead = asked.within(64 + 3 * 80);
-        assert_eq!((fewer_ahead.running, fewer_ahead.ahead), (50, 28));
-        assert!(fewer_ahead.files_needed() <= 64 + 3 * 80);
-        let fewer_running = asked.within(64 + 3 * 30);
-        assert_eq!((fewer_running.running, fewer_running.ahead), (28, 0));
-        let one = asked.within(64);
-        assert_eq!((one.running, one.ahead), (1, 0), "always one");
+        // 100 jobs held, two spawns under way.
+        assert_eq!(asked.files_needed(open), 3 * 100 + 5 * 2 + open + 4);
+        assert_eq!(asked.within(asked.files_needed(open), open), Some(asked));
+        let fewer_ahead = asked.within(open + 4 + 10 + 3 * 80, open).expect("fits");
+        assert_eq!((fewer_ahead.running, fewer_ahead.ahead), (50, 30));
+        let fewer_running = asked.within(open + 4 + 10 + 3 * 30, open).expect("fits");
+        assert_eq!((fewer_running.running, fewer_running.ahead), (30, 0));
         assert_eq!(Slots::asked(1).ahead, MIN_AHEAD);
+    }
+
+    #[test]
+    fn one_job_at_a_time_takes_its_pipes_and_one_spawn_and_less_is_none() {
+        let open = 12;
+        let one = Slots::ONE.files_needed(open);
+        assert_eq!(one, open + 4 + 3 + 5);
+        assert_eq!(Slots::asked(4).within(one, open), Some(Slots::ONE));
+        assert_eq!(Slots::asked(4).within(one - 1, open), None);
+        // Two jobs held may be spawned side by side, one per helper.
+        let two = Slots {
+            running: 2,
+            ahead: 0,
+        };
+        assert_eq!(two.files_needed(open), open + 4 + 3 * 2 + 5 * 2);
+        assert_eq!(
+            Slots::asked(4).within(two.files_needed(open) - 1, open),
+            Some(Slots::ONE)
+        );
     }
 }
