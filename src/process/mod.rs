@@ -100,6 +100,9 @@ pub struct JobSpec {
 pub enum SpawnErrorKind {
     NotFound,
     Permission,
+    /// This process (`EMFILE`) or the system (`ENFILE`) had no room for another open file: the
+    /// runner's limit, nothing wrong with the job.
+    OutOfFiles,
     Other,
 }
 
@@ -213,6 +216,9 @@ impl std::fmt::Debug for RunningJob {
 }
 
 fn classify(err: &io::Error) -> SpawnErrorKind {
+    if open_files::is_out_of_files(err) {
+        return SpawnErrorKind::OutOfFiles;
+    }
     match err.raw_os_error().map(Errno::from_raw) {
         Some(Errno::ENOENT) => SpawnErrorKind::NotFound,
         Some(Errno::EACCES) | Some(Errno::EPERM) => SpawnErrorKind::Permission,
@@ -232,6 +238,10 @@ fn spawn_error(workdir: Option<&Path>, command: &str, err: &io::Error) -> SpawnE
              argument (128 KiB) or in all of them with the environment; put it in a script and \
              schedule the script",
             command.len()
+        ),
+        _ if open_files::is_out_of_files(err) => format!(
+            "cannot start {SHELL}: {err}: the runner had no descriptor left for the job's pipes \
+             (its open-file limit, `ulimit -n`, or the system's)"
         ),
         Some(dir) => format!("cannot start {SHELL} in {}: {err}", dir.display()),
         None => format!("cannot start {SHELL}: {err}"),
@@ -331,7 +341,10 @@ impl RunningJob {
                 let _ = child.wait();
                 forget_shell(pgid);
                 return Err(SpawnError {
-                    kind: SpawnErrorKind::Other,
+                    kind: match classify(&err) {
+                        SpawnErrorKind::OutOfFiles => SpawnErrorKind::OutOfFiles,
+                        _ => SpawnErrorKind::Other,
+                    },
                     message: format!("cannot start output reader for {SHELL}: {err}"),
                 });
             }

@@ -168,6 +168,8 @@ struct Supervisor {
     last_heartbeat: Instant,
     /// The database's identity, for the jobs' markers.
     identity: String,
+    /// A job could not start for want of a descriptor (`EMFILE`, `ENFILE`): claim no more.
+    out_of_files: bool,
 }
 
 impl Supervisor {
@@ -184,7 +186,25 @@ impl Supervisor {
             heartbeat_every: Duration::from_secs((lease_secs / 3).max(1) as u64),
             last_heartbeat: Instant::now(),
             identity: tick.store.identity(),
+            out_of_files: false,
         }
+    }
+
+    /// A job could not start for want of a descriptor, though the tick holds no more jobs than
+    /// its count of them allows: another process took the system's last ones, or something of
+    /// this one took more than counted. Its run is retried by its policy, as any `SPAWN:OTHER`;
+    /// the tick claims no more (the next would fail alike) and says so, once.
+    fn ran_out_of_files(&mut self, tick: &mut Tick<'_>, run: &ClaimedRun, message: &str) {
+        if std::mem::replace(&mut self.out_of_files, true) {
+            return;
+        }
+        let error = anyhow::anyhow!(
+            "{message}; the tick claims no more runs (the jobs it holds go on to their end). If \
+             this comes again, raise the open-file limit (`ulimit -n`, and its hard limit) or \
+             lower --concurrency"
+        );
+        let context = format!("run {}: starting attempt {}", run.run_id, run.attempt);
+        runner_error(&mut tick.report.errors, context, &error);
     }
 
     /// On a shutdown signal, stop every job not stopped yet.
@@ -558,6 +578,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
         let young = started.elapsed() < options.max_tick
             && !shutting_down
             && !tick.writes_failed
+            && !supervisor.out_of_files
             && !tick.report.errors.connection_lost;
 
         // The ends first, their slots given to prepared jobs at once, then the claim of what
@@ -601,7 +622,10 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
         let starving = supervisor.ready.is_empty() && spawner.in_flight == 0;
         let worth_claiming =
             starving || room >= claim_at_least(slots.running, ahead).min(options.batch);
-        let claim_due_now = young && room > 0 && Instant::now() >= claiming.next_at;
+        // A job that found no descriptor left just now, among those come back above, stops this
+        // claim already.
+        let claim_due_now =
+            young && !supervisor.out_of_files && room > 0 && Instant::now() >= claiming.next_at;
         if claim_due_now && worth_claiming {
             claiming.ended_since = false;
             // With ends to record, they and the claim are one store call, the ends deferred:
@@ -771,7 +795,12 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
                 stopped: None,
                 lease_seen_at: Instant::now(),
             }),
-            Err(error) => record_end(tick, run, Err((error.kind, error.message)), None),
+            Err(error) => {
+                if error.kind == SpawnErrorKind::OutOfFiles {
+                    supervisor.ran_out_of_files(tick, &run, &error.message);
+                }
+                record_end(tick, run, Err((error.kind, error.message)), None);
+            }
         }
     }
     if gated.is_empty() {

@@ -227,7 +227,7 @@ fn attempt_result(
             let code = match kind {
                 SpawnErrorKind::NotFound => ErrorCode::SpawnNotFound,
                 SpawnErrorKind::Permission => ErrorCode::SpawnPermission,
-                SpawnErrorKind::Other => ErrorCode::SpawnOther,
+                SpawnErrorKind::OutOfFiles | SpawnErrorKind::Other => ErrorCode::SpawnOther,
             };
             (Some((code, message.clone())), None, Err(*kind))
         }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
-use std::process::Output;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use crate::common::{
@@ -1346,6 +1346,81 @@ fn a_tick_at_the_least_open_file_limit_runs_every_job_one_at_a_time() {
             (attempt.stdout_tail, attempt.stderr_tail),
             (b"out\n".to_vec(), b"err\n".to_vec())
         );
+    }
+}
+
+/// A job that still cannot start for want of a descriptor, though the tick counted room for it
+/// (here its limit is lowered under it while its first job runs, as another process taking the
+/// system's last files, or a leak, would leave it): the run is retried by its policy, as any
+/// `SPAWN:OTHER`, its detail naming the limit, and the tick claims no more runs, saying so once.
+/// Before, it went on claiming, and every run it claimed spent an attempt failing to start.
+#[test]
+fn a_job_that_finds_no_descriptor_left_stops_the_tick_claiming_and_says_so() {
+    let env = Env::init();
+    let (started, go) = (env.path("started"), env.path("go"));
+    env.add(
+        "first",
+        &["--max-attempts", "1"],
+        &format!(
+            "sleep 0.2; touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            sh_quote(&started),
+            sh_quote(&go)
+        ),
+    );
+    let first = env.enqueue("first");
+    env.add(
+        "rest",
+        &["--max-attempts", "3", "--overlap", "allow"],
+        "true",
+    );
+    let rest: Vec<i64> = (0..3).map(|_| env.enqueue("rest")).collect();
+    let tick = Bg::spawn(&env, "tick", &["tick", "--concurrency", "1"]);
+    wait_until(Duration::from_secs(60), "the first job to start", || {
+        started.exists()
+    });
+    // Room for the look at what the first job leaves, not for the next job's three pipes. (The
+    // first job runs for longer than a tick prepares jobs ahead after: the next claim takes one.)
+    let open = fs::read_dir(format!("/proc/{}/fd", tick.pid()))
+        .expect("the tick's descriptors")
+        .count();
+    let limit = format!("--nofile={}:{}", open + 2, open + 2);
+    let pid = tick.pid().to_string();
+    let lowered = Command::new("prlimit")
+        .args(["--pid", &pid, &limit])
+        .output()
+        .expect("prlimit");
+    assert!(lowered.status.success(), "{}", stderr(&lowered));
+    fs::write(&go, "").expect("go");
+    let out = tick.finish(Duration::from_secs(60));
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "a runner error: {said}");
+    assert_eq!(status_of(&env, first), "succeeded", "{said}");
+    let failed = run_row(&env, rest[0]);
+    assert_eq!(
+        (failed.status.as_str(), failed.error_code.as_deref()),
+        ("pending", Some("SPAWN:OTHER")),
+        "retried by its policy: {said}"
+    );
+    let detail = failed.error_detail.unwrap_or_default();
+    assert!(
+        detail.contains("(os error 24)") && detail.contains("open-file limit"),
+        "{detail}"
+    );
+    assert_eq!(said.lines().count(), 1, "said once: {said}");
+    assert!(
+        said.starts_with(&format!(
+            "runner: error: run {}: starting attempt 1: ",
+            rest[0]
+        )) && said.contains("the tick claims no more runs"),
+        "{said}"
+    );
+    for &run in &rest[1..] {
+        let attempts = env.sql.query_row(
+            "SELECT count(*) FROM job_attempts WHERE run_id = $1",
+            &[&run],
+        );
+        assert_eq!(attempts[0].i64(), 0, "run {run} was not claimed: {said}");
+        assert_eq!(status_of(&env, run), "pending");
     }
 }
 
