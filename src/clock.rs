@@ -91,6 +91,12 @@ impl Now {
     pub fn millis(self) -> i64 {
         self.0.timestamp_millis()
     }
+
+    /// The reading `ago` before this one (a monotonic interval measured back from it).
+    pub fn earlier_by(self, ago: std::time::Duration) -> Now {
+        let ago = TimeDelta::from_std(ago).unwrap_or(TimeDelta::zero());
+        Now(self.0.checked_sub_signed(ago).unwrap_or(self.0))
+    }
 }
 
 /// How far `now` lies behind `high_water` (the latest time a tick's clock read), if by more than

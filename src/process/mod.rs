@@ -144,6 +144,9 @@ pub struct Finished {
     pub leftovers: Vec<String>,
     /// The signals the runner sent, so a stopped job's record says what happened.
     pub signals: Signals,
+    /// When the attempt was seen to end (the poll that returned it, or the one that kept it:
+    /// [`RunningJob::tend`]), so its end is dated when it happened, not when it was recorded.
+    pub ended_at: Instant,
 }
 
 /// When the runner first sent SIGTERM and SIGKILL to the job, counted like `duration` from the
@@ -202,6 +205,8 @@ pub struct RunningJob {
     stdout: Reader,
     stderr: Reader,
     finished: bool,
+    /// The result a [`tend`](Self::tend) saw, for the next `poll` to return.
+    kept: Option<Finished>,
 }
 
 impl std::fmt::Debug for RunningJob {
@@ -375,6 +380,7 @@ impl RunningJob {
             stdout,
             stderr,
             finished: false,
+            kept: None,
         })
     }
 
@@ -616,7 +622,7 @@ impl RunningJob {
     /// finished (or were abandoned after the leak timeout).
     pub fn poll(&mut self, now: Instant) -> Option<Finished> {
         if self.finished || self.gate.is_some() {
-            return None;
+            return self.kept.take();
         }
         self.reap(now);
 
@@ -740,7 +746,18 @@ impl RunningJob {
                     .kill_sent_at
                     .map(|t| t.saturating_duration_since(self.started)),
             },
+            ended_at: now,
         })
+    }
+
+    /// What [`poll`](Self::poll) does, for a caller that cannot take the result now (its
+    /// supervisor is held up writing to the database): the timeout and the escalation are
+    /// enforced, the shell's exit is reaped and timed when it happens, and the result is kept
+    /// for the next `poll`.
+    pub fn tend(&mut self, now: Instant) {
+        if let Some(finished) = self.poll(now) {
+            self.kept = Some(finished);
+        }
     }
 
     /// Ask to stop the job: SIGTERM to the group (and its escaped processes) now, SIGKILL after
@@ -933,6 +950,32 @@ mod tests {
             "{:?}",
             f.signals
         );
+    }
+
+    #[test]
+    fn an_end_seen_by_tend_is_returned_by_the_next_poll_with_its_own_time() {
+        let mut job = started(&spec("exit 3"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while job.kept.is_none() {
+            assert!(Instant::now() < deadline, "tend never saw the end");
+            job.tend(Instant::now());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let seen_at = Instant::now();
+        // The caller polls only later (its write waited for a lock).
+        std::thread::sleep(Duration::from_millis(300));
+        let f = job.poll(Instant::now()).unwrap();
+        assert_eq!(f.outcome, Outcome::Exited(3));
+        assert!(
+            f.ended_at <= seen_at,
+            "dated when polled, not when it ended"
+        );
+        assert!(
+            f.duration <= seen_at.duration_since(job.started),
+            "{:?} includes the time it waited to be polled",
+            f.duration
+        );
+        assert!(job.poll(Instant::now()).is_none(), "finished twice");
     }
 
     #[test]

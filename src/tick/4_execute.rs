@@ -13,13 +13,17 @@
 //! a job ends, then released at once. At most `--concurrency` jobs run their command; up to
 //! `max(--concurrency, MIN_AHEAD)` more may wait, prepared, at the gate. Both are lowered where
 //! the open-file limit cannot hold their pipes ([`Slots`]).
+//!
+//! A store call can wait (another process's lock, up to 15 s): meanwhile a [`Tender`] thread
+//! keeps the running jobs' timeouts and sees their ends when they happen, writing nothing.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -29,7 +33,7 @@ use super::record::{
     decide_ends, record_decided, record_decided_then_claim, record_end, results_durable,
     DecidedEnds, End, StopReason, KILL_GRACE,
 };
-use super::{attempt_marker, runner_error, test_hook, Tick};
+use super::{attempt_marker, runner_error, test_hook, OnShutdown, Tick};
 use crate::display::utc_time;
 use crate::model::{ClaimedRun, Fenced, LeaseToken, StartRecord};
 use crate::process::{
@@ -70,6 +74,11 @@ const LEASE_RECHECK_AT_GATE: Duration = Duration::from_millis(100);
 /// The least number of jobs prepared ahead (when any are): with fewer, a tick of low
 /// concurrency claims and records one run per transaction.
 const MIN_AHEAD: usize = 8;
+/// How often the [`Tender`] looks whether the supervisor is still in the same store call: one
+/// seen twice, so lasting this long at least, has its jobs tended, and again at this interval.
+/// A write takes well under a millisecond; only a wait for another process's lock (SQLite's
+/// write lock, a PostgreSQL row lock: up to 15 s) or a slow server lasts this long.
+const TEND_HELD_UP_AFTER: Duration = Duration::from_millis(50);
 /// Helper threads that spawn prepared jobs. Two: a spawn is CPU work of the new shell (its
 /// `exec`), and this machine class has two cores; more threads measured no faster.
 const SPAWN_THREADS: usize = 2;
@@ -141,6 +150,126 @@ struct Active {
     lease_seen_at: Instant,
 }
 
+impl Active {
+    /// Stop a running job because the runner was asked to exit (unless stopped already).
+    fn stop_for_shutdown(&mut self, on_shutdown: OnShutdown) {
+        if self.stopped.is_none() {
+            self.job.kill(Instant::now());
+            self.stopped = Some(StopReason::Shutdown(on_shutdown));
+        }
+    }
+}
+
+/// The running jobs, handed to the [`Tender`] while the supervisor is in a store call.
+#[derive(Default)]
+struct Lent {
+    jobs: Vec<Active>,
+    /// Store calls made with jobs lent, counted; the tender tells one call from the next by it.
+    calls: u64,
+    in_call: bool,
+}
+
+/// Tends the running jobs while the supervisor is held up in a store call: a write waits up to
+/// 15 s for another process's lock (a `sqlite3 runner.db VACUUM`, a `migrate`, a `prune`, a
+/// PostgreSQL session holding a run's row), and meanwhile nothing else would send a due SIGTERM
+/// or SIGKILL (a timeout, a kill's grace, a shutdown), or see a job end when it does (so that
+/// its duration is the job's). It touches no database: what it sees is recorded by the
+/// supervisor as usual once the call returns. Its thread looks every `TEND_HELD_UP_AFTER`, and
+/// only at a counter, so a store call that does not wait costs two uncontended locks.
+struct Tender {
+    lent: Arc<Mutex<Lent>>,
+    /// `None` when no thread could be started: the jobs wait for the supervisor, as before.
+    thread: Option<(Sender<()>, JoinHandle<()>)>,
+}
+
+impl Tender {
+    fn start(shutdown: Arc<AtomicBool>, on_shutdown: OnShutdown) -> Tender {
+        let lent = Arc::new(Mutex::new(Lent::default()));
+        let (stop, stopped) = mpsc::channel();
+        let tended = Arc::clone(&lent);
+        let thread = std::thread::Builder::new()
+            .name("job-tender".to_string())
+            .spawn(move || tend_held_up(&tended, &stopped, &shutdown, on_shutdown))
+            .ok()
+            .map(|handle| (stop, handle));
+        Tender { lent, thread }
+    }
+
+    /// Make `call` (a store call) with the running jobs in the tender's hands; they are back in
+    /// `active` when it returns (or unwinds).
+    fn lend<R>(&self, active: &mut Vec<Active>, call: impl FnOnce() -> R) -> R {
+        if self.thread.is_none() || active.is_empty() {
+            return call();
+        }
+        {
+            let mut lent = lock(&self.lent);
+            lent.jobs = std::mem::take(active);
+            lent.calls += 1;
+            lent.in_call = true;
+        }
+        let _back = GiveBack {
+            lent: &self.lent,
+            to: active,
+        };
+        call()
+    }
+}
+
+impl Drop for Tender {
+    fn drop(&mut self) {
+        if let Some((stop, handle)) = self.thread.take() {
+            drop(stop);
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Returns the lent jobs to the supervisor when dropped.
+struct GiveBack<'a> {
+    lent: &'a Mutex<Lent>,
+    to: &'a mut Vec<Active>,
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        let mut lent = lock(self.lent);
+        lent.in_call = false;
+        *self.to = std::mem::take(&mut lent.jobs);
+    }
+}
+
+fn lock(lent: &Mutex<Lent>) -> MutexGuard<'_, Lent> {
+    lent.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The tender's thread, until the supervisor is done: tend the lent jobs of a store call seen
+/// in progress at two looks in a row.
+fn tend_held_up(
+    lent: &Mutex<Lent>,
+    stop: &Receiver<()>,
+    shutdown: &AtomicBool,
+    on_shutdown: OnShutdown,
+) {
+    let mut seen_in_call = None;
+    while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(TEND_HELD_UP_AFTER) {
+        let mut lent = lock(lent);
+        if !lent.in_call {
+            seen_in_call = None;
+            continue;
+        }
+        if seen_in_call == Some(lent.calls) {
+            let shutting_down = shutdown.load(Ordering::Relaxed);
+            for a in &mut lent.jobs {
+                if shutting_down {
+                    a.stop_for_shutdown(on_shutdown);
+                }
+                a.job.tend(Instant::now());
+            }
+        }
+        seen_in_call = Some(lent.calls);
+    }
+}
+
 /// The supervisor's view of due work, from its latest claim.
 struct Claiming {
     /// When to claim next (a free slot alone does not mean work is due).
@@ -155,6 +284,22 @@ struct Claiming {
     ended_since: bool,
 }
 
+/// Which jobs a heartbeat is for.
+#[derive(Clone, Copy)]
+enum Beaten {
+    All,
+    /// The first `n` prepared ones, about to be released.
+    Prepared(usize),
+}
+
+/// What a heartbeat found.
+enum Beat {
+    /// Every lease held, or (`lost`) some were gone: their jobs are stopped.
+    Answered { lost: bool },
+    /// The store could not say (reported; nothing is stopped).
+    Failed,
+}
+
 /// The jobs this runner supervises, with their leases.
 struct Supervisor {
     /// Released: running their command (at most `--concurrency`).
@@ -165,11 +310,12 @@ struct Supervisor {
     prepare_ahead: bool,
     lease_secs: i64,
     heartbeat_every: Duration,
-    last_heartbeat: Instant,
+    next_heartbeat: Instant,
     /// The database's identity, for the jobs' markers.
     identity: String,
     /// A job could not start for want of a descriptor (`EMFILE`, `ENFILE`): claim no more.
     out_of_files: bool,
+    tender: Tender,
 }
 
 impl Supervisor {
@@ -178,15 +324,17 @@ impl Supervisor {
         // of job sweep finds them by marker.
         procfs::become_subreaper();
         let lease_secs = tick.options.lease_secs();
+        let heartbeat_every = Duration::from_secs((lease_secs / 3).max(1) as u64);
         Supervisor {
             active: Vec::new(),
             ready: VecDeque::new(),
             prepare_ahead: false,
             lease_secs,
-            heartbeat_every: Duration::from_secs((lease_secs / 3).max(1) as u64),
-            last_heartbeat: Instant::now(),
+            heartbeat_every,
+            next_heartbeat: Instant::now() + heartbeat_every,
             identity: tick.store.identity(),
             out_of_files: false,
+            tender: Tender::start(Arc::clone(&tick.options.shutdown), tick.options.on_shutdown),
         }
     }
 
@@ -211,9 +359,8 @@ impl Supervisor {
     fn stop_all_on_shutdown(&mut self, tick: &Tick<'_>) -> bool {
         let shutting_down = tick.options.shutdown.load(Ordering::Relaxed);
         if shutting_down {
-            for a in self.active.iter_mut().filter(|a| a.stopped.is_none()) {
-                a.job.kill(Instant::now());
-                a.stopped = Some(StopReason::Shutdown(tick.options.on_shutdown));
+            for a in &mut self.active {
+                a.stop_for_shutdown(tick.options.on_shutdown);
             }
             while let Some(mut a) = self.ready.pop_front() {
                 a.stopped = Some(StopReason::Shutdown(tick.options.on_shutdown));
@@ -248,18 +395,80 @@ impl Supervisor {
     /// Heart-beat the leases when a third of the lease has passed since the last time.
     fn heartbeat_if_due(&mut self, tick: &mut Tick<'_>) {
         let holding = !self.active.is_empty() || !self.ready.is_empty();
-        if holding && self.last_heartbeat.elapsed() >= self.heartbeat_every {
-            self.last_heartbeat = Instant::now();
-            let beaten = heartbeat(
-                tick,
-                self.lease_secs,
-                self.active.iter_mut().chain(self.ready.iter_mut()),
-            );
-            if beaten == Some(true) {
-                self.stop_lost_at_gate();
+        if holding && Instant::now() >= self.next_heartbeat {
+            self.next_heartbeat = Instant::now() + self.heartbeat_every;
+            match self.heartbeat(tick, Beaten::All) {
+                Beat::Answered { lost: true } => self.stop_lost_at_gate(),
+                Beat::Answered { lost: false } | Beat::Failed => {}
             }
             self.leave_at_gate_if_connection_lost(tick);
         }
+    }
+
+    /// The jobs a heartbeat extends the leases of: all, or the first `n` prepared ones; not the
+    /// ones whose lease is known lost. Jobs stopped for a shutdown are heart-beaten too: their
+    /// grace (and what they leave behind) can outlast a short lease, and recovery would then
+    /// kill them in the middle of their cleanup.
+    fn beaten(&mut self, which: Beaten) -> Vec<&mut Active> {
+        let jobs: Box<dyn Iterator<Item = &mut Active>> = match which {
+            Beaten::All => Box::new(self.active.iter_mut().chain(self.ready.iter_mut())),
+            Beaten::Prepared(n) => Box::new(self.ready.iter_mut().take(n)),
+        };
+        jobs.filter(|a| a.stopped != Some(StopReason::LeaseLost))
+            .collect()
+    }
+
+    /// Extend the leases of the jobs `which` names; a job whose lease is gone is stopped.
+    fn heartbeat(&mut self, tick: &mut Tick<'_>, which: Beaten) -> Beat {
+        let tokens: Vec<LeaseToken> = self
+            .beaten(which)
+            .iter()
+            .map(|a| a.run.lease_token.clone())
+            .collect();
+        // The current wall clock: a lease is "now plus the lease" whatever happened to the clock.
+        let now = tick.clock.epoch();
+        let lease_expires_at = now + self.lease_secs;
+        let beat = self.lend(|| {
+            if super::test_fault("heartbeat") {
+                Err(anyhow::anyhow!("forged failure").into())
+            } else {
+                tick.store.heartbeat(&tokens, now, lease_expires_at)
+            }
+        });
+        // The same jobs as `tokens`, in the same order: nothing changes which are beaten (a
+        // shutdown the tender saw meanwhile stops a job for that, not for a lost lease).
+        let mut beating = self.beaten(which);
+        match beat {
+            Ok(held) => {
+                // As of its commit, which a cancel committed later cannot tell from one after the
+                // job's release. (Not the instant it was asked: a slow store would then have the
+                // jobs at the gate looked at again and again.)
+                let seen_at = Instant::now();
+                let mut lost = false;
+                for (a, held) in beating.iter_mut().zip(held) {
+                    if held == Fenced::LeaseLost {
+                        // Cancelled, or recovered by another runner: this job must stop now. (One
+                        // stopped for a shutdown already is, and keeps that reason.)
+                        a.job.kill(Instant::now());
+                        a.stopped.get_or_insert(StopReason::LeaseLost);
+                        lost = true;
+                    } else {
+                        a.lease_seen_at = seen_at;
+                    }
+                }
+                Beat::Answered { lost }
+            }
+            Err(e) => {
+                // Keep running: the next heartbeat may succeed before the lease runs out.
+                runner_error(&mut tick.report.errors, "heartbeat", &e.into());
+                Beat::Failed
+            }
+        }
+    }
+
+    /// Make `call` (a store call) with the running jobs tended meanwhile ([`Tender`]).
+    fn lend<R>(&mut self, call: impl FnOnce() -> R) -> R {
+        self.tender.lend(&mut self.active, call)
     }
 
     /// A prepared run whose lease is gone never runs its command: stopped at the gate.
@@ -308,17 +517,16 @@ impl Supervisor {
                 .take(next)
                 .any(|a| a.lease_seen_at.elapsed() >= LEASE_RECHECK_AT_GATE);
             if waited {
-                let lost = match heartbeat(tick, self.lease_secs, self.ready.iter_mut().take(next))
-                {
-                    Some(lost) => lost,
+                let lost = match self.heartbeat(tick, Beaten::Prepared(next)) {
+                    Beat::Answered { lost } => lost,
                     // The look met a lost connection: none of them starts (the loop's next turn
                     // leaves them at their gate).
-                    None if tick.report.errors.connection_lost => continue,
+                    Beat::Failed if tick.report.errors.connection_lost => continue,
                     // The store cannot say (reported). A job seen holding its lease less than a
                     // lease ago holds it still, unless cancelled meanwhile, which the periodic
                     // heartbeat then finds, as it does for running jobs; one not seen for a
                     // whole lease may have been recovered, and never starts.
-                    None => {
+                    Beat::Failed => {
                         let lease = Duration::from_secs(self.lease_secs.max(0).unsigned_abs());
                         let mut unseen = false;
                         for a in self.ready.iter_mut().take(next) {
@@ -631,11 +839,12 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
             // With ends to record, they and the claim are one store call, the ends deferred:
             // the durable commit of the new starts makes them durable too (one fsync for both),
             // and `sync` below does if nothing is to start.
+            let lease_secs = supervisor.lease_secs;
             let claimed = if ended {
                 results_deferred = true;
-                record_decided_then_claim(tick, ends, room, supervisor.lease_secs)
+                supervisor.lend(|| record_decided_then_claim(tick, ends, room, lease_secs))
             } else {
-                claim_due(tick, room, supervisor.lease_secs)
+                supervisor.lend(|| claim_due(tick, room, lease_secs))
             };
             let mut starting = false;
             match claimed {
@@ -664,7 +873,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
             // starts' commit does it when runs were claimed (the tick never leaves before their
             // spawns are back and recorded).
             if ended && !starting {
-                sync_results(tick);
+                supervisor.lend(|| sync_results(tick));
             }
         } else if ended
             && claim_due_now
@@ -674,7 +883,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
             // transaction.
             held = Some((ends, held_since.unwrap_or_else(Instant::now)));
         } else if ended {
-            record_decided(tick, ends, Commit::Durable);
+            supervisor.lend(|| record_decided(tick, ends, Commit::Durable));
         }
 
         // Done when nothing runs and the latest claim, made after every end, found nothing to
@@ -753,7 +962,7 @@ pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
         supervisor.stop_all_on_shutdown(tick);
         let ends = supervisor.poll(tick);
         if !ends.is_empty() {
-            record_decided(tick, ends, Commit::Durable);
+            supervisor.lend(|| record_decided(tick, ends, Commit::Durable));
         }
         supervisor.heartbeat_if_due(tick);
         if !supervisor.active.is_empty() {
@@ -799,7 +1008,7 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
                 if error.kind == SpawnErrorKind::OutOfFiles {
                     supervisor.ran_out_of_files(tick, &run, &error.message);
                 }
-                record_end(tick, run, Err((error.kind, error.message)), None);
+                supervisor.lend(|| record_end(tick, run, Err((error.kind, error.message)), None));
             }
         }
     }
@@ -827,9 +1036,8 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
         })
         .collect();
     let now = tick.clock.epoch();
-    let landed = match tick
-        .store
-        .record_starts(&starts, now, now + supervisor.lease_secs)
+    let lease_expires_at = now + supervisor.lease_secs;
+    let landed = match supervisor.lend(|| tick.store.record_starts(&starts, now, lease_expires_at))
     {
         Ok(landed) => {
             // A durable commit: the results written deferred before it are durable too.
@@ -907,54 +1115,6 @@ fn poll_interval(active: &[Active]) -> Duration {
         .clamp(MIN_POLL_INTERVAL, MAX_POLL_INTERVAL);
     let floor = active.iter().map(|a| a.job.min_poll_gap()).max();
     interval.max(floor.unwrap_or_default())
-}
-
-/// Extend the leases of the jobs that still hold one; a job whose lease is gone is stopped.
-/// Whether any was, or `None` when the store could not say (reported; nothing is stopped). Jobs
-/// stopped for a shutdown are heart-beaten too: their grace (and what they leave behind) can
-/// outlast a short lease, and recovery would then kill them in the middle of their cleanup.
-fn heartbeat<'a>(
-    tick: &mut Tick<'_>,
-    lease_secs: i64,
-    jobs: impl Iterator<Item = &'a mut Active>,
-) -> Option<bool> {
-    let mut beating: Vec<&mut Active> = jobs
-        .filter(|a| a.stopped != Some(StopReason::LeaseLost))
-        .collect();
-    let tokens: Vec<LeaseToken> = beating.iter().map(|a| a.run.lease_token.clone()).collect();
-    // The current wall clock: a lease is "now plus the lease" whatever happened to the clock.
-    let now = tick.clock.epoch();
-    let beat = if super::test_fault("heartbeat") {
-        Err(anyhow::anyhow!("forged failure").into())
-    } else {
-        tick.store.heartbeat(&tokens, now, now + lease_secs)
-    };
-    match beat {
-        Ok(held) => {
-            // As of its commit, which a cancel committed later cannot tell from one after the
-            // job's release. (Not the instant it was asked: a slow store would then have the
-            // jobs at the gate looked at again and again.)
-            let seen_at = Instant::now();
-            let mut lost = false;
-            for (a, held) in beating.iter_mut().zip(held) {
-                if held == Fenced::LeaseLost {
-                    // Cancelled, or recovered by another runner: this job must stop now. (One
-                    // stopped for a shutdown already is, and keeps that reason.)
-                    a.job.kill(Instant::now());
-                    a.stopped.get_or_insert(StopReason::LeaseLost);
-                    lost = true;
-                } else {
-                    a.lease_seen_at = seen_at;
-                }
-            }
-            Some(lost)
-        }
-        Err(e) => {
-            // Keep running: the next heartbeat may succeed before the lease runs out.
-            runner_error(&mut tick.report.errors, "heartbeat", &e.into());
-            None
-        }
-    }
 }
 
 #[cfg(test)]

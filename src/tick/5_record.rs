@@ -244,11 +244,14 @@ fn attempt_result(
     let error_code = failure.as_ref().map(|f| f.code.clone());
     let finished = ended.as_ref().ok();
     let leftovers = finished.map_or_else(Vec::new, |f| f.leftovers.clone());
+    // When it ended, which is now unless the tick was held up (waiting for the database's lock)
+    // and only records it later.
+    let finished_at = finished.map_or(now, |f| now.earlier_by(f.ended_at.elapsed()));
     let result = AttemptResult {
         run_id: run.run_id,
         attempt: run.attempt,
         lease_token: run.lease_token.clone(),
-        finished_at: now.secs(),
+        finished_at: finished_at.secs(),
         duration_ms: finished.map_or(0, |f| f.duration.as_millis() as i64),
         // A timeout or a stop ends everything of the attempt; a normal end, by its policy.
         leftovers_killed: run.leftovers == Leftovers::Kill || failure.is_some(),

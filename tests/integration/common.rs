@@ -1339,12 +1339,18 @@ impl TestDb {
     /// Hold the write lock on every table for `hold`, as another writer would; false if it could
     /// not be had.
     pub fn hold_write_lock(&self, hold: Duration) -> bool {
+        self.hold_write_lock_then(hold, || {})
+    }
+
+    /// [`hold_write_lock`](Self::hold_write_lock), calling `held` as soon as the lock is had.
+    pub fn hold_write_lock_then(&self, hold: Duration, held: impl FnOnce()) -> bool {
         match &self.kind {
             Kind::Sqlite(_) => {
                 let conn = self.sqlite();
                 if conn.execute_batch("BEGIN IMMEDIATE").is_err() {
                     return false;
                 }
+                held();
                 std::thread::sleep(hold);
                 conn.execute_batch("COMMIT").expect("commit");
                 true
@@ -1376,6 +1382,7 @@ impl TestDb {
                 {
                     return false;
                 }
+                held();
                 std::thread::sleep(hold);
                 tx.commit().expect("commit");
                 true

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::common::{
-    chmod, is_root, never, sh, status_of, stderr, stdout, subcommands, timed, Cleanup, Env, BIN,
+    chmod, duration_secs, is_root, last_attempt, never, run_row, sh, status_of, stderr, stdout,
+    subcommands, timed, wait_until, Bg, Cleanup, Env, BIN,
 };
 use crate::sqlite_only;
 
@@ -174,6 +175,107 @@ fn first_ticks_of_a_new_database_eight_at_once_all_succeed() {
             "round {round}: both clock marks recorded"
         );
     }
+}
+
+/// What a job wrote with `date +%s%N` into the file `name` of the test's directory.
+fn nanos_in(env: &Env, name: &str) -> i64 {
+    let text = std::fs::read_to_string(env.path(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}: {text:?}: {e}"))
+}
+
+/// When the file `name` of the test's directory was written, in epoch nanoseconds.
+fn written_at(env: &Env, name: &str) -> i64 {
+    let modified = std::fs::metadata(env.path(name))
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let since_epoch = modified
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    i64::try_from(since_epoch.as_nanos()).expect("fits")
+}
+
+/// Another process (a `sqlite3 runner.db VACUUM`, a `migrate`) holds the write lock for 12 s
+/// while a tick writes a job's end: meanwhile its other job is still stopped at its timeout (the
+/// job logs when its SIGTERM came: near 5 s, not when the lock was released, 12 s after it was
+/// taken), and the ended job is recorded with the duration and end it had, not the ones the
+/// tick could record them at.
+#[test]
+fn a_tick_waiting_for_the_write_lock_still_times_jobs_out_and_times_their_ends() {
+    let env = Env::init();
+    let file = |name: &str| crate::common::sh_quote(&env.path(name));
+    env.add(
+        "slow",
+        &["--timeout", "5s", "--max-attempts", "1"],
+        &format!(
+            "trap 'date +%s%N > {}; exit 0' TERM; date +%s%N > {}; sleep 60 & wait",
+            file("slow.term"),
+            file("slow.start")
+        ),
+    );
+    // Ends once the lock is held, so that the tick's write of its end waits for the lock.
+    env.add(
+        "quick",
+        &["--max-attempts", "1"],
+        &format!(
+            "date +%s%N > {}; while [ ! -e {} ]; do sleep 0.05; done; date +%s%N > {}",
+            file("quick.start"),
+            file("locked"),
+            file("quick.end")
+        ),
+    );
+    let slow = env.enqueue("slow");
+    let quick = env.enqueue("quick");
+    let tick = Bg::spawn(&env, "tick", &["tick", "--concurrency", "2"]);
+    wait_until(Duration::from_secs(30), "both jobs to start", || {
+        env.path("slow.start").exists() && env.path("quick.start").exists()
+    });
+    wait_until(Duration::from_secs(30), "the write lock", || {
+        env.sql.hold_write_lock_then(Duration::from_secs(12), || {
+            std::fs::write(env.path("locked"), "").expect("write locked");
+        })
+    });
+    let out = tick.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "tick failed: {}", stderr(&out));
+
+    let (started, termed) = (nanos_in(&env, "slow.start"), nanos_in(&env, "slow.term"));
+    let locked = written_at(&env, "locked");
+    assert!(
+        termed > locked,
+        "the timeout came before the lock was taken ({} ms after): this test tests nothing",
+        (locked - started) / 1_000_000
+    );
+    let term_after_ms = (termed - started) / 1_000_000;
+    assert!(
+        term_after_ms < 9_000,
+        "SIGTERM {term_after_ms} ms after the start, for a timeout of 5 s"
+    );
+    let row = run_row(&env, slow);
+    assert_eq!(row.error_code.as_deref(), Some("TIMEOUT"));
+    let detail = row.error_detail.unwrap_or_default();
+    let term_at = detail
+        .strip_prefix("timed out after 5s: SIGTERM at ")
+        .and_then(|rest| rest.split_once(','))
+        .map(|(at, _)| duration_secs(at))
+        .unwrap_or_else(|| panic!("detail: {detail}"));
+    assert!(term_at < 9, "detail: {detail}");
+
+    let own_ms = (nanos_in(&env, "quick.end") - nanos_in(&env, "quick.start")) / 1_000_000;
+    let recorded_ms = last_attempt(&env, quick).duration_ms;
+    assert!(
+        (recorded_ms - own_ms).abs() < 2_000,
+        "recorded {recorded_ms} ms, the job ran {own_ms} ms"
+    );
+    let finished_at = env.sql.query_i64(
+        "SELECT finished_at FROM job_attempts WHERE run_id = $1",
+        &[&quick],
+    );
+    let ended_at = nanos_in(&env, "quick.end") / 1_000_000_000;
+    assert!(
+        finished_at <= ended_at + 2,
+        "finished_at {finished_at}, the job ended at {ended_at}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
