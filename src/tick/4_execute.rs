@@ -298,6 +298,9 @@ enum Beat {
     Answered { lost: bool },
     /// The store could not say (reported; nothing is stopped).
     Failed,
+    /// The database stayed locked by another process through the whole wait, and every lease
+    /// was seen held less than a lease ago: not reported, tried again at once.
+    Locked,
 }
 
 /// The jobs this runner supervises, with their leases.
@@ -392,13 +395,15 @@ impl Supervisor {
         decide_ends(tick, ends)
     }
 
-    /// Heart-beat the leases when a third of the lease has passed since the last time.
+    /// Heart-beat the leases when a third of the lease has passed since the last time, or at
+    /// once after a heartbeat that found the database locked while the leases still held.
     fn heartbeat_if_due(&mut self, tick: &mut Tick<'_>) {
         let holding = !self.active.is_empty() || !self.ready.is_empty();
         if holding && Instant::now() >= self.next_heartbeat {
             self.next_heartbeat = Instant::now() + self.heartbeat_every;
             match self.heartbeat(tick, Beaten::All) {
                 Beat::Answered { lost: true } => self.stop_lost_at_gate(),
+                Beat::Locked => self.next_heartbeat = Instant::now(),
                 Beat::Answered { lost: false } | Beat::Failed => {}
             }
             self.leave_at_gate_if_connection_lost(tick);
@@ -435,6 +440,7 @@ impl Supervisor {
                 tick.store.heartbeat(&tokens, now, lease_expires_at)
             }
         });
+        let lease = Duration::from_secs(self.lease_secs.max(0).unsigned_abs());
         // The same jobs as `tokens`, in the same order: nothing changes which are beaten (a
         // shutdown the tender saw meanwhile stops a job for that, not for a lost lease).
         let mut beating = self.beaten(which);
@@ -459,8 +465,16 @@ impl Supervisor {
                 Beat::Answered { lost }
             }
             Err(e) => {
+                let e = e.into();
+                // Another process held the write lock (or the rows) for the whole wait, and the
+                // jobs' timeouts and ends were seen to meanwhile (`Tender`): while every lease
+                // still holds, nothing is lost yet, and the heartbeat is tried again at once.
+                let held_yet = beating.iter().all(|a| a.lease_seen_at.elapsed() < lease);
+                if crate::exit::code_for(&e) == crate::exit::BUSY && held_yet {
+                    return Beat::Locked;
+                }
                 // Keep running: the next heartbeat may succeed before the lease runs out.
-                runner_error(&mut tick.report.errors, "heartbeat", &e.into());
+                runner_error(&mut tick.report.errors, "heartbeat", &e);
                 Beat::Failed
             }
         }
@@ -517,16 +531,22 @@ impl Supervisor {
                 .take(next)
                 .any(|a| a.lease_seen_at.elapsed() >= LEASE_RECHECK_AT_GATE);
             if waited {
-                let lost = match self.heartbeat(tick, Beaten::Prepared(next)) {
+                let beat = self.heartbeat(tick, Beaten::Prepared(next));
+                if matches!(beat, Beat::Locked) {
+                    self.next_heartbeat = Instant::now();
+                }
+                let lost = match beat {
                     Beat::Answered { lost } => lost,
                     // The look met a lost connection: none of them starts (the loop's next turn
                     // leaves them at their gate).
                     Beat::Failed if tick.report.errors.connection_lost => continue,
-                    // The store cannot say (reported). A job seen holding its lease less than a
-                    // lease ago holds it still, unless cancelled meanwhile, which the periodic
-                    // heartbeat then finds, as it does for running jobs; one not seen for a
-                    // whole lease may have been recovered, and never starts.
-                    Beat::Failed => {
+                    // The store cannot say (reported, unless it was only locked while every
+                    // lease held: the periodic heartbeat tries again at once). A job seen
+                    // holding its lease less than a lease ago holds it still, unless cancelled
+                    // meanwhile, which the periodic heartbeat then finds, as it does for running
+                    // jobs; one not seen for a whole lease may have been recovered, and never
+                    // starts.
+                    Beat::Failed | Beat::Locked => {
                         let lease = Duration::from_secs(self.lease_secs.max(0).unsigned_abs());
                         let mut unseen = false;
                         for a in self.ready.iter_mut().take(next) {

@@ -278,6 +278,46 @@ fn a_tick_waiting_for_the_write_lock_still_times_jobs_out_and_times_their_ends()
     );
 }
 
+/// A heartbeat that waited the whole 15 s for the write lock, while the lease still holds, is
+/// tried again at once: the tick keeps its job, records it, and exits 0. (The test hook holds
+/// the first heartbeat, 12 s into the tick, until the lock is taken, for 17 s.)
+#[test]
+fn a_heartbeat_that_waits_out_the_lock_is_tried_again_while_the_lease_holds() {
+    let env = Env::init();
+    env.add("long", &["--max-attempts", "1"], "sleep 31");
+    let run = env.enqueue("long");
+    let gate = env.path("gate");
+    let tick = Bg::spawn_hooked(
+        &env,
+        "tick",
+        &["tick", "--lease", "36s"],
+        &format!("heartbeat:wait={}", gate.display()),
+    );
+    wait_until(Duration::from_secs(60), "the first heartbeat", || {
+        env.path("gate.reached").exists()
+    });
+    wait_until(Duration::from_secs(30), "the write lock", || {
+        env.sql.hold_write_lock_then(Duration::from_secs(17), || {
+            std::fs::write(&gate, "").expect("open the gate");
+        })
+    });
+    let out = tick.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "tick failed: {}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("heartbeat"),
+        "stderr: {}",
+        stderr(&out)
+    );
+    assert_eq!(status_of(&env, run), "succeeded");
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_attempts WHERE run_id = $1",
+            &[&run]
+        ),
+        1
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // a missing, unreadable, read-only, corrupt, newer or full database
 // ---------------------------------------------------------------------------------------------
