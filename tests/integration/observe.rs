@@ -413,7 +413,7 @@ fn show_json_shape() {
         "events",
     ]);
     let mut times: Vec<&str> = HISTORY_TIMES.to_vec();
-    times.extend(["lease_expires_at", "heartbeat_at"]);
+    times.extend(["lease_expires_at", "heartbeat_at", "stopping_by"]);
     assert_eq!(keys(&shown), with_epochs(&plain, &times));
     assert_eq!(shown["id"], id);
     assert_eq!(shown["command"], "echo broken >&2; exit 3");
