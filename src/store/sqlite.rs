@@ -1705,6 +1705,14 @@ fn attempt_holder_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Atte
     })
 }
 
+/// The attempt a LEFT JOIN found for a run from column `first` on, if it found one.
+fn joined_attempt_holder(row: &Row<'_>, first: usize) -> rusqlite::Result<Option<AttemptHolder>> {
+    match row.get::<_, Option<i64>>(first)? {
+        Some(_) => attempt_holder_from_row(row, first).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// A schedule's settings as parameters ?1 to ?13 (in `SETTINGS_COLUMNS` order, placeholders
 /// `SETTINGS_VALUES`), then a statement's own parameters (?14 on): the one binding of those
 /// columns, for the insert and the rewrite of a schedule.
@@ -2085,7 +2093,6 @@ impl Store for SqliteStore {
              LIMIT ?2"
         ))?;
         let rows = stmt.query_map(params![now, limit as i64], |r| {
-            let has_attempt = r.get::<_, Option<i64>>(8)?.is_some();
             Ok(ExpiredLease {
                 run_id: r.get(0)?,
                 job_name: r.get(1)?,
@@ -2093,11 +2100,7 @@ impl Store for SqliteStore {
                 retry: RetryPolicy::from_secs(r.get(3)?, r.get(6)?, r.get(7)?),
                 lease_token: r.get(4)?,
                 lease_expires_at: r.get(5)?,
-                holder: if has_attempt {
-                    Some(attempt_holder_from_row(r, 8)?)
-                } else {
-                    None
-                },
+                holder: joined_attempt_holder(r, 8)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -2317,15 +2320,10 @@ impl Store for SqliteStore {
              LIMIT ?2"
         ))?;
         let rows = stmt.query_map(params![now, limit as i64], |r| {
-            let has_attempt = r.get::<_, Option<i64>>(2)?.is_some();
             Ok(OverdueStop {
                 run_id: r.get(0)?,
                 stopping_by: r.get(1)?,
-                holder: if has_attempt {
-                    Some(attempt_holder_from_row(r, 2)?)
-                } else {
-                    None
-                },
+                holder: joined_attempt_holder(r, 2)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -1723,6 +1723,14 @@ fn attempt_holder_from_row(row: &Row, first: usize) -> Result<AttemptHolder> {
     })
 }
 
+/// The attempt a LEFT JOIN found for a run from column `first` on, if it found one.
+fn joined_attempt_holder(row: &Row, first: usize) -> Result<Option<AttemptHolder>> {
+    match row.try_get::<_, Option<i64>>(first)? {
+        Some(_) => attempt_holder_from_row(row, first).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// The `history` query for the filters given, with its parameters: only the filters given appear
 /// in the WHERE clause, so the planner picks the index that serves them.
 fn history_query(filter: &RunFilter) -> (String, Vec<Box<dyn ToSql + Sync>>) {
@@ -2041,7 +2049,6 @@ impl Store for PostgresStore {
                 )?
                 .iter()
                 .map(|r| {
-                    let has_attempt = r.try_get::<_, Option<i64>>(8)?.is_some();
                     Ok(ExpiredLease {
                         run_id: r.try_get(0)?,
                         job_name: r.try_get(1)?,
@@ -2049,11 +2056,7 @@ impl Store for PostgresStore {
                         retry: RetryPolicy::from_secs(u32_at(r, 3)?, r.try_get(6)?, r.try_get(7)?),
                         lease_token: token_at(r, 4)?,
                         lease_expires_at: r.try_get(5)?,
-                        holder: if has_attempt {
-                            Some(attempt_holder_from_row(r, 8)?)
-                        } else {
-                            None
-                        },
+                        holder: joined_attempt_holder(r, 8)?,
                     })
                 })
                 .collect()
@@ -2284,15 +2287,10 @@ impl Store for PostgresStore {
                 )?
                 .iter()
                 .map(|r| {
-                    let has_attempt = r.try_get::<_, Option<i64>>(2)?.is_some();
                     Ok(OverdueStop {
                         run_id: r.try_get(0)?,
                         stopping_by: r.try_get(1)?,
-                        holder: if has_attempt {
-                            Some(attempt_holder_from_row(r, 2)?)
-                        } else {
-                            None
-                        },
+                        holder: joined_attempt_holder(r, 2)?,
                     })
                 })
                 .collect()
