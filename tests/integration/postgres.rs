@@ -4,7 +4,8 @@
 //! without it these tests say so and pass.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
 use std::time::Duration;
 
 use postgres::{Client, NoTls};
@@ -1024,23 +1025,7 @@ fn a_server_restart_during_a_tick_fails_cleanly_and_nothing_is_lost() {
 #[test]
 fn a_lost_connection_is_one_line_exit_4_and_the_run_is_retried_once() {
     let Some(env) = PgEnv::init() else { return };
-    let starts = env.dir.path().join("starts");
-    let release = env.dir.path().join("release");
-    let command = format!(
-        "echo $$ >> {}; while [ ! -e {} ]; do sleep 0.1; done",
-        starts.display(),
-        release.display()
-    );
-    env.ok(&[
-        "schedule",
-        "add",
-        "held",
-        "--cron",
-        &never(),
-        "--",
-        &command,
-    ]);
-    env.ok(&["run", "held"]);
+    let (starts, release) = queue_held_job(&env);
     // Heart-beaten every 5 s.
     let tick = env
         .cmd()
@@ -1057,24 +1042,13 @@ fn a_lost_connection_is_one_line_exit_4_and_the_run_is_retried_once() {
         .parse()
         .expect("the job's pid");
     let mut admin = Client::connect(&env.server, NoTls).expect("connect as admin");
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {0} ALLOW_CONNECTIONS false;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}';",
-            env.name
-        ))
-        .expect("take the database away");
+    take_the_database_away(&env, &mut admin);
     // Two heartbeats or more meet the loss (each tried to connect again, and failed), then the
     // job ends while the database is still away.
     std::thread::sleep(Duration::from_secs(12));
     std::fs::write(&release, "").expect("release the job");
     let out = tick.wait_with_output().expect("wait for the tick");
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {} ALLOW_CONNECTIONS true",
-            env.name
-        ))
-        .expect("bring the database back");
+    bring_the_database_back(&env, &mut admin);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(4), "{err}");
     let lines: Vec<&str> = err.lines().collect();
@@ -1136,23 +1110,7 @@ fn a_lost_connection_is_one_line_exit_4_and_the_run_is_retried_once() {
 #[test]
 fn the_first_write_after_the_session_was_ended_lands_on_a_new_connection() {
     let Some(env) = PgEnv::init() else { return };
-    let starts = env.dir.path().join("starts");
-    let release = env.dir.path().join("release");
-    let command = format!(
-        "echo $$ >> {}; while [ ! -e {} ]; do sleep 0.1; done",
-        starts.display(),
-        release.display()
-    );
-    env.ok(&[
-        "schedule",
-        "add",
-        "held",
-        "--cron",
-        &never(),
-        "--",
-        &command,
-    ]);
-    env.ok(&["run", "held"]);
+    let (starts, release) = queue_held_job(&env);
     let tick = env
         .cmd()
         .args(["tick", "--concurrency", "1"])
@@ -1259,18 +1217,7 @@ fn lose_the_connection_with_jobs_at_their_gate(point: &str) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn tick");
-    let reached = env.dir.path().join("go.reached");
-    wait_until(Duration::from_secs(120), "the tick to stall", || {
-        reached.exists()
-    });
-    let mut admin = Client::connect(&env.server, NoTls).expect("connect as admin");
-    take_the_database_away(&env, &mut admin);
-    // Past LEASE_RECHECK_AT_GATE (0.1 s) since the starts' commit (at `recorded`): the gates open
-    // only after a look at the leases, which meets the loss.
-    std::thread::sleep(Duration::from_millis(300));
-    std::fs::write(&go, "").expect("let the tick go on");
-    let out = tick.wait_with_output().expect("wait for the tick");
-    bring_the_database_back(&env, &mut admin);
+    let out = lose_the_database_while_stalled(&env, tick, &go);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(4), "{err}");
     let ran = std::fs::read_to_string(&log).unwrap_or_default();
@@ -1346,17 +1293,7 @@ fn run_wait_never_starts_its_job_at_the_gate_once_the_connection_is_lost() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn run --wait");
-    let reached = env.dir.path().join("go.reached");
-    wait_until(Duration::from_secs(120), "the start to be recorded", || {
-        reached.exists()
-    });
-    let mut admin = Client::connect(&env.server, NoTls).expect("connect as admin");
-    take_the_database_away(&env, &mut admin);
-    // Past LEASE_RECHECK_AT_GATE (0.1 s): the gate opens only after a look at the lease.
-    std::thread::sleep(Duration::from_millis(300));
-    std::fs::write(&go, "").expect("let run go on");
-    let out = run.wait_with_output().expect("wait for run");
-    bring_the_database_back(&env, &mut admin);
+    let out = lose_the_database_while_stalled(&env, run, &go);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert_eq!(
@@ -1384,6 +1321,47 @@ fn run_wait_never_starts_its_job_at_the_gate_once_the_connection_is_lost() {
         "ran\n",
         "run once"
     );
+}
+
+/// Schedule `held`, whose job appends its pid to `starts` and then runs until `release` exists,
+/// with one manual run of it queued. Returns `(starts, release)`.
+fn queue_held_job(env: &PgEnv) -> (PathBuf, PathBuf) {
+    let starts = env.dir.path().join("starts");
+    let release = env.dir.path().join("release");
+    let command = format!(
+        "echo $$ >> {}; while [ ! -e {} ]; do sleep 0.1; done",
+        starts.display(),
+        release.display()
+    );
+    env.ok(&[
+        "schedule",
+        "add",
+        "held",
+        "--cron",
+        &never(),
+        "--",
+        &command,
+    ]);
+    env.ok(&["run", "held"]);
+    (starts, release)
+}
+
+/// `runner`, stalled at its `RUNNER_TEST_HOOK` point until `go` exists: once it is there, the
+/// database is taken away; past `LEASE_RECHECK_AT_GATE` (0.1 s) since the stall (the starts'
+/// commit, at `recorded`), so that a gate opens only after a look at its lease, which meets the
+/// loss, it goes on. Its output, once it has exited, with the database back.
+fn lose_the_database_while_stalled(env: &PgEnv, runner: Child, go: &Path) -> Output {
+    let reached = env.dir.path().join("go.reached");
+    wait_until(Duration::from_secs(120), "the runner to stall", || {
+        reached.exists()
+    });
+    let mut admin = Client::connect(&env.server, NoTls).expect("connect as admin");
+    take_the_database_away(env, &mut admin);
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(go, "").expect("let the runner go on");
+    let out = runner.wait_with_output().expect("wait for the runner");
+    bring_the_database_back(env, &mut admin);
+    out
 }
 
 /// The database refuses new connections and the runner's sessions are ended; returns once none
