@@ -403,8 +403,7 @@ impl Supervisor {
             self.next_heartbeat = Instant::now() + self.heartbeat_every;
             match self.heartbeat(tick, Beaten::All) {
                 Beat::Answered { lost: true } => self.stop_lost_at_gate(),
-                Beat::Locked => self.next_heartbeat = Instant::now(),
-                Beat::Answered { lost: false } | Beat::Failed => {}
+                Beat::Answered { lost: false } | Beat::Failed | Beat::Locked => {}
             }
             self.leave_at_gate_if_connection_lost(tick);
         }
@@ -423,7 +422,13 @@ impl Supervisor {
             .collect()
     }
 
-    /// Extend the leases of the jobs `which` names; a job whose lease is gone is stopped.
+    fn lease(&self) -> Duration {
+        Duration::from_secs(self.lease_secs.max(0).unsigned_abs())
+    }
+
+    /// Extend the leases of the jobs `which` names; a job whose lease is gone is stopped. One
+    /// that found the database locked while the leases held (`Beat::Locked`) has the periodic
+    /// heartbeat come again at once.
     fn heartbeat(&mut self, tick: &mut Tick<'_>, which: Beaten) -> Beat {
         let tokens: Vec<LeaseToken> = self
             .beaten(which)
@@ -440,7 +445,7 @@ impl Supervisor {
                 tick.store.heartbeat(&tokens, now, lease_expires_at)
             }
         });
-        let lease = Duration::from_secs(self.lease_secs.max(0).unsigned_abs());
+        let lease = self.lease();
         // The same jobs as `tokens`, in the same order: nothing changes which are beaten (a
         // shutdown the tender saw meanwhile stops a job for that, not for a lost lease).
         let mut beating = self.beaten(which);
@@ -471,6 +476,7 @@ impl Supervisor {
                 // still holds, nothing is lost yet, and the heartbeat is tried again at once.
                 let held_yet = beating.iter().all(|a| a.lease_seen_at.elapsed() < lease);
                 if crate::exit::code_for(&e) == crate::exit::BUSY && held_yet {
+                    self.next_heartbeat = Instant::now();
                     return Beat::Locked;
                 }
                 // Keep running: the next heartbeat may succeed before the lease runs out.
@@ -531,11 +537,7 @@ impl Supervisor {
                 .take(next)
                 .any(|a| a.lease_seen_at.elapsed() >= LEASE_RECHECK_AT_GATE);
             if waited {
-                let beat = self.heartbeat(tick, Beaten::Prepared(next));
-                if matches!(beat, Beat::Locked) {
-                    self.next_heartbeat = Instant::now();
-                }
-                let lost = match beat {
+                let lost = match self.heartbeat(tick, Beaten::Prepared(next)) {
                     Beat::Answered { lost } => lost,
                     // The look met a lost connection: none of them starts (the loop's next turn
                     // leaves them at their gate).
@@ -547,7 +549,7 @@ impl Supervisor {
                     // jobs; one not seen for a whole lease may have been recovered, and never
                     // starts.
                     Beat::Failed | Beat::Locked => {
-                        let lease = Duration::from_secs(self.lease_secs.max(0).unsigned_abs());
+                        let lease = self.lease();
                         let mut unseen = false;
                         for a in self.ready.iter_mut().take(next) {
                             if a.lease_seen_at.elapsed() >= lease {
