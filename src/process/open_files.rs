@@ -57,8 +57,9 @@ pub fn open_below(limit: u64) -> u64 {
         }
         // Not one free below the limit: every number there is taken.
         Err(e) if is_out_of_files(&e) => limit,
-        // No `/proc`: ask each number below the limit (a low one: this is only asked when the
-        // limit is too low for the jobs asked of it).
+        // No `/proc`: ask each number below the limit, at most `PROBE_AT_MOST` of them (a
+        // system call each: milliseconds, once per tick with work, and only where `/proc` is
+        // missing).
         Err(_) => (0..limit.min(PROBE_AT_MOST))
             .filter_map(|fd| i32::try_from(fd).ok())
             // An unused number is EBADF.
