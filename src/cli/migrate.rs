@@ -167,7 +167,10 @@ fn same_database(shown: &str) -> anyhow::Error {
 fn orphaned_runs(from: &str, ids: &[i64]) -> anyhow::Error {
     let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
     Failure::usage(format!(
-        "{from} has running runs whose leases have expired ({}): the tick that ran them stopped          without recording them; nothing was moved or changed. Run `runner tick` once (it          recovers them: each is retried or goes dead by its policy) or `runner cancel ID` each,          then migrate again",
+        "{from} has running runs whose leases have expired ({}): the tick that ran them stopped \
+         without recording them; nothing was moved or changed. Run `runner tick` once (it \
+         recovers them: each is retried or goes dead by its policy) or `runner cancel ID` each, \
+         then migrate again",
         ids.join(", ")
     ))
 }
