@@ -28,6 +28,13 @@ pub enum Failure {
     /// the same.
     #[error("{0}")]
     ConnectionLost(String),
+    /// The same loss, found before anything was sent: the server ended the session while the
+    /// connection sat idle (or an earlier statement met the loss), and connecting again failed
+    /// (the server is restarting, or down). What was asked was certainly not done, so a caller
+    /// that can do without it now (a tick's claim poll) may go on without it; otherwise it is
+    /// the loss it is (exit 4).
+    #[error("{0}")]
+    ServerAway(String),
     /// The database stayed locked beyond the wait limit; safe to retry.
     #[error("{0}")]
     Busy(String),
@@ -102,7 +109,9 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
             return match failure {
                 Failure::Usage(_) => USAGE,
                 Failure::NotFound(_) => NOT_FOUND,
-                Failure::Database(_) | Failure::ConnectionLost(_) => DATABASE,
+                Failure::Database(_) | Failure::ConnectionLost(_) | Failure::ServerAway(_) => {
+                    DATABASE
+                }
                 Failure::TickConnectionLost(_) => DATABASE,
                 Failure::Busy(_) => BUSY,
                 Failure::JobExit(code) | Failure::Verdict(code) => *code,
@@ -116,15 +125,24 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
     RUNTIME
 }
 
-/// Whether the error is a lost connection to the database server ([`Failure::ConnectionLost`]):
-/// every later write of the command meets the same, until the server is back.
+/// Whether the error is a lost connection to the database server ([`Failure::ConnectionLost`],
+/// [`Failure::ServerAway`]): every later write of the command meets the same, until the server
+/// is back.
 pub fn is_connection_lost(error: &anyhow::Error) -> bool {
     error.chain().any(|c| {
         matches!(
             c.downcast_ref::<Failure>(),
-            Some(Failure::ConnectionLost(_))
+            Some(Failure::ConnectionLost(_) | Failure::ServerAway(_))
         )
     })
+}
+
+/// Whether the error is a lost connection found before anything was sent ([`Failure::ServerAway`]):
+/// what was asked was not done.
+pub fn is_server_away(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .any(|c| matches!(c.downcast_ref::<Failure>(), Some(Failure::ServerAway(_))))
 }
 
 /// `; hint: ...` when the error's backend said what the user can do about it, else "": appended

@@ -479,6 +479,15 @@ impl Supervisor {
                     self.next_heartbeat = Instant::now();
                     return Beat::Locked;
                 }
+                // The server ended the session and is not back yet (a restart): nothing was
+                // sent. While every lease still holds, nothing is lost yet: claim no more, and
+                // let the next heartbeat (or the jobs' ends) try again on a new connection. Not
+                // with jobs at their gate: none may start once the connection is lost.
+                let running_only = matches!(which, Beaten::All) && self.ready.is_empty();
+                if crate::exit::is_server_away(&e) && held_yet && running_only {
+                    tick.writes_failed = true;
+                    return Beat::Failed;
+                }
                 // Keep running: the next heartbeat may succeed before the lease runs out.
                 runner_error(&mut tick.report.errors, "heartbeat", &e);
                 Beat::Failed
@@ -862,6 +871,11 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
             // the durable commit of the new starts makes them durable too (one fsync for both),
             // and `sync` below does if nothing is to start.
             let lease_secs = supervisor.lease_secs;
+            // A claim while jobs run comes after a wait: the connection sat idle meanwhile.
+            let polling = !supervisor.active.is_empty();
+            if polling && !ended {
+                test_hook("polling");
+            }
             let claimed = if ended {
                 results_deferred = true;
                 supervisor.lend(|| record_decided_then_claim(tick, ends, room, lease_secs))
@@ -882,6 +896,16 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
                     };
                     starting = !claimed.runs.is_empty();
                     dispatch(tick, claimed.runs, &mut supervisor, spawner);
+                }
+                // The server ended the session while the jobs ran and is not back yet (it is
+                // restarting): nothing was sent, so nothing was claimed, and nothing is lost
+                // yet. Claim no more (the next tick does); the jobs are tended, and their ends
+                // and heartbeats written on a new connection once the server is back. A write
+                // that cannot be made then reports the loss.
+                Err(e) if polling && crate::exit::is_server_away(&e) => {
+                    tick.writes_failed = true;
+                    claiming.took_nothing = true;
+                    claiming.more_due = false;
                 }
                 Err(e) => {
                     runner_error(&mut tick.report.errors, "claiming runs", &e);

@@ -116,7 +116,8 @@ pub struct Tick<'a> {
     pub rng: &'a mut fastrand::Rng,
     pub report: &'a mut TickReport,
     /// A claim, a start or a result could not be written (a full disk, a database gone
-    /// read-only): claim no more, so that no further job runs whose result this tick may not be
+    /// read-only), or the database server was found away while jobs ran (a claim or heartbeat
+    /// that sent nothing, during a restart): claim no more, so that no further job runs whose result this tick may not be
     /// able to record. The jobs it holds are seen to their end; the next tick starts afresh.
     pub writes_failed: bool,
 }
@@ -309,6 +310,8 @@ fn unrecorded_line(unrecorded: &[(i64, u32)], not_started: usize) -> Option<Stri
 /// - `recorded`: starts recorded, before the gates open;
 /// - `running`: every job in hand released and running, the tick about to wait for them, no
 ///   transaction open (where a tick stalls that neither heart-beats nor holds a lock);
+/// - `polling`: a claim due while jobs run (a free slot, the connection idle since the last
+///   statement), before it is made;
 /// - `ends-deferred`: ends written deferred with a claim, not durable yet;
 /// - `heartbeat` (`:fail` only): every heartbeat of a tick, the look at a job's lease at its
 ///   gate included;

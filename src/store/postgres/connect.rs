@@ -451,10 +451,15 @@ fn connection_lost(server: &Server, cause: &str) -> anyhow::Error {
     Failure::ConnectionLost(format!("lost the connection to {server}: {cause}")).into()
 }
 
-/// A lost connection that could not be made again (`error`: why connecting failed): exit 4, as
-/// when the command could not connect at all, and reported as the loss it is.
-pub fn not_reconnected(error: anyhow::Error) -> anyhow::Error {
-    Failure::ConnectionLost(format!("lost the connection, and {error:#}")).into()
+/// A lost connection found before anything was sent, that could not be made again (`error`:
+/// why connecting failed): exit 4, as when the command could not connect at all, and reported as
+/// the loss it is: `farewell`, how the server ended the session, when a probe found it.
+pub fn server_away(server: &Server, farewell: Option<&str>, error: anyhow::Error) -> anyhow::Error {
+    let message = match farewell {
+        Some(cause) => format!("lost the connection to {server}: {cause}"),
+        None => format!("lost the connection, and {error:#}"),
+    };
+    Failure::ServerAway(message).into()
 }
 
 /// Whether the client's error came from its socket, not from the server or a conversion.

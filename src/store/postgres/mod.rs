@@ -72,8 +72,10 @@ const CLOCK_MARKS_LOCK: i64 = MIGRATION_LOCK + 1;
 /// How long a connection may sit idle before its next use checks that the server has not ended
 /// the session meanwhile (`PostgresStore::client`). The statements of a tick's busy moments come
 /// one after the other, and pay nothing; a heartbeat or a job's end, after the job ran, pays one
-/// round trip.
-const IDLE_PROBE_AFTER: Duration = Duration::from_secs(1);
+/// round trip, and so does each claim a tick with a free slot makes every second while its jobs
+/// run. Well under that second: at 1 s, the first of those claims after the jobs' starts were
+/// written came a few ms short of it, was sent unprobed, and met a restart as a lost connection.
+const IDLE_PROBE_AFTER: Duration = Duration::from_millis(200);
 
 /// Parameters of a statement.
 type Params<'a> = Vec<&'a (dyn ToSql + Sync)>;
@@ -92,6 +94,9 @@ pub struct PostgresStore {
     connection: std::cell::Cell<u64>,
     /// When `client` was last used: see `client()`.
     last_used: std::cell::Cell<Instant>,
+    /// How the server ended the session, as a probe found it while connecting again failed:
+    /// what each later use reports until a connection is made again (`client()`).
+    farewell: RefCell<Option<String>>,
     /// The plans its sessions allow (to connect again the same way).
     plans: connect::Plans,
     /// What names this database in a job's marker, as the server knows it (`Store::identity`).
@@ -220,6 +225,7 @@ impl PostgresStore {
             unsynced: std::cell::Cell::new(false),
             connection: std::cell::Cell::new(next_connection()),
             last_used: std::cell::Cell::new(Instant::now()),
+            farewell: RefCell::new(None),
             plans,
             identity: String::new(),
         })
@@ -347,21 +353,25 @@ impl PostgresStore {
     /// empty query, which does nothing wherever it lands: if that finds the session ended, the
     /// work goes to a new connection, and the loss cost nothing. A statement that meets a loss
     /// anyway (one that came while it ran, or within the idle time) fails and says so.
+    ///
+    /// Where connecting again fails (the server is still restarting), nothing was sent: the
+    /// error says so (`Failure::ServerAway`), so that a tick can do without a claim it could not
+    /// make, and names the loss as the statement would have met it.
     fn client(&self) -> StoreResult<Held<'_>> {
         let mut client = self.client.borrow_mut();
         let ended = self.ended_while_idle(&mut client);
+        if let Some(loss) = &ended {
+            *self.farewell.borrow_mut() = Some(connect::cause(loss));
+        }
         if client.is_closed() {
-            // Connecting again failed: a loss found by the probe is reported as the loss it is,
-            // as the statement would have met it.
-            let (fresh, _) = connect::connect(&self.url, &self.shown, self.plans).map_err(
-                |error| match &ended {
-                    Some(loss) => connect::failure(&self.server, loss),
-                    None => connect::not_reconnected(error),
-                },
-            )?;
+            let (fresh, _) =
+                connect::connect(&self.url, &self.shown, self.plans).map_err(|error| {
+                    connect::server_away(&self.server, self.farewell.borrow().as_deref(), error)
+                })?;
             *client = fresh;
             self.connection.set(next_connection());
         }
+        self.farewell.take();
         let outer = CURRENT_CONNECTION.with(|c| c.replace(self.connection.get()));
         Ok(Held {
             client,
