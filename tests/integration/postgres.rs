@@ -927,6 +927,62 @@ fn a_host_recovers_another_hosts_lease_and_the_owner_stops_its_leftovers() {
     );
 }
 
+/// After an upgrade, the first command to connect applies the newer schema, which takes the
+/// tables' owner. A role with only the privileges a tick needs was told to be granted them
+/// (which it had), by every command and by doctor; now it is told which versions differ and to
+/// run `runner init` as the tables' owner, and once that is done it works.
+#[test]
+fn a_role_that_cannot_migrate_an_older_schema_is_told_to_run_init_as_the_owner() {
+    let Some(env) = PgEnv::init() else { return };
+    let latest = env.count("SELECT max(version) FROM runner_schema_version");
+    let role = format!("{}_ticker", env.name);
+    // The schema as version 10 left it (migration 11 undone), the role granted what a tick needs.
+    env.client()
+        .batch_execute(&format!(
+            "ALTER TABLE job_runs DROP COLUMN stopping_by;
+             DELETE FROM runner_schema_version WHERE version >= 11;
+             CREATE ROLE {role} LOGIN; REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+        ))
+        .expect("an older schema and a restricted role");
+    let limited = with_user(&env.url, &role);
+    let as_limited = |args: &[&str]| {
+        env.cmd()
+            .env("RUNNER_DB", &limited)
+            .args(args)
+            .output()
+            .expect("run")
+    };
+    let refused: Vec<(&str, Output)> = ["tick", "status", "doctor"]
+        .into_iter()
+        .map(|command| (command, as_limited(&[command])))
+        .collect();
+    env.ok(&["init"]);
+    let after = as_limited(&["tick"]);
+    let _ = env
+        .client()
+        .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
+
+    let told = format!(
+        "the database is at schema version 10, this runner needs {latest}; run `runner init` as \
+         the tables' owner"
+    );
+    for (command, out) in &refused {
+        let said = format!("{}{}", stdout(out), stderr(out));
+        assert!(said.contains(&told), "runner {command}: {said}");
+        assert!(
+            !said.contains("grant this user"),
+            "runner {command}: {said}"
+        );
+        if *command != "doctor" {
+            assert_eq!(out.status.code(), Some(4), "runner {command}: {said}");
+        } else {
+            assert!(!out.status.success(), "runner doctor: {said}");
+        }
+    }
+    assert!(after.status.success(), "{}", stderr(&after));
+}
+
 /// The server goes away while a tick holds a running job: the tick says so in a line that
 /// names the server, connects again, and nothing is lost: the run ends succeeded, attempts never
 /// overlap. A restart as this test database's clients see it: the server ends their sessions

@@ -280,11 +280,11 @@ impl PostgresStore {
             )
             .map_err(|e| match version {
                 0 => creation_failure(&self.server, &e),
-                _ => e.into(),
+                _ => migration_failure(&self.server, version, version as usize + 1, &e),
             })?;
             for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
                 tx.batch_execute(sql)
-                    .map_err(|e| migration_failure(&self.server, index + 1, &e))?;
+                    .map_err(|e| migration_failure(&self.server, version, index + 1, &e))?;
                 tx.execute(
                     "INSERT INTO runner_schema_version (version, applied_at)
                      VALUES ($1, extract(epoch FROM now())::bigint)",
@@ -541,16 +541,33 @@ fn newer_schema(server: &str, version: i64) -> anyhow::Error {
     ))
 }
 
-/// Migration `version` failed. A table (or index, or type) of one of runner's names that is
-/// already there, in a database without runner's schema version, is another application's: this
-/// is not a runner database (exit 4), as SQLite says of a file that is not runner's, and nothing
-/// was created (the migration is one transaction). Anything else is classified as any error is.
-fn migration_failure(server: &Server, version: usize, error: &postgres::Error) -> anyhow::Error {
+/// Migration `version` failed, of a database found at schema version `found` (0: none). A table
+/// (or index, or type) of one of runner's names that is already there, in a database without
+/// runner's schema version, is another application's: this is not a runner database (exit 4), as
+/// SQLite says of a file that is not runner's, and nothing was created (the migration is one
+/// transaction). An older schema this user may not change (the first command after an upgrade,
+/// run as a user with only the privileges a tick needs) takes the tables' owner: granting this
+/// user the tables' privileges, what a missing privilege is otherwise told, would not do.
+/// Anything else is classified as any error is.
+fn migration_failure(
+    server: &Server,
+    found: i64,
+    version: usize,
+    error: &postgres::Error,
+) -> anyhow::Error {
     if matches!(
         error.code(),
         Some(&SqlState::DUPLICATE_TABLE | &SqlState::DUPLICATE_OBJECT)
     ) {
         return not_a_runner_database(server, &connect::cause(error));
+    }
+    if found > 0 && error.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+        return Failure::database(format!(
+            "{server}: the database is at schema version {found}, this runner needs {}; run \
+             `runner init` as the tables' owner (applying migration {version}: {})",
+            MIGRATIONS.len(),
+            connect::cause(error)
+        ));
     }
     connect::failure(server, error).context(format!("applying PostgreSQL migration {version}"))
 }
