@@ -127,6 +127,7 @@ text_enum!(
         LeaseLost => "LEASE_LOST",
         Leftovers => "LEFTOVERS",
         AttemptClosed => "ATTEMPT_CLOSED",
+        GivenBack => "GIVEN_BACK",
     },
     "event kind"
 );
@@ -149,6 +150,15 @@ impl NewEvent {
         NewEvent::new(
             EventKind::Claimed,
             json!({ "attempt": attempt, "host": host }),
+        )
+    }
+
+    /// A claim was given back before its job started (the tick ran out of open files): attempt
+    /// `attempt` never ran, and is not counted.
+    pub fn given_back(attempt: u32, reason: &str) -> NewEvent {
+        NewEvent::new(
+            EventKind::GivenBack,
+            json!({ "attempt": attempt, "reason": reason }),
         )
     }
 
@@ -1305,6 +1315,16 @@ pub struct StartRecord {
     pub lease_token: LeaseToken,
     pub child_pid: u32,
     pub child_start_time: Option<u64>,
+}
+
+/// A claim given back before its job started (`Store::give_back`): the run, its attempt and the
+/// lease token that fence the write, and the event that tells why.
+#[derive(Debug, Clone)]
+pub struct GivenBack {
+    pub run_id: i64,
+    pub attempt: u32,
+    pub lease_token: LeaseToken,
+    pub event: NewEvent,
 }
 
 #[cfg(test)]

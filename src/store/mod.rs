@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, ClaimedRun, ColumnProblem, DamagedDefinition, Definition,
-    ExpiredLease, Fenced, LastRun, LeaseToken, NewEvent, NewRun, OrphanClose, OverdueStop,
-    RunStatus, Settings, StartRecord, Steer, Steered,
+    ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, NewEvent, NewRun, OrphanClose,
+    OverdueStop, RunStatus, Settings, StartRecord, Steer, Steered,
 };
 
 pub use postgres::PostgresStore;
@@ -1359,6 +1359,15 @@ pub trait Store {
         now: i64,
         lease_expires_at: i64,
     ) -> Result<Vec<Fenced>>;
+    /// In one transaction, give back claims whose job never started (no start recorded: its
+    /// spawn failed for want of a descriptor, or was not tried), each fenced by its token: the
+    /// run returns to `pending` as its claim found it (lease released, its attempt number one
+    /// lower, `started_at` unset again when this was its first attempt, `running_alone` cleared,
+    /// `run_at` kept: due again at once), the attempt row its claim opened is deleted, and its
+    /// `event` recorded at `now`. Per claim, in order: whether it landed; a refused one (the run
+    /// was cancelled or recovered meanwhile) changed nothing. Committed `Durable`, as
+    /// `record_starts` is.
+    fn give_back(&mut self, claims: &[GivenBack], now: i64, actor: &Actor) -> Result<Vec<Fenced>>;
     /// In one transaction, extend the lease of each token, fenced by it, to `lease_expires_at`
     /// (`heartbeat_at = now`). Per token, in order: whether it is still held (a lost one was
     /// cancelled or recovered: its job must stop).

@@ -27,7 +27,7 @@ use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
-    ExpiredLease, Fenced, LastRun, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose,
+    ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose,
     OverdueStop, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
     Steering,
 };
@@ -2186,6 +2186,43 @@ impl Store for SqliteStore {
         }
         tx.commit()?;
         // Durable before any gate opens: every deferred commit before it is on disk too.
+        self.synced()?;
+        Ok(landed)
+    }
+
+    fn give_back(&mut self, claims: &[GivenBack], now: i64, actor: &Actor) -> Result<Vec<Fenced>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tx = self.write_then_sync()?;
+        let mut landed = Vec::with_capacity(claims.len());
+        for claim in claims {
+            // As the claim found it: `started_at` is the first attempt's start, and this one
+            // never started.
+            let back = tx
+                .prepare_cached(
+                    "UPDATE job_runs SET status = 'pending', owner = NULL, lease_token = NULL,
+                         lease_expires_at = NULL, heartbeat_at = NULL, running_alone = NULL,
+                         attempt = attempt - 1,
+                         started_at = CASE WHEN attempt = 1 THEN NULL ELSE started_at END
+                     WHERE id = ?1 AND lease_token = ?2 AND status = 'running' AND attempt = ?3",
+                )?
+                .execute(params![claim.run_id, claim.lease_token, claim.attempt])?;
+            if back == 1 {
+                tx.prepare_cached(
+                    "DELETE FROM job_attempts
+                     WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL",
+                )?
+                .execute(params![claim.run_id, claim.attempt, claim.lease_token])?;
+                insert_event(&tx, claim.run_id, now, actor, &claim.event)?;
+            }
+            landed.push(if back == 1 {
+                Fenced::Applied
+            } else {
+                Fenced::LeaseLost
+            });
+        }
+        tx.commit()?;
         self.synced()?;
         Ok(landed)
     }

@@ -39,9 +39,9 @@ use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
-    EventKind, ExpiredLease, Fenced, LastRun, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose,
-    OverdueStop, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
-    Steering,
+    EventKind, ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, Leftovers, NewEvent, NewRun,
+    OrphanClose, OverdueStop, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord,
+    Steer, Steered, Steering,
 };
 
 /// What the `Store` trait's methods return: errors already classified (`Failure`), the server
@@ -2181,6 +2181,51 @@ impl Store for PostgresStore {
         // Synchronous: every asynchronous commit before it is flushed too, if it wrote (a
         // transaction that changed nothing has no commit record to flush up to).
         if !recorded.is_empty() {
+            self.unsynced.set(false);
+        }
+        Ok(landed)
+    }
+
+    fn give_back(
+        &mut self,
+        claims: &[GivenBack],
+        now: i64,
+        actor: &Actor,
+    ) -> StoreResult<Vec<Fenced>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Rare (a tick that ran out of open files): a statement per write, in one transaction,
+        // committed synchronously.
+        let landed = self.write(|tx| {
+            let back = prepared(
+                tx,
+                "UPDATE job_runs SET status = 'pending', owner = NULL, lease_token = NULL,
+                     lease_expires_at = NULL, heartbeat_at = NULL, running_alone = NULL,
+                     attempt = attempt - 1,
+                     started_at = CASE WHEN attempt = 1 THEN NULL ELSE started_at END
+                 WHERE id = $1 AND lease_token = $2 AND status = 'running' AND attempt = $3",
+            )?;
+            let unopened = prepared(
+                tx,
+                "DELETE FROM job_attempts
+                 WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL",
+            )?;
+            let mut landed = Vec::with_capacity(claims.len());
+            for claim in claims {
+                let (token, attempt) = (claim.lease_token.as_str(), i64::from(claim.attempt));
+                if tx.execute(&back, &[&claim.run_id, &token, &attempt])? == 1 {
+                    tx.execute(&unopened, &[&claim.run_id, &attempt, &token])?;
+                    insert_event(tx, claim.run_id, now, actor, &claim.event)?;
+                    landed.push(Fenced::Applied);
+                } else {
+                    landed.push(Fenced::LeaseLost);
+                }
+            }
+            Ok(landed)
+        })?;
+        // Synchronous: every asynchronous commit before it is flushed too, if it wrote.
+        if landed.contains(&Fenced::Applied) {
             self.unsynced.set(false);
         }
         Ok(landed)
