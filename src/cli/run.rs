@@ -95,6 +95,13 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             crate::tick::report_unrecorded(&report);
             return Err(Failure::TickConnectionLost(report.errors.count).into());
         }
+        if report.given_back.contains(&run_id) {
+            // Why was said when it was met.
+            return Err(anyhow::anyhow!(
+                "run {run_id} is queued again, no attempt spent: its job could not start for \
+                 want of open files; a tick executes it when it can"
+            ));
+        }
         return Err(anyhow::anyhow!(
             "run {run_id} is queued but could not start now: the schedule {name} forbids overlap \
              and another of its runs is running or due before this one, or it was paused just \

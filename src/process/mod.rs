@@ -19,6 +19,7 @@ pub mod wakeup;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -104,6 +105,19 @@ pub enum SpawnErrorKind {
     /// runner's limit, nothing wrong with the job.
     OutOfFiles,
     Other,
+}
+
+/// Whether a spawn found no descriptor left (`EMFILE`, `ENFILE`), shared by the threads that
+/// spawn one tick's jobs: once one did, the spawns after it are not tried (they would fail
+/// alike, and their runs, claimed already, are better given back unstarted).
+#[derive(Debug, Default)]
+pub struct FilesExhausted(AtomicBool);
+
+impl FilesExhausted {
+    /// A spawn found no descriptor left.
+    pub fn met(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// Failure to start a job (a result, not a panic).
@@ -384,26 +398,46 @@ impl RunningJob {
         })
     }
 
-    /// [`spawn`](Self::spawn) each job, in order; a batch of [`SPAWN_SIDE_BY_SIDE_FROM`] or more
-    /// two at a time. A spawn waits for the shell's `exec`, which is CPU work: a second thread
-    /// lets the other core do the next one meanwhile.
-    pub fn spawn_all(specs: &[JobSpec]) -> Vec<Result<RunningJob, SpawnError>> {
+    /// [`spawn`](Self::spawn), unless a spawn sharing `exhausted` found no descriptor left:
+    /// `None`, not tried. One that finds none itself says so to those after it.
+    pub fn spawn_unless_exhausted(
+        spec: &JobSpec,
+        exhausted: &FilesExhausted,
+    ) -> Option<Result<RunningJob, SpawnError>> {
+        if exhausted.met() {
+            return None;
+        }
+        let spawned = Self::spawn(spec);
+        if matches!(&spawned, Err(e) if e.kind == SpawnErrorKind::OutOfFiles) {
+            exhausted.0.store(true, Ordering::Relaxed);
+        }
+        Some(spawned)
+    }
+
+    /// [`spawn_unless_exhausted`](Self::spawn_unless_exhausted) each job, in order; a batch of
+    /// [`SPAWN_SIDE_BY_SIDE_FROM`] or more two at a time. A spawn waits for the shell's `exec`,
+    /// which is CPU work: a second thread lets the other core do the next one meanwhile.
+    pub fn spawn_all(
+        specs: &[JobSpec],
+        exhausted: &FilesExhausted,
+    ) -> Vec<Option<Result<RunningJob, SpawnError>>> {
+        let spawn = |spec| Self::spawn_unless_exhausted(spec, exhausted);
         if specs.len() < SPAWN_SIDE_BY_SIDE_FROM {
-            return specs.iter().map(Self::spawn).collect();
+            return specs.iter().map(spawn).collect();
         }
         let (first, second) = specs.split_at(specs.len() / 2);
         std::thread::scope(|scope| {
             let helper = std::thread::Builder::new()
                 .name("job-spawner".to_string())
-                .spawn_scoped(scope, || second.iter().map(Self::spawn).collect::<Vec<_>>());
-            let mut spawned: Vec<_> = first.iter().map(Self::spawn).collect();
+                .spawn_scoped(scope, || second.iter().map(spawn).collect::<Vec<_>>());
+            let mut spawned: Vec<_> = first.iter().map(spawn).collect();
             match helper {
                 Ok(helper) => match helper.join() {
                     Ok(rest) => spawned.extend(rest),
                     Err(panic) => std::panic::resume_unwind(panic),
                 },
                 // No thread to be had (a process limit): spawn the rest here.
-                Err(_) => spawned.extend(second.iter().map(Self::spawn)),
+                Err(_) => spawned.extend(second.iter().map(spawn)),
             }
             spawned
         })
@@ -1236,14 +1270,29 @@ mod tests {
     #[test]
     fn spawn_all_returns_each_job_at_its_specs_place() {
         let specs: Vec<JobSpec> = (0..7).map(|i| spec(&format!("echo job-{i}"))).collect();
-        let jobs = RunningJob::spawn_all(&specs);
+        let jobs = RunningJob::spawn_all(&specs, &FilesExhausted::default());
         assert_eq!(jobs.len(), specs.len());
         for (i, job) in jobs.into_iter().enumerate() {
-            let mut job = job.unwrap();
+            let mut job = job.expect("tried").unwrap();
             job.release();
             let finished = run_until(&mut job, Duration::from_secs(20));
             assert_eq!(finished.stdout_tail, format!("job-{i}\n").into_bytes());
         }
+    }
+
+    #[test]
+    fn once_a_spawn_found_no_descriptor_left_the_next_are_not_tried() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let specs: Vec<JobSpec> = (0..5)
+            .map(|_| spec(&format!("touch {}", marker.display())))
+            .collect();
+        let exhausted = FilesExhausted::default();
+        exhausted.0.store(true, Ordering::Relaxed);
+        let jobs = RunningJob::spawn_all(&specs, &exhausted);
+        assert_eq!(jobs.len(), specs.len());
+        assert!(jobs.iter().all(Option::is_none));
+        assert!(!marker.exists());
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //!
 //! A job held by a tick takes three descriptors (its gate and its two output pipes), and more
 //! while it is being spawned. A tick started with a soft limit on open files (`ulimit -n`) too
-//! low for its `--concurrency` would see its jobs fail to start with `SPAWN:OTHER`, each failure
-//! an attempt spent, though nothing is wrong with the job. So a tick raises its own soft limit as
+//! low for its `--concurrency` would see its jobs fail to start, though nothing is wrong with
+//! them (their claims given back, and no more runs claimed). So a tick raises its own soft limit as
 //! far as its jobs need, up to the hard limit (any process may), and gives each job's shell the
 //! limit the tick was started with back while the shell waits at its gate: a job sees the limits
 //! its crontab line gave it, not the tick's. Where the hard limit holds less, the tick counts the

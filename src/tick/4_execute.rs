@@ -35,9 +35,9 @@ use super::record::{
 };
 use super::{attempt_marker, runner_error, test_hook, OnShutdown, Tick};
 use crate::display::utc_time;
-use crate::model::{ClaimedRun, Fenced, LeaseToken, StartRecord};
+use crate::model::{ClaimedRun, Fenced, GivenBack, LeaseToken, NewEvent, StartRecord};
 use crate::process::{
-    procfs, wakeup::Wakeup, JobSpec, RunningJob, SpawnError, SpawnErrorKind,
+    procfs, wakeup::Wakeup, FilesExhausted, JobSpec, RunningJob, SpawnError, SpawnErrorKind,
     SPAWN_SIDE_BY_SIDE_FROM,
 };
 use crate::store::Commit;
@@ -83,10 +83,14 @@ const TEND_HELD_UP_AFTER: Duration = Duration::from_millis(50);
 /// `exec`), and this machine class has two cores; more threads measured no faster.
 const SPAWN_THREADS: usize = 2;
 
-/// Claimed runs to spawn at their gate, and what came of each: one batch per helper, so that a
-/// claim costs each helper one wake-up, and its starts are recorded together.
+/// Claimed runs to spawn at their gate, and what came of each (`None`: not tried, a spawn before
+/// it having found no descriptor left): one batch per helper, so that a claim costs each helper
+/// one wake-up, and its starts are recorded together.
 type SpawnRequest = Vec<(ClaimedRun, JobSpec)>;
-type Spawned = Vec<(ClaimedRun, Result<RunningJob, SpawnError>)>;
+type Spawned = Vec<(ClaimedRun, Option<Result<RunningJob, SpawnError>>)>;
+
+/// Why a claim was given back (`GIVEN_BACK`), its job never started.
+const GIVEN_BACK_REASON: &str = "the tick ran out of open files; its job never started";
 
 /// The helper threads that spawn claimed jobs at their gate while the supervisor goes on.
 struct Spawner<'a> {
@@ -99,12 +103,16 @@ struct Spawner<'a> {
     /// it (the system refused a socket pair, an eventfd or the handler) the supervisor polls on
     /// a timer.
     wakeup: Option<&'a Wakeup>,
+    /// Set by the first spawn that found no descriptor left: no spawn is tried after it, and the
+    /// tick claims no more.
+    exhausted: &'a FilesExhausted,
 }
 
 fn spawn_requested(
     requests: &Mutex<Receiver<SpawnRequest>>,
     spawned: &Sender<Spawned>,
     wakeup: Option<&Wakeup>,
+    exhausted: &FilesExhausted,
 ) {
     loop {
         // One helper waits on the queue at a time; the other waits for the lock.
@@ -120,13 +128,15 @@ fn spawn_requested(
             .map(|(run, spec)| {
                 // Every request is answered, even by a spawn that panicked: the supervisor waits
                 // for each one it handed over.
-                let job = std::panic::catch_unwind(AssertUnwindSafe(|| RunningJob::spawn(&spec)))
-                    .unwrap_or_else(|_| {
-                        Err(SpawnError {
-                            kind: SpawnErrorKind::Other,
-                            message: "the spawning thread panicked".to_string(),
-                        })
-                    });
+                let job = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    RunningJob::spawn_unless_exhausted(&spec, exhausted)
+                }))
+                .unwrap_or_else(|_| {
+                    Some(Err(SpawnError {
+                        kind: SpawnErrorKind::Other,
+                        message: "the spawning thread panicked".to_string(),
+                    }))
+                });
                 (run, job)
             })
             .collect();
@@ -316,8 +326,8 @@ struct Supervisor {
     next_heartbeat: Instant,
     /// The database's identity, for the jobs' markers.
     identity: String,
-    /// A job could not start for want of a descriptor (`EMFILE`, `ENFILE`): claim no more.
-    out_of_files: bool,
+    /// A job could not start for want of a descriptor (`EMFILE`, `ENFILE`), and the tick said so.
+    out_of_files_said: bool,
     tender: Tender,
 }
 
@@ -336,17 +346,17 @@ impl Supervisor {
             heartbeat_every,
             next_heartbeat: Instant::now() + heartbeat_every,
             identity: tick.store.identity(),
-            out_of_files: false,
+            out_of_files_said: false,
             tender: Tender::start(Arc::clone(&tick.options.shutdown), tick.options.on_shutdown),
         }
     }
 
     /// A job could not start for want of a descriptor, though the tick holds no more jobs than
     /// its count of them allows: another process took the system's last ones, or something of
-    /// this one took more than counted. Its run is retried by its policy, as any `SPAWN:OTHER`;
-    /// the tick claims no more (the next would fail alike) and says so, once.
+    /// this one took more than counted. Its run is given back ([`give_back_unstarted`]); the
+    /// tick claims no more (the next would fail alike: [`FilesExhausted`]) and says so, once.
     fn ran_out_of_files(&mut self, tick: &mut Tick<'_>, run: &ClaimedRun, message: &str) {
-        if std::mem::replace(&mut self.out_of_files, true) {
+        if std::mem::replace(&mut self.out_of_files_said, true) {
             return;
         }
         let error = anyhow::anyhow!(
@@ -655,6 +665,7 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
     let Some(slots) = slots_within_open_file_limit(tick) else {
         return Ok(());
     };
+    let exhausted = FilesExhausted::default();
     let (requests, queue) = mpsc::channel::<SpawnRequest>();
     let (spawned, returned) = mpsc::channel::<Spawned>();
     let queue = Mutex::new(queue);
@@ -662,9 +673,12 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
         let mut helpers = 0;
         for _ in 0..SPAWN_THREADS {
             let (queue, spawned, wakeup) = (&queue, spawned.clone(), wakeup.as_ref());
+            let exhausted = &exhausted;
             let helper = std::thread::Builder::new()
                 .name("job-spawner".to_string())
-                .spawn_scoped(scope, move || spawn_requested(queue, &spawned, wakeup));
+                .spawn_scoped(scope, move || {
+                    spawn_requested(queue, &spawned, wakeup, exhausted)
+                });
             // No thread to be had: fewer helpers, or none, and the supervisor spawns itself.
             helpers += usize::from(helper.is_ok());
         }
@@ -674,6 +688,7 @@ pub fn execute_due(tick: &mut Tick<'_>) -> Result<()> {
             spawned: returned,
             in_flight: 0,
             wakeup: wakeup.as_ref(),
+            exhausted: &exhausted,
         };
         supervise_due(tick, &mut spawner, slots)
         // The spawner is dropped here: its queue closes, the helpers return, the scope joins them.
@@ -774,8 +789,8 @@ impl Slots {
 
     /// As many as fit in `limit` open files, `open` of them taken already: fewer places ahead
     /// first (they only save time), then fewer slots. `None` when not even one job fits: a job
-    /// the tick has no descriptors for fails to start (`SPAWN:OTHER`), an attempt spent, though
-    /// nothing is wrong with it.
+    /// the tick has no descriptors for fails to start, though nothing is wrong with it (its
+    /// claim given back, and the tick claiming no more).
     fn within(self, limit: u64, open: u64) -> Option<Slots> {
         if self.files_needed(open) <= limit {
             return Some(self);
@@ -817,7 +832,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
         let young = started.elapsed() < options.max_tick
             && !shutting_down
             && !tick.writes_failed
-            && !supervisor.out_of_files
+            && !spawner.exhausted.met()
             && !tick.report.errors.connection_lost;
 
         // The ends first, their slots given to prepared jobs at once, then the claim of what
@@ -861,10 +876,10 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
         let starving = supervisor.ready.is_empty() && spawner.in_flight == 0;
         let worth_claiming =
             starving || room >= claim_at_least(slots.running, ahead).min(options.batch);
-        // A job that found no descriptor left just now, among those come back above, stops this
-        // claim already.
+        // A spawn that found no descriptor left just now (on a helper, its job perhaps not back
+        // yet) stops this claim already.
         let claim_due_now =
-            young && !supervisor.out_of_files && room > 0 && Instant::now() >= claiming.next_at;
+            young && !spawner.exhausted.met() && room > 0 && Instant::now() >= claiming.next_at;
         if claim_due_now && worth_claiming {
             claiming.ended_since = false;
             // With ends to record, they and the claim are one store call, the ends deferred:
@@ -974,7 +989,7 @@ fn dispatch(
     let requests_made = runs.len();
     let mut batch = with_specs(tick, runs, &supervisor.identity);
     let Some(requests) = &spawner.requests else {
-        start_here(tick, batch, supervisor);
+        start_here(tick, batch, supervisor, spawner.exhausted);
         return;
     };
     // Shared among the helpers from the size `spawn_all` splits at, so that they spawn side by
@@ -991,7 +1006,7 @@ fn dispatch(
         match requests.send(part) {
             Ok(()) => spawner.in_flight += count,
             // The helpers are gone (they never leave while the queue is open): spawn here.
-            Err(mpsc::SendError(part)) => start_here(tick, part, supervisor),
+            Err(mpsc::SendError(part)) => start_here(tick, part, supervisor, spawner.exhausted),
         }
     }
 }
@@ -1001,7 +1016,7 @@ fn dispatch(
 pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
     let mut supervisor = Supervisor::new(tick);
     let batch = with_specs(tick, runs, &supervisor.identity);
-    start_here(tick, batch, &mut supervisor);
+    start_here(tick, batch, &mut supervisor, &FilesExhausted::default());
     supervisor.admit_ready(tick, usize::MAX);
     // Prepared ones remain only when a signal came first: the loop stops them at their gate.
     while !supervisor.active.is_empty() || !supervisor.ready.is_empty() {
@@ -1028,36 +1043,53 @@ fn with_specs(tick: &Tick<'_>, runs: Vec<ClaimedRun>, identity: &str) -> SpawnRe
 }
 
 /// Spawn the batch's jobs at their gate here (not on the helpers), then [`start_spawned`].
-fn start_here(tick: &mut Tick<'_>, batch: SpawnRequest, supervisor: &mut Supervisor) {
+fn start_here(
+    tick: &mut Tick<'_>,
+    batch: SpawnRequest,
+    supervisor: &mut Supervisor,
+    exhausted: &FilesExhausted,
+) {
     let (runs, specs): (Vec<ClaimedRun>, Vec<JobSpec>) = batch.into_iter().unzip();
     let spawned = runs
         .into_iter()
-        .zip(RunningJob::spawn_all(&specs))
+        .zip(RunningJob::spawn_all(&specs, exhausted))
         .collect();
     start_spawned(tick, spawned, supervisor);
 }
 
 /// Record the starts of jobs spawned at their gate in one transaction; the ones whose start
 /// landed are prepared (held at the gate until a slot frees), the others never run their
-/// command.
+/// command. A job that could not start ends its attempt, unless for want of a descriptor: its
+/// claim is given back.
 fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervisor) {
     let mut gated = Vec::with_capacity(spawned.len());
+    let mut unstarted = Vec::new();
     for (run, job) in spawned {
         match job {
-            Ok(job) => gated.push(Active {
+            Some(Ok(job)) => gated.push(Active {
                 run,
                 job,
                 stopped: None,
                 lease_seen_at: Instant::now(),
             }),
-            Err(error) => {
-                if error.kind == SpawnErrorKind::OutOfFiles {
-                    supervisor.ran_out_of_files(tick, &run, &error.message);
-                }
+            Some(Err(error)) if error.kind == SpawnErrorKind::OutOfFiles => {
+                supervisor.ran_out_of_files(tick, &run, &error.message);
+                unstarted.push((run, error));
+            }
+            Some(Err(error)) => {
                 supervisor.lend(|| record_end(tick, run, Err((error.kind, error.message)), None));
+            }
+            None => {
+                let error = SpawnError {
+                    kind: SpawnErrorKind::OutOfFiles,
+                    message: "not started: a job spawned before it found no descriptor left"
+                        .to_string(),
+                };
+                unstarted.push((run, error));
             }
         }
     }
+    give_back_unstarted(tick, unstarted, supervisor);
     if gated.is_empty() {
         return;
     }
@@ -1113,6 +1145,61 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
         } else {
             // Cancelled or taken over before it could start: it never runs.
             a.job.abort();
+        }
+    }
+}
+
+/// Claims whose job never started for want of a descriptor (its spawn failed with `EMFILE` or
+/// `ENFILE`, or was not tried after one that did): the runner's problem, not the job's, so no
+/// attempt is spent. Nothing of the attempt but its claim was written (its start is recorded
+/// only once its job is spawned at its gate), so the claim is given back: the run is pending
+/// again, due at once, its attempt row gone, a `GIVEN_BACK` event saying why
+/// (`Store::give_back`). A run cancelled or recovered meanwhile has its end recorded as before
+/// (`SPAWN:OTHER`: refused, or closing its attempt under the cancel). Should the write fail,
+/// the leases expire and recovery retries the runs by their policy, as after a crash.
+fn give_back_unstarted(
+    tick: &mut Tick<'_>,
+    unstarted: Vec<(ClaimedRun, SpawnError)>,
+    supervisor: &mut Supervisor,
+) {
+    if unstarted.is_empty() {
+        return;
+    }
+    let claims: Vec<GivenBack> = unstarted
+        .iter()
+        .map(|(run, _)| GivenBack {
+            run_id: run.run_id,
+            attempt: run.attempt,
+            lease_token: run.lease_token.clone(),
+            event: NewEvent::given_back(run.attempt, GIVEN_BACK_REASON),
+        })
+        .collect();
+    let now = tick.clock.epoch();
+    let actor = &tick.options.actor;
+    let landed = match supervisor.lend(|| tick.store.give_back(&claims, now, actor)) {
+        Ok(landed) => {
+            // A durable commit: the results written deferred before it are durable too.
+            results_durable(tick);
+            landed
+        }
+        Err(e) => {
+            runner_error(
+                &mut tick.report.errors,
+                "giving back runs whose job could not start",
+                &e.into(),
+            );
+            tick.writes_failed = true;
+            if tick.report.errors.connection_lost {
+                tick.report.not_started += unstarted.len();
+            }
+            return;
+        }
+    };
+    for ((run, error), landed) in unstarted.into_iter().zip(landed) {
+        if landed == Fenced::Applied {
+            tick.report.given_back.push(run.run_id);
+        } else {
+            supervisor.lend(|| record_end(tick, run, Err((error.kind, error.message)), None));
         }
     }
 }

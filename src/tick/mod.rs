@@ -82,6 +82,9 @@ pub struct TickReport {
     /// lost before their release: their shells exited without running the command, and recovery
     /// retries their runs once their leases expire.
     pub not_started: usize,
+    /// Runs whose claim was given back, their job never started for want of a descriptor (the
+    /// tick's open-file limit, or the system's): pending again, no attempt spent.
+    pub given_back: Vec<i64>,
     /// Why automatic pruning did not run, when the clock may not decide it.
     pub auto_prune_skipped: Option<&'static str>,
     /// What automatic pruning removed (and left for the next prune), if anything, and its cutoff

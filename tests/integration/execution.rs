@@ -1351,23 +1351,15 @@ fn a_tick_at_the_least_open_file_limit_runs_every_job_one_at_a_time() {
 
 /// A job that still cannot start for want of a descriptor, though the tick counted room for it
 /// (here its limit is lowered under it while its first job runs, as another process taking the
-/// system's last files, or a leak, would leave it): the run is retried by its policy, as any
-/// `SPAWN:OTHER`, its detail naming the limit, and the tick claims no more runs, saying so once.
-/// Before, it went on claiming, and every run it claimed spent an attempt failing to start.
+/// system's last files, or a leak, would leave it): its claim is given back, no attempt spent
+/// (the runner's problem, not the job's), and the tick claims no more runs, saying so once.
+/// Before, it went on claiming, and every run it claimed spent an attempt failing to start; then
+/// the run was retried by its policy, as any `SPAWN:OTHER`.
 #[test]
 fn a_job_that_finds_no_descriptor_left_stops_the_tick_claiming_and_says_so() {
     let env = Env::init();
     let (started, go) = (env.path("started"), env.path("go"));
-    env.add(
-        "first",
-        &["--max-attempts", "1"],
-        &format!(
-            "sleep 0.2; touch {}; while [ ! -e {} ]; do sleep 0.05; done",
-            sh_quote(&started),
-            sh_quote(&go)
-        ),
-    );
-    let first = env.enqueue("first");
+    let first = add_held_first_job(&env, &started, &go);
     env.add(
         "rest",
         &["--max-attempts", "3", "--overlap", "allow"],
@@ -1378,40 +1370,23 @@ fn a_job_that_finds_no_descriptor_left_stops_the_tick_claiming_and_says_so() {
     wait_until(Duration::from_secs(60), "the first job to start", || {
         started.exists()
     });
-    // Room for the look at what the first job leaves, not for the next job's three pipes. (The
-    // first job runs for longer than a tick prepares jobs ahead after: the next claim takes one.)
-    let open = fs::read_dir(format!("/proc/{}/fd", tick.pid()))
-        .expect("the tick's descriptors")
-        .count();
-    let limit = format!("--nofile={}:{}", open + 2, open + 2);
-    let pid = tick.pid().to_string();
-    let lowered = Command::new("prlimit")
-        .args(["--pid", &pid, &limit])
-        .output()
-        .expect("prlimit");
-    assert!(lowered.status.success(), "{}", stderr(&lowered));
+    // The first job runs for longer than a tick prepares jobs ahead after: the next claim, once
+    // it ends, takes one.
+    leave_no_room_for_another_job(&tick);
     fs::write(&go, "").expect("go");
     let out = tick.finish(Duration::from_secs(60));
     let said = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "a runner error: {said}");
     assert_eq!(status_of(&env, first), "succeeded", "{said}");
-    let failed = run_row(&env, rest[0]);
-    assert_eq!(
-        (failed.status.as_str(), failed.error_code.as_deref()),
-        ("pending", Some("SPAWN:OTHER")),
-        "retried by its policy: {said}"
-    );
-    let detail = failed.error_detail.unwrap_or_default();
-    assert!(
-        detail.contains("(os error 24)") && detail.contains("open-file limit"),
-        "{detail}"
-    );
+    assert_given_back(&env, rest[0], &said);
     assert_eq!(said.lines().count(), 1, "said once: {said}");
     assert!(
         said.starts_with(&format!(
             "runner: error: run {}: starting attempt 1: ",
             rest[0]
-        )) && said.contains("the tick claims no more runs"),
+        )) && said.contains("(os error 24)")
+            && said.contains("open-file limit")
+            && said.contains("the tick claims no more runs"),
         "{said}"
     );
     for &run in &rest[1..] {
@@ -1422,6 +1397,160 @@ fn a_job_that_finds_no_descriptor_left_stops_the_tick_claiming_and_says_so() {
         assert_eq!(attempts[0].i64(), 0, "run {run} was not claimed: {said}");
         assert_eq!(status_of(&env, run), "pending");
     }
+}
+
+/// A run of one attempt whose job finds no descriptor left at its spawn is the runner's problem,
+/// not the job's: its claim is given back, and so are those claimed with it in the same batch
+/// whose spawn was not tried yet. Each stays pending, due at once, attempt not spent, with no
+/// attempt row left and a `GIVEN_BACK` event saying why, and the next tick runs it. Before, each
+/// was recorded as a failed attempt (`SPAWN:OTHER`) and went dead.
+#[test]
+fn a_run_whose_job_finds_no_descriptor_left_is_given_back_and_runs_at_the_next_tick() {
+    let env = Env::init();
+    let (started, go) = (env.path("started"), env.path("go"));
+    let first = add_held_first_job(&env, &started, &go);
+    env.add(
+        "once",
+        &["--max-attempts", "1", "--overlap", "allow"],
+        "echo ran",
+    );
+    let tick = Bg::spawn(&env, "tick", &["tick", "--concurrency", "3"]);
+    wait_until(Duration::from_secs(60), "the first job to start", || {
+        started.exists()
+    });
+    leave_no_room_for_another_job(&tick);
+    // Due while the first job runs: the tick's next look claims both, in one batch, into the two
+    // free slots.
+    let runs: Vec<i64> = (0..2).map(|_| env.enqueue("once")).collect();
+    wait_until(Duration::from_secs(60), "the runs to be given back", || {
+        runs.iter().all(|&run| {
+            let kinds = event_kinds(&env, run);
+            kinds.last().map(String::as_str) != Some("CLAIMED") && kinds.len() > 1
+        })
+    });
+    fs::write(&go, "").expect("go");
+    let out = tick.finish(Duration::from_secs(60));
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "a runner error: {said}");
+    assert_eq!(status_of(&env, first), "succeeded", "{said}");
+    assert_eq!(said.lines().count(), 1, "said once: {said}");
+    assert!(
+        said.starts_with(&format!(
+            "runner: error: run {}: starting attempt 1: ",
+            runs[0]
+        )) && said.contains("the tick claims no more runs"),
+        "{said}"
+    );
+    for &run in &runs {
+        assert_given_back(&env, run, &said);
+    }
+
+    let next = env.tick(&[]);
+    assert_eq!(next, "", "the next tick runs them");
+    for &run in &runs {
+        let row = run_row(&env, run);
+        assert_eq!(
+            (row.status.as_str(), row.error_code),
+            ("succeeded", None),
+            "run {run}"
+        );
+        let attempts = env.sql.query_rows(
+            "SELECT attempt, stdout_tail FROM job_attempts WHERE run_id = $1",
+            &[&run],
+        );
+        assert_eq!(attempts.len(), 1, "run {run}: one attempt");
+        assert_eq!(attempts[0][0].i64(), 1, "run {run}");
+        assert_eq!(attempts[0][1].opt_bytes(), Some(b"ran\n".to_vec()));
+        let attempt = env
+            .sql
+            .query_val("SELECT attempt FROM job_runs WHERE id = $1", &[&run]);
+        assert_eq!(attempt.i64(), 1, "run {run}");
+    }
+}
+
+/// A schedule `first` of one attempt, and a run of it whose job touches `started`, then waits for
+/// `go` to exist. Its run id.
+fn add_held_first_job(env: &Env, started: &std::path::Path, go: &std::path::Path) -> i64 {
+    env.add(
+        "first",
+        &["--max-attempts", "1"],
+        &format!(
+            "sleep 0.2; touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            sh_quote(started),
+            sh_quote(go)
+        ),
+    );
+    env.enqueue("first")
+}
+
+/// Lower the open-file limit of the running `tick` to what it has open now and two more: room
+/// for the look at what its running job leaves, not for the next job's three pipes.
+fn leave_no_room_for_another_job(tick: &Bg) {
+    let open = fs::read_dir(format!("/proc/{}/fd", tick.pid()))
+        .expect("the tick's descriptors")
+        .count();
+    let limit = format!("--nofile={}:{}", open + 2, open + 2);
+    let pid = tick.pid().to_string();
+    let lowered = Command::new("prlimit")
+        .args(["--pid", &pid, &limit])
+        .output()
+        .expect("prlimit");
+    assert!(lowered.status.success(), "{}", stderr(&lowered));
+}
+
+/// The kinds of `run`'s events, in order.
+fn event_kinds(env: &Env, run: i64) -> Vec<String> {
+    env.sql
+        .query_column(
+            "SELECT kind FROM job_events WHERE run_id = $1 ORDER BY id",
+            &[&run],
+        )
+        .iter()
+        .map(Val::string)
+        .collect()
+}
+
+/// `run` was claimed, its job never started, and its claim was given back: pending, due, no
+/// attempt spent nor left open, no lease, and an event saying why.
+fn assert_given_back(env: &Env, run: i64, said: &str) {
+    let row = env.sql.query_row(
+        "SELECT status, attempt, error_code, owner, lease_token, lease_expires_at, started_at,
+                running_alone
+         FROM job_runs WHERE id = $1",
+        &[&run],
+    );
+    assert_eq!(row[0].string(), "pending", "run {run}: {said}");
+    assert_eq!(row[1].i64(), 0, "run {run}: no attempt spent: {said}");
+    assert_eq!(row[2].opt_string(), None, "run {run}: {said}");
+    for (column, value) in ["owner", "lease_token", "lease_expires_at", "started_at"]
+        .iter()
+        .zip(&row[3..7])
+    {
+        assert_eq!(*value, Val::Null, "run {run}: {column}: {said}");
+    }
+    assert_eq!(row[7], Val::Null, "run {run}: running_alone: {said}");
+    let attempts = env.sql.query_val(
+        "SELECT count(*) FROM job_attempts WHERE run_id = $1",
+        &[&run],
+    );
+    assert_eq!(attempts.i64(), 0, "run {run}: no attempt row left: {said}");
+    assert_eq!(
+        event_kinds(env, run),
+        ["ENQUEUED", "CLAIMED", "GIVEN_BACK"],
+        "run {run}: {said}"
+    );
+    let detail = env.sql.query_val(
+        "SELECT detail FROM job_events WHERE run_id = $1 AND kind = 'GIVEN_BACK'",
+        &[&run],
+    );
+    let detail = json(&detail.string());
+    assert_eq!(detail["attempt"], 1, "run {run}");
+    assert!(
+        detail["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("ran out of open files")),
+        "run {run}: {detail}"
+    );
 }
 
 /// `run --wait` started with SIGCHLD ignored: it executes its run itself, without the tick's
