@@ -1468,6 +1468,59 @@ fn a_run_whose_job_finds_no_descriptor_left_is_given_back_and_runs_at_the_next_t
     }
 }
 
+/// `run --wait` whose job finds no descriptor left gives its run's claim back as a tick does,
+/// and says the run is queued again; the next tick runs it. (The limit is found by trying, from
+/// below: the first at which the run is claimed, the job's pipes then not fitting.) Before, the
+/// run went dead (`SPAWN:OTHER`), and at the next limit up the job ran.
+#[test]
+fn run_wait_whose_job_finds_no_descriptor_left_gives_its_run_back() {
+    let env = Env::init();
+    env.add(
+        "once",
+        &["--max-attempts", "1", "--overlap", "allow"],
+        "echo ran",
+    );
+    let mut given_back = None;
+    for limit in 4..64 {
+        let mut cmd = env.cmd();
+        cmd.args(["run", "once", "--wait"]);
+        let script = format!("ulimit -n {limit} && exec \"$@\"");
+        let out = wrapped(&["sh", "-c", &script, "sh"], &cmd)
+            .output()
+            .expect("run --wait under ulimit");
+        let said = stderr(&out);
+        if said.contains("is queued again") {
+            given_back = Some((out, said));
+            break;
+        }
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "the job ran at a limit of {limit}, no run given back below it: {said}"
+        );
+    }
+    let (out, said) = given_back.expect("a limit at which the run is given back");
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    let run: i64 = said
+        .split("runner: error: run ")
+        .nth(2)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no run id in {said:?}"));
+    assert!(
+        said.starts_with(&format!(
+            "runner: error: run {run}: starting attempt 1: cannot start /bin/sh: "
+        )) && said.contains("(os error 24)")
+            && said.contains(&format!(
+                "runner: error: run {run} is queued again, no attempt spent"
+            )),
+        "{said}"
+    );
+    assert_given_back(&env, run, &said);
+    env.tick(&[]);
+    assert_eq!(status_of(&env, run), "succeeded");
+}
+
 /// A schedule `first` of one attempt, and a run of it whose job touches `started`, then waits for
 /// `go` to exist. Its run id.
 fn add_held_first_job(env: &Env, started: &std::path::Path, go: &std::path::Path) -> i64 {
