@@ -15,7 +15,8 @@
 //! the open-file limit cannot hold their pipes ([`Slots`]).
 //!
 //! A store call can wait (another process's lock, up to 15 s): meanwhile a [`Tender`] thread
-//! keeps the running jobs' timeouts and sees their ends when they happen, writing nothing.
+//! keeps the running jobs' timeouts and sees their ends when they happen, writing nothing. A
+//! heartbeat or an end that waited out the lock is tried again while the leases hold.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -329,6 +330,9 @@ struct Supervisor {
     /// A job could not start for want of a descriptor (`EMFILE`, `ENFILE`), and the tick said so.
     out_of_files_said: bool,
     tender: Tender,
+    /// Ends whose write waited out another process's lock while their leases held: written
+    /// with the next ends, at the next turn of the loop (see `record::record_decided`).
+    unwritten: DecidedEnds,
 }
 
 impl Supervisor {
@@ -348,6 +352,7 @@ impl Supervisor {
             identity: tick.store.identity(),
             out_of_files_said: false,
             tender: Tender::start(Arc::clone(&tick.options.shutdown), tick.options.on_shutdown),
+            unwritten: DecidedEnds::default(),
         }
     }
 
@@ -384,8 +389,9 @@ impl Supervisor {
     }
 
     /// Poll every job once: the attempts that ended since the previous poll (a few ms ago),
-    /// decided, to be recorded together.
+    /// decided, to be recorded together, after the ends to be written again.
     fn poll(&mut self, tick: &mut Tick<'_>) -> DecidedEnds {
+        let mut decided = std::mem::take(&mut self.unwritten);
         let now = Instant::now();
         let mut ends = Vec::new();
         let mut index = 0;
@@ -397,12 +403,21 @@ impl Supervisor {
                     run: done.run,
                     ended: Ok(finished),
                     stopped: done.stopped,
+                    lease_seen_at: done.lease_seen_at,
                 });
             } else {
                 index += 1;
             }
         }
-        decide_ends(tick, ends)
+        decided.append(decide_ends(tick, ends));
+        decided
+    }
+
+    /// Keep ends whose write is to be tried again (`record::record_decided`).
+    fn write_again(&mut self, again: Option<DecidedEnds>) {
+        if let Some(again) = again {
+            self.unwritten.append(again);
+        }
     }
 
     /// Heart-beat the leases when a third of the lease has passed since the last time, or at
@@ -893,7 +908,10 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
             }
             let claimed = if ended {
                 results_deferred = true;
-                supervisor.lend(|| record_decided_then_claim(tick, ends, room, lease_secs))
+                let (again, claimed) =
+                    supervisor.lend(|| record_decided_then_claim(tick, ends, room, lease_secs));
+                supervisor.write_again(again);
+                claimed
             } else {
                 supervisor.lend(|| claim_due(tick, room, lease_secs))
             };
@@ -944,14 +962,16 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
             // transaction.
             held = Some((ends, held_since.unwrap_or_else(Instant::now)));
         } else if ended {
-            supervisor.lend(|| record_decided(tick, ends, Commit::Durable));
+            let again = supervisor.lend(|| record_decided(tick, ends, Commit::Durable));
+            supervisor.write_again(again);
         }
 
-        // Done when nothing runs and the latest claim, made after every end, found nothing to
-        // take (whatever is still due is held back by another runner's run, which that runner
-        // claims after it), or when the tick is old enough.
+        // Done when nothing runs, no end is left to write, and the latest claim, made after
+        // every end, found nothing to take (whatever is still due is held back by another
+        // runner's run, which that runner claims after it), or when the tick is old enough.
         let settled = claiming.took_nothing && !claiming.ended_since;
-        if supervisor.in_hand(spawner) == 0 && (settled || !young) {
+        let done = supervisor.in_hand(spawner) == 0 && supervisor.unwritten.is_empty();
+        if done && (settled || !young) {
             // Deferred results whose starts' commit never came (it failed) are made durable
             // before the tick reports; usually there is nothing left to sync. Nothing else this
             // tick defers needs it (its marks, a claim, materialised runs: see `store::Commit`),
@@ -1019,11 +1039,15 @@ pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
     start_here(tick, batch, &mut supervisor, &FilesExhausted::default());
     supervisor.admit_ready(tick, usize::MAX);
     // Prepared ones remain only when a signal came first: the loop stops them at their gate.
-    while !supervisor.active.is_empty() || !supervisor.ready.is_empty() {
+    while !supervisor.active.is_empty()
+        || !supervisor.ready.is_empty()
+        || !supervisor.unwritten.is_empty()
+    {
         supervisor.stop_all_on_shutdown(tick);
         let ends = supervisor.poll(tick);
         if !ends.is_empty() {
-            supervisor.lend(|| record_decided(tick, ends, Commit::Durable));
+            let again = supervisor.lend(|| record_decided(tick, ends, Commit::Durable));
+            supervisor.write_again(again);
         }
         supervisor.heartbeat_if_due(tick);
         if !supervisor.active.is_empty() {
@@ -1064,20 +1088,30 @@ fn start_here(
 fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervisor) {
     let mut gated = Vec::with_capacity(spawned.len());
     let mut unstarted = Vec::new();
+    // The claims were made before the spawns, so their leases were seen held earlier still; a
+    // lease is long beside a spawn.
+    let lease_seen_at = Instant::now();
     for (run, job) in spawned {
         match job {
             Some(Ok(job)) => gated.push(Active {
                 run,
                 job,
                 stopped: None,
-                lease_seen_at: Instant::now(),
+                lease_seen_at,
             }),
             Some(Err(error)) if error.kind == SpawnErrorKind::OutOfFiles => {
                 supervisor.ran_out_of_files(tick, &run, &error.message);
                 unstarted.push((run, error));
             }
             Some(Err(error)) => {
-                supervisor.lend(|| record_end(tick, run, Err((error.kind, error.message)), None));
+                let end = End {
+                    run,
+                    ended: Err((error.kind, error.message)),
+                    stopped: None,
+                    lease_seen_at,
+                };
+                let again = supervisor.lend(|| record_end(tick, end));
+                supervisor.write_again(again);
             }
             None => {
                 let error = SpawnError {
@@ -1199,7 +1233,15 @@ fn give_back_unstarted(
         if landed == Fenced::Applied {
             tick.report.given_back.push(run.run_id);
         } else {
-            supervisor.lend(|| record_end(tick, run, Err((error.kind, error.message)), None));
+            // Refused: cancelled or recovered meanwhile. The end is fenced the same way.
+            let end = End {
+                run,
+                ended: Err((error.kind, error.message)),
+                stopped: None,
+                lease_seen_at: Instant::now(),
+            };
+            let again = supervisor.lend(|| record_end(tick, end));
+            supervisor.write_again(again);
         }
     }
 }

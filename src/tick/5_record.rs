@@ -2,7 +2,7 @@
 //! jittered backoff, dead, cancelled) and write it, fenced by the lease token. The failure
 //! decision lives here, once, for executed and recovered attempts alike.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
@@ -48,31 +48,27 @@ pub struct End {
     pub run: ClaimedRun,
     pub ended: Ended,
     pub stopped: Option<StopReason>,
+    /// When its lease was last seen held (its start recorded, a heartbeat, its claim): its end
+    /// is tried again until a lease after that (see [`record_decided`]).
+    pub lease_seen_at: Instant,
 }
 
-/// Classify an attempt's end and write it, fenced by its lease token.
-pub fn record_end(tick: &mut Tick<'_>, run: ClaimedRun, ended: Ended, stopped: Option<StopReason>) {
-    let end = End {
-        run,
-        ended,
-        stopped,
-    };
-    record_ends(tick, vec![end], Commit::Durable);
+/// Classify an attempt's end and write it, fenced by its lease token. Returns it if it is to be
+/// tried again (see [`record_decided`]).
+#[must_use]
+pub fn record_end(tick: &mut Tick<'_>, end: End) -> Option<DecidedEnds> {
+    let decided = decide_ends(tick, vec![end]);
+    record_decided(tick, decided, Commit::Durable)
 }
 
-/// Classify attempts' ends and write them all in one transaction (group commit: one write, not
-/// one per attempt), each fenced by its own lease token, committed as `commit` says (a deferred
-/// group is made durable by the caller before it waits or reports: see `Store::finish_attempts`).
-/// If the write fails, none is recorded and their leases expire into recovery.
-pub fn record_ends(tick: &mut Tick<'_>, ends: Vec<End>, commit: Commit) {
-    let decided = decide_ends(tick, ends);
-    record_decided(tick, decided, commit);
-}
-
-/// Attempts' ends, classified and decided (what each does to its run), not written yet.
+/// Attempts' ends, classified and decided (what each does to its run), not written yet: kept
+/// as they are until they are written, however many tries that takes.
+#[derive(Default)]
 pub struct DecidedEnds {
-    /// Per end: its job's name and what to write.
-    results: Vec<(String, AttemptResult)>,
+    /// Per end: its job's name (for the line of a run that went dead).
+    jobs: Vec<String>,
+    /// Per end: what to write.
+    ends: Vec<AttemptEnd>,
     /// Per end: what the report says of it once written.
     reports: Vec<Unreported>,
 }
@@ -83,16 +79,18 @@ struct Unreported {
     outcome: Result<Outcome, SpawnErrorKind>,
     error_code: Option<ErrorCode>,
     after: Option<AfterFailure>,
+    lease_seen_at: Instant,
 }
 
 impl DecidedEnds {
     pub fn is_empty(&self) -> bool {
-        self.results.is_empty()
+        self.ends.is_empty()
     }
 
     /// Add later ends, to be written with these in one transaction.
     pub fn append(&mut self, later: DecidedEnds) {
-        self.results.extend(later.results);
+        self.jobs.extend(later.jobs);
+        self.ends.extend(later.ends);
         self.reports.extend(later.reports);
     }
 
@@ -106,41 +104,62 @@ impl DecidedEnds {
 
 /// Classify attempts' ends and decide what each does to its run.
 pub fn decide_ends(tick: &mut Tick<'_>, ends: Vec<End>) -> DecidedEnds {
-    let mut results = Vec::with_capacity(ends.len());
-    let mut reports = Vec::with_capacity(ends.len());
+    let mut decided = DecidedEnds {
+        jobs: Vec::with_capacity(ends.len()),
+        ends: Vec::with_capacity(ends.len()),
+        reports: Vec::with_capacity(ends.len()),
+    };
     for end in ends {
         let (result, outcome, error_code, after) = attempt_result(tick, &end);
-        results.push((end.run.job_name.clone(), result));
-        reports.push(Unreported {
+        decided.jobs.push(end.run.job_name.clone());
+        decided.ends.push(AttemptEnd::decide(result));
+        decided.reports.push(Unreported {
             run: end.run,
             outcome,
             error_code,
             after,
+            lease_seen_at: end.lease_seen_at,
         });
     }
-    DecidedEnds { results, reports }
+    decided
 }
 
-/// Write decided ends in one transaction, committed as `commit` says (see `record_ends`).
-pub fn record_decided(tick: &mut Tick<'_>, decided: DecidedEnds, commit: Commit) {
+/// Write decided ends in one transaction (group commit: one write, not one per attempt), each
+/// fenced by its own lease token, committed as `commit` says (a deferred group is made durable by
+/// the caller before it waits or reports: see `Store::finish_attempts`).
+///
+/// If the write waited out another process's lock (a `VACUUM`, a `migrate`, a long prune; on
+/// PostgreSQL a session holding a run's row) while every lease was seen held less than a lease
+/// ago, nothing is reported: the ends are returned, for the caller to try again at once (the job
+/// succeeded: given up, its run would be run again once its lease expired). They are not
+/// heart-beaten meanwhile (a heartbeat would wait for the same lock): they are tried while the
+/// leases last seen hold. If the write fails otherwise, none is recorded, and their leases
+/// expire into recovery.
+#[must_use]
+pub fn record_decided(
+    tick: &mut Tick<'_>,
+    decided: DecidedEnds,
+    commit: Commit,
+) -> Option<DecidedEnds> {
     write_decided(tick, decided, commit, |tick, ends| {
         tick.store
             .finish_attempts(ends, &tick.options.actor, commit)
-    });
+    })
 }
 
 /// Write decided ends deferred, and claim up to `room` runs under leases of `lease_secs`, in one
 /// store call (one transaction where the backend can: `Store::finish_then_claim`). The ends are
-/// made durable by the starts of what the claim took, or by the caller's `sync`.
+/// made durable by the starts of what the claim took, or by the caller's `sync`. Returns the ends
+/// to be tried again, as [`record_decided`] does, beside what the claim took.
 pub fn record_decided_then_claim(
     tick: &mut Tick<'_>,
     decided: DecidedEnds,
     room: usize,
     lease_secs: i64,
-) -> Result<Claimed> {
+) -> (Option<DecidedEnds>, Result<Claimed>) {
     let now = tick.clock.epoch();
     let mut claimed = None;
-    write_decided(tick, decided, Commit::Deferred, |tick, ends| {
+    let again = write_decided(tick, decided, Commit::Deferred, |tick, ends| {
         let actor = &tick.options.actor;
         let (finished, claim) = tick
             .store
@@ -150,44 +169,50 @@ pub fn record_decided_then_claim(
     });
     test_hook("ends-deferred");
     let claimed = match claimed {
-        Some(claim) => claim?,
-        None => anyhow::bail!("the claim was not made"),
+        Some(claim) => claim.map_err(anyhow::Error::from),
+        None => Err(anyhow::anyhow!("the claim was not made")),
     };
-    test_hook("claimed");
-    Ok(claimed)
+    if claimed.is_ok() {
+        test_hook("claimed");
+    }
+    (again, claimed)
 }
 
 /// Write decided ends with `write` (a store call that writes them in one transaction, committed
-/// as `commit` says, and returns per end whether it landed), then report them.
+/// as `commit` says, and returns per end whether it landed), then report them; or return them,
+/// to be tried again (see [`record_decided`]).
 fn write_decided(
     tick: &mut Tick<'_>,
     decided: DecidedEnds,
     commit: Commit,
     write: impl FnOnce(&mut Tick<'_>, &[AttemptEnd]) -> StoreResult<Vec<Fenced>>,
-) {
-    let DecidedEnds { results, reports } = decided;
-    let recorded = match write_ends(tick, results, commit, write) {
+) -> Option<DecidedEnds> {
+    let recorded = match write_ends(tick, &decided.jobs, &decided.ends, commit, write) {
         Ok(recorded) => recorded,
+        Err(e) if locked_while_leases_hold(tick, &decided, &e) => return Some(decided),
         Err(e) if crate::exit::is_connection_lost(&e) => {
             // Printed once for the whole tick (if this is the first error of the loss), then
             // named at its end: `report_unrecorded`.
-            let runs = reports.iter().map(|r| (r.run.run_id, r.run.attempt));
+            let runs = decided
+                .reports
+                .iter()
+                .map(|r| (r.run.run_id, r.run.attempt));
             tick.report.unrecorded.extend(runs);
             runner_error(&mut tick.report.errors, "recording the end of jobs", &e);
             tick.writes_failed = true;
-            vec![Fenced::LeaseLost; reports.len()]
+            vec![Fenced::LeaseLost; decided.reports.len()]
         }
         Err(e) => {
             // The leases will expire and recovery will retry the runs: at-least-once holds.
-            for Unreported { run, .. } in &reports {
+            for Unreported { run, .. } in &decided.reports {
                 let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
                 runner_error(&mut tick.report.errors, context, &e);
             }
             tick.writes_failed = true;
-            vec![Fenced::LeaseLost; reports.len()]
+            vec![Fenced::LeaseLost; decided.reports.len()]
         }
     };
-    for (report, recorded) in reports.into_iter().zip(recorded) {
+    for (report, recorded) in decided.reports.into_iter().zip(recorded) {
         tick.report.executed.push(Executed {
             run_id: report.run.run_id,
             attempt: report.run.attempt,
@@ -197,6 +222,19 @@ fn write_decided(
             recorded,
         });
     }
+    None
+}
+
+/// Whether a write of `decided` failed only for another process's lock (busy, after the whole
+/// wait) while every one of their leases was seen held less than a lease ago: nothing is lost
+/// yet, and it is tried again.
+fn locked_while_leases_hold(tick: &Tick<'_>, decided: &DecidedEnds, error: &anyhow::Error) -> bool {
+    let lease = Duration::from_secs(tick.options.lease_secs().unsigned_abs());
+    crate::exit::code_for(error) == crate::exit::BUSY
+        && decided
+            .reports
+            .iter()
+            .all(|r| r.lease_seen_at.elapsed() < lease)
 }
 
 /// What an attempt's end writes (the classified result), and what the report needs of it.
@@ -350,33 +388,31 @@ fn last_line(bytes: &[u8]) -> Option<String> {
 /// (`AttemptEnd::decide`), write that fenced by its lease token, and print the one stderr line
 /// a run that went dead gets (cron mails it).
 pub fn write_end(tick: &mut Tick<'_>, job: &str, result: AttemptResult) -> Result<Fenced> {
-    let results = vec![(job.to_string(), result)];
-    let recorded = write_ends(tick, results, Commit::Durable, |tick, ends| {
+    let jobs = [job.to_string()];
+    let ends = [AttemptEnd::decide(result)];
+    let recorded = write_ends(tick, &jobs, &ends, Commit::Durable, |tick, ends| {
         tick.store
             .finish_attempts(ends, &tick.options.actor, Commit::Durable)
     })?;
     Ok(recorded[0])
 }
 
-/// Decide several attempts' ends (each with its job's name) and write them with `write`, in one
+/// Write several attempts' decided ends (each with its job's name) with `write`, in one
 /// transaction committed as `commit` says. A run that went dead gets its stderr line once the
 /// write is durable: at once for a durable commit, else at the next durable point
 /// ([`results_durable`]).
 fn write_ends(
     tick: &mut Tick<'_>,
-    results: Vec<(String, AttemptResult)>,
+    jobs: &[String],
+    ends: &[AttemptEnd],
     commit: Commit,
     write: impl FnOnce(&mut Tick<'_>, &[AttemptEnd]) -> StoreResult<Vec<Fenced>>,
 ) -> Result<Vec<Fenced>> {
-    let (jobs, ends): (Vec<String>, Vec<AttemptEnd>) = results
-        .into_iter()
-        .map(|(job, result)| (job, AttemptEnd::decide(result)))
-        .unzip();
     if super::test_fault("record-ends") {
         anyhow::bail!("test fault: the results were not written");
     }
-    let recorded = write(tick, &ends)?;
-    for ((job, end), fenced) in jobs.iter().zip(&ends).zip(&recorded) {
+    let recorded = write(tick, ends)?;
+    for ((job, end), fenced) in jobs.iter().zip(ends).zip(&recorded) {
         if let Some(failure) = &end.result.failure {
             if *fenced == Fenced::Applied && failure.then == AfterFailure::Dead {
                 tick.report.dead_not_yet_durable.push(format!(

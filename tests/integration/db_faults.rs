@@ -318,6 +318,49 @@ fn a_heartbeat_that_waits_out_the_lock_is_tried_again_while_the_lease_holds() {
     );
 }
 
+/// A job ends while another process holds the write lock for 20 s, longer than the 15 s a write
+/// waits: its end is tried again while the run's lease holds, so the run is recorded once,
+/// succeeded, and its job is not run again. The job ends after the tick stopped claiming
+/// (`--max-tick 1s`, as a job that outlives the default 50 s does), so its end is written alone,
+/// not with a claim.
+#[test]
+fn an_end_that_waits_out_the_lock_is_tried_again_while_the_lease_holds() {
+    let env = Env::init();
+    let file = |name: &str| crate::common::sh_quote(&env.path(name));
+    env.add(
+        "job",
+        &["--max-attempts", "3", "--backoff-base", "1s"],
+        &format!(
+            "echo $RUNNER_ATTEMPT >> {}; sleep 2; while [ ! -e {} ]; do sleep 0.05; done",
+            file("log"),
+            file("locked")
+        ),
+    );
+    let run = env.enqueue("job");
+    let tick = Bg::spawn(&env, "tick", &["tick", "--max-tick", "1s"]);
+    wait_until(Duration::from_secs(30), "the job to start", || {
+        env.path("log").exists()
+    });
+    wait_until(Duration::from_secs(30), "the write lock", || {
+        env.sql.hold_write_lock_then(Duration::from_secs(20), || {
+            std::fs::write(env.path("locked"), "").expect("write locked");
+        })
+    });
+    let out = tick.finish(Duration::from_secs(90));
+    assert!(out.status.success(), "tick failed: {}", stderr(&out));
+    assert!(!stderr(&out).contains("error"), "stderr: {}", stderr(&out));
+    assert_eq!(status_of(&env, run), "succeeded");
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_attempts WHERE run_id = $1",
+            &[&run]
+        ),
+        1
+    );
+    let ran = std::fs::read_to_string(env.path("log")).expect("log");
+    assert_eq!(ran, "1\n", "the job ran once");
+}
+
 // ---------------------------------------------------------------------------------------------
 // a missing, unreadable, read-only, corrupt, newer or full database
 // ---------------------------------------------------------------------------------------------
