@@ -82,6 +82,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         rng: &mut fastrand::Rng::new(),
         report: &mut report,
         writes_failed: false,
+        writes_refused: false,
     };
     match claim_run(&mut tick, run_id) {
         Ok(Some(claimed)) => execute_claimed(&mut tick, vec![claimed]),
@@ -101,6 +102,11 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
                 "run {run_id} is queued again, no attempt spent: its job could not start for \
                  want of open files; a tick executes it when it can"
             ));
+        }
+        if report.not_started > 0 {
+            // Its start could not be written (said when met), so it was left at its gate.
+            crate::tick::report_unrecorded(&report);
+            return Err(Failure::TickErrors(report.errors.count).into());
         }
         return Err(anyhow::anyhow!(
             "run {run_id} is queued but could not start now: the schedule {name} forbids overlap \

@@ -430,7 +430,7 @@ impl Supervisor {
                 Beat::Answered { lost: true } => self.stop_lost_at_gate(),
                 Beat::Answered { lost: false } | Beat::Failed | Beat::Locked => {}
             }
-            self.leave_at_gate_if_connection_lost(tick);
+            self.leave_at_gate_if_writes_stopped(tick);
         }
     }
 
@@ -536,15 +536,16 @@ impl Supervisor {
         }
     }
 
-    /// Once the connection to the database is lost, no prepared job starts, even one whose lease
-    /// a heartbeat on a new connection just renewed: nothing may be able to record its end (it
+    /// Once the database stopped taking writes (a full disk, a read-only database, a lost
+    /// connection: `Tick::writes_stopped`), no prepared job starts, even one whose lease a
+    /// heartbeat (on a new connection) just renewed: nothing may be able to record its end (it
     /// would then run again once recovered), and a look at its lease that cannot reach the
     /// database proves nothing. Their shells exit at the gate, having run nothing of the command;
     /// their runs are left to their leases' expiry, and recovery retries them by their policy
     /// (`report_unrecorded` counts them). Nothing is written for them here: recovery ends their
     /// attempts (`LEASE:EXPIRED`).
-    fn leave_at_gate_if_connection_lost(&mut self, tick: &mut Tick<'_>) {
-        if !tick.report.errors.connection_lost {
+    fn leave_at_gate_if_writes_stopped(&mut self, tick: &mut Tick<'_>) {
+        if !tick.writes_stopped() {
             return;
         }
         for a in self.ready.drain(..) {
@@ -554,12 +555,12 @@ impl Supervisor {
     }
 
     /// Release prepared jobs into the slots that are free; none once the tick is told to stop
-    /// (the next `stop_all_on_shutdown` stops them at their gate), nor once the connection to the
-    /// database is lost (`leave_at_gate_if_connection_lost`). Jobs that waited at their gate have
+    /// (the next `stop_all_on_shutdown` stops them at their gate), nor once the database stopped
+    /// taking writes (`leave_at_gate_if_writes_stopped`). Jobs that waited at their gate have
     /// their leases looked at first (`LEASE_RECHECK_AT_GATE`).
     fn admit_ready(&mut self, tick: &mut Tick<'_>, concurrency: usize) {
         loop {
-            self.leave_at_gate_if_connection_lost(tick);
+            self.leave_at_gate_if_writes_stopped(tick);
             let free = concurrency.saturating_sub(self.active.len());
             let next = self.ready.len().min(free);
             if next == 0 || tick.options.shutdown.load(Ordering::Relaxed) {
@@ -575,7 +576,7 @@ impl Supervisor {
                     Beat::Answered { lost } => lost,
                     // The look met a lost connection: none of them starts (the loop's next turn
                     // leaves them at their gate).
-                    Beat::Failed if tick.report.errors.connection_lost => continue,
+                    Beat::Failed if tick.writes_stopped() => continue,
                     // The store cannot say (reported, unless it was only locked while every
                     // lease held: the periodic heartbeat tries again at once). A job seen
                     // holding its lease less than a lease ago holds it still, unless cancelled
@@ -934,15 +935,20 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
                 // restarting): nothing was sent, so nothing was claimed, and nothing is lost
                 // yet. Claim no more (the next tick does); the jobs are tended, and their ends
                 // and heartbeats written on a new connection once the server is back. A write
-                // that cannot be made then reports the loss.
-                Err(e) if polling && crate::exit::is_server_away(&e) => {
+                // that cannot be made then reports the loss. Not with jobs at their gate: none
+                // may start once the connection is lost.
+                Err(e)
+                    if polling
+                        && supervisor.ready.is_empty()
+                        && crate::exit::is_server_away(&e) =>
+                {
                     tick.writes_failed = true;
                     claiming.took_nothing = true;
                     claiming.more_due = false;
                 }
                 Err(e) => {
                     runner_error(&mut tick.report.errors, "claiming runs", &e);
-                    tick.writes_failed = true;
+                    tick.write_failed(&e);
                     claiming.took_nothing = true;
                     claiming.more_due = false;
                     claiming.next_at = Instant::now() + RECHECK_INTERVAL;
@@ -992,8 +998,9 @@ fn sync_results(tick: &mut Tick<'_>) {
     match tick.store.sync() {
         Ok(()) => results_durable(tick),
         Err(e) => {
-            runner_error(&mut tick.report.errors, "syncing results", &e.into());
-            tick.writes_failed = true;
+            let e = e.into();
+            runner_error(&mut tick.report.errors, "syncing results", &e);
+            tick.write_failed(&e);
         }
     }
 }
@@ -1128,9 +1135,10 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
         return;
     }
     test_hook("spawned");
-    if tick.report.errors.connection_lost {
-        // Spawned while the loss was met: their starts are not written (a claim is not either),
-        // and they never start; their leases expire into recovery.
+    if tick.writes_stopped() {
+        // Spawned after the database stopped taking writes (a claim is not made then either):
+        // their starts are not written, and they never start; their leases expire into
+        // recovery.
         for a in gated {
             a.job.abort();
             tick.report.not_started += 1;
@@ -1158,13 +1166,10 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
         }
         Err(e) => {
             // Not recorded, so not started: the leases expire and recovery retries the runs.
-            runner_error(
-                &mut tick.report.errors,
-                "recording the start of jobs",
-                &e.into(),
-            );
-            tick.writes_failed = true;
-            if tick.report.errors.connection_lost {
+            let e = e.into();
+            runner_error(&mut tick.report.errors, "recording the start of jobs", &e);
+            tick.write_failed(&e);
+            if tick.writes_stopped() {
                 tick.report.not_started += gated.len();
             }
             vec![Fenced::LeaseLost; gated.len()]
@@ -1217,12 +1222,13 @@ fn give_back_unstarted(
             landed
         }
         Err(e) => {
+            let e = e.into();
             runner_error(
                 &mut tick.report.errors,
                 "giving back runs whose job could not start",
-                &e.into(),
+                &e,
             );
-            tick.writes_failed = true;
+            tick.write_failed(&e);
             if tick.report.errors.connection_lost {
                 tick.report.not_started += unstarted.len();
             }

@@ -199,7 +199,7 @@ fn write_decided(
                 .map(|r| (r.run.run_id, r.run.attempt));
             tick.report.unrecorded.extend(runs);
             runner_error(&mut tick.report.errors, "recording the end of jobs", &e);
-            tick.writes_failed = true;
+            tick.write_failed(&e);
             vec![Fenced::LeaseLost; decided.reports.len()]
         }
         Err(e) => {
@@ -208,7 +208,7 @@ fn write_decided(
                 let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
                 runner_error(&mut tick.report.errors, context, &e);
             }
-            tick.writes_failed = true;
+            tick.write_failed(&e);
             vec![Fenced::LeaseLost; decided.reports.len()]
         }
     };

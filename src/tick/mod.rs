@@ -77,10 +77,11 @@ pub struct TickReport {
     pub errors: RunnerErrors,
     /// Attempts (run id, attempt) that ended but whose end could not be written because the
     /// connection to the database was lost: recovery decides them once their leases expire.
+    /// (Other failed ends are named by their own error lines.)
     pub unrecorded: Vec<(i64, u32)>,
-    /// Jobs spawned at their gate that never started because the connection to the database was
-    /// lost before their release: their shells exited without running the command, and recovery
-    /// retries their runs once their leases expire.
+    /// Jobs spawned at their gate that never started because the database stopped taking writes
+    /// before their release ([`Tick::writes_stopped`]): their shells exited without running the
+    /// command, and recovery retries their runs once their leases expire.
     pub not_started: usize,
     /// Runs whose claim was given back, their job never started for want of a descriptor (the
     /// tick's open-file limit, or the system's): pending again, no attempt spent.
@@ -119,10 +120,34 @@ pub struct Tick<'a> {
     pub rng: &'a mut fastrand::Rng,
     pub report: &'a mut TickReport,
     /// A claim, a start or a result could not be written (a full disk, a database gone
-    /// read-only), or the database server was found away while jobs ran (a claim or heartbeat
-    /// that sent nothing, during a restart): claim no more, so that no further job runs whose result this tick may not be
-    /// able to record. The jobs it holds are seen to their end; the next tick starts afresh.
+    /// read-only, another process's lock held through the whole wait), or the database server
+    /// was found away while jobs ran (a claim or heartbeat that sent nothing, during a restart):
+    /// claim no more, so that no further job runs whose result this tick may not be able to
+    /// record. The jobs it holds are seen to their end; the next tick starts afresh. Set by
+    /// [`Tick::write_failed`], or directly where the server was found away.
     pub writes_failed: bool,
+    /// One of those writes failed other than for a lock (see [`Tick::writes_stopped`]).
+    pub writes_refused: bool,
+}
+
+impl Tick<'_> {
+    /// A claim, a start, a result or their sync could not be written: claim no more. Unless the
+    /// write only waited out another process's lock, which ends, the database stopped taking
+    /// writes.
+    pub fn write_failed(&mut self, error: &anyhow::Error) {
+        self.writes_failed = true;
+        if crate::exit::code_for(error) != crate::exit::BUSY {
+            self.writes_refused = true;
+        }
+    }
+
+    /// The database stopped taking writes: one failed for good (SQLite: a full disk, a
+    /// read-only file; PostgreSQL: a read-only or full server), or the connection to PostgreSQL
+    /// was lost. From then on no prepared job leaves its gate: nothing may be able to record its
+    /// end, and it would run again once its lease expired.
+    pub fn writes_stopped(&self) -> bool {
+        self.writes_refused || self.report.errors.connection_lost
+    }
 }
 
 pub fn tick(
@@ -145,6 +170,7 @@ pub fn tick(
         rng,
         report: &mut report,
         writes_failed: false,
+        writes_refused: false,
     };
     // One read says which steps have anything to do; the others are skipped, with their own
     // reads (cron's usual minute has nothing to do: an idle tick 2.2 -> 2.0 ms). A step that
@@ -170,8 +196,8 @@ pub fn tick(
     if (pending.due_runs || runs_changed) && !tick.report.errors.connection_lost {
         execute::execute_due(&mut tick)?;
     }
-    if tick.report.errors.connection_lost {
-        // Pruning and the tally wait for the next tick: they would only meet the loss again.
+    if tick.writes_stopped() {
+        // Pruning and the tally wait for the next tick: they would only meet the failure again.
         report_unrecorded(&report);
         return Ok(report);
     }
@@ -247,11 +273,12 @@ pub fn runner_error(
     );
 }
 
-/// After a lost connection: one line naming the attempts that ended but could not be recorded
-/// (their jobs ran: recovery retries them by their policy once their leases expire, so a job
-/// that did its work runs again, as after a crash), and counting the jobs prepared at their gate
-/// that were not started (their commands never ran; recovery retries them too). Nothing when
-/// every end was recorded and no prepared job was left unstarted.
+/// Once the database stopped taking writes ([`Tick::writes_stopped`]): one line naming the
+/// attempts that ended but could not be recorded for a lost connection (their jobs ran: recovery
+/// retries them by their policy once their leases expire, so a job that did its work runs again,
+/// as after a crash), and counting the jobs prepared at their gate that were not started (their
+/// commands never ran; recovery retries them too). Nothing when every end was recorded, or named
+/// by its own error line, and no prepared job was left unstarted.
 pub fn report_unrecorded(report: &TickReport) {
     if let Some(line) = unrecorded_line(&report.unrecorded, report.not_started) {
         crate::complain!("{line}");
@@ -296,8 +323,8 @@ fn unrecorded_line(unrecorded: &[(i64, u32)], not_started: usize) -> Option<Stri
         _ => ("them", "their", "their leases expire"),
     };
     Some(format!(
-        "runner: error: the connection to the database was lost, so {}: recovery retries {it} \
-         by {its} policy once {leases}",
+        "runner: error: the database stopped taking writes, so {}: recovery retries {it} by \
+         {its} policy once {leases}",
         lost.join(" and ")
     ))
 }
@@ -306,7 +333,8 @@ fn unrecorded_line(unrecorded: &[(i64, u32)], not_started: usize) -> Option<Stri
 /// sleep wins them. `RUNNER_TEST_HOOK=POINT:kill` SIGKILLs this process at POINT;
 /// `RUNNER_TEST_HOOK=POINT:wait=PATH` stalls there until PATH exists, having created
 /// `PATH.reached` so the test knows it got there; `POINT:fail` fails there, at the points that
-/// can (see [`test_fault`]). Several may be given, comma-separated. The points:
+/// can (see [`test_fault`]), and `POINT:fail-after=PATH` fails there once PATH exists (a job can
+/// make the writes after it fail). Several may be given, comma-separated. The points:
 /// - `recovering`: expired leases read, before any is recovered;
 /// - `claimed`: a claim committed, before any job is spawned;
 /// - `spawned`: jobs spawned at their gate, before their start is recorded;
@@ -319,7 +347,8 @@ fn unrecorded_line(unrecorded: &[(i64, u32)], not_started: usize) -> Option<Stri
 /// - `heartbeat` (`:fail` only): every heartbeat of a tick, the look at a job's lease at its
 ///   gate included;
 /// - `due-reader` (`:fail` only): a tick opening its second connection for the due schedules;
-/// - `record-ends` (`:fail` only): a tick writing the ends of its jobs (as a full disk fails it);
+/// - `record-ends` (`:fail` and `:fail-after` only): a tick writing the ends of its jobs (as a
+///   full disk fails it);
 /// - `apply-commit`: `schedule apply`, planned, before its commit;
 /// - `migrated`: `migrate`, the target committed, the source not yet;
 /// - `removal-locked`: PostgreSQL's `schedule rm` or `apply --prune` holds its locks on a
@@ -352,12 +381,18 @@ fn test_hook_action(point: &str) -> Option<String> {
         .map(|(_, action)| action.to_string())
 }
 
-/// [`test_hook`] at a point that can also fail: true when `RUNNER_TEST_HOOK=POINT:fail`, and the
-/// caller then fails as if its database had (how a test reaches an error path no real database
-/// can be made to take on cue).
+/// [`test_hook`] at a point that can also fail: true when `RUNNER_TEST_HOOK=POINT:fail`, or
+/// `POINT:fail-after=PATH` and PATH exists, and the caller then fails as if its database had (how
+/// a test reaches an error path no real database can be made to take on cue).
 pub fn test_fault(point: &str) -> bool {
     test_hook(point);
-    test_hook_action(point).as_deref() == Some("fail")
+    match test_hook_action(point) {
+        Some(action) if action == "fail" => true,
+        Some(action) => action
+            .strip_prefix("fail-after=")
+            .is_some_and(|path| std::path::Path::new(path).exists()),
+        None => false,
+    }
 }
 
 #[cfg(test)]
@@ -409,9 +444,8 @@ mod tests {
         let one = unrecorded_line(&[], 1).expect("a line");
         assert_eq!(
             one,
-            "runner: error: the connection to the database was lost, so 1 prepared job was not \
-             started (its command never ran): recovery retries it by its policy once its lease \
-             expires"
+            "runner: error: the database stopped taking writes, so 1 prepared job was not started \
+             (its command never ran): recovery retries it by its policy once its lease expires"
         );
         let both = unrecorded_line(&[(7, 2)], 3).expect("a line");
         assert!(

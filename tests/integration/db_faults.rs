@@ -773,6 +773,109 @@ fn a_tick_that_cannot_record_a_result_claims_no_more() {
     }
 }
 
+/// Once a write of a tick fails for good (a full disk, a read-only database; here a test fault
+/// on every end written once the third job started), no job prepared at its gate is released:
+/// their ends could not be recorded either, so they would run again once their leases expire.
+/// Their shells are killed at the gate, the tick's last line counts them, and later ticks run
+/// them once. (A job takes the slot of one that ended before that one's end is written: so the
+/// job after the third may have started before the failure was met, not one more.)
+#[test]
+fn jobs_at_their_gate_never_start_once_writes_fail() {
+    // Jobs are prepared ahead only while the latest one ran under 50 ms: a machine too busy for
+    // that prepares none, and the round is tried again.
+    for round in 0..5 {
+        let env = Env::init();
+        let log = env.path("log");
+        let failing = env.path("failing");
+        // Sequential (one slot): the third job to run makes every later end fail, and it and the
+        // ones after it run long enough for an end held to share a claim's transaction (20 ms
+        // at most) to be written before they end.
+        env.add(
+            "quick",
+            &[
+                "--overlap",
+                "allow",
+                "--max-attempts",
+                "5",
+                "--backoff-base",
+                "0s",
+            ],
+            &format!(
+                "echo $RUNNER_RUN_ID >> {log}; \
+                 if [ $(wc -l < {log}) -ge 3 ]; then touch {failing}; sleep 0.3; fi",
+                log = crate::common::sh_quote(&log),
+                failing = crate::common::sh_quote(&failing),
+            ),
+        );
+        let runs: Vec<i64> = (0..12).map(|_| env.enqueue("quick")).collect();
+        let ran = || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.parse::<i64>().expect("run id"))
+                .collect::<Vec<_>>()
+        };
+        let (out, _) = timed(
+            {
+                let mut cmd = env.cmd();
+                cmd.env(
+                    "RUNNER_TEST_HOOK",
+                    format!("record-ends:fail-after={}", failing.display()),
+                )
+                .args(["tick", "--concurrency", "1", "--lease", "3s"]);
+                cmd
+            },
+            Duration::from_secs(60),
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        let attempted = env.sql.query_i64("SELECT count(*) FROM job_attempts", &[]);
+        let first = ran();
+        let ran_count = i64::try_from(first.len()).expect("few");
+        if attempted == ran_count && ran_count <= 4 {
+            println!("round {round}: no job was prepared ahead (a busy machine): again");
+            continue;
+        }
+        assert!(
+            ran_count <= 4,
+            "jobs left their gate after the writes failed: {first:?}; {err}"
+        );
+        let prepared = attempted - ran_count;
+        let line = err.lines().last().unwrap_or_default();
+        let (jobs, were) = if prepared == 1 {
+            ("job", "was")
+        } else {
+            ("jobs", "were")
+        };
+        assert!(
+            line.starts_with(&format!(
+                "runner: error: the database stopped taking writes, so {prepared} prepared \
+                 {jobs} {were} not started"
+            )),
+            "{err}"
+        );
+
+        // Their leases expire (3 s); later ticks run each of them once, their commands never
+        // having run at the gate.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while runs.iter().any(|&run| status_of(&env, run) != "succeeded") {
+            assert!(Instant::now() < deadline, "runs unfinished: {:?}", ran());
+            std::thread::sleep(Duration::from_millis(500));
+            let (out, _) = env.tick_within(&["--lease", "3s"], Duration::from_secs(60));
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+        let all = ran();
+        for run in &runs {
+            if !first.contains(run) {
+                let times = all.iter().filter(|r| *r == run).count();
+                assert_eq!(times, 1, "run {run} ran {times} times: {all:?}");
+            }
+        }
+        return;
+    }
+    panic!("no job was prepared ahead in 5 rounds");
+}
+
 /// The same fault without root: a file size limit (RLIMIT_FSIZE, via prlimit) stops the tick in
 /// the middle of a write (SIGXFSZ). Like a crash: the database stays intact, and the next ticks
 /// finish every run (one that was running is re-run after its lease: at-least-once).

@@ -1342,7 +1342,7 @@ fn lose_the_connection_with_jobs_at_their_gate(point: &str) {
     );
     assert!(
         lines[1].starts_with(
-            "runner: error: the connection to the database was lost, so 3 prepared jobs were not \
+            "runner: error: the database stopped taking writes, so 3 prepared jobs were not \
              started (their commands never ran)"
         ),
         "{err}"
@@ -1410,7 +1410,7 @@ fn run_wait_never_starts_its_job_at_the_gate_once_the_connection_is_lost() {
     );
     assert!(
         err.lines().last().is_some_and(|line| line.starts_with(
-            "runner: error: the connection to the database was lost, so 1 prepared job was not \
+            "runner: error: the database stopped taking writes, so 1 prepared job was not \
              started (its command never ran)"
         )),
         "{err}"
