@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use anyhow::Result;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveTime, Timelike, Utc};
 use serde::Serialize;
 
 use super::history::RunRow;
@@ -348,19 +348,16 @@ impl Text<'_, '_> {
                         time,
                         zone,
                     } => format!(
-                        "{} in {}",
-                        date.and_time(time).format("%Y-%m-%d %H:%M"),
+                        "{} {} in {}",
+                        date.format("%Y-%m-%d"),
+                        clock_time(time),
                         zone.unwrap_or(self.tz)
                     ),
                     TimeInput::Local {
                         date: None,
                         time,
                         zone,
-                    } => format!(
-                        "{} today in {}",
-                        time.format("%H:%M"),
-                        zone.unwrap_or(self.tz)
-                    ),
+                    } => format!("{} today in {}", clock_time(time), zone.unwrap_or(self.tz)),
                     // An instant names itself, whatever it locates to (a fire instant, none,
                     // or one pass of a repeated hour).
                     TimeInput::Instant(t) => self.at(t.timestamp()),
@@ -714,6 +711,16 @@ impl Text<'_, '_> {
             None => " (no tick has ever run on this database)".to_string(),
         }
     }
+}
+
+/// A wall-clock time asked about, as precise as it was given: to the second when it has seconds
+/// (`08:03:30` is not the minute `08:03`, which may be a fire instant), else to the minute.
+fn clock_time(time: NaiveTime) -> String {
+    let format = match time.second() {
+        0 => "%H:%M",
+        _ => "%H:%M:%S",
+    };
+    time.format(format).to_string()
 }
 
 /// A failed attempt's error: code and detail.

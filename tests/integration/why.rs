@@ -234,6 +234,42 @@ fn a_time_outside_the_cron_expression_shows_the_nearest_instants() {
     );
 }
 
+/// A time given with seconds is echoed with them: `--at 08:03:30` used to be echoed as "08:03",
+/// a minute that is a fire instant of the schedule, though the time asked is not.
+#[test]
+fn a_time_asked_with_seconds_is_echoed_with_them() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-11-23T08:00:00Z"),
+        "often",
+        "* * * * *",
+        &[],
+        "true",
+    );
+    for (at, given) in [
+        (
+            "08:03:30",
+            "Asked about 08:03:30 today in UTC (2026-11-23T08:03:30+00:00).",
+        ),
+        (
+            "2026-11-23 08:03:30",
+            "Asked about 2026-11-23 08:03:30 in UTC (2026-11-23T08:03:30+00:00).",
+        ),
+        // Without seconds, or with none past the minute: the minute, as before.
+        (
+            "08:03",
+            "Asked about 08:03 today in UTC (2026-11-23T08:03:00+00:00).",
+        ),
+        (
+            "08:03:00",
+            "Asked about 08:03 today in UTC (2026-11-23T08:03:00+00:00).",
+        ),
+    ] {
+        let text = why_text(&env, "2026-11-23T09:00:00Z", &["often", "--at", at]);
+        assert!(text.contains(given), "{at}: {text}");
+    }
+}
+
 #[test]
 fn a_time_in_a_dst_gap_says_the_job_ran_at_the_first_valid_time_after() {
     let env = Env::init();
