@@ -143,17 +143,22 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         );
     } else if let Some(code) = &executed.error_code {
         let next = match executed.after {
-            Some(AfterFailure::RetryAt(at)) => {
-                format!("; retry scheduled at {}", crate::display::utc_time(at))
-            }
-            Some(AfterFailure::Dead) => "; the run is dead".to_string(),
-            Some(AfterFailure::Cancelled) => "; the run is cancelled".to_string(),
-            None => String::new(),
+            Some(AfterFailure::RetryAt(at)) => Some(format!(
+                "; retry scheduled at {}",
+                crate::display::utc_time(at)
+            )),
+            // The record step said it, in the one line any run that goes dead gets (once its end
+            // is durable): a second line here would say it again.
+            Some(AfterFailure::Dead) => None,
+            Some(AfterFailure::Cancelled) => Some("; the run is cancelled".to_string()),
+            None => Some(String::new()),
         };
-        crate::complain!(
-            "runner: run {run_id} attempt {} failed: {code}{next}",
-            executed.attempt
-        );
+        if let Some(next) = next {
+            crate::complain!(
+                "runner: run {run_id} attempt {} failed: {code}{next}",
+                executed.attempt
+            );
+        }
     }
     let exit_code = match &executed.outcome {
         // Interrupted at the terminal: exit as a shell does after Ctrl-C.

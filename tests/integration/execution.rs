@@ -1080,6 +1080,33 @@ fn overlap_allow_runs_both_at_once() {
 // (9) run --wait, and a quiet idle tick
 // ---------------------------------------------------------------------------
 
+/// A run that goes dead under `run --wait` gets one line from runner, after the job's own
+/// output, and the job's exit code. It used to get two: the tick's "is dead after" line and
+/// `run --wait`'s own "attempt 1 failed ...; the run is dead".
+#[test]
+fn run_wait_says_a_dead_run_in_one_line() {
+    let env = Env::init();
+    env.add(
+        "doomed",
+        &["--max-attempts", "1"],
+        "echo err-line >&2; exit 3",
+    );
+    let out = env.run(&["run", "doomed", "--wait"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let run = last_run_id(&env, "doomed");
+    assert_eq!(status_of(&env, run), "dead");
+    let said = stderr(&out);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "err-line".to_string(),
+            format!("runner: job doomed run {run} is dead after 1 attempt(s): EXIT:3")
+        ],
+        "{said}"
+    );
+}
+
 #[test]
 fn run_wait_streams_output_and_exits_with_the_job_code() {
     let env = Env::init();
