@@ -271,7 +271,7 @@ fn exposition(
         &mut out,
         "runner_database_size_bytes",
         "gauge",
-        "Size of the database file plus its write-ahead log.",
+        "Size on disk of the SQLite database file plus its write-ahead log; on PostgreSQL, of runner's tables.",
     )?;
     writeln!(
         out,

@@ -551,7 +551,8 @@ pub struct JobRunStats {
 /// How much space the database takes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Storage {
-    /// The main file (pages in use and free).
+    /// SQLite: the main file's size on disk. PostgreSQL: the runner tables' (indexes and TOAST
+    /// included).
     pub database_bytes: u64,
     /// The write-ahead log not yet folded into the main file; `None` where the database has no
     /// log of its own (PostgreSQL's WAL belongs to the whole server).
@@ -559,7 +560,8 @@ pub struct Storage {
 }
 
 impl Storage {
-    /// The space the database takes: its main file and its write-ahead log, if it has one.
+    /// The space the database takes: its main file and its write-ahead log, if it has one, as
+    /// they are on disk.
     pub fn total_bytes(&self) -> u64 {
         self.database_bytes + self.wal_bytes.unwrap_or(0)
     }

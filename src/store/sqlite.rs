@@ -2679,13 +2679,16 @@ impl Store for SqliteStore {
             .query_row(OLDEST_RUN, [], run_brief_from_row)
             .optional()?;
 
-        let page_count: i64 = tx.query_row("PRAGMA page_count", [], |r| r.get(0))?;
-        let page_size: i64 = tx.query_row("PRAGMA page_size", [], |r| r.get(0))?;
-        let mut wal = self.path.clone().into_os_string();
-        wal.push("-wal");
+        // The files as they are on disk, next to the database SQLite opened (a symbolic link
+        // resolved). Not the pages SQLite counts: those take in pages so far written only to the
+        // `-wal`, which would be counted twice beside it.
+        let db = self
+            .conn
+            .path()
+            .map_or_else(|| self.path.clone(), PathBuf::from);
         let storage = Storage {
-            database_bytes: (page_count.max(0) as u64) * (page_size.max(0) as u64),
-            wal_bytes: Some(std::fs::metadata(&wal).map_or(0, |m| m.len())),
+            database_bytes: std::fs::metadata(&db).map_or(0, |m| m.len()),
+            wal_bytes: Some(files::wal_bytes(&db)),
         };
 
         Ok(Health {

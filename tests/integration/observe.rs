@@ -889,6 +889,63 @@ fn status_says_when_it_lists_only_the_latest_dead_runs() {
     assert!(text.contains("dead (24h):      1\n"), "{text}");
 }
 
+/// The database's size in `status` (text and JSON) and `metrics` is that of its files on disk:
+/// the main file plus its `-wal`. It used to be the pages SQLite counts (which take in pages
+/// that so far exist only in the `-wal`) plus the `-wal`: those pages twice. A connection held
+/// open here keeps the `-wal` from being folded into the main file when runner closes.
+#[test]
+fn the_database_size_is_that_of_its_files_on_disk() {
+    sqlite_only!("a SQLite database's files");
+    let env = Env::init();
+    let db = std::path::PathBuf::from(env.sql.location());
+    let held = rusqlite::Connection::open(&db).expect("open");
+    let _: i64 = held
+        .query_row("SELECT count(*) FROM job_definitions", [], |r| r.get(0))
+        .expect("read");
+    let long = "x".repeat(3000);
+    for n in 0..30 {
+        env.ok(&[
+            "schedule",
+            "add",
+            &format!("s{n}"),
+            "--cron",
+            "0 3 * * *",
+            "--",
+            "echo",
+            &long,
+        ]);
+    }
+    let on_disk = || {
+        let size = |suffix: &str| {
+            let mut name = db.clone().into_os_string();
+            name.push(suffix);
+            std::fs::metadata(&name).map_or(0, |m| m.len())
+        };
+        (size("") + size("-wal"), size("-wal"))
+    };
+    let (files, wal) = on_disk();
+    assert!(wal > 0, "the -wal holds the schedules");
+    let report = json(&env.ok(&["status", "--json"]));
+    assert_eq!(on_disk(), (files, wal), "status changed the files");
+    assert_eq!(
+        report["database"]["size_bytes"], files,
+        "{}",
+        report["database"]
+    );
+    assert_eq!(
+        report["database"]["wal_bytes"], wal,
+        "{}",
+        report["database"]
+    );
+    let metrics = env.ok(&["metrics"]);
+    assert_eq!(on_disk(), (files, wal), "metrics changed the files");
+    assert!(
+        metrics.contains(&format!("\nrunner_database_size_bytes {files}\n")),
+        "{files}: {metrics}"
+    );
+    drop(held);
+}
+
 #[test]
 fn metrics_are_valid_exposition_format() {
     let env = Env::init();
