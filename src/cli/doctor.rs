@@ -322,12 +322,14 @@ pub fn tick_line_findings(entry: &CronEntry, line: &TickLine) -> Vec<(String, St
 }
 
 /// Text taken from a crontab (a command, a line's time or user field) as doctor shows it: the
-/// password of every PostgreSQL URL in it masked as `***` by [`crate::store::masked_url`] (the
+/// value of every assignment of a password ([`password_assignments_masked`]) and the password of
+/// every PostgreSQL URL in it masked as `***`, the URL's by [`crate::store::masked_url`] (the
 /// one function that masks a URL), wherever the URL stands (`--db URL`, `--db=URL`,
 /// `RUNNER_DB=URL`, in quotes), the rest as written. A URL runs to the next blank outside quotes
 /// or quote that opens or closes (a quoted password may hold a blank), or to the next URL; its
 /// scheme is matched in any case, as one the tick refuses (`POSTGRES://`) still holds a password.
 fn passwords_masked(text: &str) -> String {
+    let text = &password_assignments_masked(text);
     let lower = text.to_ascii_lowercase();
     let url_starts: Vec<usize> = lower
         .match_indices("postgres")
@@ -355,6 +357,66 @@ fn passwords_masked(text: &str) -> String {
     }
     shown.push_str(&text[copied..]);
     shown
+}
+
+/// `PGPASSWORD=secret` -> `PGPASSWORD=***`: the value of each word of `text` that assigns a
+/// variable whose name ends in `PASSWORD` (in any case: `PGPASSWORD`, `DB_password`), quotes and
+/// all, to the end of the word (a blank outside quotes).
+fn password_assignments_masked(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    let mut copied = 0;
+    for (start, end) in shell_words(text) {
+        let word = &text[start..end];
+        let Some((name, _)) = word.split_once('=').filter(|_| is_assignment(word)) else {
+            continue;
+        };
+        let is_password = name.len() >= "PASSWORD".len()
+            && name[name.len() - "PASSWORD".len()..].eq_ignore_ascii_case("PASSWORD");
+        if is_password {
+            let value_start = start + name.len() + 1;
+            shown.push_str(&text[copied..value_start]);
+            shown.push_str("***");
+            copied = end;
+        }
+    }
+    shown.push_str(&text[copied..]);
+    shown
+}
+
+/// The words of a shell command, as `(start, end)` byte ranges: each runs to the next blank
+/// outside quotes, none escaped. An unclosed quote runs to the end.
+fn shell_words(text: &str) -> Vec<(usize, usize)> {
+    let mut words = Vec::new();
+    let mut start = None;
+    let mut quote = None;
+    let mut chars = text.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match (quote, c) {
+            (Some('\''), '\'') => quote = None,
+            (Some('\''), _) => {}
+            (_, '\\') => {
+                start.get_or_insert(at);
+                chars.next();
+            }
+            (Some(open), _) if c == open => quote = None,
+            (Some(_), _) => {}
+            (None, _) if c.is_whitespace() => {
+                if let Some(begun) = start.take() {
+                    words.push((begun, at));
+                }
+            }
+            (None, _) => {
+                start.get_or_insert(at);
+                if c == '\'' || c == '"' {
+                    quote = Some(c);
+                }
+            }
+        }
+    }
+    if let Some(begun) = start {
+        words.push((begun, text.len()));
+    }
+    words
 }
 
 /// Where a word's text ends in a shell command: a blank outside quotes, and a quote that opens
@@ -1484,6 +1546,21 @@ mod tests {
                 "runner --db 'postgres://u:sec ret@h/db tick",
                 "runner --db 'postgres://u:***@h/db tick",
             ),
+            // A variable whose name ends in PASSWORD, in any case, quoted or not, however many;
+            // alone (a user field); beside a URL.
+            (
+                "PGPASSWORD=secret runner tick",
+                "PGPASSWORD=*** runner tick",
+            ),
+            (
+                "env PGPASSWORD='sec\"ret x' db_Password=\"secret y\" A=1 runner tick",
+                "env PGPASSWORD=*** db_Password=*** A=1 runner tick",
+            ),
+            ("PGPASSWORD=secret", "PGPASSWORD=***"),
+            (
+                "PGPASSWORD=secret RUNNER_DB=postgres://u:secret@h/db runner tick",
+                "PGPASSWORD=*** RUNNER_DB=postgres://u:***@h/db runner tick",
+            ),
         ] {
             assert_eq!(passwords_masked(command), shown, "{command}");
             assert!(!passwords_masked(command).contains("secret"), "{command}");
@@ -1494,6 +1571,7 @@ mod tests {
             "runner --db postgres://h/db?sslmode=require tick",
             "RUNNER_DB=/var/lib/runner/runner.db runner tick 2>&1 | logger -t 'a: b@c'",
             "pg_dump --dbname=postgres:x@y",
+            "PASSWORD_FILE=/run/secrets/pg PASSWD=x runner --password-file=y tick",
             "* * * * *",
             "runner",
             "",

@@ -983,3 +983,45 @@ fn a_runner_db_url_naming_a_database_runner_is_not_the_binary() {
     let (status, message, _) = check_of(&out, "runner binary");
     assert_eq!((status.as_str(), message), ("ok", format!("{BIN} exists")));
 }
+
+/// A password set on a crontab line (`PGPASSWORD=secret`, or any other variable whose name ends
+/// in PASSWORD) is masked as `***`, as a URL's password is, in the command and in the user field
+/// that holds it. It used to be shown as written.
+#[test]
+fn a_password_variable_in_a_crontab_line_is_never_shown() {
+    let env = good_setup();
+    let database = env.sql.location();
+    let shown_database = runner::store::masked_url(database);
+    let on_line = format!(
+        "* * * * * {} PGPASSWORD=secret-pg db_password='sec ret' RUNNER_DB={database} {BIN} tick\n",
+        me()
+    );
+    // A user crontab's line copied into /etc/cron.d: its assignment stands where the user goes.
+    let for_user = format!("* * * * * PGPASSWORD=secret-pg RUNNER_DB={database} {BIN} tick\n");
+    for args in [&[][..], &["--json"]] {
+        let out = doctor(&env, Some(&on_line), true, args);
+        let shown = format!("{}{}", stdout(&out), crate::common::stderr(&out));
+        assert!(
+            !shown.contains("secret") && !shown.contains("sec ret"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(&format!(
+                "runs `PGPASSWORD=*** db_password=*** RUNNER_DB={shown_database} {BIN} tick`"
+            )),
+            "{shown}"
+        );
+        let out = doctor(&env, Some(&for_user), true, args);
+        let shown = format!("{}{}", stdout(&out), crate::common::stderr(&out));
+        assert!(!shown.contains("secret"), "{shown}");
+        for said in [
+            "has no user field: `PGPASSWORD=***` stands where its user goes".to_string(),
+            format!(
+                "`* * * * * {} PGPASSWORD=*** RUNNER_DB={shown_database} {BIN} tick`",
+                me()
+            ),
+        ] {
+            assert!(shown.contains(&said), "{said} not in {shown}");
+        }
+    }
+}
