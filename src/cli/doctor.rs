@@ -536,11 +536,28 @@ fn chosen_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
         .or_else(|| entry.var("RUNNER_DB").map(str::to_string))
 }
 
-/// The `NAME=value` a system crontab line has where its user goes: a line written for a user's
-/// crontab (`* * * * * RUNNER_DB=... runner tick`), whose assignment cron takes for the user.
-/// No user has such a name (cron skips the line), so the line lacks its user field.
-fn assignment_for_user(entry: &CronEntry) -> Option<&str> {
-    entry.user.as_deref().filter(|user| is_assignment(user))
+/// The first word of its command that a system crontab line has where its user goes: a line
+/// written for a user's crontab, whose first word cron takes for the user, finds no such user and
+/// skips. Either a `NAME=value` assignment (`* * * * * RUNNER_DB=... runner tick`: no user has
+/// such a name), or runner itself (`* * * * * /usr/bin/runner tick`), when no user has that name
+/// and the command left (`tick`) runs no tick without it. The line lacks its user field.
+fn command_word_for_user(entry: &CronEntry) -> Option<&str> {
+    let word = entry.user.as_deref()?;
+    let binary_for_user = || {
+        tick_line(&entry.command).is_none()
+            && tick_line(&format!("{word} {}", entry.command)).is_some()
+            && passwd_user(Some(word)).is_none()
+    };
+    (is_assignment(word) || binary_for_user()).then_some(word)
+}
+
+/// The `runner tick` line a cron entry runs, if it does; a line that lacks its user field
+/// ([`command_word_for_user`]) is one too, with that word put back in its command.
+fn entry_tick_line(entry: &CronEntry) -> Option<TickLine> {
+    tick_line(&entry.command).or_else(|| {
+        let word = command_word_for_user(entry)?;
+        tick_line(&format!("{word} {}", entry.command))
+    })
 }
 
 /// Why the tick refuses the database a cron line names, if it does (it then exits 2 and ticks no
@@ -976,7 +993,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
     let entries = all_cron_entries();
     let mut tick_lines: Vec<SeenTickLine> = entries
         .iter()
-        .filter_map(|entry| Some(SeenTickLine::of(entry, tick_line(&entry.command)?)))
+        .filter_map(|entry| Some(SeenTickLine::of(entry, entry_tick_line(entry)?)))
         .collect();
     let is_this_database = |seen: &SeenTickLine| {
         seen.database
@@ -1057,12 +1074,12 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                         format!("{} (as {user}) uses {db}", seen.entry.source)
                     }
                     (Some(_), None) => fails(seen, ""),
-                    (None, _) => match assignment_for_user(seen.entry) {
-                        Some(assignment) => format!(
+                    (None, _) => match command_word_for_user(seen.entry) {
+                        Some(word) => format!(
                             "{} has no user field: `{}` stands where its user goes (lines of \
                              /etc/crontab and /etc/cron.d are `min hour dom mon dow USER command`)",
                             seen.entry.source,
-                            escape_line(&passwords_masked(assignment))
+                            escape_line(&passwords_masked(word))
                         ),
                         None => format!(
                             "{} names user {:?}, who does not exist",
@@ -1074,10 +1091,11 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                 .collect();
             // A line whose user does not exist runs nothing, whatever database it names: the
             // user is the fix (the README's system install creates it). Not for a line whose
-            // user field holds an assignment: that line lacks the field, and gets it.
+            // user field holds the first word of its command: that line lacks the field, and gets
+            // it.
             let mut missing_users: Vec<String> = tick_lines
                 .iter()
-                .filter(|seen| seen.user.is_none() && assignment_for_user(seen.entry).is_none())
+                .filter(|seen| seen.user.is_none() && command_word_for_user(seen.entry).is_none())
                 .filter_map(|seen| seen.entry.user.as_deref().map(passwords_masked))
                 .collect();
             missing_users.sort_unstable();
@@ -1104,9 +1122,9 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                 // The line with the field put in, for the user doctor runs as (doctor is run as
                 // the user cron runs the tick as).
                 for seen in tick_lines.iter().filter(|seen| seen.user.is_none()) {
-                    if let Some(assignment) = assignment_for_user(seen.entry) {
+                    if let Some(word) = command_word_for_user(seen.entry) {
                         let fixed = format!(
-                            "{} {my_name} {assignment} {}",
+                            "{} {my_name} {word} {}",
                             seen.entry.schedule, seen.entry.command
                         );
                         let fix = format!(

@@ -336,6 +336,53 @@ fn a_cron_d_line_without_its_user_field_is_named_so() {
     assert_eq!(status, "ok", "{message}");
 }
 
+/// A system crontab line without its user field, whose binary then stands where the user goes
+/// (`* * * * * /usr/bin/runner tick`: cron looks for a user named `/usr/bin/runner`, and runs
+/// nothing), is named so, with the line as it should be. Doctor used to take `tick` for its
+/// command and say that no line runs `runner tick`.
+#[test]
+fn a_cron_d_line_whose_binary_stands_where_its_user_goes_is_named_so() {
+    let env = good_setup();
+    let database = env.sql.location();
+    let out = doctor(
+        &env,
+        Some(&format!(
+            "SHELL=/bin/sh\nRUNNER_DB={database}\n* * * * * {BIN} tick\n"
+        )),
+        true,
+        &["--json"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, message, fix) = check_of(&out, "cron line");
+    assert_eq!(status, "fail");
+    assert!(
+        message.contains(&format!(
+            "/runner:3 has no user field: `{BIN}` stands where its user goes (lines of \
+             /etc/crontab and /etc/cron.d are `min hour dom mon dow USER command`)"
+        )),
+        "{message}"
+    );
+    assert!(!message.contains("no crontab line runs"), "{message}");
+    assert!(!message.contains("does not exist"), "{message}");
+    let fix = fix.expect("a fix");
+    assert_eq!(
+        fix,
+        format!(
+            "put the user the tick runs as after the time fields: `* * * * * {} {BIN} tick`",
+            me()
+        )
+    );
+
+    // The line as doctor shows it works.
+    let fixed = format!(
+        "SHELL=/bin/sh\nRUNNER_DB={database}\n* * * * * {} {BIN} tick\n",
+        me()
+    );
+    let out = doctor(&env, Some(&fixed), true, &["--json"]);
+    let (status, message, _) = check_of(&out, "cron line");
+    assert_eq!(status, "ok", "{message}");
+}
+
 #[test]
 fn a_command_missing_from_crons_path_is_named_with_its_schedule() {
     let env = good_setup();
