@@ -17,7 +17,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 
 use crate::model::{Definition, Overlap, RunStatus};
 use crate::schedule::{resolve_local, LocalTime, Timing};
-use crate::store::RunView;
+use crate::store::{RunAfterCursor, RunView};
 
 /// How many of a schedule's latest instants `why` without `--at` looks through for one that did
 /// not succeed.
@@ -271,6 +271,9 @@ pub enum Cause {
     /// The schedule's cursor passed it, but no run of it is kept: the schedule was paused then
     /// or changed since (neither replays what it passed over), or the run was pruned.
     NotRecorded,
+    /// A tick passed it over without a row, among more missed instants than it records, and
+    /// counted it in the reason of the oldest run it recorded (skipped): `run_id`.
+    PassedOver { run_id: i64 },
     /// The schedule has not fired since it was created (no instant to tell of).
     NoInstantYet,
 }
@@ -298,6 +301,7 @@ impl Cause {
             Cause::DstRepeated { .. } => "dst_repeated",
             Cause::BeforeSchedule => "before_schedule",
             Cause::NotRecorded => "not_recorded",
+            Cause::PassedOver { .. } => "passed_over",
             Cause::NoInstantYet => "no_instant_yet",
         }
     }
@@ -313,9 +317,15 @@ impl Cause {
 }
 
 /// Why `located` did or did not run, given the run of its instant (`Located::instant`), if the
-/// database has one.
-pub fn explain(facts: &Facts, located: &Located, run: Option<&RunView>) -> Cause {
-    let of_instant = |t: i64| outcome(facts, t, run);
+/// database has one, and else the run whose reason counts that instant among those its tick
+/// passed over (`counted_in`: see `tick::materialize::counted_as_passed_over`).
+pub fn explain(
+    facts: &Facts,
+    located: &Located,
+    run: Option<&RunView>,
+    counted_in: Option<&RunAfterCursor>,
+) -> Cause {
+    let of_instant = |t: i64| outcome(facts, t, run, counted_in);
     match located {
         Located::Fire(t) | Located::Recorded(t) => of_instant(*t),
         Located::NotInCron { .. } => Cause::NotInCron,
@@ -329,7 +339,12 @@ pub fn explain(facts: &Facts, located: &Located, run: Option<&RunView>) -> Cause
 }
 
 /// What happened to fire instant `instant`, whose run (if any) is `run`.
-fn outcome(facts: &Facts, instant: i64, run: Option<&RunView>) -> Cause {
+fn outcome(
+    facts: &Facts,
+    instant: i64,
+    run: Option<&RunView>,
+    counted_in: Option<&RunAfterCursor>,
+) -> Cause {
     if let Some(run) = run {
         return of_run(facts, run);
     }
@@ -347,6 +362,10 @@ fn outcome(facts: &Facts, instant: i64, run: Option<&RunView>) -> Cause {
     } else if instant <= d.created_at {
         // `schedule add` counts every instant up to its own time as handled.
         Cause::BeforeSchedule
+    } else if let Some(counting) = counted_in {
+        Cause::PassedOver {
+            run_id: counting.id,
+        }
     } else {
         Cause::NotRecorded
     }
@@ -533,7 +552,7 @@ mod tests {
 
         fn why_at(&self, asked: At, run: Option<&RunView>) -> Cause {
             let located = locate(&self.timing, asked);
-            explain(&self.facts(), &located, run)
+            explain(&self.facts(), &located, run, None)
         }
     }
 
@@ -641,6 +660,19 @@ mod tests {
             c.why_at(instant("2026-11-23T08:00:00Z"), None),
             Cause::NotRecorded
         );
+        // Unless a tick counted it in a skipped run's reason, passing it over.
+        let counting = RunAfterCursor {
+            id: 12,
+            scheduled_for: at("2026-11-23T09:00:00Z"),
+            status: RunStatus::Skipped,
+            skip_reason: Some("missed; 1 older missed instants were not recorded".into()),
+            created_at: at("2026-11-23T09:00:05Z"),
+        };
+        let located = locate(&c.timing, instant("2026-11-23T08:00:00Z"));
+        assert_eq!(
+            explain(&c.facts(), &located, None, Some(&counting)),
+            Cause::PassedOver { run_id: 12 }
+        );
         // Before the schedule existed.
         assert_eq!(
             c.why_at(instant("2026-10-31T23:00:00Z"), None),
@@ -668,7 +700,7 @@ mod tests {
         );
         assert_eq!(located.instant(), None);
         assert_eq!(
-            explain(&c.facts(), &located, None),
+            explain(&c.facts(), &located, None, None),
             Cause::NotInCron,
             "no run can exist for it"
         );
@@ -707,7 +739,7 @@ mod tests {
         );
         let r = run(9, "2026-03-08T07:00:00Z", RunStatus::Succeeded);
         assert_eq!(
-            explain(&c.facts(), &located, Some(&r)),
+            explain(&c.facts(), &located, Some(&r), None),
             Cause::DstGap {
                 outcome: Some(Box::new(Cause::Ran))
             }
@@ -730,7 +762,7 @@ mod tests {
         );
         assert_eq!(located.instant(), None);
         assert_eq!(
-            explain(&wildcard.facts(), &located, None),
+            explain(&wildcard.facts(), &located, None, None),
             Cause::DstGap { outcome: None }
         );
     }
@@ -769,7 +801,7 @@ mod tests {
         ));
         let r = run(3, "2026-11-01T05:30:00Z", RunStatus::Dead);
         assert_eq!(
-            explain(&c.facts(), &second_pass, Some(&r)),
+            explain(&c.facts(), &second_pass, Some(&r), None),
             Cause::DstRepeated {
                 outcome: Box::new(Cause::Dead)
             }
@@ -876,7 +908,10 @@ mod tests {
         );
         let located = Located::of_instant(&c.timing, dead.scheduled_for);
         assert_eq!(located, Located::Recorded(dead.scheduled_for));
-        assert_eq!(explain(&c.facts(), &located, Some(&dead)), Cause::Dead);
+        assert_eq!(
+            explain(&c.facts(), &located, Some(&dead), None),
+            Cause::Dead
+        );
         // Asked about, the instant is the recorded run's, not a time the expression skips.
         let asked = locate(&c.timing, instant("2026-11-28T09:00:00Z"));
         assert_eq!(asked.off_cron(), Some(dead.scheduled_for));

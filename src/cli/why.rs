@@ -9,11 +9,13 @@ use serde::Serialize;
 
 use super::history::RunRow;
 use super::{emit, emit_json, find_definition, Ctx};
-use crate::display::{age, duration_of_secs, escape_line, local_time, UtcTime};
+use crate::display::{age, count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::{Definition, Overlap, RunStatus};
-use crate::store::{OpenMode, RunFilter, RunView};
-use crate::tick::materialize::with_ended_pause_resumed;
+use crate::store::{OpenMode, RunAfterCursor, RunFilter, RunView};
+use crate::tick::materialize::{
+    counted_as_passed_over, with_ended_pause_resumed, INSTANTS_RECORDED_LIMIT,
+};
 use crate::time_input::{parse_time, TimeInput};
 use crate::tz::Tz;
 use crate::why::{
@@ -122,8 +124,16 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             .next(),
         (None, _) => None,
     };
+    // An instant ticks passed with no run: a tick may have passed it over among more missed
+    // instants than it records, and counted it in the reason of the next run it recorded.
+    let counted_in = match instant {
+        Some(t) if run.is_none() && t <= definition.materialized_through => store
+            .first_run_after(definition.id, t)?
+            .filter(|after| counted_as_passed_over(&timing, t, after)),
+        _ => None,
+    };
     let cause = match &located {
-        Some(located) => explain(&facts, located, run.as_ref()),
+        Some(located) => explain(&facts, located, run.as_ref(), counted_in.as_ref()),
         None => Cause::NoInstantYet,
     };
     let last_fire = instants.first().copied();
@@ -132,7 +142,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         &question,
         located.as_ref(),
         &cause,
-        run.as_ref(),
+        (run.as_ref(), counted_in.as_ref()),
         last_fire,
     );
     if args.json {
@@ -181,7 +191,8 @@ struct Why<'a> {
     instant_epoch: Option<i64>,
     /// Why: ran, running, pending, retrying, waiting_behind_forbid, dead, cancelled,
     /// skipped_catch_up, skipped_overlap, no_tick_since, not_materialised, paused, not_yet_due,
-    /// not_in_cron, dst_gap, dst_repeated, before_schedule, not_recorded, no_instant_yet.
+    /// not_in_cron, dst_gap, dst_repeated, before_schedule, not_recorded, passed_over,
+    /// no_instant_yet.
     cause: &'static str,
     /// For dst_gap and dst_repeated: the cause for the instant the DST rule chose (null for a
     /// wildcard job in a gap, which has none).
@@ -190,6 +201,8 @@ struct Why<'a> {
     run: Option<RunRow<'a>>,
     /// The running run a due run of a forbid schedule waits for.
     running_run_id: Option<i64>,
+    /// For passed_over: the skipped run whose reason counts the instant.
+    counted_in_run_id: Option<i64>,
     /// For not_in_cron: the nearest fire times before and after the time asked.
     nearest_before: Option<UtcTime>,
     nearest_before_epoch: Option<i64>,
@@ -215,7 +228,7 @@ impl<'a> Why<'a> {
         question: &Question,
         located: Option<&Located>,
         cause: &Cause,
-        run: Option<&'a RunView>,
+        (run, counted_in): (Option<&'a RunView>, Option<&RunAfterCursor>),
         last_fire: Option<i64>,
     ) -> Why<'a> {
         let d = facts.definition;
@@ -244,6 +257,7 @@ impl<'a> Why<'a> {
         let text = Text {
             facts,
             tz: timing.tz,
+            counted_in,
         };
         let changed = matches!(located, Some(Located::Recorded(_)));
         // The rule of an expression the schedule has changed from is not known: only the
@@ -290,6 +304,10 @@ impl<'a> Why<'a> {
                 Cause::WaitingBehindForbid { running_run_id } => Some(*running_run_id),
                 _ => None,
             },
+            counted_in_run_id: match cause.outcome().unwrap_or(cause) {
+                Cause::PassedOver { run_id } => Some(*run_id),
+                _ => None,
+            },
             nearest_before: nearest_before.map(UtcTime),
             nearest_before_epoch: nearest_before,
             nearest_after: nearest_after.map(UtcTime),
@@ -305,6 +323,8 @@ impl<'a> Why<'a> {
 struct Text<'f, 'a> {
     facts: &'f Facts<'a>,
     tz: Tz,
+    /// The skipped run whose reason counts the instant told of, if a tick passed it over.
+    counted_in: Option<&'f RunAfterCursor>,
 }
 
 impl Text<'_, '_> {
@@ -694,6 +714,25 @@ impl Text<'_, '_> {
                  are deleted after the retention, 30 days by default).",
                 self.at(d.updated_at)
             ),
+            (Cause::PassedOver { .. }, _) => match self.counted_in {
+                Some(counting) => {
+                    hints.push(format!(
+                        "runner show {}   # the run whose reason counts it",
+                        counting.id
+                    ));
+                    format!(
+                        "Passed over: the tick at {} recorded the {}, as many as a tick records, \
+                         and counted the older ones, this one among them, in the reason of run \
+                         {} (the oldest it recorded, skipped, of {}): \"{}\".",
+                        self.at(counting.created_at),
+                        count(INSTANTS_RECORDED_LIMIT, "newest missed instant"),
+                        counting.id,
+                        self.at(counting.scheduled_for),
+                        escape_line(counting.skip_reason.as_deref().unwrap_or_default())
+                    )
+                }
+                None => format!("{}.", cause.name()),
+            },
             // A cause that needs a run always has one; the others are told above.
             (other, _) => format!("{}.", other.name()),
         };

@@ -386,10 +386,12 @@ pub struct Reanchored {
     pub recorded: Option<NewRun>,
 }
 
-/// The oldest schedule run after a cursor being moved back, as it was before the move: if it
-/// is skipped, its reason may count older instants that have no run of their own.
+/// The oldest schedule run after a time (a cursor being moved back, as it was before the move;
+/// an instant `why` asks about): if it is skipped, its reason may count older instants that have
+/// no run of their own.
 #[derive(Debug, Clone)]
 pub struct RunAfterCursor {
+    pub id: i64,
     pub scheduled_for: i64,
     pub status: RunStatus,
     pub skip_reason: Option<String>,
@@ -1493,6 +1495,10 @@ pub trait Store {
     /// `instants` (at most one each), in no particular order: what became of those instants
     /// (`why`).
     fn runs_at_instants(&self, definition_id: i64, instants: &[i64]) -> Result<Vec<RunView>>;
+    /// The oldest schedule run (not a manual one) of definition `definition_id` scheduled after
+    /// `instant`, if any: a skipped one's reason may count `instant` among those its tick passed
+    /// over without a row each (`why`; see `tick::materialize::counted_as_passed_over`).
+    fn first_run_after(&self, definition_id: i64, instant: i64) -> Result<Option<RunAfterCursor>>;
     /// The instants of definition `definition_id`'s schedule runs (not manual ones) at or before
     /// `through`, newest first, at most `limit`: the instants its runs were materialised for,
     /// whatever expression it had then (`why`). Read by instant, so manual runs, however many,

@@ -1414,6 +1414,23 @@ SELECT scheduled_for FROM job_runs INDEXED BY job_runs_one_per_instant
 WHERE definition_id = ?1 AND trigger = 'schedule' AND scheduled_for <= ?2
 ORDER BY scheduled_for DESC LIMIT ?3";
 
+/// The oldest schedule run of a schedule after a time (`first_run_after`, and the one
+/// `reanchor_definition` shows its `record`), read from the index of one run per instant.
+const FIRST_RUN_AFTER: &str = "
+SELECT id, scheduled_for, status, skip_reason, created_at FROM job_runs
+WHERE definition_id = ?1 AND trigger = 'schedule' AND scheduled_for > ?2
+ORDER BY scheduled_for LIMIT 1";
+
+fn run_after_from_row(row: &Row<'_>) -> rusqlite::Result<RunAfterCursor> {
+    Ok(RunAfterCursor {
+        id: row.get(0)?,
+        scheduled_for: row.get(1)?,
+        status: status_from(2, row.get(2)?)?,
+        skip_reason: row.get(3)?,
+        created_at: row.get(4)?,
+    })
+}
+
 const LAST_TICK_AT: &str = "SELECT value FROM runner_state WHERE key = 'last_tick_at'";
 
 /// The columns of the short form of a run that `status` names (`run_brief_from_row`); queries
@@ -2444,18 +2461,9 @@ impl Store for SqliteStore {
         }
         let first_after = tx
             .query_row(
-                "SELECT scheduled_for, status, skip_reason, created_at FROM job_runs
-                 WHERE definition_id = ?1 AND trigger = 'schedule' AND scheduled_for > ?2
-                 ORDER BY scheduled_for LIMIT 1",
+                FIRST_RUN_AFTER,
                 params![cursor.definition_id, cursor.new_through],
-                |r| {
-                    Ok(RunAfterCursor {
-                        scheduled_for: r.get(0)?,
-                        status: status_from(1, r.get(1)?)?,
-                        skip_reason: r.get(2)?,
-                        created_at: r.get(3)?,
-                    })
-                },
+                run_after_from_row,
             )
             .optional()?;
         let to_record = first_after.as_ref().and_then(record);
@@ -2532,6 +2540,17 @@ impl Store for SqliteStore {
             .prepare(&format!("{RUN_VIEW}\n{RUNS_AT_INSTANTS}"))?;
         let rows = stmt.query_map(params![definition_id, instants], run_view_from_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn first_run_after(&self, definition_id: i64, instant: i64) -> Result<Option<RunAfterCursor>> {
+        Ok(self
+            .conn
+            .query_row(
+                FIRST_RUN_AFTER,
+                params![definition_id, instant],
+                run_after_from_row,
+            )
+            .optional()?)
     }
 
     fn recorded_instants(

@@ -493,6 +493,39 @@ pub fn passed_over_before(
     Some(NewRun::scheduled(name, newest, Some(reason)))
 }
 
+/// Whether `instant`, a fire instant of `timing` with no run of its own, is one of those a tick
+/// passed over without a row each and counted instead in the reason of `first_after`, the
+/// schedule's oldest run after it (the oldest its tick recorded, skipped: see
+/// `INSTANTS_RECORDED_LIMIT`). They are the `count` fire instants just before that run, or,
+/// when there were more than it counted, every one after the cursor its note names.
+pub fn counted_as_passed_over(timing: &Timing, instant: i64, first_after: &RunAfterCursor) -> bool {
+    // A run of an expression the schedule has since changed from counted that one's instants.
+    if first_after.status != RunStatus::Skipped
+        || first_after.scheduled_for <= instant
+        || !timing.fires_at(first_after.scheduled_for)
+    {
+        return false;
+    }
+    let Some(counted) = first_after
+        .skip_reason
+        .as_deref()
+        .and_then(OlderNotRecorded::parse)
+    else {
+        return false;
+    };
+    if counted.more {
+        return instant > counted.since;
+    }
+    // Counted if no more than `count` fire instants lie from it up to the run.
+    let from_it = timing.cron.fire_times_between(
+        timing.tz,
+        from_epoch(instant - 1),
+        from_epoch(first_after.scheduled_for - 1),
+        0,
+    );
+    !from_it.older_uncounted && from_it.older_dropped <= counted.count
+}
+
 /// Materialise one definition's due instants (a no-op when none are due, it is paused, or
 /// another process moved its cursor first). `settle_due` uses it to settle the instants that came
 /// due under a schedule's settings before a command changes them.
@@ -581,6 +614,7 @@ mod tests {
     /// since 2030-01-01T00:00:00Z before the oldest it recorded, 2030-01-02T12:45:00Z.
     fn counted_skip(status: RunStatus) -> RunAfterCursor {
         RunAfterCursor {
+            id: 7,
             scheduled_for: at("2030-01-02T12:45:00Z"),
             status,
             skip_reason: Some(
@@ -623,5 +657,56 @@ mod tests {
         let ran = counted_skip(RunStatus::Succeeded);
         assert!(passed_over_before("every5", &timing, at("2030-01-02T00:00:30Z"), &ran).is_none());
         assert!(passed_over_before("every5", &timing, at("2030-01-03T00:00:00Z"), &skip).is_none());
+    }
+
+    #[test]
+    fn the_instants_a_skip_counted_are_told_as_passed_over() {
+        let timing = Timing::parse("*/5 * * * *", "UTC").expect("timing");
+        let skip = counted_skip(RunStatus::Skipped);
+        let counted = |instant: &str| counted_as_passed_over(&timing, at(instant), &skip);
+        // The 440 instants just before 2030-01-02T12:45:00Z: from 2030-01-01T00:05:00Z on.
+        assert!(counted("2030-01-02T12:40:00Z"));
+        assert!(counted("2030-01-01T00:05:00Z"));
+        assert!(!counted("2030-01-01T00:00:00Z"), "the 441st before it");
+        assert!(!counted("2030-01-02T12:45:00Z"), "the run's own instant");
+        assert!(!counted("2030-01-02T12:50:00Z"), "after it");
+        // Only a skip counts; and only of the expression that counted them.
+        let ran = counted_skip(RunStatus::Succeeded);
+        assert!(!counted_as_passed_over(
+            &timing,
+            at("2030-01-02T12:40:00Z"),
+            &ran
+        ));
+        let hourly = Timing::parse("0 * * * *", "UTC").expect("timing");
+        assert!(!counted_as_passed_over(
+            &hourly,
+            at("2030-01-02T12:00:00Z"),
+            &skip
+        ));
+        // More than it counted: every instant since the cursor its note names.
+        let mut more = skip.clone();
+        more.skip_reason = Some(
+            "catch-up latest: superseded by 2030-01-06T00:00:00Z; more than 100000 older missed \
+             instants, since 2029-01-01T00:00:00Z, were not recorded"
+                .to_string(),
+        );
+        assert!(counted_as_passed_over(
+            &timing,
+            at("2029-01-01T00:05:00Z"),
+            &more
+        ));
+        assert!(!counted_as_passed_over(
+            &timing,
+            at("2029-01-01T00:00:00Z"),
+            &more
+        ));
+        // A reason that counts nothing.
+        let mut plain = skip;
+        plain.skip_reason = Some("catch-up latest: superseded by 2030-01-06T00:00:00Z".into());
+        assert!(!counted_as_passed_over(
+            &timing,
+            at("2030-01-02T12:40:00Z"),
+            &plain
+        ));
     }
 }

@@ -635,3 +635,92 @@ fn an_unknown_schedule_is_not_found_and_a_bad_time_is_a_usage_error() {
     let err = env.fails(2, &["why", "there", "--at", "yesterday"]);
     assert!(err.contains("10:30 (today)"), "{err}");
 }
+
+/// A tick after a long outage records a schedule's newest 1,000 instants and counts the older
+/// ones in the reason of the oldest it records (skipped): asked about one of those, `why` names
+/// that run and quotes its reason, as `history` and `show` tell of it. It used to say no run of
+/// it is recorded, though ticks passed it (paused, changed or pruned).
+#[test]
+fn an_instant_a_tick_counted_but_did_not_record_names_the_run_that_counted_it() {
+    let env = Env::init();
+    // Hourly from New Year, first ticked on 15 March: 1,752 instants, the newest 1,000 recorded.
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
+        "hourly",
+        "0 * * * *",
+        &["--catch-up", "latest"],
+        "true",
+    );
+    env.tick_at("2026-03-15T00:00:05Z");
+    let counting = |name: &str| {
+        env.sql.query_i64(
+            "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+             WHERE d.name = $1 AND r.skip_reason LIKE '%older missed instants%'",
+            &[&name.to_string()],
+        )
+    };
+    let run = counting("hourly");
+    let reason = env
+        .sql
+        .query_opt_string("SELECT skip_reason FROM job_runs WHERE id = $1", &[&run])
+        .expect("a reason");
+    assert!(
+        reason.ends_with("; 752 older missed instants were not recorded"),
+        "{reason}"
+    );
+    let now = "2026-03-15T00:30:00Z";
+    // The oldest counted instant, and the newest, just before the run that counted them.
+    for at in ["2026-01-01T01:00:00Z", "2026-02-01T08:00:00Z"] {
+        let report = why(&env, now, &["hourly", "--at", at]);
+        assert_eq!(report["cause"], "passed_over", "{at}: {report}");
+        assert_eq!(report["instant"], at);
+        assert!(report["run"].is_null(), "{report}");
+        assert_eq!(report["counted_in_run_id"], run, "{report}");
+        let said = explanation(&report);
+        assert!(said.contains(&format!("run {run}")), "{said}");
+        assert!(said.contains(&format!("\"{reason}\"")), "{said}");
+        assert!(!said.contains("No run of it is recorded"), "{said}");
+        assert!(
+            hints(&report).contains(&format!("runner show {run}")),
+            "{report}"
+        );
+    }
+    // The run that counted them is recorded: it is told as itself.
+    let report = why(&env, now, &["hourly", "--at", "2026-02-01T09:00:00Z"]);
+    assert_eq!(report["cause"], "skipped_catch_up", "{report}");
+    assert_eq!(report["run"]["id"], run);
+
+    // A tick too far behind to count them all says "more than", since its cursor.
+    env.add_at(
+        Some("2026-01-01T00:00:00Z"),
+        "minutely",
+        "* * * * *",
+        &["--catch-up", "latest"],
+        "true",
+    );
+    env.tick_at("2026-04-01T00:00:05Z");
+    let run = counting("minutely");
+    let report = why(
+        &env,
+        "2026-04-01T00:30:00Z",
+        &["minutely", "--at", "2026-01-05 12:00"],
+    );
+    assert_eq!(report["cause"], "passed_over", "{report}");
+    assert_eq!(report["counted_in_run_id"], run, "{report}");
+    let said = explanation(&report);
+    assert!(said.contains("; more than "), "{said}");
+    assert!(
+        said.contains(" older missed instants, since 2026-01-01T00:00:00Z, were not recorded\"."),
+        "{said}"
+    );
+    assert!(
+        said.contains("recorded the 1,000 newest missed instants, as many as a tick records"),
+        "{said}"
+    );
+    let text = why_text(
+        &env,
+        "2026-04-01T00:30:00Z",
+        &["minutely", "--at", "2026-01-05 12:00"],
+    );
+    assert!(text.contains(&format!("runner show {run}")), "{text}");
+}

@@ -1452,6 +1452,23 @@ SELECT scheduled_for FROM job_runs
 WHERE definition_id = $1 AND trigger = 'schedule' AND scheduled_for <= $2
 ORDER BY scheduled_for DESC LIMIT $3";
 
+/// The oldest schedule run of a schedule after a time (`first_run_after`, and the one
+/// `reanchor_definition` shows its `record`), read from the index of one run per instant.
+const FIRST_RUN_AFTER: &str = "
+SELECT id, scheduled_for, status, skip_reason, created_at FROM job_runs
+WHERE definition_id = $1 AND trigger = 'schedule' AND scheduled_for > $2
+ORDER BY scheduled_for LIMIT 1";
+
+fn run_after_from_row(row: &Row) -> Result<RunAfterCursor> {
+    Ok(RunAfterCursor {
+        id: row.try_get(0)?,
+        scheduled_for: row.try_get(1)?,
+        status: status_at(row, 2)?,
+        skip_reason: row.try_get(3)?,
+        created_at: row.try_get(4)?,
+    })
+}
+
 const LAST_TICK_AT: &str = "SELECT value FROM runner_state WHERE key = 'last_tick_at'";
 
 /// The columns of the short form of a run that `status` names (`run_brief_from_row`); queries
@@ -2452,19 +2469,10 @@ impl Store for PostgresStore {
             }
             let first_after = tx
                 .query_opt(
-                    "SELECT scheduled_for, status, skip_reason, created_at FROM job_runs
-                     WHERE definition_id = $1 AND trigger = 'schedule' AND scheduled_for > $2
-                     ORDER BY scheduled_for LIMIT 1",
+                    FIRST_RUN_AFTER,
                     &[&cursor.definition_id, &cursor.new_through],
                 )?
-                .map(|row| -> Result<RunAfterCursor> {
-                    Ok(RunAfterCursor {
-                        scheduled_for: row.try_get(0)?,
-                        status: status_at(&row, 1)?,
-                        skip_reason: row.try_get(2)?,
-                        created_at: row.try_get(3)?,
-                    })
-                })
+                .map(|row| run_after_from_row(&row))
                 .transpose()?;
             let to_record = first_after.as_ref().and_then(record);
             let skips_forgotten = tx.execute(
@@ -2542,6 +2550,19 @@ impl Store for PostgresStore {
                 .iter()
                 .map(run_view_from_row)
                 .collect()
+        })
+    }
+
+    fn first_run_after(
+        &self,
+        definition_id: i64,
+        instant: i64,
+    ) -> StoreResult<Option<RunAfterCursor>> {
+        self.read(|client| {
+            client
+                .query_opt(FIRST_RUN_AFTER, &[&definition_id, &instant])?
+                .map(|row| run_after_from_row(&row))
+                .transpose()
         })
     }
 
