@@ -270,21 +270,23 @@ fn attempt_result(
             (Some((code, message.clone())), None, Err(*kind))
         }
     };
+    let finished = ended.as_ref().ok();
+    // When it ended, which is now unless the tick was held up (waiting for the database's lock)
+    // and only records it later.
+    let finished_at = finished.map_or(now, |f| now.earlier_by(f.ended_at.elapsed()));
     let failure = failure.map(|(code, detail)| {
         let then = if stopped == Some(StopReason::Shutdown(OnShutdown::Cancel)) {
             AfterFailure::Cancelled
         } else {
-            AfterFailure::by_policy(&run.retry, run.attempt, now, tick.rng)
+            // The backoff counts from the job's end, not from when the tick got to record it: a
+            // tick held up by the lock must not lengthen the delay by its wait.
+            AfterFailure::by_policy(&run.retry, run.attempt, finished_at, tick.rng)
         };
         AttemptFailure::new(code, &detail, then)
     });
     let after = failure.as_ref().map(|f| f.then);
     let error_code = failure.as_ref().map(|f| f.code.clone());
-    let finished = ended.as_ref().ok();
     let leftovers = finished.map_or_else(Vec::new, |f| f.leftovers.clone());
-    // When it ended, which is now unless the tick was held up (waiting for the database's lock)
-    // and only records it later.
-    let finished_at = finished.map_or(now, |f| now.earlier_by(f.ended_at.elapsed()));
     let result = AttemptResult {
         run_id: run.run_id,
         attempt: run.attempt,

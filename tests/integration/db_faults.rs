@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::common::{
-    chmod, duration_secs, is_root, last_attempt, never, run_row, sh, status_of, stderr, stdout,
-    subcommands, timed, wait_until, Bg, Cleanup, Env, BIN,
+    chmod, duration_secs, is_root, json, last_attempt, never, real_now, run_row, sh, status_of,
+    stderr, stdout, subcommands, timed, wait_until, Bg, Cleanup, Env, BIN,
 };
 use crate::sqlite_only;
 
@@ -275,6 +275,93 @@ fn a_tick_waiting_for_the_write_lock_still_times_jobs_out_and_times_their_ends()
     assert!(
         finished_at <= ended_at + 2,
         "finished_at {finished_at}, the job ended at {ended_at}"
+    );
+}
+
+/// A job that fails while the tick is held up in a store call (its heartbeat waits 10 s for
+/// another process's write lock) is retried its backoff after it really ended, not after the
+/// tick could record it: the retry time is counted from the attempt's recorded `finished_at`.
+/// (The test hook holds the first heartbeat, 10 s into the tick, until the lock is taken; the
+/// job fails once it is.) With a backoff of exactly 2 s, the retry is due 1 to 3 s after the
+/// recorded end (equal jitter, rounded up to a whole second); counted from the lock's release
+/// it would be 8 s or more after. (Due by the release, the retry may run in the same tick.)
+#[test]
+fn a_retry_is_counted_from_the_jobs_end_not_from_a_late_record_of_it() {
+    let env = Env::init();
+    let file = |name: &str| crate::common::sh_quote(&env.path(name));
+    env.add(
+        "flaky",
+        &[
+            "--max-attempts",
+            "2",
+            "--backoff-base",
+            "2s",
+            "--backoff-max",
+            "2s",
+        ],
+        &format!(
+            "while [ ! -e {} ]; do sleep 0.05; done; date +%s > {}.$RUNNER_ATTEMPT; exit 1",
+            file("locked"),
+            file("flaky.end")
+        ),
+    );
+    let run = env.enqueue("flaky");
+    let gate = env.path("gate");
+    let tick = Bg::spawn_hooked(
+        &env,
+        "tick",
+        &["tick", "--lease", "30s"],
+        &format!("heartbeat:wait={}", gate.display()),
+    );
+    wait_until(Duration::from_secs(60), "the first heartbeat", || {
+        env.path("gate.reached").exists()
+    });
+    wait_until(Duration::from_secs(30), "the write lock", || {
+        env.sql.hold_write_lock_then(Duration::from_secs(10), || {
+            std::fs::write(env.path("locked"), "").expect("write locked");
+            std::fs::write(&gate, "").expect("open the gate");
+        })
+    });
+    let released = real_now();
+    let out = tick.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "tick failed: {}", stderr(&out));
+
+    let finished_at = env.sql.query_i64(
+        "SELECT finished_at FROM job_attempts WHERE run_id = $1 AND attempt = 1",
+        &[&run],
+    );
+    let ended_at: i64 = std::fs::read_to_string(env.path("flaky.end.1"))
+        .expect("the job ran")
+        .trim()
+        .parse()
+        .expect("an epoch second");
+    assert!(
+        (ended_at - 1..=ended_at + 1).contains(&finished_at),
+        "finished_at {finished_at}, the job ended at {ended_at}"
+    );
+    assert!(
+        released - ended_at >= 5,
+        "the job ended at {ended_at}, only {} s before the lock was released: this test tests \
+         nothing",
+        released - ended_at
+    );
+    let retry_at = json(
+        &env.sql
+            .query_rows(
+                "SELECT detail FROM job_events WHERE run_id = $1 AND kind = 'RETRY_SCHEDULED'",
+                &[&run],
+            )
+            .first()
+            .expect("a retry scheduled")[0]
+            .string(),
+    )["run_at_epoch"]
+        .as_i64()
+        .expect("run_at_epoch");
+    assert!(
+        (finished_at + 1..=finished_at + 3).contains(&retry_at),
+        "retry at {retry_at}, {} s after the attempt's recorded end {finished_at}, for a \
+         backoff of 2 s (the lock was released at {released})",
+        retry_at - finished_at
     );
 }
 
