@@ -176,6 +176,7 @@ mod tests {
             held_by_pause: 0,
             running: Vec::new(),
             expired_leases: 0,
+            stopping: Vec::new(),
             retries_in_flight: Vec::new(),
             top_errors: Vec::new(),
             dead_recent: 0,

@@ -1,8 +1,9 @@
 //! `runner status`: health at a glance. Run counts, the oldest due-but-unclaimed run, running
-//! runs and their leases, retries in flight, the last day's failures, when cron last ran a tick,
-//! and the database's size. Warnings (no recent tick, expired leases, a clock behind or ahead)
-//! never change the exit code: the command worked, and what it found is in its output (and in
-//! `warnings` in JSON). `--check` is the exception, for monitoring: see `check`.
+//! runs and their leases, cancelled runs whose job is still being stopped, retries in flight, the
+//! last day's failures, when cron last ran a tick, and the database's size. Warnings (no recent
+//! tick, expired leases, a clock behind or ahead) never change the exit code: the command
+//! worked, and what it found is in its output (and in `warnings` in JSON). `--check` is the
+//! exception, for monitoring: see `check`.
 
 use std::fmt::Write as _;
 
@@ -19,7 +20,7 @@ use crate::display::{
 };
 use crate::exit::Failure;
 use crate::model::{Definition, RunStatus};
-use crate::store::{DefinitionRow, Health, OpenMode, RunBrief, RunningView};
+use crate::store::{DefinitionRow, Health, OpenMode, RunBrief, RunningView, StoppingView};
 
 /// A tick older than this means cron is not running `runner tick` every minute.
 pub const STALE_TICK_SECS: i64 = 120;
@@ -172,6 +173,9 @@ struct Report<'a> {
     /// `oldest_due`.
     held_by_pause: i64,
     running: Vec<Running<'a>>,
+    /// Runs cancelled while running whose job is still being stopped: until it is, their
+    /// `forbid` schedule's runs wait.
+    stopping: Vec<Stopping<'a>>,
     expired_leases: Vec<Running<'a>>,
     retries_in_flight: Vec<Retries>,
     last_24h: Recent<'a>,
@@ -267,6 +271,36 @@ impl<'a> Running<'a> {
     }
 }
 
+/// A run cancelled while running whose job is still being stopped, and where.
+#[derive(Debug, Serialize)]
+struct Stopping<'a> {
+    #[serde(flatten)]
+    run: Brief<'a>,
+    /// Its open attempt's host and processes (null once it is closed or gone).
+    host: Option<&'a str>,
+    runner_pid: Option<u32>,
+    child_pid: Option<u32>,
+    /// By when the tick holding it must have stopped the job; after that, the next tick on its
+    /// host stops it.
+    stopping_by: UtcTime,
+    stopping_by_epoch: i64,
+    overdue: bool,
+}
+
+impl<'a> Stopping<'a> {
+    fn of(s: &'a StoppingView, now: i64) -> Self {
+        Stopping {
+            run: Brief::of(&s.run),
+            host: s.host.as_deref(),
+            runner_pid: s.runner_pid,
+            child_pid: s.child_pid,
+            stopping_by: UtcTime(s.stopping_by),
+            stopping_by_epoch: s.stopping_by,
+            overdue: s.stopping_by < now,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct Retries {
     attempt: u32,
@@ -328,6 +362,7 @@ impl<'a> Report<'a> {
             }),
             held_by_pause: h.held_by_pause,
             running,
+            stopping: h.stopping.iter().map(|s| Stopping::of(s, now)).collect(),
             expired_leases,
             retries_in_flight: h
                 .retries_in_flight
@@ -450,6 +485,7 @@ fn render(report: &Report) -> Result<String, std::fmt::Error> {
             )?;
         }
     }
+    render_stopping(&mut out, report)?;
     let expired: Vec<String> = report
         .expired_leases
         .iter()
@@ -541,4 +577,46 @@ fn render(report: &Report) -> Result<String, std::fmt::Error> {
         None => writeln!(out, "oldest run kept: none")?,
     }
     Ok(out)
+}
+
+/// The runs cancelled while running whose job is still being stopped: a section only when there
+/// are some (a `forbid` schedule's runs wait for them).
+fn render_stopping(out: &mut String, report: &Report) -> std::fmt::Result {
+    match report.stopping.len() {
+        0 => return Ok(()),
+        1 => writeln!(
+            out,
+            "stopping:        1 cancelled run whose job is still being stopped"
+        )?,
+        n => writeln!(
+            out,
+            "stopping:        {n} cancelled runs whose jobs are still being stopped"
+        )?,
+    }
+    for s in &report.stopping {
+        let host = escape_line(s.host.unwrap_or("?"));
+        let pids: Vec<String> = [("runner pid", s.runner_pid), ("job pid", s.child_pid)]
+            .into_iter()
+            .filter_map(|(name, pid)| pid.map(|pid| format!("{name} {pid}")))
+            .collect();
+        let pids = match pids.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", pids.join(", ")),
+        };
+        let by = local_time(s.stopping_by_epoch, zone(s.run.timezone));
+        let deadline = if s.overdue {
+            format!("OVERDUE since {by}: the next tick on {host} stops it")
+        } else {
+            format!("stopped by {by} at the latest")
+        };
+        writeln!(
+            out,
+            "  run {} ({}) cancelled on attempt {}/{}, stopping on {host}{pids}, {deadline}",
+            s.run.run_id,
+            escape_line(s.run.job),
+            s.run.attempt,
+            s.run.max_attempts,
+        )?;
+    }
+    Ok(())
 }

@@ -499,6 +499,20 @@ pub struct RunningView {
     pub lease_expires_at: i64,
 }
 
+/// A run cancelled while running whose job is still being stopped (its `stopping_by` is set),
+/// and where its open attempt runs.
+#[derive(Debug, Clone)]
+pub struct StoppingView {
+    pub run: RunBrief,
+    /// Its open attempt's host and processes (None once the attempt is closed or gone).
+    pub host: Option<String>,
+    pub runner_pid: Option<u32>,
+    pub child_pid: Option<u32>,
+    /// By when the tick holding it must have stopped its job; after that, the next tick on its
+    /// host does.
+    pub stopping_by: i64,
+}
+
 /// Everything `status` and `metrics` report, read in one snapshot.
 #[derive(Debug, Clone)]
 pub struct Health {
@@ -513,6 +527,9 @@ pub struct Health {
     pub running: Vec<RunningView>,
     /// Running runs whose lease expired before `now`: their runner stopped heart-beating.
     pub expired_leases: i64,
+    /// Runs cancelled while running whose job is still being stopped, the earliest
+    /// `stopping_by` first, at most `RUNNING_LISTED`.
+    pub stopping: Vec<StoppingView>,
     /// Runs between attempts or retrying now, by the attempt number they are on or will be on.
     pub retries_in_flight: Vec<(u32, i64)>,
     /// Error codes of attempts that finished since `recent_since`, most frequent first.
@@ -1507,6 +1524,9 @@ pub trait Store {
         -> Result<Vec<i64>>;
     /// When the latest tick ran, by its own clock (None: no tick ever ran).
     fn last_tick_at(&self) -> Result<Option<i64>>;
+    /// Definition `definition_id`'s runs cancelled while running whose job is still being
+    /// stopped, the earliest `stopping_by` first (`why`: they hold a `forbid` schedule back).
+    fn stopping_runs(&self, definition_id: i64) -> Result<Vec<StoppingView>>;
     /// Why a tick could not write this database, though it connects and reads it (`doctor`):
     /// PostgreSQL names a server in recovery, a read-only session, or the runner tables its user
     /// lacks a privilege on. None where nothing says so; SQLite's file permissions are checked

@@ -21,7 +21,7 @@ use super::{
     DefinitionRow, DueReader, EventView, Health, Imported, JobRunStats, LastResult, LeftForLater,
     Materialization, MigratedOut, MigrationBatches, OpenMode, PendingWork, PruneCounts, Reanchored,
     Removal, Result, Rows, RunAfterCursor, RunBrief, RunFilter, RunView, RunningView,
-    SchemaVersions, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    SchemaVersions, StoppingView, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
@@ -1477,6 +1477,39 @@ LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
 WHERE r.status = 'running'
 ORDER BY r.lease_expires_at, r.id LIMIT ?1"
 );
+/// Runs cancelled while running whose job is still being stopped, of one schedule (?1) or of
+/// all (?1 NULL), the earliest deadline first, at most ?2, with their open attempt: only the
+/// runs `job_runs_stopping` holds, normally none.
+const STOPPING_RUNS: &str = concat!(
+    run_brief!(),
+    ", a.host, a.runner_pid, a.child_pid, r.stopping_by
+FROM job_runs r INDEXED BY job_runs_stopping
+JOIN job_definitions d ON d.id = r.definition_id
+LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt AND a.finished_at IS NULL
+WHERE r.stopping_by IS NOT NULL AND (?1 IS NULL OR r.definition_id = ?1)
+ORDER BY r.stopping_by, r.id LIMIT ?2"
+);
+
+/// `STOPPING_RUNS` of one schedule (`definition_id`) or of all, on `conn` (a transaction's, for
+/// the health report's snapshot).
+fn stopping_runs(
+    conn: &Connection,
+    definition_id: Option<i64>,
+    limit: usize,
+) -> rusqlite::Result<Vec<StoppingView>> {
+    let mut stmt = conn.prepare_cached(STOPPING_RUNS)?;
+    let rows = stmt.query_map(params![definition_id, limit as i64], |r| {
+        let c = RUN_BRIEF_COLUMNS;
+        Ok(StoppingView {
+            run: run_brief_from_row(r)?,
+            host: r.get(c)?,
+            runner_pid: r.get(c + 1)?,
+            child_pid: r.get(c + 2)?,
+            stopping_by: r.get(c + 3)?,
+        })
+    })?;
+    rows.collect()
+}
 /// Running runs whose lease expired (`job_runs_leases`).
 const COUNT_EXPIRED_LEASES: &str =
     "SELECT count(*) FROM job_runs WHERE status = 'running' AND lease_expires_at < ?1";
@@ -2564,6 +2597,14 @@ impl Store for SqliteStore {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    fn stopping_runs(&self, definition_id: i64) -> Result<Vec<StoppingView>> {
+        Ok(stopping_runs(
+            &self.conn,
+            Some(definition_id),
+            RUNNING_LISTED,
+        )?)
+    }
+
     fn last_tick_at(&self) -> Result<Option<i64>> {
         Ok(self
             .conn
@@ -2653,6 +2694,7 @@ impl Store for SqliteStore {
         };
 
         let expired_leases: i64 = tx.query_row(COUNT_EXPIRED_LEASES, [now], |r| r.get(0))?;
+        let stopping = stopping_runs(&tx, None, RUNNING_LISTED)?;
 
         let retries_in_flight = {
             let mut stmt = tx.prepare(RETRIES_IN_FLIGHT)?;
@@ -2716,6 +2758,7 @@ impl Store for SqliteStore {
             held_by_pause,
             running,
             expired_leases,
+            stopping,
             retries_in_flight,
             top_errors,
             dead_recent,
@@ -3996,6 +4039,7 @@ mod tests {
             ("oldest run", OLDEST_RUN),
             ("oldest due", OLDEST_DUE),
             ("running", RUNNING_RUNS),
+            ("stopping", STOPPING_RUNS),
             ("dead recent", DEAD_RECENT),
             ("job run stats", JOB_RUN_STATS),
         ] {

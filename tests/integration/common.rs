@@ -427,6 +427,25 @@ pub fn forge_running(env: &Env, run_id: i64) {
     );
 }
 
+/// Forge run `run_id` as cancelled while running on attempt 1 (at `cancelled_at`), its job still
+/// being stopped by `stopping_by` at the latest: its attempt is open on `host` (runner pid 4242,
+/// job pid 4251), which nothing here can reach.
+pub fn forge_stopping(env: &Env, run_id: i64, host: &str, cancelled_at: i64, stopping_by: i64) {
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'cancelled', attempt = 1, started_at = $2, finished_at = $2,
+                 error_code = 'CANCELLED', stopping_by = $3
+         WHERE id = $1",
+        &[&run_id, &cancelled_at, &stopping_by],
+    );
+    env.sql.exec(
+        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, child_pid, lease_token,
+             started_at, definition_id)
+         SELECT $1, 1, 'elsewhere:4242', $2, 4242, 4251, 'forged', $3, definition_id
+         FROM job_runs WHERE id = $1",
+        &[&run_id, &host, &cancelled_at],
+    );
+}
+
 /// Insert `count` runs of schedule `job` that finished (succeeded) `age_secs` before `now`, each
 /// with one attempt and two events: one fast INSERT ... SELECT per table.
 pub fn insert_finished_runs(env: &Env, job: &str, count: i64, now: i64, age_secs: i64) {

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 use crate::common::{
-    add_finished_history, assert_read_at, duration_between, epoch, forge_last_tick,
+    add_finished_history, assert_read_at, duration_between, epoch, forge_last_tick, forge_stopping,
     forge_vanished_runner, insert_finished_runs, json, last_tick_at, never_near, run_ids,
     status_of, stderr, stdout, undo_attempt_schedule, Backend, Env, BIN, CLOCK_SLACK_SECS,
     SQLITE_BEFORE_TALLY,
@@ -465,6 +465,7 @@ const STATUS_KEYS: &[&str] = &[
     "counts",
     "oldest_due",
     "running",
+    "stopping",
     "expired_leases",
     "retries_in_flight",
     "held_by_pause",
@@ -853,6 +854,82 @@ pub(super) fn promtool_check(text: &str) {
         stdout(&out),
         stderr(&out)
     );
+}
+
+/// A run cancelled while running whose job is still being stopped is listed under `stopping:`
+/// with where its job runs and by when it is stopped at the latest (then, past that time, that
+/// the next tick on its host stops it), in text and JSON; none is listed once it is stopped.
+#[test]
+fn status_lists_a_cancelled_run_whose_job_is_still_being_stopped() {
+    let env = Env::init();
+    env.add("backup", &[], "true");
+    let run = env.enqueue("backup");
+    let (cancelled, by) = (epoch("2026-07-01T12:00:00Z"), epoch("2026-07-01T12:00:40Z"));
+    let now = "2026-07-01T12:00:10Z";
+    let text = env.ok(&["--now", now, "status"]);
+    assert!(!text.contains("stopping:"), "{text}");
+    assert_eq!(
+        json(&env.ok(&["--now", now, "status", "--json"]))["stopping"],
+        Value::Array(vec![])
+    );
+
+    forge_stopping(&env, run, "far-host", cancelled, by);
+    let text = env.ok(&["--now", now, "status"]);
+    assert!(
+        text.contains(&format!(
+            "running:         none\n\
+             stopping:        1 cancelled run whose job is still being stopped\n  \
+             run {run} (backup) cancelled on attempt 1/3, stopping on far-host (runner pid 4242, \
+             job pid 4251), stopped by 2026-07-01T12:00:40+00:00 at the latest\n\
+             expired leases:  none\n"
+        )),
+        "{text}"
+    );
+    let report = json(&env.ok(&["--now", now, "status", "--json"]));
+    let stopping = report["stopping"].as_array().expect("stopping");
+    assert_eq!(stopping.len(), 1, "{report}");
+    let s = &stopping[0];
+    assert_eq!(
+        keys(s),
+        with_epochs(
+            &[
+                "run_id",
+                "job",
+                "attempt",
+                "max_attempts",
+                "host",
+                "runner_pid",
+                "child_pid",
+                "overdue"
+            ],
+            &["scheduled_for", "stopping_by"]
+        )
+    );
+    assert_eq!(s["run_id"], run);
+    assert_eq!(s["host"], "far-host");
+    assert_eq!(s["runner_pid"], 4242);
+    assert_eq!(s["child_pid"], 4251);
+    assert_eq!(s["stopping_by"], "2026-07-01T12:00:40Z");
+    assert_eq!(s["stopping_by_epoch"], by);
+    assert_eq!(s["overdue"], false);
+
+    // Past its deadline: the next tick on its host stops it.
+    let later = "2026-07-01T12:01:00Z";
+    let text = env.ok(&["--now", later, "status"]);
+    assert!(
+        text.contains(
+            "stopping on far-host (runner pid 4242, job pid 4251), OVERDUE since \
+             2026-07-01T12:00:40+00:00: the next tick on far-host stops it\n"
+        ),
+        "{text}"
+    );
+    let report = json(&env.ok(&["--now", later, "status", "--json"]));
+    assert_eq!(report["stopping"][0]["overdue"], true, "{report}");
+
+    // That tick, on another host, leaves the job to its own host's tick and no longer waits.
+    env.tick_at(later);
+    let text = env.ok(&["--now", later, "status"]);
+    assert!(!text.contains("stopping:"), "{text}");
 }
 
 #[test]

@@ -297,6 +297,13 @@ fn a_forbid_schedule_waits_for_a_cancelled_job_through_its_kill_grace() {
     env.ok(&["cancel", "1"]);
     let shown = env.ok(&["show", "1"]);
     assert!(shown.contains("its job is being stopped"), "{shown}");
+    let status = env.ok(&["status"]);
+    assert!(
+        status.contains(
+            "stopping:        1 cancelled run whose job is still being stopped\n  run 1 (stubborn)"
+        ),
+        "{status}"
+    );
     env.ok(&["run", "stubborn"]);
     let out = bg.finish(Duration::from_secs(120));
     assert!(out.status.success(), "{}", stderr(&out));
@@ -310,6 +317,8 @@ fn a_forbid_schedule_waits_for_a_cancelled_job_through_its_kill_grace() {
     );
     let shown = env.ok(&["show", "1"]);
     assert!(!shown.contains("being stopped"), "{shown}");
+    let status = env.ok(&["status"]);
+    assert!(!status.contains("stopping:"), "{status}");
 }
 
 /// A tick that hangs (SIGSTOP) holding a run that is then cancelled cannot stop its job. Once

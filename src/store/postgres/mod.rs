@@ -33,7 +33,7 @@ use super::{
     DefinitionRow, DueReader, EventView, Health, Imported, LastResult, LeftForLater,
     Materialization, MigratedOut, MigrationBatches, OpenMode, PendingWork, PruneCounts, Reanchored,
     Removal, Rows, RunAfterCursor, RunBrief, RunFilter, RunView, RunningView, SchemaVersions,
-    Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    StoppingView, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -1522,6 +1522,41 @@ ORDER BY r.lease_expires_at, r.id LIMIT $1"
 );
 const COUNT_EXPIRED_LEASES: &str =
     "SELECT count(*) FROM job_runs WHERE status = 'running' AND lease_expires_at < $1";
+/// Runs cancelled while running whose job is still being stopped, of one schedule ($1) or of
+/// all ($1 NULL), the earliest deadline first, at most $2, with their open attempt: only the
+/// runs `job_runs_stopping` holds, normally none.
+const STOPPING_RUNS: &str = concat!(
+    run_brief!(),
+    ", a.host, a.runner_pid, a.child_pid, r.stopping_by
+FROM job_runs r
+JOIN job_definitions d ON d.id = r.definition_id
+LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt AND a.finished_at IS NULL
+WHERE r.stopping_by IS NOT NULL AND ($1::bigint IS NULL OR r.definition_id = $1)
+ORDER BY r.stopping_by, r.id LIMIT $2"
+);
+
+/// `STOPPING_RUNS` of one schedule (`definition_id`) or of all, on `client` (a transaction, for
+/// the health report's snapshot).
+fn stopping_runs(
+    client: &mut impl GenericClient,
+    definition_id: Option<i64>,
+    limit: usize,
+) -> Result<Vec<StoppingView>> {
+    client
+        .query(STOPPING_RUNS, &[&definition_id, &(limit as i64)])?
+        .iter()
+        .map(|r| {
+            let c = RUN_BRIEF_COLUMNS;
+            Ok(StoppingView {
+                run: run_brief_from_row(r)?,
+                host: r.try_get(c)?,
+                runner_pid: opt_u32_at(r, c + 1)?,
+                child_pid: opt_u32_at(r, c + 2)?,
+                stopping_by: r.try_get(c + 3)?,
+            })
+        })
+        .collect()
+}
 /// Runs retrying, by the attempt they are on (see the SQLite backend).
 const RETRIES_IN_FLIGHT: &str = "
 SELECT CASE status WHEN 'pending' THEN attempt + 1 ELSE attempt END AS retry_attempt, count(*)
@@ -2610,6 +2645,10 @@ impl Store for PostgresStore {
         })
     }
 
+    fn stopping_runs(&self, definition_id: i64) -> StoreResult<Vec<StoppingView>> {
+        self.read(|client| stopping_runs(client, Some(definition_id), RUNNING_LISTED))
+    }
+
     fn last_tick_at(&self) -> StoreResult<Option<i64>> {
         self.read(|client| {
             Ok(client
@@ -2708,6 +2747,7 @@ impl Store for PostgresStore {
                 .collect::<Result<Vec<_>>>()?;
 
             let expired_leases: i64 = tx.query_one(COUNT_EXPIRED_LEASES, &[&now])?.try_get(0)?;
+            let stopping = stopping_runs(tx, None, RUNNING_LISTED)?;
 
             let retries_in_flight = tx
                 .query(RETRIES_IN_FLIGHT, &[])?
@@ -2760,6 +2800,7 @@ impl Store for PostgresStore {
                 held_by_pause,
                 running,
                 expired_leases,
+                stopping,
                 retries_in_flight,
                 top_errors,
                 dead_recent,
