@@ -17,7 +17,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 
 use crate::model::{Definition, Overlap, RunStatus};
 use crate::schedule::{resolve_local, LocalTime, Timing};
-use crate::store::{RunAfterCursor, RunView};
+use crate::store::{RunAfterCursor, RunView, StoppingView};
 
 /// How many of a schedule's latest instants `why` without `--at` looks through for one that did
 /// not succeed.
@@ -62,6 +62,9 @@ pub struct Facts<'a> {
     pub last_tick_at: Option<i64>,
     /// A run of this schedule that is running now.
     pub running_run_id: Option<i64>,
+    /// A run of this schedule cancelled while running whose job is still being stopped (the
+    /// earliest deadline, if several).
+    pub stopping: Option<&'a StoppingView>,
 }
 
 /// A time asked about (`--at`): an instant, or a wall-clock time in the schedule's zone.
@@ -241,6 +244,9 @@ pub enum Cause {
     HeldByPause,
     /// Its run is due, but a run of its `forbid` schedule is running: it waits for that one.
     WaitingBehindForbid { running_run_id: i64 },
+    /// Its run is due, but the job of a run of its `forbid` schedule cancelled while running is
+    /// still being stopped: it waits until it is.
+    WaitingBehindStop { stopping_run_id: i64 },
     /// Its run used up its attempts.
     Dead,
     /// Its run was cancelled.
@@ -288,6 +294,7 @@ impl Cause {
             Cause::Retrying => "retrying",
             Cause::HeldByPause => "held_by_pause",
             Cause::WaitingBehindForbid { .. } => "waiting_behind_forbid",
+            Cause::WaitingBehindStop { .. } => "waiting_behind_stop",
             Cause::Dead => "dead",
             Cause::Cancelled => "cancelled",
             Cause::SkippedCatchUp => "skipped_catch_up",
@@ -389,16 +396,21 @@ fn of_run(facts: &Facts, run: &RunView) -> Cause {
         // The claim rule: a paused schedule's pending runs are held.
         RunStatus::Pending if facts.definition.settings.paused => Cause::HeldByPause,
         RunStatus::Pending => {
-            // The claim rule: a due run of a `forbid` schedule waits while another is running.
-            let blocker = facts
-                .running_run_id
-                .filter(|&id| id != run.id)
-                .filter(|_| facts.definition.settings.overlap == Overlap::Forbid)
-                .filter(|_| run.run_at <= facts.now);
-            match blocker {
-                Some(running_run_id) => Cause::WaitingBehindForbid { running_run_id },
-                None if run.attempt >= 1 => Cause::Retrying,
-                None => Cause::Pending,
+            // The claim rule: a due run of a `forbid` schedule waits while another is running,
+            // and while the job of one cancelled while running is being stopped.
+            let held_back =
+                facts.definition.settings.overlap == Overlap::Forbid && run.run_at <= facts.now;
+            let running = facts.running_run_id.filter(|&id| id != run.id);
+            let stopping = facts.stopping.map(|s| s.run.id).filter(|&id| id != run.id);
+            match (running, stopping) {
+                (Some(running_run_id), _) if held_back => {
+                    Cause::WaitingBehindForbid { running_run_id }
+                }
+                (None, Some(stopping_run_id)) if held_back => {
+                    Cause::WaitingBehindStop { stopping_run_id }
+                }
+                _ if run.attempt >= 1 => Cause::Retrying,
+                _ => Cause::Pending,
             }
         }
     }
@@ -525,6 +537,7 @@ mod tests {
         now: i64,
         last_tick_at: Option<i64>,
         running_run_id: Option<i64>,
+        stopping: Option<StoppingView>,
     }
 
     impl Case {
@@ -537,6 +550,7 @@ mod tests {
                 now: at(now),
                 last_tick_at: Some(at(through)),
                 running_run_id: None,
+                stopping: None,
             }
         }
 
@@ -547,6 +561,7 @@ mod tests {
                 now: self.now,
                 last_tick_at: self.last_tick_at,
                 running_run_id: self.running_run_id,
+                stopping: self.stopping.as_ref(),
             }
         }
 
@@ -616,6 +631,53 @@ mod tests {
         c.definition.settings.overlap = Overlap::Allow;
         r.run_at = at("2026-11-23T10:00:00Z");
         assert_eq!(c.why_at(asked, Some(&r)), Cause::Retrying);
+    }
+
+    #[test]
+    fn a_due_run_of_a_forbid_schedule_waits_behind_a_cancelled_job_being_stopped() {
+        let mut c = Case::new(
+            "0 * * * *",
+            "UTC",
+            "2026-11-01T00:00:00Z",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T10:20:00Z",
+        );
+        c.stopping = Some(StoppingView {
+            run: crate::store::RunBrief {
+                id: 4,
+                job: "job".to_string(),
+                timezone: "UTC".to_string(),
+                scheduled_for: at("2026-11-23T09:00:00Z"),
+                run_at: at("2026-11-23T09:00:00Z"),
+                attempt: 1,
+                max_attempts: 3,
+                error_code: Some("CANCELLED".to_string()),
+                finished_at: Some(at("2026-11-23T10:10:00Z")),
+            },
+            host: Some("vm".to_string()),
+            runner_pid: Some(10),
+            child_pid: Some(11),
+            stopping_by: at("2026-11-23T10:21:10Z"),
+        });
+        let asked = instant("2026-11-23T10:00:00Z");
+        let mut r = run(5, "2026-11-23T10:00:00Z", RunStatus::Pending);
+        assert_eq!(
+            c.why_at(asked, Some(&r)),
+            Cause::WaitingBehindStop { stopping_run_id: 4 }
+        );
+        // A running run is named first.
+        c.running_run_id = Some(6);
+        assert_eq!(
+            c.why_at(asked, Some(&r)),
+            Cause::WaitingBehindForbid { running_run_id: 6 }
+        );
+        c.running_run_id = None;
+        // Not due yet, or overlap allowed: nothing holds it back.
+        r.run_at = at("2026-11-23T10:30:00Z");
+        assert_eq!(c.why_at(asked, Some(&r)), Cause::Pending);
+        r.run_at = at("2026-11-23T10:00:00Z");
+        c.definition.settings.overlap = Overlap::Allow;
+        assert_eq!(c.why_at(asked, Some(&r)), Cause::Pending);
     }
 
     #[test]

@@ -78,12 +78,14 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         })?
         .first()
         .map(|r| r.id);
+    let stopping = store.stopping_runs(definition.id)?;
     let facts = Facts {
         definition: &definition,
         timing: &timing,
         now: now.secs(),
         last_tick_at: store.last_tick_at()?,
         running_run_id,
+        stopping: stopping.first(),
     };
     // The instants its runs were materialised for are its instants too, of whatever expression
     // it had then: the latest, read by instant (manual runs, however many, are not read).
@@ -189,7 +191,8 @@ struct Why<'a> {
     /// The fire instant whose fate is told (null when there is none).
     instant: Option<UtcTime>,
     instant_epoch: Option<i64>,
-    /// Why: ran, running, pending, retrying, waiting_behind_forbid, dead, cancelled,
+    /// Why: ran, running, pending, retrying, waiting_behind_forbid, waiting_behind_stop, dead,
+    /// cancelled,
     /// skipped_catch_up, skipped_overlap, no_tick_since, not_materialised, paused, not_yet_due,
     /// not_in_cron, dst_gap, dst_repeated, before_schedule, not_recorded, passed_over,
     /// no_instant_yet.
@@ -203,6 +206,9 @@ struct Why<'a> {
     running_run_id: Option<i64>,
     /// For passed_over: the skipped run whose reason counts the instant.
     counted_in_run_id: Option<i64>,
+    /// For waiting_behind_stop: the cancelled run whose job a due run of a forbid schedule
+    /// waits to see stopped.
+    stopping: Option<Stopping<'a>>,
     /// For not_in_cron: the nearest fire times before and after the time asked.
     nearest_before: Option<UtcTime>,
     nearest_before_epoch: Option<i64>,
@@ -214,6 +220,18 @@ struct Why<'a> {
     explanation: Vec<String>,
     /// Commands that tell more.
     hints: Vec<String>,
+}
+
+/// A run cancelled while running whose job is still being stopped, and where.
+#[derive(Debug, Serialize)]
+struct Stopping<'a> {
+    run_id: i64,
+    /// Its open attempt's host (null once the attempt is closed or gone).
+    host: Option<&'a str>,
+    /// By when the tick holding it must have stopped the job; after that, the next tick on its
+    /// host stops it.
+    stopping_by: UtcTime,
+    stopping_by_epoch: i64,
 }
 
 #[derive(Debug, Serialize)]
@@ -306,6 +324,15 @@ impl<'a> Why<'a> {
             },
             counted_in_run_id: match cause.outcome().unwrap_or(cause) {
                 Cause::PassedOver { run_id } => Some(*run_id),
+                _ => None,
+            },
+            stopping: match cause.outcome().unwrap_or(cause) {
+                Cause::WaitingBehindStop { .. } => facts.stopping.map(|s| Stopping {
+                    run_id: s.run.id,
+                    host: s.host.as_deref(),
+                    stopping_by: UtcTime(s.stopping_by),
+                    stopping_by_epoch: s.stopping_by,
+                }),
                 _ => None,
             },
             nearest_before: nearest_before.map(UtcTime),
@@ -624,6 +651,35 @@ impl Text<'_, '_> {
                     self.at(r.run_at),
                     self.name()
                 )
+            }
+            (Cause::WaitingBehindStop { stopping_run_id }, Some(r)) => {
+                hints.push(format!(
+                    "runner show {stopping_run_id}   # the cancelled run whose job it waits for"
+                ));
+                let (host, by) = match facts.stopping {
+                    Some(s) => (s.host.as_deref().map(escape_line), s.stopping_by),
+                    None => (None, now),
+                };
+                let on = host
+                    .as_ref()
+                    .map(|h| format!(" on {h}"))
+                    .unwrap_or_default();
+                let mut line = format!(
+                    "Waiting: run {stopping_run_id} (cancelled) is still being stopped{on}, by {} \
+                     at the latest; run {}, due since {}, starts once that job is stopped, as \
+                     the overlap policy of {} is forbid.",
+                    self.at(by),
+                    r.id,
+                    self.at(r.run_at),
+                    self.name()
+                );
+                if by < now {
+                    line.push_str(&format!(
+                        " That time is past: its tick died or hung, and the next tick{on} stops \
+                         the job."
+                    ));
+                }
+                line
             }
             (Cause::Dead, Some(r)) => {
                 hints.push(format!("runner retry {}   # one more attempt, now", r.id));

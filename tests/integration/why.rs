@@ -2,8 +2,8 @@
 //! `--now` or forged through `env.sql`, so time is deterministic.
 
 use crate::common::{
-    assert_read_at, epoch, forge_last_tick, forge_running, insert_finished_runs, json,
-    last_tick_at, Env,
+    assert_read_at, epoch, forge_last_tick, forge_running, forge_stopping, insert_finished_runs,
+    json, last_tick_at, Env,
 };
 use serde_json::Value;
 
@@ -381,6 +381,70 @@ fn a_due_run_of_a_forbid_schedule_waits_behind_the_running_one() {
     assert!(hints(&report).contains(&format!("runner show {running}")));
 }
 
+/// A due run of a `forbid` schedule waits while the job of a run cancelled while running is
+/// still being stopped: `why` names that run, its host and the time by which it is stopped at
+/// the latest (and, past it, that the next tick on that host stops it).
+#[test]
+fn a_due_run_of_a_forbid_schedule_waits_behind_a_cancelled_job_being_stopped() {
+    let env = Env::init();
+    hourly(&env, "queue", &["--overlap", "forbid"], "true");
+    env.tick_at("2026-11-23T09:00:05Z");
+    let waiting = crate::common::last_run_id(&env, "queue");
+    // Forged: the 09:00 run is due again, and a manual run of the schedule was cancelled while
+    // running on another host, its job to be stopped by 09:31.
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'pending', attempt = 0, started_at = NULL,
+                 finished_at = NULL
+         WHERE id = $1",
+        &[&waiting],
+    );
+    let cancelled = env.enqueue("queue");
+    forge_stopping(
+        &env,
+        cancelled,
+        "far-host",
+        epoch("2026-11-23T09:20:00Z"),
+        epoch("2026-11-23T09:31:00Z"),
+    );
+    let report = why(&env, "2026-11-23T09:30:00Z", &["queue", "--at", "09:00"]);
+    assert_eq!(report["cause"], "waiting_behind_stop", "{report}");
+    assert_eq!(report["run"]["id"], waiting);
+    assert_eq!(report["running_run_id"], Value::Null);
+    assert_eq!(report["stopping"]["run_id"], cancelled, "{report}");
+    assert_eq!(report["stopping"]["host"], "far-host");
+    assert_eq!(report["stopping"]["stopping_by"], "2026-11-23T09:31:00Z");
+    assert_eq!(
+        report["stopping"]["stopping_by_epoch"],
+        epoch("2026-11-23T09:31:00Z")
+    );
+    let said = explanation(&report);
+    assert!(
+        said.contains(&format!(
+            "Waiting: run {cancelled} (cancelled) is still being stopped on far-host, by \
+             2026-11-23T09:31:00+00:00 at the latest; run {waiting}, due since \
+             2026-11-23T09:00:00+00:00, starts once that job is stopped, as the overlap policy of queue is forbid."
+        )),
+        "{said}"
+    );
+    assert!(!said.contains("That time is past"), "{said}");
+    assert!(hints(&report).contains(&format!("runner show {cancelled}")));
+    let text = why_text(&env, "2026-11-23T09:30:00Z", &["queue", "--at", "09:00"]);
+    assert!(
+        text.contains(&format!(
+            "Waiting: run {cancelled} (cancelled) is still being stopped on far-host"
+        )),
+        "{text}"
+    );
+
+    // Past that time: the next tick on its host stops it.
+    let report = why(&env, "2026-11-23T09:40:00Z", &["queue", "--at", "09:00"]);
+    assert_eq!(report["cause"], "waiting_behind_stop", "{report}");
+    assert!(
+        explanation(&report).contains("That time is past: its tick died or hung, and the next tick on far-host stops the job."),
+        "{report}"
+    );
+}
+
 #[test]
 fn a_run_waiting_to_retry_says_which_attempt_comes_when() {
     let env = Env::init();
@@ -600,6 +664,7 @@ fn json_is_one_object_with_a_stable_cause_and_times_in_utc_and_epoch() {
         "outcome",
         "run",
         "running_run_id",
+        "stopping",
         "nearest_before",
         "nearest_before_epoch",
         "nearest_after",
