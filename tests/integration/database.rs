@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 
 use crate::common::{
-    add_finished_history, mode, stderr, Env, UNDO_JOB_STOPPING, UNDO_PRUNED_LAST_RUN,
+    add_finished_history, forge_running, forge_stopping, json, mode, real_now, stderr, utc,
+    Backend, Env, UNDO_JOB_STOPPING, UNDO_PRUNED_LAST_RUN,
 };
 use crate::sqlite_only;
 
@@ -657,6 +658,72 @@ const STATUS_CHECK_LIST: &str =
 const STATUS_CHECK_PAIRS: &str =
     "CHECK (status IN (''pending'', ''running'') OR status IN (''succeeded'', ''dead'')
                              OR status IN (''cancelled'', ''skipped''))";
+
+/// A database from before cancelled runs kept when their job must be stopped by (SQLite schema
+/// version 15, PostgreSQL 10), holding a run cancelled while running whose attempt is still
+/// open, migrates with that run's `stopping_by` at its cancel (so overdue: the next tick deals
+/// with its job before the schedule's next run starts), and no other run's set: not a cancelled
+/// run whose attempt was closed, nor a running one. `status` lists it as overdue; a tick on
+/// another host than the job's leaves the job to that host and no longer waits for it.
+#[test]
+fn a_cancelled_run_with_an_open_attempt_migrates_overdue_to_be_stopped() {
+    let env = Env::init();
+    env.add("job", &[], "true");
+    let (open, closed, running) = (env.enqueue("job"), env.enqueue("job"), env.enqueue("job"));
+    let cancelled_at = real_now() - 3600;
+    forge_stopping(&env, open, "far-host", cancelled_at, cancelled_at + 30);
+    forge_stopping(&env, closed, "far-host", cancelled_at, cancelled_at + 30);
+    env.sql.exec(
+        "UPDATE job_attempts SET finished_at = started_at, outcome = 'failed' WHERE run_id = $1",
+        &[&closed],
+    );
+    forge_running(&env, running);
+    // As the previous version left it: no `stopping_by`, nor its index.
+    for undo in UNDO_JOB_STOPPING {
+        env.sql.exec(undo, &[]);
+    }
+    let (old, new) = match Backend::current() {
+        Backend::Sqlite => {
+            env.sql
+                .sqlite()
+                .execute_batch("PRAGMA user_version = 15")
+                .expect("downgrade");
+            (15, 16)
+        }
+        Backend::Postgres => {
+            env.sql
+                .exec("DELETE FROM runner_schema_version WHERE version >= 11", &[]);
+            (10, 11)
+        }
+    };
+    let out = env.ok(&["init"]);
+    assert!(
+        out.starts_with("migrated ")
+            && out.contains(&format!(" from schema version {old} to {new}")),
+        "{out}"
+    );
+    let stopping_by = |run: i64| {
+        env.sql
+            .query_column("SELECT stopping_by FROM job_runs WHERE id = $1", &[&run])[0]
+            .opt_i64()
+    };
+    assert_eq!(stopping_by(open), Some(cancelled_at));
+    assert_eq!(stopping_by(closed), None);
+    assert_eq!(stopping_by(running), None);
+
+    let report = json(&env.ok(&["status", "--json"]));
+    let stopping = report["stopping"].as_array().expect("stopping");
+    assert_eq!(stopping.len(), 1, "{report}");
+    assert_eq!(stopping[0]["run_id"], open);
+    assert_eq!(stopping[0]["stopping_by_epoch"], cancelled_at);
+    assert_eq!(stopping[0]["overdue"], true);
+    assert_eq!(stopping[0]["host"], "far-host");
+
+    env.tick_at(&utc(real_now()));
+    assert_eq!(stopping_by(open), None);
+    let report = json(&env.ok(&["status", "--json"]));
+    assert_eq!(report["stopping"], serde_json::json!([]), "{report}");
+}
 
 /// Version 13 edits a CHECK's text in sqlite_schema (SQLite cannot ALTER one): the runs stay
 /// valid, the database stays sound, another process's open connection reads the new text, and
