@@ -664,6 +664,7 @@ fn json_is_one_object_with_a_stable_cause_and_times_in_utc_and_epoch() {
         "outcome",
         "run",
         "running_run_id",
+        "counted_in_run_id",
         "stopping",
         "nearest_before",
         "nearest_before_epoch",
