@@ -13,7 +13,7 @@ text_enum!(
         Latest => "latest",
         /// Run every missed instant, up to [`crate::schedule::CATCH_UP_ALL_LIMIT`] of the newest.
         All => "all",
-        /// Run an instant only if it is no older than the grace period.
+        /// Run an instant only if it is younger than the grace period (`schedule::catch_up::missed`).
         None => "none",
     },
     "catch-up policy"

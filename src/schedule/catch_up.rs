@@ -21,8 +21,11 @@ pub enum Decision {
 
 /// Given the due instants (ascending, all <= now), decide which run and which are skipped.
 /// latest: only the newest runs, all others Skip. all: newest CATCH_UP_ALL_LIMIT run, older Skip.
-/// none: an instant runs iff now - instant <= grace; otherwise Skip (missed).
-/// The result has one entry per due instant, in the given order.
+/// none: an instant runs iff it is younger than the grace at `now` (see [`missed`]); otherwise
+/// Skip (missed). The result has one entry per due instant, in the given order.
+///
+/// The tick passes the time its clock read; `schedule simulate` passes `--to`, and the two agree
+/// because of how `missed` draws its line.
 pub fn plan_catch_up(
     due: &[DateTime<Utc>],
     now: DateTime<Utc>,
@@ -71,12 +74,14 @@ pub fn plan_catch_up(
             due.iter()
                 .map(|&t| {
                     let late = now.signed_duration_since(t);
-                    let decision = if late <= grace_delta {
+                    let decision = if !missed(late, grace_delta) {
                         Decision::Run
                     } else {
                         // In whole seconds, rounded down (a tick seeing 09:00 at 09:10:00.3 says
                         // "missed by 10m"), but past the grace: 60.4 s late with a grace of 1m is
-                        // not "missed by 1m (grace 1m)".
+                        // not "missed by 1m (grace 1m)". An instant exactly the grace old reads
+                        // the same ("1m1s") whether a tick saw it a moment late or simulate
+                        // judged it at `--to` itself.
                         let late_secs = u64::try_from(late.num_seconds()).unwrap_or(0);
                         let shown = late_secs.max(grace.as_secs() + 1);
                         Decision::Skip(format!(
@@ -90,6 +95,19 @@ pub fn plan_catch_up(
                 .collect()
         }
     }
+}
+
+/// Whether an instant `late` old when a tick reads its clock is missed under `--catch-up none`
+/// with `grace`: when it is the grace old or more.
+///
+/// A tick started at a minute reads its clock a moment after it, so at a tick an instant is
+/// never exactly the grace old: one that is the grace old at the minute is a little more when
+/// the tick looks, and missed (with a grace of 0s, every instant is). `schedule simulate`
+/// decides at `--to` itself, as of a tick at `--to`: counting "exactly the grace" as missed is
+/// what makes it agree with that tick. Fire times, `--to` and the grace are whole seconds, so
+/// the two agree whenever the tick reads its clock less than a second after its minute.
+pub fn missed(late: TimeDelta, grace: TimeDelta) -> bool {
+    late >= grace
 }
 
 #[cfg(test)]
@@ -177,7 +195,8 @@ mod tests {
             Decision::Skip("missed by 4h10m (grace 5m)".into())
         );
 
-        let plan = plan_catch_up(&due, now, CatchUp::None, Duration::from_secs(600));
+        // 05:00 is ten minutes old at 05:10: under a grace of 10m1s, not of 10m.
+        let plan = plan_catch_up(&due, now, CatchUp::None, Duration::from_secs(601));
         assert_eq!(plan[4].1, Decision::Run);
         assert_eq!(plan.iter().filter(|(_, d)| *d == Decision::Run).count(), 1);
         let plan = plan_catch_up(
@@ -209,5 +228,32 @@ mod tests {
             Duration::from_secs(300),
         );
         assert_eq!(plan[0].1, Decision::Skip("missed by 10m (grace 5m)".into()));
+    }
+
+    /// An instant exactly the grace old at the minute is missed, as a tick reading its clock a
+    /// moment after that minute misses it, with the same words: `simulate` (deciding at `--to`)
+    /// and the tick (a moment after `--now`) agree. One second younger, both run it.
+    #[test]
+    fn catch_up_none_misses_an_instant_exactly_the_grace_old() {
+        let at = utc("2026-05-01T10:20:00Z");
+        for (grace_secs, words) in [
+            (0, "missed by 1s (grace 0s)"),
+            (300, "missed by 5m1s (grace 5m)"),
+        ] {
+            let grace = Duration::from_secs(grace_secs);
+            let minute = at + TimeDelta::seconds(grace_secs as i64);
+            for now in [minute, minute + TimeDelta::milliseconds(40)] {
+                let plan = plan_catch_up(&[at], now, CatchUp::None, grace);
+                assert_eq!(plan[0].1, Decision::Skip(words.into()), "{now}");
+            }
+        }
+        let grace = Duration::from_secs(300);
+        for now in ["2026-05-01T10:24:59Z", "2026-05-01T10:24:59.900Z"] {
+            let now: DateTime<Utc> = now.parse().expect("a time");
+            let plan = plan_catch_up(&[at], now, CatchUp::None, grace);
+            assert_eq!(plan[0].1, Decision::Run, "{now}");
+        }
+        assert!(missed(TimeDelta::zero(), TimeDelta::zero()));
+        assert!(!missed(TimeDelta::seconds(299), TimeDelta::seconds(300)));
     }
 }

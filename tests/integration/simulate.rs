@@ -1,7 +1,7 @@
 //! `runner schedule simulate`: fire times in a window, the DST rule behind any of them, and what
 //! catch-up would do with them; checked against what a real tick then does.
 
-use crate::common::{json, stderr, stdout, Env};
+use crate::common::{duration_secs, epoch, json, stderr, stdout, Env};
 use serde_json::Value;
 
 fn instants(report: &Value) -> &Vec<Value> {
@@ -276,4 +276,60 @@ fn previews_say_where_fire_times_stop() {
         "{}",
         stderr(&out)
     );
+}
+
+/// With `--catch-up none`, an instant exactly `--grace` before `--to` is missed: a tick at `--to`
+/// reads its clock a moment after it, so it skips that instant, and simulate says so. With a
+/// grace of 0s every instant is missed, the one at `--to` itself included.
+#[test]
+fn an_instant_exactly_grace_before_the_end_is_missed_as_the_tick_misses_it() {
+    for (grace, from, until, missed) in [
+        (
+            "0s",
+            "2026-05-01T10:05:00Z",
+            "2026-05-01T10:10:00Z",
+            "missed by 1s (grace 0s)",
+        ),
+        (
+            "5m",
+            "2026-05-01T10:15:00Z",
+            "2026-05-01T10:25:00Z",
+            "missed by 5m1s (grace 5m)",
+        ),
+    ] {
+        let env = Env::init();
+        env.add_at(
+            Some("2026-05-01T10:00:00Z"),
+            "edge",
+            "*/10 * * * *",
+            &["-q", "--catch-up", "none", "--grace", grace],
+            "true",
+        );
+        let report = json(&env.ok(&[
+            "schedule", "simulate", "edge", "--from", from, "--to", until, "--json",
+        ]));
+        let edge = instants(&report).last().expect("an instant");
+        assert_eq!(
+            edge["at_epoch"].as_i64(),
+            Some(epoch(until) - duration_secs(grace)),
+            "{report}"
+        );
+        assert_eq!(edge["decision"], "skip", "grace {grace}: {report}");
+        assert_eq!(edge["reason"], missed, "grace {grace}: {report}");
+        let text = env.ok(&[
+            "schedule", "simulate", "edge", "--from", from, "--to", until,
+        ]);
+        assert!(text.contains("runs 0 and skips"), "{text}");
+
+        env.tick_at(until);
+        let recorded = env.sql.query_strings(
+            "SELECT status || ' ' || skip_reason FROM job_runs WHERE scheduled_for = $1",
+            &[&edge["at_epoch"].as_i64().expect("epoch")],
+        );
+        assert_eq!(recorded.len(), 1, "grace {grace}: {recorded:?}");
+        assert!(
+            recorded[0].starts_with("skipped missed by "),
+            "grace {grace}: {recorded:?}"
+        );
+    }
 }
