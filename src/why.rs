@@ -92,9 +92,10 @@ pub enum Located {
         before: Option<i64>,
         after: Option<i64>,
     },
-    /// A wall-clock time the schedule names that did not exist (spring forward). `after` is the
-    /// first instant after the gap: a fixed-time job runs there instead; a wildcard job has no
-    /// instant in the gap.
+    /// A wall-clock time the schedule names that did not exist (spring forward). A fixed-time
+    /// job runs at the first instant after the gap instead; a wildcard job has no instant in the
+    /// gap, and its first instant after the gap is the one whose fate is told (its run, or why
+    /// there is none). `after` is that instant either way (None: none within the search horizon).
     Gap {
         local: NaiveDateTime,
         after: Option<i64>,
@@ -118,9 +119,7 @@ impl Located {
         match *self {
             Located::Fire(t) | Located::Recorded(t) => Some(t),
             Located::NotInCron { .. } => None,
-            Located::Gap {
-                after, wildcard, ..
-            } => after.filter(|_| !wildcard),
+            Located::Gap { after, .. } => after,
             Located::Repeated {
                 first,
                 second,
@@ -183,11 +182,19 @@ pub fn locate(timing: &Timing, at: At) -> Located {
                 }
                 LocalTime::Repeated(first, _) => first,
                 LocalTime::Skipped { after } if named => {
+                    let wildcard = timing.cron.is_wildcard();
+                    let after = after.map(|t| t.timestamp());
                     return Located::Gap {
                         local,
-                        after: after.map(|t| t.timestamp()),
-                        wildcard: timing.cron.is_wildcard(),
-                    }
+                        // A fixed-time job runs at the gap's end itself; a wildcard job at its
+                        // next fire time from there (the end itself for `*/30`, 03:15 for
+                        // `15 * * * *`).
+                        after: match wildcard {
+                            true => after.and_then(|t| timing.next_after(t - 1)),
+                            false => after,
+                        },
+                        wildcard,
+                    };
                 }
                 // A skipped time the expression does not name: its neighbours are those of the
                 // gap.
@@ -268,7 +275,7 @@ pub enum Cause {
     /// The expression does not fire then, and no run of the schedule is recorded then.
     NotInCron,
     /// The time asked did not exist (spring forward); what happened to the instant the job ran
-    /// at instead, if it has one.
+    /// at instead (a wildcard job: its first instant after the gap), if it has one.
     DstGap { outcome: Option<Box<Cause>> },
     /// The time asked happened twice (fall back); what happened to the instant the rules chose.
     DstRepeated { outcome: Box<Cause> },
@@ -773,7 +780,7 @@ mod tests {
     }
 
     #[test]
-    fn spring_forward_moves_a_fixed_time_job_and_drops_a_wildcard_one() {
+    fn spring_forward_moves_a_fixed_time_job_and_tells_of_a_wildcard_ones_next_instant() {
         let c = Case::new(
             "30 2 * * *",
             "America/New_York",
@@ -822,11 +829,32 @@ mod tests {
                 wildcard: true,
             }
         );
-        assert_eq!(located.instant(), None);
+        // Its first instant after the gap tells: 03:00 EDT, which the cursor passed (08:00Z)
+        // with no run kept.
+        assert_eq!(located.instant(), Some(at("2026-03-08T07:00:00Z")));
         assert_eq!(
             explain(&wildcard.facts(), &located, None, None),
-            Cause::DstGap { outcome: None }
+            Cause::DstGap {
+                outcome: Some(Box::new(Cause::NotRecorded))
+            }
         );
+        let r = run(4, "2026-03-08T07:00:00Z", RunStatus::Succeeded);
+        assert_eq!(
+            explain(&wildcard.facts(), &located, Some(&r), None),
+            Cause::DstGap {
+                outcome: Some(Box::new(Cause::Ran))
+            }
+        );
+        // A wildcard job whose minute is not the gap's end: its next fire time after it.
+        let quarter = Case::new(
+            "15 * * * *",
+            "America/New_York",
+            "2026-03-01T00:00:00Z",
+            "2026-03-08T08:00:00Z",
+            "2026-03-08T12:00:00Z",
+        );
+        let located = locate(&quarter.timing, At::Local(local("2026-03-08T02:15")));
+        assert_eq!(located.instant(), Some(at("2026-03-08T07:15:00Z")));
     }
 
     #[test]

@@ -197,8 +197,8 @@ struct Why<'a> {
     /// not_in_cron, dst_gap, dst_repeated, before_schedule, not_recorded, passed_over,
     /// no_instant_yet.
     cause: &'static str,
-    /// For dst_gap and dst_repeated: the cause for the instant the DST rule chose (null for a
-    /// wildcard job in a gap, which has none).
+    /// For dst_gap and dst_repeated: the cause for the instant the DST rule chose (for a
+    /// wildcard job in a gap, which has no instant there: its first instant after the gap).
     outcome: Option<&'static str>,
     /// The run of `instant`, as `history --json` lists it.
     run: Option<RunRow<'a>>,
@@ -452,30 +452,32 @@ impl Text<'_, '_> {
         let d = facts.definition;
         match cause {
             Cause::DstGap { outcome } => {
-                if let Some(&Located::Gap { local, after, .. }) = located {
+                if let Some(&Located::Gap {
+                    local,
+                    after,
+                    wildcard,
+                }) = located
+                {
                     let skipped = format!(
                         "{} did not exist on {} in {} (the clocks went forward).",
                         local.format("%H:%M"),
                         local.format("%Y-%m-%d"),
                         self.tz
                     );
-                    match instant {
-                        Some(t) => lines.push(format!(
+                    let at = |t: Option<i64>| t.map_or_else(|| "none".to_string(), |t| self.at(t));
+                    lines.push(match wildcard {
+                        false => format!(
                             "Daylight saving gap: {skipped} A fixed-time job runs once, at the \
                              first valid time after the gap: {}.",
-                            self.at(t)
-                        )),
-                        None => {
-                            let next = after
-                                .and_then(|t| facts.timing.next_after(t - 1))
-                                .map(|t| format!("; it fired next at {}", self.at(t)))
-                                .unwrap_or_default();
-                            lines.push(format!(
-                                "Daylight saving gap: {skipped} A wildcard job has no instants \
-                                 in the skipped time{next}."
-                            ));
-                        }
-                    }
+                            at(after)
+                        ),
+                        // What became of that instant follows, as for a fixed-time job's.
+                        true => format!(
+                            "Daylight saving gap: {skipped} A wildcard job has no instants in \
+                             the skipped time; its first instant after the gap is {}.",
+                            at(after)
+                        ),
+                    });
                 }
                 if let (Some(outcome), Some(t)) = (outcome, instant) {
                     self.outcome(outcome, t, run, lines, hints);

@@ -306,6 +306,69 @@ fn a_time_in_a_dst_gap_says_the_job_ran_at_the_first_valid_time_after() {
     );
 }
 
+/// A wildcard job has no instant in a gap: `why` tells what became of its first instant after
+/// the gap, as it does of a fixed-time job's moved one, and never claims it fired when it has
+/// not (a date to come, or one before the schedule existed).
+#[test]
+fn a_time_in_a_dst_gap_tells_what_became_of_a_wildcard_jobs_next_instant() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-10-31T12:00:00Z"),
+        "wc",
+        "*/30 * * * *",
+        &["-q", "--tz", "America/New_York"],
+        "true",
+    );
+    let now = "2026-11-01T06:31:00Z";
+    for (at, instant, outcome, words) in [
+        // New York springs forward on 2027-03-14: 03:00 EDT is 07:00Z, still to come.
+        (
+            "2027-03-14 02:30",
+            "2027-03-14T07:00:00Z",
+            "not_yet_due",
+            "Not yet due",
+        ),
+        // And on 2026-03-08, before the schedule existed.
+        (
+            "2026-03-08 02:30",
+            "2026-03-08T07:00:00Z",
+            "before_schedule",
+            "Before the schedule existed",
+        ),
+    ] {
+        let report = why(&env, now, &["wc", "--at", at]);
+        assert_eq!(report["cause"], "dst_gap", "{report}");
+        assert_eq!(report["outcome"], outcome, "{at}: {report}");
+        assert_eq!(report["instant"], instant, "{at}: {report}");
+        let said = explanation(&report);
+        assert!(said.contains("A wildcard job has no instants"), "{said}");
+        assert!(said.contains(words), "{at}: {said}");
+        assert!(!said.contains("fired"), "{at}: {said}");
+        let text = why_text(&env, now, &["wc", "--at", at]);
+        assert!(text.contains(words), "{at}: {text}");
+    }
+
+    // Its first instant after a gap it lived through ran: the run tells.
+    let env = Env::init();
+    env.add_at(
+        Some("2026-03-08T06:45:00Z"),
+        "wc",
+        "*/30 * * * *",
+        &["-q", "--tz", "America/New_York"],
+        "true",
+    );
+    env.tick_at("2026-03-08T07:00:05Z");
+    let report = why(
+        &env,
+        "2026-03-08T12:00:00Z",
+        &["wc", "--at", "2026-03-08 02:30"],
+    );
+    assert_eq!(report["cause"], "dst_gap", "{report}");
+    assert_eq!(report["outcome"], "ran", "{report}");
+    assert_eq!(report["instant"], "2026-03-08T07:00:00Z");
+    assert_eq!(report["run"]["status"], "succeeded", "{report}");
+}
+
 #[test]
 fn a_time_in_a_repeated_hour_says_the_job_ran_once_in_the_first_pass() {
     let env = Env::init();
