@@ -336,8 +336,9 @@ pub struct NextArgs {
     /// Preview an expression instead of a schedule.
     #[arg(long, value_name = "EXPR")]
     pub cron: Option<String>,
-    /// Zone for --cron [default: UTC].
-    #[arg(long, value_name = "ZONE", requires = "cron")]
+    /// Zone for --cron [default: UTC]. Not with NAME: a schedule's fire times are in its own
+    /// zone (change it with `schedule edit NAME --tz ZONE`).
+    #[arg(long, value_name = "ZONE", requires = "cron", conflicts_with = "name")]
     pub tz: Option<String>,
     /// How many fire times (fewer when the expression fires fewer times within about 400 years
     /// ahead, which is as far as it looks).

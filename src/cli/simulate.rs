@@ -28,8 +28,9 @@ pub struct Args {
     /// Simulate an expression instead of a schedule (no catch-up then).
     #[arg(long, value_name = "EXPR")]
     pub cron: Option<String>,
-    /// Zone for --cron [default: UTC].
-    #[arg(long, value_name = "ZONE", requires = "cron")]
+    /// Zone for --cron [default: UTC]. Not with NAME: a schedule's fire times are in its own
+    /// zone (change it with `schedule edit NAME --tz ZONE`).
+    #[arg(long, value_name = "ZONE", requires = "cron", conflicts_with = "name")]
     pub tz: Option<String>,
     /// Start of the window (inclusive), e.g. 2026-03-08 or 2026-03-08T01:00, UTC unless a zone
     /// follows (see `runner help times`).

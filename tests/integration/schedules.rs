@@ -505,6 +505,28 @@ fn next_for_a_schedule_follows_its_zone_and_now() {
     assert_eq!(json[0]["at_epoch"], epoch("2026-03-09T06:30:00Z"));
     let err = env.fails(3, &["schedule", "next", "nope"]);
     assert!(err.contains("nope"), "{err}");
+
+    // A schedule's fire times are in its own zone: `--tz` with NAME (valid or not) is refused as
+    // `--cron` with NAME is, by `next` and `simulate` alike, rather than silently ignored.
+    let window = ["--from", "2026-03-08", "--to", "2026-03-09"];
+    for zone in ["Europe/Paris", "Mars/Olympus"] {
+        for mut args in [
+            vec!["schedule", "next", "nightly", "--tz", zone],
+            [
+                &["schedule", "simulate", "nightly", "--tz", zone][..],
+                &window,
+            ]
+            .concat(),
+        ] {
+            let err = env.fails(2, &args);
+            assert!(
+                err.contains("--tz") && err.contains("NAME"),
+                "{args:?}: {err}"
+            );
+            args.push("--json");
+            env.fails(2, &args);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
