@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Datelike, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
 
-use crate::schedule::LAST_YEAR;
+use crate::schedule::{parse_zone, LAST_YEAR};
 use crate::tz::Tz;
 
 /// What the forms above mean, for error messages (the full story is `runner help times`).
@@ -172,13 +172,28 @@ fn calendar_unit(value: &str) -> Option<&str> {
 
 /// A time (no durations): the forms in the module's doc.
 pub fn parse_time(value: &str) -> Result<TimeInput, String> {
-    parse_time_only(value).ok_or_else(|| format!("{value:?} is not a time; {TIME_FORMS}"))
+    parse_time_or(value, || format!("{value:?} is not a time; {TIME_FORMS}"))
+}
+
+/// A time, as [`parse_time`], for a flag that tells what a time is in its own words
+/// (`not_a_time`). A time followed by an unknown zone is told so in the words `--tz` uses,
+/// whichever flag it was given to.
+pub fn parse_time_or(
+    value: &str,
+    not_a_time: impl FnOnce() -> String,
+) -> Result<TimeInput, String> {
+    parse_time_only(value).map_err(|e| match e {
+        NotATime::UnknownZone(message) => message,
+        NotATime::Unreadable => not_a_time(),
+    })
 }
 
 /// `--since`: a time, or a duration before now (`2h` = two hours ago).
 pub fn parse_since(value: &str) -> Result<TimeInput, String> {
-    if let Some(time) = parse_time_only(value) {
-        return Ok(time);
+    match parse_time_only(value) {
+        Ok(time) => return Ok(time),
+        Err(NotATime::UnknownZone(message)) => return Err(message),
+        Err(NotATime::Unreadable) => {}
     }
     match parse_duration(value.trim()) {
         Ok(duration) => Ok(TimeInput::Ago(duration)),
@@ -211,19 +226,48 @@ pub fn parse_fixed_time(value: &str) -> Result<DateTime<Utc>, String> {
     Ok(at)
 }
 
-fn parse_time_only(value: &str) -> Option<TimeInput> {
+/// Why a text is not a time.
+enum NotATime {
+    /// A time followed by a word that can only be meant as a zone, and is none: the message
+    /// names it (`Europe/Pariss`, not "is not a time").
+    UnknownZone(String),
+    /// None of the forms.
+    Unreadable,
+}
+
+fn parse_time_only(value: &str) -> Result<TimeInput, NotATime> {
     let value = value.trim();
     if let Ok(at) = DateTime::parse_from_rfc3339(value) {
-        return Some(TimeInput::Instant(at.with_timezone(&Utc)));
+        return Ok(TimeInput::Instant(at.with_timezone(&Utc)));
     }
     // A zone after the last space: `2026-11-23 10:30 Europe/Paris`.
-    let (text, zone) = match value.rsplit_once(' ') {
-        Some((text, zone_name)) => match zone_name.parse::<Tz>() {
-            Ok(zone) => (text.trim_end(), Some(zone)),
-            Err(_) => (value, None),
-        },
-        None => (value, None),
-    };
+    if let Some((text, word)) = value.rsplit_once(' ') {
+        let text = text.trim_end();
+        match parse_zone(word) {
+            Ok(zone) => return wall_clock(text, Some(zone)).ok_or(NotATime::Unreadable),
+            Err(unknown) if looks_like_zone(word) && wall_clock(text, None).is_some() => {
+                return Err(NotATime::UnknownZone(unknown.to_string()))
+            }
+            Err(_) => {}
+        }
+    }
+    wall_clock(value, None).ok_or(NotATime::Unreadable)
+}
+
+/// Whether a word after a time can only be meant as a zone: an IANA-looking name (`Europe/Paris`,
+/// `europe/paris`, `Etc/GMT+5`) or an upper-case abbreviation (`UTC`, `CEST`, `GMT+1`), never a
+/// time or a word like `tomorrow`.
+fn looks_like_zone(word: &str) -> bool {
+    let name_chars = word
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '+' | '-'));
+    let starts_with_letter = word.starts_with(|c: char| c.is_ascii_alphabetic());
+    let zone_shaped = word.contains('/') || !word.chars().any(|c| c.is_ascii_lowercase());
+    name_chars && starts_with_letter && zone_shaped
+}
+
+/// A wall-clock time in one of the forms (no zone word: `zone` is the one that followed it).
+fn wall_clock(text: &str, zone: Option<Tz>) -> Option<TimeInput> {
     let local = |date, time| Some(TimeInput::Local { date, time, zone });
     for format in [
         "%Y-%m-%dT%H:%M",
@@ -377,6 +421,42 @@ mod tests {
             "noon",
         ] {
             assert!(parse_time(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    /// A time followed by what can only be meant as a zone, but is none, is told so, in the
+    /// words `--tz` uses, by every parser of times; other trailing words leave it "not a time".
+    #[test]
+    fn a_mistyped_zone_after_a_time_is_an_unknown_zone() {
+        for (value, zone) in [
+            ("2026-11-23 10:30 Europe/Pariss", "Europe/Pariss"),
+            ("10:30 Europe/Pariss", "Europe/Pariss"),
+            ("10:30 Mars/X", "Mars/X"),
+            ("2026-11-23T10:30 europe/paris", "europe/paris"),
+            ("2026-11-23 UTX", "UTX"),
+            ("2026-11-23 10:30:15 GMT+25", "GMT+25"),
+        ] {
+            let unknown = format!("unknown time zone \"{zone}\"; time zones are IANA names");
+            for error in [
+                parse_time(value).expect_err(value),
+                parse_since(value).expect_err(value),
+            ] {
+                assert!(error.starts_with(&unknown), "{value:?}: {error}");
+            }
+            if value.starts_with("2026") {
+                let error = parse_fixed_time(value).expect_err(value);
+                assert!(error.starts_with(&unknown), "{value:?}: {error}");
+            }
+        }
+        for value in [
+            "noon Europe/Paris",
+            "10:30 tomorrow",
+            "2026-11-23 25:00",
+            "10:30 10:30",
+            "2026-11-23 10:30 Europe/Paris extra",
+        ] {
+            let error = parse_time(value).expect_err(value);
+            assert!(error.contains("is not a time"), "{value:?}: {error}");
         }
     }
 

@@ -16,7 +16,7 @@ use crate::store::{OpenMode, RunAfterCursor, RunFilter, RunView};
 use crate::tick::materialize::{
     counted_as_passed_over, with_ended_pause_resumed, INSTANTS_RECORDED_LIMIT,
 };
-use crate::time_input::{parse_time, TimeInput};
+use crate::time_input::{parse_time_or, TimeInput};
 use crate::tz::Tz;
 use crate::why::{
     explain, latest_instants, locate, pick_latest, At, Cause, Facts, Latest, Located, LOOK_BACK,
@@ -41,7 +41,7 @@ pub struct Args {
 /// Parse `--at`: `time_input`'s forms, with its own message, since a wall-clock time without a
 /// zone is in the schedule's zone rather than UTC.
 fn parse_at(value: &str) -> Result<TimeInput, String> {
-    parse_time(value).map_err(|_| {
+    parse_time_or(value, || {
         format!(
             "{:?} is not a time; use RFC 3339 (2026-11-23T10:30:00Z), or a time in the \
              schedule's zone: 2026-11-23T10:30, \"2026-11-23 10:30\", 2026-11-23 or 10:30 (today), \

@@ -241,6 +241,55 @@ fn simulate_and_now_take_the_same_forms() {
     );
 }
 
+/// A time followed by a mistyped zone is an unknown zone, as `--tz` says, wherever a time is
+/// taken (`--now`, `history --since`, `why --at`, `simulate --from`): exit 2, not "is not a time".
+#[test]
+fn a_mistyped_zone_after_a_time_is_called_an_unknown_zone() {
+    let env = Env::init();
+    env.add("job", &[], "true");
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "--now",
+                "2026-11-23 10:30 Europe/Pariss",
+                "schedule",
+                "next",
+                "--cron",
+                "* * * * *",
+            ],
+            "Europe/Pariss",
+        ),
+        (
+            &["history", "--since", "10:30 Europe/Pariss"],
+            "Europe/Pariss",
+        ),
+        (&["why", "job", "--at", "10:30 Mars/X"], "Mars/X"),
+        (
+            &[
+                "schedule",
+                "simulate",
+                "job",
+                "--from",
+                "2026-11-23 UTX",
+                "--to",
+                "2026-11-24",
+            ],
+            "UTX",
+        ),
+    ];
+    for (args, zone) in cases {
+        let err = env.fails(2, args);
+        assert!(
+            err.contains(&format!("unknown time zone \"{zone}\"")),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("is not a time"), "{args:?}: {err}");
+    }
+    // A word that is no zone's shape after a time is still "not a time".
+    let err = env.fails(2, &["history", "--since", "10:30 tomorrow"]);
+    assert!(err.contains("nor a time"), "{err}");
+}
+
 /// `schedule add NAME ARGS`: exit 0, with its stderr.
 fn add(env: &Env, args: &[&str]) -> String {
     let out = env.run(&[&["--now", "2026-11-23T12:00:00Z", "schedule", "add"], args].concat());
