@@ -218,12 +218,22 @@ pub fn parse_fixed_time(value: &str) -> Result<DateTime<Utc>, String> {
     let at = input.resolve(Tz::UTC, DateTime::UNIX_EPOCH)?;
     // A clock past the last year fire times are computed in would move every cursor there, for
     // good: no schedule would fire again.
-    if at.year() > LAST_YEAR {
-        return Err(format!(
-            "{value:?} is after {LAST_YEAR}, the last year runner computes fire times in"
-        ));
-    }
+    within_fire_times(format!("{value:?}"), at.year())?;
     Ok(at)
+}
+
+/// Refuse a time in a year after [`LAST_YEAR`]: fire times are computed up to the start of the
+/// year 5000, so nothing said of a later time (a clock to move cursors to, an instant to explain)
+/// would be true. `year` is the time's year where its fire times are computed (UTC for `--now`,
+/// the schedule's zone for `why --at`); `shown` is the time as the message names it. The one
+/// check of every time given that fire times are computed for.
+pub fn within_fire_times(shown: impl std::fmt::Display, year: i32) -> Result<(), String> {
+    match year > LAST_YEAR {
+        true => Err(format!(
+            "{shown} is after {LAST_YEAR}, the last year runner computes fire times in"
+        )),
+        false => Ok(()),
+    }
 }
 
 /// Why a text is not a time.
@@ -481,6 +491,11 @@ mod tests {
         assert!(
             error.contains("after 4999, the last year runner computes fire times in"),
             "{error}"
+        );
+        assert_eq!(within_fire_times("then", 4999), Ok(()));
+        assert_eq!(
+            within_fire_times("then", 5000),
+            Err("then is after 4999, the last year runner computes fire times in".to_string())
         );
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use anyhow::Result;
-use chrono::{DateTime, NaiveTime, Timelike, Utc};
+use chrono::{DateTime, Datelike, NaiveTime, Timelike, Utc};
 use serde::Serialize;
 
 use super::history::RunRow;
@@ -16,7 +16,7 @@ use crate::store::{OpenMode, RunAfterCursor, RunFilter, RunView};
 use crate::tick::materialize::{
     counted_as_passed_over, with_ended_pause_resumed, INSTANTS_RECORDED_LIMIT,
 };
-use crate::time_input::{parse_time_or, TimeInput};
+use crate::time_input::{parse_time_or, within_fire_times, TimeInput};
 use crate::tz::Tz;
 use crate::why::{
     explain, latest_instants, locate, pick_latest, At, Cause, Facts, Latest, Located, LOOK_BACK,
@@ -55,11 +55,21 @@ fn parse_at(value: &str) -> Result<TimeInput, String> {
 /// wall-clock time in the schedule's zone stays one, unresolved: in a daylight-saving gap or a
 /// repeated hour it is a question `why` answers. In another zone it is the instant it names
 /// there (the first of a repeated hour; a gap there is an error).
+///
+/// A time after the last year fire times are computed in (in the schedule's zone) is refused:
+/// any answer about it ("does not fire then") would be false.
 fn at_of(at: &TimeInput, tz: Tz, now: DateTime<Utc>) -> Result<At, String> {
-    match at.wall_clock(tz, now) {
-        Some((local, zone)) if zone == tz => Ok(At::Local(local)),
-        _ => at.resolve(tz, now).map(At::Instant),
-    }
+    let asked = match at.wall_clock(tz, now) {
+        Some((local, zone)) if zone == tz => At::Local(local),
+        _ => At::Instant(at.resolve(tz, now)?),
+    };
+    let local = match asked {
+        At::Local(local) => local,
+        At::Instant(t) => t.with_timezone(&tz).naive_local(),
+    };
+    let shown = format!("{} in {tz}", local.format("%Y-%m-%d %H:%M"));
+    within_fire_times(shown, local.year())?;
+    Ok(asked)
 }
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {

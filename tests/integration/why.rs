@@ -306,6 +306,42 @@ fn a_time_in_a_dst_gap_says_the_job_ran_at_the_first_valid_time_after() {
     );
 }
 
+/// Fire times are computed up to the start of the year 5000: `why --at` a time after 4999 is
+/// refused (exit 2) as `--now` is, rather than answered "does not fire then, nearest none".
+#[test]
+fn a_time_after_the_last_year_of_fire_times_is_refused() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-10-31T12:00:00Z"),
+        "fx",
+        "30 2 * * *",
+        &["-q", "--tz", "America/New_York"],
+        "true",
+    );
+    for at in [
+        "6000-03-08 02:30",
+        "5000-01-01",
+        // 5000-01-01 01:00 in New York, the schedule's zone.
+        "5000-01-01T06:00:00Z",
+        "5000-06-01 10:30 Europe/Paris",
+    ] {
+        let err = env.fails(2, &["why", "fx", "--at", at]);
+        assert!(
+            err.contains("after 4999, the last year runner computes fire times in"),
+            "{at}: {err}"
+        );
+        env.fails(2, &["why", "fx", "--at", at, "--json"]);
+    }
+    // The last year itself is answered, to its end in the schedule's zone: 4999-12-31 02:30
+    // is one of its instants, to come, and 5000-01-01T02:30Z is 4999-12-31 21:30 there.
+    let now = "2026-11-01T06:31:00Z";
+    let report = why(&env, now, &["fx", "--at", "4999-12-31 02:30"]);
+    assert_eq!(report["cause"], "not_yet_due", "{report}");
+    let report = why(&env, now, &["fx", "--at", "5000-01-01T02:30:00Z"]);
+    assert_eq!(report["cause"], "not_in_cron", "{report}");
+    assert_eq!(report["nearest_before"], "4999-12-31T07:30:00Z", "{report}");
+}
+
 /// A wildcard job has no instant in a gap: `why` tells what became of its first instant after
 /// the gap, as it does of a fixed-time job's moved one, and never claims it fired when it has
 /// not (a date to come, or one before the schedule existed).
