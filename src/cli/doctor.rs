@@ -299,6 +299,9 @@ pub fn tick_line_findings(entry: &CronEntry, line: &TickLine) -> Vec<(String, St
     if let Some(ignored) = &entry.ignored {
         findings.push((ignored.reason.clone(), ignored.fix.clone()));
     }
+    if let Some(cut) = &line.percent_cut {
+        findings.push(percent_finding(entry, line, cut));
+    }
     if let Some(why) = refused_database(entry, line) {
         findings.push((
             format!("the tick refuses the database it names (exit 2): {why}"),
@@ -478,6 +481,107 @@ pub struct TickLine {
     pub db_flag: Option<String>,
     /// `RUNNER_DB=...` put before the command (`RUNNER_DB=x runner tick`, `env RUNNER_DB=x ...`).
     pub db_assigned: Option<String>,
+    /// When an unescaped `%` cuts the line short, so that cron runs another command than the
+    /// `runner tick` written ([`cron_tick_line`]): what cron gives the shell instead.
+    pub percent_cut: Option<CronCommand>,
+}
+
+/// A crontab line's command as cron runs it (crontab(5), and Debian's cron does so in
+/// `do_command.c`): cron gives `/bin/sh -c` the command up to its first `%` not escaped with a
+/// backslash, each `\%` before it as `%`, and sends the rest to the command's standard input,
+/// each further `%` a newline. A backslash before anything else is left for the shell. Variable
+/// lines (`RUNNER_DB=...`) are not commands: cron takes their `%` as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronCommand {
+    /// What cron gives the shell.
+    pub shell: String,
+    /// What the line was written to run: the whole command, each `%` kept and `\%` as `%`. The
+    /// same as `shell` unless an unescaped `%` ends it.
+    pub meant: String,
+}
+
+pub fn cron_command(written: &str) -> CronCommand {
+    let mut shell = String::with_capacity(written.len());
+    let mut meant = String::with_capacity(written.len());
+    let mut cut = false;
+    let mut escaped = false;
+    for c in written.chars() {
+        if escaped {
+            escaped = false;
+            if c == '%' {
+                // The backslash before it goes: `\%` is a `%`.
+                meant.pop();
+                if !cut {
+                    shell.pop();
+                }
+            }
+        } else if c == '\\' {
+            escaped = true;
+        } else if c == '%' {
+            cut = true;
+        }
+        meant.push(c);
+        if !cut {
+            shell.push(c);
+        }
+    }
+    CronCommand { shell, meant }
+}
+
+/// The `runner tick` line a crontab command runs, as cron runs it ([`cron_command`]); or, when an
+/// unescaped `%` cuts the line it was written to be short (`--db /srv/a%b.db tick` runs
+/// `--db /srv/a`), that line, with what cron runs instead in its `percent_cut` (a finding).
+pub fn cron_tick_line(written: &str) -> Option<TickLine> {
+    let command = cron_command(written);
+    let runs = tick_line(&command.shell);
+    match tick_line(&command.meant) {
+        Some(meant) if runs.as_ref() != Some(&meant) => Some(TickLine {
+            percent_cut: Some(command),
+            ..meant
+        }),
+        _ => runs,
+    }
+}
+
+/// The finding of a `runner tick` line an unescaped `%` cuts short (`cut`), and its fix: the
+/// command with each such `%` written `\%`, or, when the `%` is in the database the line names,
+/// that database set on a variable line of its own, where cron leaves `%` alone. What cron runs
+/// is shown only when the line holds no password, as a cut can end inside one (`p%2Dx`), where
+/// masking no longer finds it.
+fn percent_finding(entry: &CronEntry, line: &TickLine, cut: &CronCommand) -> (String, String) {
+    let runs = if passwords_masked(&cut.meant) == cut.meant {
+        format!("`{}`", escape_line(&cut.shell))
+    } else {
+        "what comes before the `%`".to_string()
+    };
+    let mut escaped = String::with_capacity(entry.command.len() + 1);
+    let mut after_backslash = false;
+    for c in entry.command.chars() {
+        if c == '%' && !after_backslash {
+            escaped.push('\\');
+        }
+        after_backslash = c == '\\' && !after_backslash;
+        escaped.push(c);
+    }
+    let mut fix = format!(
+        "cron turns an unescaped % into a newline: write it \\% (`{}`)",
+        escape_line(&passwords_masked(&escaped))
+    );
+    let database = line.db_flag.as_ref().or(line.db_assigned.as_ref());
+    if let Some(database) = database.filter(|d| d.contains('%')) {
+        fix.push_str(&format!(
+            ", or set `{}` on a line of its own above the line (cron takes a variable line's % \
+             as written) and drop it from the command",
+            escape_line(&passwords_masked(&format!("RUNNER_DB={database}")))
+        ));
+    }
+    (
+        format!(
+            "cron runs only {runs}: it ends a command at its first unescaped % and sends the \
+             rest to the command's standard input"
+        ),
+        fix,
+    )
 }
 
 pub fn tick_line(command: &str) -> Option<TickLine> {
@@ -505,6 +609,7 @@ pub fn tick_line(command: &str) -> Option<TickLine> {
         binary: words[at].clone(),
         db_flag,
         db_assigned,
+        percent_cut: None,
     })
 }
 
@@ -544,8 +649,8 @@ fn chosen_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
 fn command_word_for_user(entry: &CronEntry) -> Option<&str> {
     let word = entry.user.as_deref()?;
     let binary_for_user = || {
-        tick_line(&entry.command).is_none()
-            && tick_line(&format!("{word} {}", entry.command)).is_some()
+        cron_tick_line(&entry.command).is_none()
+            && cron_tick_line(&format!("{word} {}", entry.command)).is_some()
             && passwd_user(Some(word)).is_none()
     };
     (is_assignment(word) || binary_for_user()).then_some(word)
@@ -554,9 +659,9 @@ fn command_word_for_user(entry: &CronEntry) -> Option<&str> {
 /// The `runner tick` line a cron entry runs, if it does; a line that lacks its user field
 /// ([`command_word_for_user`]) is one too, with that word put back in its command.
 fn entry_tick_line(entry: &CronEntry) -> Option<TickLine> {
-    tick_line(&entry.command).or_else(|| {
+    cron_tick_line(&entry.command).or_else(|| {
         let word = command_word_for_user(entry)?;
-        tick_line(&format!("{word} {}", entry.command))
+        cron_tick_line(&format!("{word} {}", entry.command))
     })
 }
 
@@ -1501,6 +1606,138 @@ mod tests {
     }
 
     #[test]
+    fn cron_ends_a_command_at_its_first_unescaped_percent() {
+        for (written, shell, meant) in [
+            ("runner tick", "runner tick", "runner tick"),
+            (
+                "runner --db /srv/a%b.db tick",
+                "runner --db /srv/a",
+                "runner --db /srv/a%b.db tick",
+            ),
+            // `\%` is a `%`, before the cut and after it.
+            ("date +\\%F", "date +%F", "date +%F"),
+            ("a\\%b%c\\%d", "a%b", "a%b%c%d"),
+            ("cat %line 1%line 2", "cat ", "cat %line 1%line 2"),
+            // A backslash before anything else is the shell's, and one escaped by another
+            // escapes no `%`.
+            (
+                "echo \\$HOME \\\\x",
+                "echo \\$HOME \\\\x",
+                "echo \\$HOME \\\\x",
+            ),
+            ("echo \\\\%x", "echo \\\\", "echo \\\\%x"),
+            ("", "", ""),
+        ] {
+            assert_eq!(
+                cron_command(written),
+                CronCommand {
+                    shell: shell.into(),
+                    meant: meant.into()
+                },
+                "{written:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_tick_line_is_read_as_cron_runs_it() {
+        let cut = |written: &str| {
+            let line = cron_tick_line(written).expect("a tick line");
+            (line.db_flag, line.percent_cut.map(|cut| cut.shell))
+        };
+        // The `%` cuts the database's name, or the `tick` off: the line is the one written, with
+        // what cron runs instead.
+        assert_eq!(
+            cut("/usr/bin/runner --db /srv/a%b.db tick"),
+            (
+                Some("/srv/a%b.db".into()),
+                Some("/usr/bin/runner --db /srv/a".into())
+            )
+        );
+        assert_eq!(
+            cut("runner tick --db postgres://u:p%2Dx@h/db"),
+            (
+                Some("postgres://u:p%2Dx@h/db".into()),
+                Some("runner tick --db postgres://u:p".into())
+            )
+        );
+        // Escaped, in quotes or not, it is a `%` of the database's name: cron takes the
+        // backslash away before the shell sees it.
+        for escaped in [
+            "runner --db /srv/a\\%b.db tick",
+            "runner --db \"/srv/a\\%b.db\" tick",
+            "runner --db '/srv/a\\%b.db' tick",
+        ] {
+            assert_eq!(
+                cut(escaped),
+                (Some("/srv/a%b.db".into()), None),
+                "{escaped}"
+            );
+        }
+        // A `%` after what makes the tick line leaves it as it is.
+        assert_eq!(
+            cut("runner --db /srv/r.db tick 2>&1 | logger -t a%b"),
+            (Some("/srv/r.db".into()), None)
+        );
+        assert_eq!(cut("runner tick%x"), (None, None));
+        assert_eq!(cron_tick_line("runner status %tick"), None);
+    }
+
+    #[test]
+    fn a_tick_line_an_unescaped_percent_cuts_is_a_finding() {
+        let findings_of = |command: &str| {
+            let entry =
+                parse_crontab(&format!("* * * * * {command}\n"), "crontab -l", false).remove(0);
+            tick_line_findings(
+                &entry,
+                &cron_tick_line(&entry.command).expect("a tick line"),
+            )
+        };
+        assert_eq!(
+            findings_of("/usr/bin/runner --db /srv/a%b.db tick"),
+            vec![(
+                "cron runs only `/usr/bin/runner --db /srv/a`: it ends a command at its first \
+                 unescaped % and sends the rest to the command's standard input"
+                    .to_string(),
+                "cron turns an unescaped % into a newline: write it \\% (`/usr/bin/runner --db \
+                 /srv/a\\%b.db tick`), or set `RUNNER_DB=/srv/a%b.db` on a line of its own above \
+                 the line (cron takes a variable line's % as written) and drop it from the command"
+                    .to_string()
+            )]
+        );
+        // Not in the database: only the escape. Each unescaped `%` is escaped, none twice.
+        let findings = findings_of("/opt/a%b/runner tick 2>&1 | logger -t x\\%y%z");
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!(
+            findings[0].1,
+            "cron turns an unescaped % into a newline: write it \\% (`/opt/a\\%b/runner tick \
+             2>&1 | logger -t x\\%y\\%z`)"
+        );
+        // A cut inside a password is not shown: masking would no longer find it.
+        let findings = findings_of("runner --db postgres://u:p%2Dx@h/db tick");
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert!(
+            findings[0]
+                .0
+                .starts_with("cron runs only what comes before the `%`: "),
+            "{findings:?}"
+        );
+        assert!(
+            findings[0]
+                .1
+                .contains("(`runner --db postgres://u:***@h/db tick`)")
+                && findings[0].1.contains("`RUNNER_DB=postgres://u:***@h/db`"),
+            "{findings:?}"
+        );
+        assert!(!format!("{findings:?}").contains("2D"), "{findings:?}");
+        // Escaped, it works.
+        assert_eq!(
+            findings_of("runner --db postgres://u:p\\%2Dx@h/db tick"),
+            Vec::new()
+        );
+    }
+
+    #[test]
     fn a_crontab_command_is_shown_with_every_postgres_password_masked() {
         for (command, shown) in [
             // On the command, as `--db URL`, `--db=URL` and `RUNNER_DB=URL`.
@@ -1731,6 +1968,7 @@ mod tests {
                 binary: "/usr/bin/runner".into(),
                 db_flag: None,
                 db_assigned: Some(url.into()),
+                percent_cut: None,
             })
         );
         assert_eq!(

@@ -745,6 +745,65 @@ fn a_cron_line_naming_a_database_the_tick_refuses_is_a_finding() {
     assert_eq!(check_of(&out, "runner binary").0, "ok");
 }
 
+/// Cron ends a command at its first unescaped `%` (crontab(5)), so a `runner tick` line naming a
+/// database with a `%` in its path or in a URL's percent-encoded password runs `runner --db
+/// .../a` every minute, which exits 2. Doctor used to pass such a line; it now fails it with the
+/// fix, and passes the line written with `\%`, which cron runs as meant. (Needs no database: the
+/// cron line check reads only the crontab.)
+#[test]
+fn a_cron_line_an_unescaped_percent_cuts_short_is_a_finding() {
+    let env = Env::new();
+    let sqlite = env.path("a%b.db").display().to_string();
+    let postgres = "postgres://runner:p%2Dx@127.0.0.1:1/jobs".to_string();
+    for database in [sqlite.clone(), postgres] {
+        let user_crontab = env.path("no-user-crontab");
+        let line = format!("{BIN} --db {database} tick");
+        std::fs::write(&user_crontab, format!("* * * * * {line}\n")).expect("crontab");
+        let out = with_cmd(doctor_cmd(&env, None, true, &["--json", "--db", &database]));
+        let (status, message, fix) = check_of(&out, "cron line");
+        assert_eq!(status, "fail", "{message}");
+        let shown = runner::store::masked_url(&database);
+        let runs = match database == sqlite {
+            true => format!("`{BIN} --db {}`", env.path("a").display()),
+            false => "what comes before the `%`".to_string(),
+        };
+        assert_eq!(
+            message,
+            format!(
+                "your crontab (crontab -l):1 runs `{BIN} --db {shown} tick` as {} for this \
+                 database, but cron runs only {runs}: it ends a command at its first unescaped % \
+                 and sends the rest to the command's standard input",
+                me()
+            )
+        );
+        assert_eq!(
+            fix.as_deref(),
+            Some(
+                format!(
+                    "cron turns an unescaped % into a newline: write it \\% (`{BIN} --db {} \
+                     tick`), or set `RUNNER_DB={shown}` on a line of its own above the line \
+                     (cron takes a variable line's % as written) and drop it from the command",
+                    shown.replace('%', "\\%")
+                )
+                .as_str()
+            )
+        );
+        // Not even the part of the password before the `%`.
+        assert!(!stdout(&out).contains("runner:p"), "{}", stdout(&out));
+
+        // Escaped, or set on a variable line of its own, cron runs it as written.
+        for crontab in [
+            format!("* * * * * {}\n", line.replace('%', "\\%")),
+            format!("RUNNER_DB={database}\n* * * * * {BIN} tick\n"),
+        ] {
+            std::fs::write(&user_crontab, &crontab).expect("crontab");
+            let out = with_cmd(doctor_cmd(&env, None, true, &["--json", "--db", &database]));
+            let (status, message, _) = check_of(&out, "cron line");
+            assert_eq!(status, "ok", "{crontab}: {message}");
+        }
+    }
+}
+
 /// Runs a command made by [`doctor_cmd`].
 fn with_cmd(mut cmd: Command) -> Output {
     cmd.output().expect("runner doctor")
