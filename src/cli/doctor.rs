@@ -665,6 +665,34 @@ fn entry_tick_line(entry: &CronEntry) -> Option<TickLine> {
     })
 }
 
+/// The `runner tick` line a system crontab holds commented out, as the runner package installs
+/// its `/etc/cron.d/runner` (`# * * * * * runner ... /usr/bin/runner tick`): the first such line,
+/// read as if uncommented, with its 1-based line number in `text`. A comment that is no job line
+/// with a user field and a tick (`# m h dom mon dow user command`, `# sudo ... runner init`) is
+/// none.
+pub fn commented_tick_line(text: &str, source: &str) -> Option<(usize, CronEntry)> {
+    let mut uncommented = String::with_capacity(text.len());
+    let mut commented = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        match line.trim_start().strip_prefix('#') {
+            Some(rest) => {
+                uncommented.push_str(rest.trim_start_matches('#'));
+                commented.push(index + 1);
+            }
+            None => uncommented.push_str(line),
+        }
+        uncommented.push('\n');
+    }
+    parse_crontab(&uncommented, source, true)
+        .into_iter()
+        .filter_map(|entry| {
+            let number = entry.source.rsplit_once(':')?.1.parse().ok()?;
+            let ticks = cron_tick_line(&entry.command).is_some();
+            (ticks && commented.contains(&number)).then_some((number, entry))
+        })
+        .next()
+}
+
 /// Why the tick refuses the database a cron line names, if it does (it then exits 2 and ticks no
 /// database): the tick's own check, [`super::named_database`], on the value the line names.
 fn refused_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
@@ -965,6 +993,14 @@ fn all_cron_entries() -> Vec<CronEntry> {
     entries
 }
 
+/// The tick line `/etc/cron.d/runner` holds commented out, as the runner package installs it
+/// ([`commented_tick_line`]), with its line number.
+fn packaged_tick_line() -> Option<(usize, CronEntry)> {
+    let path = override_path("RUNNER_DOCTOR_ETC", "/etc").join("cron.d/runner");
+    let text = std::fs::read_to_string(&path).ok()?;
+    commented_tick_line(&text, &path.display().to_string())
+}
+
 /// What cron looks at in a system crontab file before reading it; `None` if it is not there.
 fn crontab_file(path: PathBuf, in_cron_d: bool) -> Option<CrontabFile> {
     let link = std::fs::symlink_metadata(&path).ok()?;
@@ -1205,9 +1241,39 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                 .collect();
             missing_users.sort_unstable();
             missing_users.dedup();
-            let (message, fix) = if others.is_empty() {
+            let looked = "no crontab line runs `runner tick` (looked at your crontab, /etc/crontab and /etc/cron.d)";
+            let (message, fix) = if let Some((number, entry)) =
+                others.is_empty().then(packaged_tick_line).flatten()
+            {
+                // The runner package's file, its line not yet uncommented (as the README says to):
+                // installing crontab.example over it would replace the package's file with a line
+                // for /usr/local/bin/runner.
+                let path = entry.source.rsplit_once(':').map_or("", |(path, _)| path);
+                let mut fix = format!(
+                    "uncomment line {number} of {path} (`sudoedit {path}`): the runner package \
+                     installs its tick line commented out"
+                );
+                let theirs = cron_tick_line(&entry.command).map(|line| {
+                    let home = passwd_user(entry.user.as_deref())
+                        .map_or_else(|| PathBuf::from("/"), |(_, home)| home);
+                    cron_database(&entry, &line, &home)
+                });
+                if let Some(theirs) = theirs.filter(|theirs| !same_database(theirs, database)) {
+                    fix.push_str(&format!(
+                        ", and set RUNNER_DB={database} above it (the file names {theirs})"
+                    ));
+                }
                 (
-                    "no crontab line runs `runner tick` (looked at your crontab, /etc/crontab and /etc/cron.d)".to_string(),
+                    format!(
+                        "{looked}; line {number} of {path} runs `{}` as {}, but is commented out",
+                        escape_line(&passwords_masked(&entry.command)),
+                        passwords_masked(entry.user.as_deref().unwrap_or("?"))
+                    ),
+                    fix,
+                )
+            } else if others.is_empty() {
+                (
+                    looked.to_string(),
                     format!(
                         "add `* * * * * {} tick` with `crontab -e` (or install crontab.example as /etc/cron.d/runner), with RUNNER_DB={database} above it",
                         std::env::current_exe().map_or_else(|_| "/usr/bin/runner".to_string(), |p| p.display().to_string()),
@@ -1603,6 +1669,35 @@ mod tests {
                 "{findings:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_packages_commented_tick_line_is_found() {
+        let packaged = include_str!("../../packaging/deb/cron.d");
+        let (number, entry) =
+            commented_tick_line(packaged, "/etc/cron.d/runner").expect("a commented tick line");
+        assert_eq!(
+            packaged.lines().nth(number - 1),
+            Some("# *   * *   *   *    runner  test -x /usr/bin/runner && /usr/bin/runner tick")
+        );
+        assert_eq!(entry.source, format!("/etc/cron.d/runner:{number}"));
+        assert_eq!(entry.user.as_deref(), Some("runner"));
+        assert_eq!(entry.var("RUNNER_DB"), Some("/var/lib/runner/runner.db"));
+        // Other comments are no tick line, nor is a line that runs one already, nor one whose
+        // user field holds the binary (a user crontab's line, shown in a comment).
+        for none in [
+            "# m h dom mon dow  user    command\n#   sudo -u runner RUNNER_DB=x runner init\n",
+            "* * * * * runner /usr/bin/runner tick\n",
+            "#   * * * * * $HOME/.local/bin/runner tick\n",
+            "## * * * * * runner /usr/bin/runner status\n",
+        ] {
+            assert_eq!(commented_tick_line(none, "x").map(|f| f.0), None, "{none}");
+        }
+        assert_eq!(
+            commented_tick_line("PATH=/bin\n\n##* * * * * root runner tick\n", "x")
+                .map(|(number, entry)| (number, entry.var("PATH").map(str::to_string))),
+            Some((3, Some("/bin".to_string())))
+        );
     }
 
     #[test]

@@ -232,6 +232,71 @@ fn no_crontab_line_and_no_daemon_are_findings() {
     assert!(message.contains(env.sql.location()), "{message}");
 }
 
+/// The Debian package installs /etc/cron.d/runner with its tick line commented out: with no
+/// other tick line, doctor names that line and says to uncomment it (and to set RUNNER_DB when
+/// the file names another database), as the README tells package users. It used to say only to
+/// install crontab.example as /etc/cron.d/runner, which would replace the package's file with a
+/// line for /usr/local/bin/runner.
+#[test]
+fn the_packages_commented_tick_line_is_the_one_to_uncomment() {
+    let env = good_setup();
+    let packaged = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/deb/cron.d"),
+    )
+    .expect("packaging/deb/cron.d");
+    let number = packaged
+        .lines()
+        .position(|line| line.starts_with('#') && line.ends_with("/usr/bin/runner tick"))
+        .expect("the commented tick line")
+        + 1;
+    let path = env.path("etc/cron.d/runner").display().to_string();
+    let message = format!(
+        "no crontab line runs `runner tick` (looked at your crontab, /etc/crontab and \
+         /etc/cron.d); line {number} of {path} runs `test -x /usr/bin/runner && /usr/bin/runner \
+         tick` as runner, but is commented out"
+    );
+    let uncomment = format!(
+        "uncomment line {number} of {path} (`sudoedit {path}`): the runner package installs its \
+         tick line commented out"
+    );
+    let database = runner::store::masked_url(env.sql.location());
+
+    // As installed: its RUNNER_DB names the package's database, not this one.
+    let out = doctor(&env, Some(&packaged), true, &["--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, said, fix) = check_of(&out, "cron line");
+    assert_eq!((status.as_str(), said.as_str()), ("fail", message.as_str()));
+    assert_eq!(
+        fix,
+        Some(format!(
+            "{uncomment}, and set RUNNER_DB={database} above it (the file names \
+             /var/lib/runner/runner.db)"
+        ))
+    );
+
+    // Its RUNNER_DB this database: uncommenting is all.
+    let this = packaged.replace("/var/lib/runner/runner.db", env.sql.location());
+    let out = doctor(&env, Some(&this), true, &["--json"]);
+    let (_, said, fix) = check_of(&out, "cron line");
+    assert_eq!(said, message);
+    assert_eq!(fix, Some(uncomment));
+
+    // Without the commented line, the old advice stands.
+    let comments: String = packaged
+        .lines()
+        .filter(|line| !line.ends_with("/usr/bin/runner tick"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let out = doctor(&env, Some(&comments), true, &["--json"]);
+    let (_, said, fix) = check_of(&out, "cron line");
+    assert!(said.ends_with("/etc/cron.d)"), "{said}");
+    assert!(
+        fix.expect("a fix")
+            .contains("(or install crontab.example as /etc/cron.d/runner)"),
+        "{said}"
+    );
+}
+
 /// The cron line's fix is advice to paste: it names the database by its absolute path (a
 /// crontab's directory is not this one), says what named this database (`--db` here, not the
 /// shell), and, for a line whose user does not exist, says to create the user rather than to set
