@@ -322,6 +322,9 @@ struct Supervisor {
     ready: VecDeque<Active>,
     /// The latest job to end ran briefly: prepare the next ones ahead of a free slot.
     prepare_ahead: bool,
+    /// Prepare ahead whatever the jobs' durations (`RUNNER_TEST_HOOK=prepare-ahead:always`): a
+    /// test of the gate then does not hang on how fast the machine runs its jobs.
+    prepare_ahead_always: bool,
     lease_secs: i64,
     heartbeat_every: Duration,
     next_heartbeat: Instant,
@@ -342,10 +345,13 @@ impl Supervisor {
         procfs::become_subreaper();
         let lease_secs = tick.options.lease_secs();
         let heartbeat_every = Duration::from_secs((lease_secs / 3).max(1) as u64);
+        let prepare_ahead_always =
+            super::test_hook_action("prepare-ahead").is_some_and(|action| action == "always");
         Supervisor {
             active: Vec::new(),
             ready: VecDeque::new(),
-            prepare_ahead: false,
+            prepare_ahead: prepare_ahead_always,
+            prepare_ahead_always,
             lease_secs,
             heartbeat_every,
             next_heartbeat: Instant::now() + heartbeat_every,
@@ -397,7 +403,8 @@ impl Supervisor {
         let mut index = 0;
         while index < self.active.len() {
             if let Some(finished) = self.active[index].job.poll(now) {
-                self.prepare_ahead = finished.duration < PREPARE_AHEAD_BELOW;
+                self.prepare_ahead =
+                    self.prepare_ahead_always || finished.duration < PREPARE_AHEAD_BELOW;
                 let done = self.active.swap_remove(index);
                 ends.push(End {
                     run: done.run,
