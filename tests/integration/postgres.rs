@@ -1213,18 +1213,7 @@ fn the_first_write_after_the_session_was_ended_lands_on_a_new_connection() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(err, "", "no error line");
-    assert_eq!(
-        env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
-        1,
-        "the end was recorded"
-    );
-    assert_eq!(
-        env.count("SELECT count(*) FROM job_attempts WHERE run_id = 1"),
-        1,
-        "one attempt"
-    );
-    let started = std::fs::read_to_string(&starts).expect("starts");
-    assert_eq!(started.lines().count(), 1, "run once: {started}");
+    run_1_succeeded_at_its_one_attempt(&env, &starts);
 }
 
 /// The server restarts while a tick with a free slot runs a job: the tick looks for newly due
@@ -1264,18 +1253,7 @@ fn a_restart_while_a_tick_looks_for_more_runs_costs_nothing() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(err, "", "nothing to report");
-    assert_eq!(
-        env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
-        1,
-        "the end was recorded"
-    );
-    assert_eq!(
-        env.count("SELECT count(*) FROM job_attempts WHERE run_id = 1"),
-        1,
-        "one attempt"
-    );
-    let started = std::fs::read_to_string(&starts).expect("starts");
-    assert_eq!(started.lines().count(), 1, "run once: {started}");
+    run_1_succeeded_at_its_one_attempt(&env, &starts);
 }
 
 /// Jobs wait at their gate, their starts recorded, when the connection is lost (the tick stalled
@@ -1798,4 +1776,20 @@ fn cancel_through_another_spelling_of_the_url_stops_the_job() {
     assert!(out.status.success(), "{said}{}", stderr(&out));
     assert!(said.contains("terminated what was left"), "{said}");
     assert!(!alive, "the job still runs after cancel: {said}");
+}
+
+/// Run 1 succeeded, at one attempt, and its job (which notes each start in `starts`) ran once.
+fn run_1_succeeded_at_its_one_attempt(env: &PgEnv, starts: &std::path::Path) {
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
+        1,
+        "the end was recorded"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_attempts WHERE run_id = 1"),
+        1,
+        "one attempt"
+    );
+    let started = std::fs::read_to_string(starts).expect("starts");
+    assert_eq!(started.lines().count(), 1, "run once: {started}");
 }

@@ -454,19 +454,26 @@ fn a_time_in_a_repeated_hour_says_the_job_ran_once_in_the_first_pass() {
     );
 }
 
-#[test]
-fn a_due_run_of_a_forbid_schedule_waits_behind_the_running_one() {
-    let env = Env::init();
-    hourly(&env, "queue", &["--overlap", "forbid"], "true");
+/// `queue`, hourly under `--overlap forbid`, whose 09:00 run a tick made and ran, forged due
+/// again (pending, no attempt): the run id.
+fn a_forbid_schedules_0900_run_due_again(env: &Env) -> i64 {
+    hourly(env, "queue", &["--overlap", "forbid"], "true");
     env.tick_at("2026-11-23T09:00:05Z");
-    let waiting = crate::common::last_run_id(&env, "queue");
-    // Forged: the 09:00 run is due again and a manual run of the schedule holds a lease.
+    let waiting = crate::common::last_run_id(env, "queue");
     env.sql.exec(
         "UPDATE job_runs SET status = 'pending', attempt = 0, started_at = NULL,
                  finished_at = NULL
          WHERE id = $1",
         &[&waiting],
     );
+    waiting
+}
+
+#[test]
+fn a_due_run_of_a_forbid_schedule_waits_behind_the_running_one() {
+    let env = Env::init();
+    let waiting = a_forbid_schedules_0900_run_due_again(&env);
+    // Forged: a manual run of the schedule holds a lease.
     let running = env.enqueue("queue");
     forge_running(&env, running);
     let report = why(&env, "2026-11-23T09:30:00Z", &["queue", "--at", "09:00"]);
@@ -486,17 +493,9 @@ fn a_due_run_of_a_forbid_schedule_waits_behind_the_running_one() {
 #[test]
 fn a_due_run_of_a_forbid_schedule_waits_behind_a_cancelled_job_being_stopped() {
     let env = Env::init();
-    hourly(&env, "queue", &["--overlap", "forbid"], "true");
-    env.tick_at("2026-11-23T09:00:05Z");
-    let waiting = crate::common::last_run_id(&env, "queue");
-    // Forged: the 09:00 run is due again, and a manual run of the schedule was cancelled while
-    // running on another host, its job to be stopped by 09:31.
-    env.sql.exec(
-        "UPDATE job_runs SET status = 'pending', attempt = 0, started_at = NULL,
-                 finished_at = NULL
-         WHERE id = $1",
-        &[&waiting],
-    );
+    let waiting = a_forbid_schedules_0900_run_due_again(&env);
+    // Forged: a manual run of the schedule was cancelled while running on another host, its job
+    // to be stopped by 09:31.
     let cancelled = env.enqueue("queue");
     forge_stopping(
         &env,
