@@ -666,13 +666,7 @@ fn a_role_is_told_the_privileges_it_lacks_and_works_with_those_the_readme_lists(
         ))
         .expect("create a role");
     let limited = with_user(&env.url, &role);
-    let as_limited = |args: &[&str]| {
-        env.cmd()
-            .env("RUNNER_DB", &limited)
-            .args(args)
-            .output()
-            .expect("run")
-    };
+    let as_limited = |args: &[&str]| run_as(&env, &limited, args);
     let init = as_limited(&["init"]);
     let add = as_limited(&["schedule", "add", "hello", "--cron", "@daily", "--", "true"]);
     env.ok(&["init"]);
@@ -946,13 +940,7 @@ fn a_role_that_cannot_migrate_an_older_schema_is_told_to_run_init_as_the_owner()
         ))
         .expect("an older schema and a restricted role");
     let limited = with_user(&env.url, &role);
-    let as_limited = |args: &[&str]| {
-        env.cmd()
-            .env("RUNNER_DB", &limited)
-            .args(args)
-            .output()
-            .expect("run")
-    };
+    let as_limited = |args: &[&str]| run_as(&env, &limited, args);
     let refused: Vec<(&str, Output)> = ["tick", "status", "doctor"]
         .into_iter()
         .map(|command| (command, as_limited(&[command])))
@@ -1792,4 +1780,13 @@ fn run_1_succeeded_at_its_one_attempt(env: &PgEnv, starts: &std::path::Path) {
     );
     let started = std::fs::read_to_string(starts).expect("starts");
     assert_eq!(started.lines().count(), 1, "run once: {started}");
+}
+
+/// runner run with `RUNNER_DB` set to `url` (another role's URL for the same database).
+fn run_as(env: &PgEnv, url: &str, args: &[&str]) -> Output {
+    env.cmd()
+        .env("RUNNER_DB", url)
+        .args(args)
+        .output()
+        .expect("run")
 }
