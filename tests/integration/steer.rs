@@ -127,9 +127,12 @@ fn cancel_of_a_running_run_stops_its_process_group_and_status_shows_its_lease() 
 #[test]
 fn a_cancelled_job_that_ends_by_itself_is_told_as_such() {
     let env = Env::init();
-    let go = env.path("go");
+    let (go, started) = (env.path("go"), env.path("started"));
+    // The job says it started: a run is `running` from its claim, and a cancel that came before
+    // its start was recorded would keep its command from running at all.
     let command = format!(
-        "while [ ! -e '{}' ]; do sleep 0.05; done; echo done",
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; echo done",
+        started.display(),
         go.display()
     );
     env.add("waiter", &[], &command);
@@ -137,7 +140,7 @@ fn a_cancelled_job_that_ends_by_itself_is_told_as_such() {
     let run_id = env.enqueue("waiter");
     let bg = Bg::spawn(&env, "tick", &["tick", "--lease", "600s"]);
     wait_until(Duration::from_secs(60), "the job to start", || {
-        status_of(&env, run_id) == "running"
+        started.exists()
     });
     env.ok(&["cancel", &run_id.to_string()]);
     fs::write(&go, "").expect("go");
@@ -158,16 +161,15 @@ fn a_cancelled_job_that_ends_by_itself_is_told_as_such() {
     // The same through `run --wait` (its lease is a minute: whether the job ends first or is
     // stopped at the heartbeat, its end is not the run's).
     fs::remove_file(&go).expect("rm go");
+    fs::remove_file(&started).expect("rm started");
     let waiting = Bg::spawn(&env, "wait", &["run", "waiter", "--wait"]);
-    let running = || {
-        run_ids(&env, "waiter")
-            .into_iter()
-            .find(|id| status_of(&env, *id) == "running")
-    };
     wait_until(Duration::from_secs(60), "the job to start", || {
-        running().is_some()
+        started.exists()
     });
-    let waited = running().expect("the waited run");
+    let waited = run_ids(&env, "waiter")
+        .into_iter()
+        .find(|id| status_of(&env, *id) == "running")
+        .expect("the waited run");
     env.ok(&["cancel", &waited.to_string()]);
     fs::write(&go, "").expect("go");
     let out = waiting.finish(Duration::from_secs(120));
