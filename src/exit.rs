@@ -49,6 +49,12 @@ pub enum Failure {
     /// happened, one line per error, and cron mails exactly those lines.
     #[error("the tick met {0} runner error(s)")]
     TickErrors(usize),
+    /// `tick`: another process held the database locked through the tick's claims until it
+    /// stopped claiming (`--max-tick`), and runs are still due (exit 5, as a command that waited
+    /// out the lock: safe to retry, the next tick claims them). Not an error message: the tick
+    /// said so in one line.
+    #[error("the database stayed locked through the tick's claims")]
+    TickLocked,
     /// `tick`, `run --wait`: the connection to the database was lost while jobs ran (exit 4, as
     /// when the database cannot be reached at all). Not an error message: the loss was printed
     /// when it was met, once, and what it left unrecorded once at the end.
@@ -65,6 +71,7 @@ impl Failure {
                 | Failure::Verdict(_)
                 | Failure::TickErrors(_)
                 | Failure::TickConnectionLost(_)
+                | Failure::TickLocked
         )
     }
     pub fn usage(message: impl fmt::Display) -> anyhow::Error {
@@ -113,7 +120,7 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
                     DATABASE
                 }
                 Failure::TickConnectionLost(_) => DATABASE,
-                Failure::Busy(_) => BUSY,
+                Failure::Busy(_) | Failure::TickLocked => BUSY,
                 Failure::JobExit(code) | Failure::Verdict(code) => *code,
                 Failure::TickErrors(_) => RUNTIME,
             };

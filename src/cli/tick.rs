@@ -102,6 +102,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     if report.errors.count > 0 {
         return Err(Failure::TickErrors(report.errors.count).into());
     }
+    if report.claims_locked {
+        return Err(Failure::TickLocked.into());
+    }
     Ok(())
 }
 

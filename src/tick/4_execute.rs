@@ -16,7 +16,8 @@
 //!
 //! A store call can wait (another process's lock, up to 15 s): meanwhile a [`Tender`] thread
 //! keeps the running jobs' timeouts and sees their ends when they happen, writing nothing. A
-//! heartbeat or an end that waited out the lock is tried again while the leases hold.
+//! heartbeat or an end that waited out the lock is tried again while the leases hold; a claim
+//! that did changed nothing, and is tried again at the next look while the tick may claim.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -293,6 +294,9 @@ struct Claiming {
     /// A job ended since the latest claim: the database may hold newly due work (the next run
     /// of its `forbid` schedule, a retry due at once).
     ended_since: bool,
+    /// The latest claim waited out another process's lock (busy after the whole wait), and
+    /// what it met: it changed nothing, and is tried again at the next look.
+    locked: Option<anyhow::Error>,
 }
 
 /// Which jobs a heartbeat is for.
@@ -842,6 +846,16 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
         took_nothing: false,
         more_due: false,
         ended_since: false,
+        locked: None,
+    };
+    // Whether the tick may claim: young enough, not told to stop, and nothing found that makes
+    // a claim unwise (a write that failed, no descriptor left).
+    let young = |tick: &Tick<'_>, spawner: &Spawner| {
+        started.elapsed() < options.max_tick
+            && !tick.options.shutdown.load(Ordering::Relaxed)
+            && !tick.writes_failed
+            && !spawner.exhausted.met()
+            && !tick.report.errors.connection_lost
     };
     let mut returned: Spawned = Vec::new();
     // Ends decided but not written yet, and since when: they wait for the claim that is coming,
@@ -851,12 +865,8 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
     let mut results_deferred = false;
 
     loop {
-        let shutting_down = supervisor.stop_all_on_shutdown(tick);
-        let young = started.elapsed() < options.max_tick
-            && !shutting_down
-            && !tick.writes_failed
-            && !spawner.exhausted.met()
-            && !tick.report.errors.connection_lost;
+        supervisor.stop_all_on_shutdown(tick);
+        let may_claim = young(tick, spawner);
 
         // The ends first, their slots given to prepared jobs at once, then the claim of what
         // they leave room for.
@@ -902,7 +912,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
         // A spawn that found no descriptor left just now (on a helper, its job perhaps not back
         // yet) stops this claim already.
         let claim_due_now =
-            young && !spawner.exhausted.met() && room > 0 && Instant::now() >= claiming.next_at;
+            may_claim && !spawner.exhausted.met() && room > 0 && Instant::now() >= claiming.next_at;
         if claim_due_now && worth_claiming {
             claiming.ended_since = false;
             // With ends to record, they and the claim are one store call, the ends deferred:
@@ -926,6 +936,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
             let mut starting = false;
             match claimed {
                 Ok(claimed) => {
+                    claiming.locked = None;
                     claiming.took_nothing = claimed.runs.is_empty();
                     claiming.more_due = claimed.more_due;
                     // Nothing more due: look again after the recheck interval (or when a job
@@ -952,6 +963,17 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
                     tick.writes_failed = true;
                     claiming.took_nothing = true;
                     claiming.more_due = false;
+                }
+                // Another process held the lock through the whole wait (a `VACUUM`, a
+                // `migrate`, a long prune; on PostgreSQL a session holding the rows or tables):
+                // the claim's transaction rolled back, having changed nothing. Not an error yet:
+                // the jobs go on, and the claim is tried again at the next look, as long as the
+                // tick may claim. If it still meets the lock when the tick stops claiming, the
+                // tick says so once (`say_claims_locked`).
+                Err(e) if crate::exit::code_for(&e) == crate::exit::BUSY => {
+                    claiming.took_nothing = false;
+                    claiming.next_at = Instant::now() + RECHECK_INTERVAL;
+                    claiming.locked = Some(e);
                 }
                 Err(e) => {
                     runner_error(&mut tick.report.errors, "claiming runs", &e);
@@ -984,7 +1006,10 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
         // runner's run, which that runner claims after it), or when the tick is old enough.
         let settled = claiming.took_nothing && !claiming.ended_since;
         let done = supervisor.in_hand(spawner) == 0 && supervisor.unwritten.is_empty();
-        if done && (settled || !young) {
+        if done && (settled || !young(tick, spawner)) {
+            if let Some(error) = claiming.locked.take() {
+                say_claims_locked(tick, &error, spawner.exhausted.met());
+            }
             // Deferred results whose starts' commit never came (it failed) are made durable
             // before the tick reports; usually there is nothing left to sync. Nothing else this
             // tick defers needs it (its marks, a claim, materialised runs: see `store::Commit`),
@@ -995,8 +1020,42 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
             return Ok(());
         }
         supervisor.heartbeat_if_due(tick);
-        returned = supervisor.wait(spawner);
+        let nothing_held = supervisor.in_hand(spawner) == 0 && supervisor.unwritten.is_empty();
+        returned = if nothing_held && claiming.locked.is_some() {
+            // Nothing held, and a claim to try again later (the last met the lock): wait for
+            // it without spinning, in steps short enough to see a shutdown signal soon.
+            let until_claim = claiming.next_at.saturating_duration_since(Instant::now());
+            std::thread::sleep(until_claim.min(MAX_POLL_INTERVAL));
+            Vec::new()
+        } else {
+            supervisor.wait(spawner)
+        };
     }
+}
+
+/// The tick stopped claiming (it reached `--max-tick`) while its latest claim still met
+/// another process's lock: unless nothing is due after all (a read, which the lock does not
+/// block), the due runs wait for the next tick, and one line says so (the tick exits 5: busy,
+/// safe to retry). Not when the tick stopped claiming for another reason, said by its own line
+/// (a failed write, a lost connection, no descriptor left) or asked for (a shutdown signal).
+fn say_claims_locked(tick: &mut Tick<'_>, error: &anyhow::Error, out_of_files: bool) {
+    let stopped_otherwise = tick.writes_failed
+        || out_of_files
+        || tick.report.errors.connection_lost
+        || tick.options.shutdown.load(Ordering::Relaxed);
+    if stopped_otherwise {
+        return;
+    }
+    if let Ok(false) = tick.store.anything_due(tick.clock.epoch()) {
+        return;
+    }
+    tick.report.claims_locked = true;
+    let max_tick = crate::display::duration_of_secs(tick.options.max_tick.as_secs() as i64);
+    crate::complain!(
+        "runner: error: claiming runs: {error:#}; the database stayed locked by another process \
+         until this tick stopped claiming (--max-tick {max_tick}): the runs due wait for the \
+         next tick"
+    );
 }
 
 /// Make the results written deferred durable. If that fails, the runs that went dead are not

@@ -86,6 +86,11 @@ pub struct TickReport {
     /// Runs whose claim was given back, their job never started for want of a descriptor (the
     /// tick's open-file limit, or the system's): pending again, no attempt spent.
     pub given_back: Vec<i64>,
+    /// Another process held the database's lock through the tick's latest claim (it waited the
+    /// whole wait), and still when the tick stopped claiming (`--max-tick`), with runs still
+    /// due: they wait for the next tick. Said in one line when met; the tick exits 5 (busy, safe
+    /// to retry), unless it met runner errors.
+    pub claims_locked: bool,
     /// Why automatic pruning did not run, when the clock may not decide it.
     pub auto_prune_skipped: Option<&'static str>,
     /// What automatic pruning removed (and left for the next prune), if anything, and its cutoff
@@ -119,12 +124,14 @@ pub struct Tick<'a> {
     pub options: &'a TickOptions,
     pub rng: &'a mut fastrand::Rng,
     pub report: &'a mut TickReport,
-    /// A claim, a start or a result could not be written (a full disk, a database gone
-    /// read-only, another process's lock held through the whole wait), or the database server
-    /// was found away while jobs ran (a claim or heartbeat that sent nothing, during a restart):
-    /// claim no more, so that no further job runs whose result this tick may not be able to
-    /// record. The jobs it holds are seen to their end; the next tick starts afresh. Set by
-    /// [`Tick::write_failed`], or directly where the server was found away.
+    /// A start or a result could not be written (a full disk, a database gone read-only,
+    /// another process's lock held through the whole wait: for a result, past its lease), nor a
+    /// claim for any reason but a lock, or the database server was found away while jobs ran (a
+    /// claim or heartbeat that sent nothing, during a restart): claim no more, so that no further
+    /// job runs whose result this tick may not be able to record. The jobs it holds are seen to
+    /// their end; the next tick starts afresh. Set by [`Tick::write_failed`], or directly where
+    /// the server was found away. (A claim that only waited out another process's lock changed
+    /// nothing: the tick claims again at its next look for due work.)
     pub writes_failed: bool,
     /// One of those writes failed other than for a lock (see [`Tick::writes_stopped`]).
     pub writes_refused: bool,

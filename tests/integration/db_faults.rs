@@ -448,6 +448,118 @@ fn an_end_that_waits_out_the_lock_is_tried_again_while_the_lease_holds() {
     assert_eq!(ran, "1\n", "the job ran once");
 }
 
+/// A tick (`--concurrency 2`, and `extra`) runs `held` until the test releases it, its other
+/// slot free, and stalls at its look for more runs (the `polling` hook) while two runs of
+/// `quick` are queued; then another process holds the write lock for 20 s, longer than the 15 s
+/// a write waits, and the tick's claim meets it. Returns the tick once the lock is released and
+/// `held` let go, with the run ids (`held` first).
+fn a_claim_waits_out_the_lock(env: &Env, extra: &[&str]) -> (Bg, Vec<i64>) {
+    let file = |name: &str| crate::common::sh_quote(&env.path(name));
+    env.add(
+        "held",
+        &["--max-attempts", "1"],
+        &format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            file("held.started"),
+            file("release")
+        ),
+    );
+    env.add(
+        "quick",
+        &["--max-attempts", "1", "--overlap", "allow"],
+        &format!("echo $RUNNER_RUN_ID >> {}", file("log")),
+    );
+    let held = env.enqueue("held");
+    let go = env.path("go");
+    let mut args = vec!["tick", "--concurrency", "2"];
+    args.extend(extra);
+    let tick = Bg::spawn_hooked(
+        env,
+        "tick",
+        &args,
+        &format!("polling:wait={}", go.display()),
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "the tick to look for more runs",
+        || env.path("go.reached").exists(),
+    );
+    assert!(env.path("held.started").exists(), "held runs");
+    let quick = [env.enqueue("quick"), env.enqueue("quick")];
+    wait_until(Duration::from_secs(30), "the write lock", || {
+        env.sql.hold_write_lock_then(Duration::from_secs(20), || {
+            std::fs::write(&go, "").expect("let the tick claim");
+        })
+    });
+    std::fs::write(env.path("release"), "").expect("release held");
+    (tick, vec![held, quick[0], quick[1]])
+}
+
+/// The runs of `quick` that ran, by run id, as many times as each ran.
+fn quick_ran(env: &Env) -> Vec<i64> {
+    let log = std::fs::read_to_string(env.path("log")).unwrap_or_default();
+    log.lines()
+        .map(|id| id.parse().expect("a run id"))
+        .collect()
+}
+
+/// A claim made while another process holds the write lock (a `VACUUM`, a `migrate`) for longer
+/// than the 15 s a write waits changed nothing: it used to stop the tick's claiming, with a line
+/// and exit 1, and the runs due waited for the next minute. Now it is tried again at the next
+/// look: the tick claims them once the lock is released, runs each once, and exits 0 in silence.
+#[test]
+fn a_claim_that_waits_out_the_lock_is_tried_again_at_the_next_look() {
+    let env = Env::init();
+    let (tick, runs) = a_claim_waits_out_the_lock(&env, &[]);
+    let out = tick.finish(Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stderr(&out), "", "nothing to report");
+    for run in &runs {
+        assert_eq!(status_of(&env, *run), "succeeded", "run {run}");
+        assert_eq!(
+            env.sql.query_i64(
+                "SELECT count(*) FROM job_attempts WHERE run_id = $1",
+                &[run]
+            ),
+            1,
+            "run {run}: one attempt"
+        );
+    }
+    let mut ran = quick_ran(&env);
+    ran.sort_unstable();
+    assert_eq!(ran, runs[1..], "each run of quick ran once");
+}
+
+/// The same lock, still held when the tick stops claiming (`--max-tick`, shorter than the claim's
+/// 15 s wait): the runs still due wait for the next tick, one line says so, and the tick exits 5
+/// (busy, safe to retry), not 1. The next tick runs each once.
+#[test]
+fn a_claim_still_locked_when_the_tick_stops_claiming_leaves_the_runs_to_the_next_tick() {
+    let env = Env::init();
+    let (tick, runs) = a_claim_waits_out_the_lock(&env, &["--max-tick", "14s"]);
+    let out = tick.finish(Duration::from_secs(120));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("runner: error: claiming runs: ")
+            && err.contains(
+                "the database stayed locked by another process until this tick stopped claiming \
+                 (--max-tick 14s): the runs due wait for the next tick"
+            ),
+        "{err}"
+    );
+    assert_eq!(status_of(&env, runs[0]), "succeeded");
+    for run in &runs[1..] {
+        assert_eq!(status_of(&env, *run), "pending", "run {run}");
+    }
+    assert_eq!(quick_ran(&env), Vec::<i64>::new(), "no run of quick ran");
+    env.tick(&["--concurrency", "2"]);
+    let mut ran = quick_ran(&env);
+    ran.sort_unstable();
+    assert_eq!(ran, runs[1..], "each run of quick ran once");
+}
+
 // ---------------------------------------------------------------------------------------------
 // a missing, unreadable, read-only, corrupt, newer or full database
 // ---------------------------------------------------------------------------------------------
