@@ -83,6 +83,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         report: &mut report,
         writes_failed: false,
         writes_refused: false,
+        server_away: false,
     };
     match claim_run(&mut tick, run_id) {
         Ok(Some(claimed)) => execute_claimed(&mut tick, vec![claimed]),

@@ -487,6 +487,7 @@ impl Supervisor {
         let mut beating = self.beaten(which);
         match beat {
             Ok(held) => {
+                tick.write_landed();
                 // As of its commit, which a cancel committed later cannot tell from one after the
                 // job's release. (Not the instant it was asked: a slow store would then have the
                 // jobs at the gate looked at again and again.)
@@ -516,12 +517,12 @@ impl Supervisor {
                     return Beat::Locked;
                 }
                 // The server ended the session and is not back yet (a restart): nothing was
-                // sent. While every lease still holds, nothing is lost yet: claim no more, and
-                // let the next heartbeat (or the jobs' ends) try again on a new connection. Not
-                // with jobs at their gate: none may start once the connection is lost.
+                // sent. While every lease still holds, nothing is lost yet: claim nothing until
+                // the next heartbeat (or a job's end) lands on a new connection. Not with jobs
+                // at their gate: none may start once the connection is lost.
                 let running_only = matches!(which, Beaten::All) && self.ready.is_empty();
                 if crate::exit::is_server_away(&e) && held_yet && running_only {
-                    tick.writes_failed = true;
+                    tick.server_away = true;
                     return Beat::Failed;
                 }
                 // Keep running: the next heartbeat may succeed before the lease runs out.
@@ -849,11 +850,12 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
         locked: None,
     };
     // Whether the tick may claim: young enough, not told to stop, and nothing found that makes
-    // a claim unwise (a write that failed, no descriptor left).
+    // a claim unwise (a write that failed, the server away, no descriptor left).
     let young = |tick: &Tick<'_>, spawner: &Spawner| {
         started.elapsed() < options.max_tick
             && !tick.options.shutdown.load(Ordering::Relaxed)
             && !tick.writes_failed
+            && !tick.server_away
             && !spawner.exhausted.met()
             && !tick.report.errors.connection_lost
     };
@@ -951,16 +953,17 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
                 }
                 // The server ended the session while the jobs ran and is not back yet (it is
                 // restarting): nothing was sent, so nothing was claimed, and nothing is lost
-                // yet. Claim no more (the next tick does); the jobs are tended, and their ends
-                // and heartbeats written on a new connection once the server is back. A write
-                // that cannot be made then reports the loss. Not with jobs at their gate: none
-                // may start once the connection is lost.
+                // yet. Claim nothing until the server is back: the jobs are tended, and their
+                // ends and heartbeats written on a new connection; the first that lands shows
+                // it back, and claiming resumes (`Tick::write_landed`). A write that cannot be
+                // made reports the loss. Not with jobs at their gate: none may start once the
+                // connection is lost.
                 Err(e)
                     if polling
                         && supervisor.ready.is_empty()
                         && crate::exit::is_server_away(&e) =>
                 {
-                    tick.writes_failed = true;
+                    tick.server_away = true;
                     claiming.took_nothing = true;
                     claiming.more_due = false;
                 }
@@ -1004,6 +1007,8 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
         // Done when nothing runs, no end is left to write, and the latest claim, made after
         // every end, found nothing to take (whatever is still due is held back by another
         // runner's run, which that runner claims after it), or when the tick is old enough.
+        // (Whether the tick may claim is asked again: what this turn wrote may have shown the
+        // server back.)
         let settled = claiming.took_nothing && !claiming.ended_since;
         let done = supervisor.in_hand(spawner) == 0 && supervisor.unwritten.is_empty();
         if done && (settled || !young(tick, spawner)) {
@@ -1040,6 +1045,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
 /// (a failed write, a lost connection, no descriptor left) or asked for (a shutdown signal).
 fn say_claims_locked(tick: &mut Tick<'_>, error: &anyhow::Error, out_of_files: bool) {
     let stopped_otherwise = tick.writes_failed
+        || tick.server_away
         || out_of_files
         || tick.report.errors.connection_lost
         || tick.options.shutdown.load(Ordering::Relaxed);

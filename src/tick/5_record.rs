@@ -188,7 +188,10 @@ fn write_decided(
     write: impl FnOnce(&mut Tick<'_>, &[AttemptEnd]) -> StoreResult<Vec<Fenced>>,
 ) -> Option<DecidedEnds> {
     let recorded = match write_ends(tick, &decided.jobs, &decided.ends, commit, write) {
-        Ok(recorded) => recorded,
+        Ok(recorded) => {
+            tick.write_landed();
+            recorded
+        }
         Err(e) if locked_while_leases_hold(tick, &decided, &e) => return Some(decided),
         Err(e) if crate::exit::is_connection_lost(&e) => {
             // Printed once for the whole tick (if this is the first error of the loss), then

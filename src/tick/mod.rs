@@ -126,15 +126,19 @@ pub struct Tick<'a> {
     pub report: &'a mut TickReport,
     /// A start or a result could not be written (a full disk, a database gone read-only,
     /// another process's lock held through the whole wait: for a result, past its lease), nor a
-    /// claim for any reason but a lock, or the database server was found away while jobs ran (a
-    /// claim or heartbeat that sent nothing, during a restart): claim no more, so that no further
-    /// job runs whose result this tick may not be able to record. The jobs it holds are seen to
-    /// their end; the next tick starts afresh. Set by [`Tick::write_failed`], or directly where
-    /// the server was found away. (A claim that only waited out another process's lock changed
-    /// nothing: the tick claims again at its next look for due work.)
+    /// claim for any reason but a lock: claim no more, so that no further job runs whose result
+    /// this tick may not be able to record. The jobs it holds are seen to their end; the next
+    /// tick starts afresh. Set by [`Tick::write_failed`]. (A claim that only waited out another
+    /// process's lock changed nothing: the tick claims again at its next look for due work.)
     pub writes_failed: bool,
     /// One of those writes failed other than for a lock (see [`Tick::writes_stopped`]).
     pub writes_refused: bool,
+    /// The database server was found away while jobs ran (PostgreSQL restarting): a claim poll
+    /// or a heartbeat found the session ended and could not connect again, so it sent nothing.
+    /// Claim nothing until a later write (a heartbeat, a job's end) lands on a new connection,
+    /// which shows the server back ([`Tick::write_landed`]): no job starts meanwhile whose start
+    /// or end may not be written.
+    pub server_away: bool,
 }
 
 impl Tick<'_> {
@@ -146,6 +150,12 @@ impl Tick<'_> {
         if crate::exit::code_for(error) != crate::exit::BUSY {
             self.writes_refused = true;
         }
+    }
+
+    /// A write to the database landed: if the server had been found away, it is back, and the
+    /// tick may claim again.
+    pub fn write_landed(&mut self) {
+        self.server_away = false;
     }
 
     /// The database stopped taking writes: one failed for good (SQLite: a full disk, a
@@ -178,6 +188,7 @@ pub fn tick(
         report: &mut report,
         writes_failed: false,
         writes_refused: false,
+        server_away: false,
     };
     // One read says which steps have anything to do; the others are skipped, with their own
     // reads (cron's usual minute has nothing to do: an idle tick 2.2 -> 2.0 ms). A step that

@@ -1208,13 +1208,19 @@ fn the_first_write_after_the_session_was_ended_lands_on_a_new_connection() {
 /// runs every second, and its claim met the restart (the session ended, the server not taking
 /// connections yet): it said it lost the connection and exited 4, though its job's end was
 /// recorded once the server was back and nothing was lost. Now the claim that finds the server
-/// away sends nothing and is done without: the tick claims no more, sees its job to its end,
-/// records it on a new connection, and exits 0 having printed nothing. (The tick stalls at its
-/// claim while the database is taken away: the restart, as this database's clients see it.)
+/// away sends nothing and is done without: the tick claims nothing while the server is away,
+/// sees its job to its end, records it on a new connection, and exits 0 having printed nothing.
+/// (The tick stalls at its claim while the database is taken away: the restart, as this
+/// database's clients see it.) It then claimed nothing more until the next tick; now, its job's
+/// end having landed on a new connection, it claims again: a run due once the server is back
+/// runs in the same tick.
 #[test]
 fn a_restart_while_a_tick_looks_for_more_runs_costs_nothing() {
     let Some(env) = PgEnv::init() else { return };
     let (starts, release) = queue_held_job(&env);
+    let later_log = env.dir.path().join("later");
+    let later = format!("echo $RUNNER_RUN_ID >> {}", later_log.display());
+    env.ok(&["schedule", "add", "later", "--cron", &never(), "--", &later]);
     let go = env.dir.path().join("go");
     let tick = env
         .cmd()
@@ -1236,12 +1242,22 @@ fn a_restart_while_a_tick_looks_for_more_runs_costs_nothing() {
     // the job ends.
     std::thread::sleep(Duration::from_secs(3));
     bring_the_database_back(&env, &mut admin);
+    env.ok(&["run", "later"]);
     std::fs::write(&release, "").expect("release the job");
     let out = tick.wait_with_output().expect("wait for the tick");
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(err, "", "nothing to report");
     run_1_succeeded_at_its_one_attempt(&env, &starts);
+    assert_eq!(
+        std::fs::read_to_string(&later_log).unwrap_or_default(),
+        "2\n",
+        "the run due once the server was back ran in the same tick, once"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE id = 2 AND status = 'succeeded'"),
+        1
+    );
 }
 
 /// Jobs wait at their gate, their starts recorded, when the connection is lost (the tick stalled
