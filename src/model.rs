@@ -11,6 +11,7 @@ use crate::backoff::RetryPolicy;
 use crate::clock::Now;
 use crate::exit::Failure;
 pub use crate::policy::{CatchUp, Leftovers, Overlap};
+use crate::process::COMMAND_MAX_BYTES;
 use crate::schedule::Timing;
 use crate::text_enum::text_enum;
 
@@ -291,8 +292,6 @@ impl Settings {
 /// The most attempts a schedule may ask for: enough for any sane retry policy.
 const MAX_ATTEMPTS_LIMIT: u32 = 1000;
 const NAME_MAX_CHARS: usize = 200;
-/// Linux's MAX_ARG_STRLEN: one argv string (the command given to `sh -c`) must be shorter.
-const COMMAND_MAX_BYTES: usize = 128 * 1024;
 /// The longest duration a setting may hold.
 pub const DURATION_MAX_SECS: u64 = 10 * 365 * 86_400;
 
@@ -434,12 +433,13 @@ impl Settings {
         if s.command.contains('\0') {
             return Err(Failure::usage("the command must not contain a NUL byte"));
         }
-        if s.command.len() >= COMMAND_MAX_BYTES {
+        if s.command.len() > COMMAND_MAX_BYTES {
+            // Accepted, it could never start: every attempt would fail with E2BIG.
             return Err(Failure::usage(format!(
-                "the command is {} bytes; the kernel passes at most {} bytes to `sh -c`: put it in a \
-                 script and schedule the script",
+                "the command is {} bytes; a job's command can be at most {COMMAND_MAX_BYTES} \
+                 bytes (what the kernel passes to `sh -c`, less what the runner puts before it): \
+                 put it in a script and schedule the script",
                 s.command.len(),
-                COMMAND_MAX_BYTES - 1
             )));
         }
         crate::schedule::CronSchedule::parse(&s.cron).map_err(Failure::usage)?;

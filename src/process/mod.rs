@@ -76,6 +76,15 @@ const SHELL: &str = "/bin/sh";
 /// command. Then stdin is `/dev/null`, as for any job.
 const GATE: &str = "read -r RUNNER_GATE || exit 125; unset RUNNER_GATE; exec </dev/null; ";
 
+/// Linux's `MAX_ARG_STRLEN` (32 pages of 4 KiB): the most bytes one argument string may take,
+/// its terminating NUL included. `execve` fails with `E2BIG` past it.
+const MAX_ARG_STRLEN: usize = 128 * 1024;
+
+/// The longest command a job can run: the shell's one argument after `-c` is the [`GATE`]
+/// followed by the command, and must leave room for its NUL. `schedule add`, `edit` and `apply`
+/// refuse longer ones; the spawn's `E2BIG` message names the same limit.
+pub const COMMAND_MAX_BYTES: usize = MAX_ARG_STRLEN - 1 - GATE.len();
+
 /// Everything needed to start one job.
 #[derive(Debug, Clone)]
 pub struct JobSpec {
@@ -252,12 +261,21 @@ fn classify(err: &io::Error) -> SpawnErrorKind {
 
 fn spawn_error(workdir: Option<&Path>, command: &str, err: &io::Error) -> SpawnError {
     let message = match workdir {
-        _ if err.raw_os_error() == Some(Errno::E2BIG as i32) => format!(
-            "cannot start {SHELL}: the command is {} bytes, more than the kernel accepts in one \
-             argument (128 KiB) or in all of them with the environment; put it in a script and \
-             schedule the script",
-            command.len()
-        ),
+        _ if err.raw_os_error() == Some(Errno::E2BIG as i32) => match command.len() {
+            len if len > COMMAND_MAX_BYTES => format!(
+                "cannot start {SHELL}: the command is {len} bytes, more than the \
+                 {COMMAND_MAX_BYTES} a job can run (the kernel takes at most {} bytes in one \
+                 argument, and the runner puts {} of its own before the command); put it in a \
+                 script and schedule the script",
+                MAX_ARG_STRLEN - 1,
+                GATE.len()
+            ),
+            len => format!(
+                "cannot start {SHELL}: the command ({len} bytes) and the environment together \
+                 are more than the kernel accepts for a new program (`getconf ARG_MAX`); shrink \
+                 the environment, or put the command in a script and schedule the script"
+            ),
+        },
         _ if open_files::is_out_of_files(err) => format!(
             "cannot start {SHELL}: {err}: the runner had no descriptor left for the job's pipes \
              (its open-file limit, `ulimit -n`, or the system's)"
@@ -873,6 +891,20 @@ mod tests {
     fn run(s: &JobSpec) -> Finished {
         let mut job = started(s);
         run_until(&mut job, Duration::from_secs(20))
+    }
+
+    /// `COMMAND_MAX_BYTES` is the kernel's limit, not a guess: a command of that length starts,
+    /// one byte more fails with E2BIG, and the message names the limit.
+    #[test]
+    fn the_longest_command_starts_and_one_byte_more_names_the_limit() {
+        let command = |len: usize| format!("true;: {}", "x".repeat(len - 7));
+        let finished = run(&spec(&command(COMMAND_MAX_BYTES)));
+        assert_eq!(finished.outcome, Outcome::Exited(0));
+        let err = RunningJob::spawn(&spec(&command(COMMAND_MAX_BYTES + 1)))
+            .expect_err("too long to start");
+        assert_eq!(err.kind, SpawnErrorKind::Other);
+        let limit = format!("more than the {COMMAND_MAX_BYTES} a job can run");
+        assert!(err.message.contains(&limit), "{}", err.message);
     }
 
     /// True if the process is gone or a zombie (dead, waiting to be reaped).

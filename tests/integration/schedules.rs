@@ -5,7 +5,7 @@
 use chrono::DateTime;
 use serde_json::Value;
 
-use crate::common::{assert_read_at, epoch, json as parse_json, stderr, utc, Env};
+use crate::common::{assert_read_at, epoch, json as parse_json, never, stderr, utc, Env};
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -684,6 +684,58 @@ fn edit_rejects_bad_input_and_changes_nothing() {
     }
     let err = env.fails(3, &["schedule", "edit", "ghost", "--tz", "UTC"]);
     assert!(err.contains("ghost"), "{err}");
+}
+
+/// The longest command a schedule accepts is the longest a job can run: the kernel takes at most
+/// 131,071 bytes in one argument, and the job's shell gets the runner's gate (69 bytes) before
+/// the command. One byte more is refused by `add`, `edit` and `apply` (exit 2, the limit named),
+/// rather than accepted and failed at every start (SPAWN:OTHER, E2BIG) until the run goes dead.
+#[test]
+fn the_longest_command_accepted_is_the_longest_that_runs() {
+    const LONGEST: usize = 131_002;
+    let env = Env::init();
+    // `true`, then a no-op `:` whose argument pads the command to the length wanted.
+    let command = |len: usize| format!("true;: {}", "x".repeat(len - 7));
+    env.add("longest", &[], &command(LONGEST));
+    let out = env.run(&["run", "longest", "--wait"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        env.sql
+            .query_string("SELECT status FROM job_runs WHERE id = 1", &[]),
+        "succeeded"
+    );
+
+    let too_long = command(LONGEST + 1);
+    let refused = |err: &str| {
+        assert!(
+            err.contains("the command is 131003 bytes")
+                && err.contains("at most 131002 bytes")
+                && err.contains("script"),
+            "{err}"
+        );
+    };
+    let cron = never();
+    refused(&env.fails(
+        2,
+        &[
+            "schedule", "add", "longer", "--cron", &cron, "--", &too_long,
+        ],
+    ));
+    refused(&env.fails(2, &["schedule", "edit", "longest", "--", &too_long]));
+    let file = env.path("longer.toml");
+    std::fs::write(
+        &file,
+        format!("[longer]\ncron = \"{cron}\"\ncommand = \"{too_long}\"\n"),
+    )
+    .expect("write file");
+    refused(&env.fails(2, &["schedule", "apply", file.to_str().expect("utf-8")]));
+    assert_eq!(
+        env.sql.query_strings(
+            "SELECT name || ' ' || length(command) FROM job_definitions ORDER BY id",
+            &[]
+        ),
+        ["longest 131002"]
+    );
 }
 
 // ---------------------------------------------------------------------------
