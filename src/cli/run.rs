@@ -21,7 +21,10 @@ pub struct Args {
     /// Schedule name.
     pub name: String,
     /// Execute it now in the foreground, streaming its output, and exit with its exit code.
-    /// Refused (exit 2) while the schedule is paused: the run would be held until resume.
+    /// Refused (exit 2) while the schedule is paused: the run would be held until resume. If the
+    /// schedule forbids overlap and another of its runs is running, or an earlier one is due
+    /// (queued by `runner run`, or a retry made due), the run stays queued for the next tick and
+    /// this exits 1.
     #[arg(long)]
     pub wait: bool,
 }

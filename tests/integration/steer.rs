@@ -12,8 +12,8 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::common::{
-    assert_read_at, epoch, json, never_near, process_alive, real_now, run_ids, sh_quote, status_of,
-    stderr, stdout, utc, wait_until, Bg, Env, CLOCK_SLACK_SECS, RETRY_AT_ONCE,
+    assert_read_at, epoch, json, last_run_id, never_near, process_alive, real_now, run_ids,
+    sh_quote, status_of, stderr, stdout, utc, wait_until, Bg, Env, CLOCK_SLACK_SECS, RETRY_AT_ONCE,
 };
 
 #[test]
@@ -545,6 +545,74 @@ fn retry_of_a_run_waiting_out_its_backoff_makes_it_due_now() {
             .len(),
         1
     );
+}
+
+/// `run NAME --wait` of a `forbid` schedule whose earlier run is due does not jump the queue,
+/// whether that run was queued by `runner run` with no tick since or is a failed run that `retry`
+/// made due: it exits 1 saying so, its run stays pending, and the next tick executes both, each
+/// once (forbid keeps a schedule's runs in order).
+#[test]
+fn run_wait_behind_an_earlier_due_run_of_a_forbid_schedule_stays_queued() {
+    let env = Env::init();
+    let log = env.path("ran.log");
+    let lines = || fs::read_to_string(&log).unwrap_or_default().lines().count();
+    let attempts = |run: i64| {
+        env.sql.query_i64(
+            &format!("SELECT count(*) FROM job_attempts WHERE run_id = {run}"),
+            &[],
+        )
+    };
+    let refused_wait = |name: &str| -> i64 {
+        let out = env.run(&["run", name, "--wait"]);
+        let waited = last_run_id(&env, name);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("run {waited} is queued but could not start now"))
+                && err.contains("running or due before this one"),
+            "{err}"
+        );
+        assert_eq!(status_of(&env, waited), "pending");
+        assert_eq!(attempts(waited), 0, "not started");
+        waited
+    };
+
+    // Queued by `runner run`, no tick since.
+    env.add("j", &[], &format!("echo j >> {}", sh_quote(&log)));
+    let queued = env.enqueue("j");
+    let waited = refused_wait("j");
+    assert_eq!(status_of(&env, queued), "pending");
+    assert_eq!(lines(), 0, "nothing ran");
+    env.tick(&[]);
+    for run in [queued, waited] {
+        assert_eq!(status_of(&env, run), "succeeded", "run {run}");
+        assert_eq!(attempts(run), 1, "run {run} executed once");
+    }
+    assert_eq!(lines(), 2);
+
+    // A failed run waiting out its backoff, made due by `retry`.
+    let ok = env.path("ok");
+    env.add(
+        "k",
+        &["--backoff-base", "1h", "--backoff-max", "1h"],
+        &format!("test -e {} && echo k >> {}", sh_quote(&ok), sh_quote(&log)),
+    );
+    let failed = env.enqueue("k");
+    env.tick(&[]);
+    assert_eq!(status_of(&env, failed), "pending");
+    assert_eq!(attempts(failed), 1);
+    env.ok(&["retry", &failed.to_string()]);
+    fs::write(&ok, "").expect("write ok");
+    let waited = refused_wait("k");
+    assert_eq!(lines(), 2, "nothing ran");
+    env.tick(&[]);
+    assert_eq!(status_of(&env, failed), "succeeded");
+    assert_eq!(attempts(failed), 2, "its retry executed once");
+    assert_eq!(status_of(&env, waited), "succeeded");
+    assert_eq!(attempts(waited), 1, "executed once");
+    assert_eq!(lines(), 4);
+    env.tick(&[]);
+    assert_eq!(lines(), 4, "a later tick runs nothing again");
 }
 
 /// Manual runs enqueued in the same second by processes that read the same monotonic instant
