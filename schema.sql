@@ -194,7 +194,8 @@ CREATE TABLE job_events (
 );
 CREATE INDEX job_events_run ON job_events (run_id, id);
 
--- Small facts about the runner itself: last tick, last automatic prune, the clock high-water
+-- Small facts about the runner itself: last tick, the automatic prune's hourly turn
+-- (last_prune_at) and the last `runner prune` (last_manual_prune_at), the clock high-water
 -- mark, the run tally's fold (tally_through, tally_folded_at; see job_run_tally), and syncs
 -- (how many commits were made only to sync the WAL after deferred ones, where the -wal file
 -- could not be synced directly; see SqliteStore::sync_wal).

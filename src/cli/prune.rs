@@ -31,9 +31,8 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             })?,
     };
     let mut store = ctx.open(OpenMode::MustExist)?;
-    let cutoff = ctx
-        .clock
-        .epoch()
+    let now = ctx.clock.epoch();
+    let cutoff = now
         .saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX))
         // Nothing finished before 1970: a larger retention keeps everything, and says so.
         .max(0);
@@ -44,7 +43,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         crate::complain!(
             "runner: warning: the clock is shifted by --now to {}: the retention counts from \
              there, so runs that finished before {before} are pruned",
-            utc_time(ctx.clock.epoch())
+            utc_time(now)
         );
     }
     if args.dry_run {
@@ -66,6 +65,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             );
         }
     })?;
+    // For `status`'s "last prune" (the automatic one's hourly turn is left alone: this prune's
+    // retention may not be the tick's). The runs are gone whether or not this is written, so a
+    // failure here is a warning, not the command's failure.
+    if let Err(e) = store.record_manual_prune(now) {
+        crate::complain!("runner: warning: pruned, but could not record when, for `status`: {e:#}");
+    }
     let left = match describe_left(removed.left) {
         Some(left) => format!("{left}\n"),
         None if removed.runs == 0 => {

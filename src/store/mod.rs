@@ -542,6 +542,8 @@ pub struct Health {
     /// The latest time any tick's clock read. Ahead of now: this clock stepped back, or a tick
     /// ran with a clock ahead.
     pub clock_high_water: Option<i64>,
+    /// When the latest prune of either kind ran: the tick's automatic one (its turn) or a
+    /// `runner prune` (not a `--dry-run`).
     pub last_prune_at: Option<i64>,
     pub oldest_run: Option<RunBrief>,
     pub storage: Storage,
@@ -1595,9 +1597,13 @@ pub trait Store {
     /// tally that `health` and `job_run_stats` read, in one short transaction; true if runs up
     /// to `newest` are left to fold.
     fn fold_run_tally_batch(&mut self, newest: i64, limit: i64) -> Result<bool>;
-    /// Take the automatic-prune turn: true (and the turn is recorded) if no prune started in the
-    /// last `every_secs` (or one is recorded in the future: the clock went back).
+    /// Take the automatic-prune turn: true (and the turn is recorded) if no automatic prune
+    /// started in the last `every_secs` (or one is recorded in the future: the clock went back).
+    /// A `runner prune` never takes the turn: the tick applies its own retention on its hour.
     fn claim_auto_prune(&mut self, now: i64, every_secs: i64) -> Result<bool>;
+    /// Record that a `runner prune` ran at `at`, apart from the automatic turn: the later of the
+    /// two is what [`Health::last_prune_at`] reports.
+    fn record_manual_prune(&mut self, at: i64) -> Result<()>;
 }
 
 #[cfg(test)]

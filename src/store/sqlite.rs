@@ -1541,7 +1541,7 @@ ORDER BY r.finished_at DESC, r.id DESC LIMIT ?2"
 );
 const RUNNER_STATE: &str = "
 SELECT key, value FROM runner_state
-WHERE key IN ('last_tick_at', 'last_prune_at')";
+WHERE key IN ('last_tick_at', 'last_prune_at', 'last_manual_prune_at')";
 /// The latest time any tick's clock read. Databases from before `clock_high_water` existed kept
 /// `last_tick_at` as a maximum, which is the same thing.
 const CLOCK_HIGH_WATER: &str = "
@@ -2728,7 +2728,11 @@ impl Store for SqliteStore {
                 let value: i64 = row.get(1)?;
                 match row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)? {
                     "last_tick_at" => last_tick_at = Some(value),
-                    "last_prune_at" => last_prune_at = Some(value),
+                    // The automatic turn ('last_prune_at', named before manual prunes were recorded)
+                    // or the last `runner prune`, whichever ran later.
+                    "last_prune_at" | "last_manual_prune_at" => {
+                        last_prune_at = last_prune_at.max(Some(value))
+                    }
                     _ => {}
                 }
             }
@@ -3061,6 +3065,17 @@ impl Store for SqliteStore {
         )?;
         tx.commit()?;
         Ok(taken == 1)
+    }
+
+    fn record_manual_prune(&mut self, at: i64) -> Result<()> {
+        let tx = self.write()?;
+        tx.execute(
+            "INSERT INTO runner_state (key, value) VALUES ('last_manual_prune_at', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [at],
+        )?;
+        tx.commit()?;
+        Ok(())
     }
 }
 

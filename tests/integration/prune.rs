@@ -347,6 +347,87 @@ fn the_tick_prunes_by_itself_at_most_once_an_hour() {
     assert!((before..=after).contains(&pruned_at), "{report}");
 }
 
+/// `status`'s "last prune" (`last_prune_at` in `--json`) is the latest prune of either kind: a
+/// `runner prune` counts, with automatic pruning off (an operator pruning from their own cron saw
+/// none) and after an automatic prune alike. A manual prune leaves the automatic one's hourly
+/// turn alone: the tick still applies its own retention when its turn comes.
+#[test]
+fn last_prune_is_the_latest_prune_of_either_kind() {
+    let env = Env::init();
+    env.add("a", &[], "true");
+    let tick_with = |retention: Option<&str>| {
+        let mut cmd = env.cmd();
+        cmd.arg("tick");
+        match retention {
+            Some(r) => cmd.env("RUNNER_RETENTION", r),
+            None => cmd.env_remove("RUNNER_RETENTION"),
+        };
+        let out = cmd.output().expect("tick");
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    let runs = || env.sql.query_i64("SELECT count(*) FROM job_runs", &[]);
+    let auto_turn = || {
+        env.sql.query_i64s(
+            "SELECT value FROM runner_state WHERE key = 'last_prune_at'",
+            &[],
+        )
+    };
+    // The last prune `status` shows, checked against its text; `None` when it shows none.
+    let last_prune = || -> Option<i64> {
+        let report = json(&env.ok(&["status", "--json"]));
+        let text = env.ok(&["status"]);
+        let at = report["last_prune_at_epoch"].as_i64();
+        match at {
+            Some(at) => assert!(
+                text.contains(&format!("last prune:      {}\n", utc(at))),
+                "{text}"
+            ),
+            None => assert!(!text.contains("last prune:"), "{text}"),
+        }
+        at
+    };
+    let manual_prune = || -> (i64, i64) {
+        let before = real_now();
+        let out = env.ok(&["prune", "--older-than", "30d"]);
+        assert!(out.starts_with("removed 5 runs"), "{out}");
+        (before, real_now())
+    };
+
+    // Automatic pruning off: the tick never prunes, and `runner prune` is the only one.
+    insert_finished_runs(&env, "a", 5, real_now(), 40 * 86_400);
+    tick_with(Some("off"));
+    assert_eq!(runs(), 5);
+    assert_eq!(last_prune(), None);
+    let (before, after) = manual_prune();
+    assert_eq!(runs(), 0);
+    let at = last_prune().expect("the manual prune");
+    assert!((before..=after).contains(&at), "{at}");
+    assert_eq!(auto_turn(), [0i64; 0], "the automatic turn is not taken");
+
+    // The tick's turn was never taken: it prunes by its own retention, the manual prune
+    // notwithstanding, and is now the last prune.
+    insert_finished_runs(&env, "a", 5, real_now(), 41 * 86_400);
+    let before = real_now();
+    tick_with(None);
+    let after = real_now();
+    assert_eq!(runs(), 0);
+    let turn = auto_turn()[0];
+    assert!((before..=after).contains(&turn), "{turn}");
+    assert_eq!(last_prune(), Some(turn));
+
+    // A manual prune after an automatic one (its turn moved back ten minutes, as if taken then):
+    // the manual one is the last, and the turn stays where it was.
+    env.sql.exec(
+        "UPDATE runner_state SET value = value - 600 WHERE key = 'last_prune_at'",
+        &[],
+    );
+    insert_finished_runs(&env, "a", 5, real_now(), 42 * 86_400);
+    let (before, after) = manual_prune();
+    let at = last_prune().expect("the manual prune");
+    assert!((before..=after).contains(&at), "{at}");
+    assert_eq!(auto_turn(), [turn - 600]);
+}
+
 #[test]
 fn ticks_keep_succeeding_while_a_big_prune_runs() {
     let env = Env::init();

@@ -1576,7 +1576,7 @@ ORDER BY r.finished_at DESC, r.id DESC LIMIT $2"
 );
 const RUNNER_STATE: &str = "
 SELECT key, value FROM runner_state
-WHERE key IN ('last_tick_at', 'last_prune_at')";
+WHERE key IN ('last_tick_at', 'last_prune_at', 'last_manual_prune_at')";
 const CLOCK_HIGH_WATER: &str = "
 SELECT coalesce((SELECT value FROM runner_state WHERE key = 'clock_high_water'),
                 (SELECT value FROM runner_state WHERE key = 'last_tick_at'))";
@@ -2776,7 +2776,11 @@ impl Store for PostgresStore {
                 let value: i64 = row.try_get(1)?;
                 match row.try_get::<_, &str>(0)? {
                     "last_tick_at" => last_tick_at = Some(value),
-                    "last_prune_at" => last_prune_at = Some(value),
+                    // The automatic turn ('last_prune_at', named before manual prunes were recorded)
+                    // or the last `runner prune`, whichever ran later.
+                    "last_prune_at" | "last_manual_prune_at" => {
+                        last_prune_at = last_prune_at.max(Some(value))
+                    }
                     _ => {}
                 }
             }
@@ -3157,6 +3161,17 @@ impl Store for PostgresStore {
                 &[&now, &every_secs],
             )?;
             Ok(taken == 1)
+        })
+    }
+
+    fn record_manual_prune(&mut self, at: i64) -> StoreResult<()> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO runner_state (key, value) VALUES ('last_manual_prune_at', $1)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                &[&at],
+            )?;
+            Ok(())
         })
     }
 }
