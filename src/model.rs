@@ -1096,6 +1096,9 @@ pub struct OrphanClose {
     /// At most `ERROR_DETAIL_MAX` bytes.
     pub detail: String,
     pub event: NewEvent,
+    /// Its job never started (stopped at its gate): the attempt took no time and printed
+    /// nothing, and is closed as such, not as one whose output went with a runner that is gone.
+    pub never_started: bool,
 }
 
 impl OrphanClose {
@@ -1109,12 +1112,35 @@ impl OrphanClose {
         OrphanClose::closed(ErrorCode::LeaseExpired, attempt, detail)
     }
 
+    /// Its job was stopped at its gate by the tick that claimed it, its command never run: the
+    /// run was cancelled (`cancelled`), or its lease expired and it was recovered, between the
+    /// claim and the job's release.
+    pub fn never_started(attempt: u32, cancelled: bool) -> OrphanClose {
+        let (code, why) = if cancelled {
+            (ErrorCode::Cancelled, "the run was cancelled")
+        } else {
+            (
+                ErrorCode::LeaseExpired,
+                "its lease expired and another runner recovered the run",
+            )
+        };
+        let detail = format!(
+            "{why} before its job started; the job was stopped at its gate, and its command \
+             never ran"
+        );
+        OrphanClose {
+            never_started: true,
+            ..OrphanClose::closed(code, attempt, &detail)
+        }
+    }
+
     fn closed(code: ErrorCode, attempt: u32, detail: &str) -> OrphanClose {
         let detail = truncate_detail(detail, ERROR_DETAIL_MAX);
         OrphanClose {
             event: NewEvent::attempt_closed(attempt, &code, &detail),
             code,
             detail,
+            never_started: false,
         }
     }
 }

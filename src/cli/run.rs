@@ -107,6 +107,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
                  want of open files; a tick executes it when it can"
             ));
         }
+        if report.stopped_at_gate.contains(&run_id) {
+            return Err(anyhow::anyhow!(
+                "run {run_id} was cancelled, or its lease expired, before its job started: its \
+                 command never ran; `runner show {run_id}` tells what became of it"
+            ));
+        }
         if report.not_started > 0 {
             // Its start could not be written (said when met), so it was left at its gate.
             crate::tick::report_unrecorded(&report);

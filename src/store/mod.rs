@@ -1475,9 +1475,10 @@ pub trait Store {
     /// reach, or already closed): its `forbid` schedule's runs may start again.
     fn release_stop(&mut self, run_id: i64) -> Result<()>;
     /// Close an orphaned attempt (its processes are gone) as failed with `close`'s error, and
-    /// record `close.event`; never one its run still holds under its token. Its run, if
-    /// cancelled, no longer waits for its job (`stopping_by` cleared). False if it was closed
-    /// meanwhile.
+    /// record `close.event`; never one its run still holds under its token. Its duration runs
+    /// from its start, its output is not kept (NULL), unless `close.never_started`: then it took
+    /// no time and printed nothing (empty). Its run, if cancelled, no longer waits for its job
+    /// (`stopping_by` cleared). False if it was closed meanwhile.
     fn close_orphaned_attempt(
         &mut self,
         holder: &AttemptHolder,

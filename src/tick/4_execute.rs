@@ -32,12 +32,15 @@ use anyhow::Result;
 
 use super::claim::claim_due;
 use super::record::{
-    decide_ends, record_decided, record_decided_then_claim, record_end, results_durable,
+    decide_ends, record_decided, record_decided_then_claim, record_end, results_durable, write_end,
     DecidedEnds, End, StopReason, KILL_GRACE,
 };
 use super::{attempt_marker, runner_error, test_hook, OnShutdown, Tick};
 use crate::display::utc_time;
-use crate::model::{ClaimedRun, Fenced, GivenBack, LeaseToken, NewEvent, StartRecord};
+use crate::model::{
+    AfterFailure, AttemptFailure, AttemptHolder, AttemptResult, CapturedOutput, ClaimedRun,
+    ErrorCode, Fenced, GivenBack, LeaseToken, NewEvent, OrphanClose, RunStatus, StartRecord,
+};
 use crate::process::{
     procfs, wakeup::Wakeup, FilesExhausted, JobSpec, RunningJob, SpawnError, SpawnErrorKind,
     SPAWN_SIDE_BY_SIDE_FROM,
@@ -545,6 +548,28 @@ impl Supervisor {
         self.ready = ready.into();
         for a in stopped {
             self.admit_stopped(a);
+        }
+    }
+
+    /// Runs whose job this tick stopped at its gate, its command never run, because the run was
+    /// no longer this tick's to start: their start was refused. Their attempts are closed at
+    /// once ([`close_unstarted`]), so that none stays open (with a cancelled run's `forbid`
+    /// schedule waiting behind a job that never existed) until a later tick finds it orphaned.
+    /// Should a write fail, that later tick closes it, as before.
+    fn close_never_started(&mut self, tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
+        for run in runs {
+            let closed = self.lend(|| close_unstarted(tick, &run));
+            match closed {
+                Ok(()) => tick.report.stopped_at_gate.push(run.run_id),
+                Err(e) => {
+                    let context = format!(
+                        "run {}: closing attempt {}, whose job never started",
+                        run.run_id, run.attempt
+                    );
+                    runner_error(&mut tick.report.errors, context, &e);
+                    tick.write_failed(&e);
+                }
+            }
         }
     }
 
@@ -1162,8 +1187,8 @@ fn start_here(
 
 /// Record the starts of jobs spawned at their gate in one transaction; the ones whose start
 /// landed are prepared (held at the gate until a slot frees), the others never run their
-/// command. A job that could not start ends its attempt, unless for want of a descriptor: its
-/// claim is given back.
+/// command (refused: their attempts are closed, `Supervisor::close_never_started`). A job that
+/// could not start ends its attempt, unless for want of a descriptor: its claim is given back.
 fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervisor) {
     let mut gated = Vec::with_capacity(spawned.len());
     let mut unstarted = Vec::new();
@@ -1234,7 +1259,7 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
         Ok(landed) => {
             // A durable commit: the results written deferred before it are durable too.
             results_durable(tick);
-            landed
+            Some(landed)
         }
         Err(e) => {
             // Not recorded, so not started: the leases expire and recovery retries the runs.
@@ -1244,11 +1269,18 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
             if tick.writes_stopped() {
                 tick.report.not_started += gated.len();
             }
-            vec![Fenced::LeaseLost; gated.len()]
+            None
         }
     };
     let seen_at = Instant::now();
     test_hook("recorded");
+    let Some(landed) = landed else {
+        for a in gated {
+            a.job.abort();
+        }
+        return;
+    };
+    let mut refused = Vec::new();
     for (mut a, landed) in gated.into_iter().zip(landed) {
         if landed == Fenced::Applied {
             a.lease_seen_at = seen_at;
@@ -1256,8 +1288,70 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
         } else {
             // Cancelled or taken over before it could start: it never runs.
             a.job.abort();
+            refused.push(a.run);
         }
     }
+    supervisor.close_never_started(tick, refused);
+}
+
+/// Close the attempt of a run whose job this tick stopped at its gate (see
+/// `Supervisor::close_never_started`), as what became of the run says:
+/// - cancelled under it, or recovered (its lease expired) by another runner: closed as an
+///   orphaned attempt is, fenced the same way (only this attempt, under this tick's token, and
+///   only if its run no longer holds it so), as `CANCELLED` or `LEASE:EXPIRED`, an
+///   `ATTEMPT_CLOSED` event saying its command never ran; a cancelled run's `forbid` schedule no
+///   longer waits for its job;
+/// - still this tick's, its lease expired before the start could be recorded (the tick was held
+///   up) and nobody recovered it yet: its end is written as recovery would write it
+///   (`LEASE:EXPIRED`, retried by its policy), fenced by its token, saying its command never
+///   ran.
+fn close_unstarted(tick: &mut Tick<'_>, run: &ClaimedRun) -> Result<()> {
+    // Gone: its schedule was removed with its runs and their attempts.
+    let Some(now_run) = tick.store.run(run.run_id)? else {
+        return Ok(());
+    };
+    // A run claimed again since (recovered, then retried) is on a later attempt.
+    let same_attempt = now_run.attempt == run.attempt;
+    if same_attempt && now_run.status == RunStatus::Running {
+        let now = tick.clock.read();
+        let then = AfterFailure::by_policy(&run.retry, run.attempt, now, tick.rng);
+        let detail = "its lease expired before its job's start could be recorded (the tick was \
+                      held up); the job was stopped at its gate, and its command never ran";
+        let result = AttemptResult {
+            run_id: run.run_id,
+            attempt: run.attempt,
+            lease_token: run.lease_token.clone(),
+            finished_at: now.secs(),
+            duration_ms: 0,
+            failure: Some(AttemptFailure::new(ErrorCode::LeaseExpired, detail, then)),
+            exit_code: None,
+            output: Some(CapturedOutput::default()),
+            leftovers: Vec::new(),
+            leftovers_killed: false,
+            attempt_left_open: false,
+            lease_expired_at: None,
+        };
+        write_end(tick, &run.job_name, result)?;
+        return Ok(());
+    }
+    let cancelled = same_attempt && now_run.status == RunStatus::Cancelled;
+    let close = OrphanClose::never_started(run.attempt, cancelled);
+    let actor = &tick.options.actor;
+    // Only what the close is fenced by is read from it.
+    let holder = AttemptHolder {
+        run_id: run.run_id,
+        attempt: run.attempt,
+        lease_token: run.lease_token.clone(),
+        host: actor.host.clone(),
+        runner_pid: actor.pid,
+        runner_start_time: actor.start_time,
+        child_pid: None,
+        child_start_time: None,
+        started_at: 0,
+    };
+    tick.store
+        .close_orphaned_attempt(&holder, tick.clock.epoch(), &close, actor)?;
+    Ok(())
 }
 
 /// Claims whose job never started for want of a descriptor (its spawn failed with `EMFILE` or

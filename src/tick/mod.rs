@@ -91,6 +91,10 @@ pub struct TickReport {
     /// due: they wait for the next tick. Said in one line when met; the tick exits 5 (busy, safe
     /// to retry), unless it met runner errors.
     pub claims_locked: bool,
+    /// Runs whose job this tick stopped at its gate, its command never run, because the run was
+    /// no longer its to start (cancelled, or its lease expired, between its claim and the job's
+    /// release): their attempts are closed, saying so.
+    pub stopped_at_gate: Vec<i64>,
     /// Why automatic pruning did not run, when the clock may not decide it.
     pub auto_prune_skipped: Option<&'static str>,
     /// What automatic pruning removed (and left for the next prune), if anything, and its cutoff

@@ -161,7 +161,9 @@ fn a_tick_that_stalls_after_claiming_never_starts_a_run_taken_over() {
 }
 
 /// A tick stalls after claiming until its lease has expired (forged: nobody took it over yet).
-/// It must not start the command: recovery may retry the run at any moment.
+/// It must not start the command: recovery may retry the run at any moment. It ends the attempt
+/// itself, as recovery would (`LEASE:EXPIRED`, retried by its policy: at once), saying its
+/// command never ran; the retry runs once.
 #[test]
 fn a_tick_that_stalls_past_its_lease_never_starts_the_run() {
     let env = Env::init();
@@ -173,15 +175,17 @@ fn a_tick_that_stalls_past_its_lease_never_starts_the_run() {
     fs::write(&go, "").expect("release the stalled tick");
     let out = stalled.finish();
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        lines(&log).is_empty(),
-        "started on an expired lease: {:?}",
-        lines(&log)
+    assert_eq!(
+        lines(&log),
+        vec!["attempt 2".to_string()],
+        "started on an expired lease"
     );
-    // Recovery retries it, once.
+    assert_never_started(&env, run, "LEASE:EXPIRED");
+    // Nothing is left to retry.
     let out = env.run(&["tick", "--now", &an_hour_later()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(lines(&log), vec!["attempt 2".to_string()]);
+    assert_eq!(status_of(&env, run), "succeeded");
 }
 
 /// A run cancelled while its job waits at the gate (its start recorded, the tick stalled before
@@ -222,6 +226,63 @@ fn a_run_cancelled_while_its_job_waits_at_the_gate_never_starts() {
         lines(&log)
     );
     assert_eq!(status_of(&env, run), "cancelled");
+}
+
+/// Another host recovered the run (its lease expired) while the tick that claimed it stalled
+/// before recording its job's start, leaving the attempt open for this host (forged: the run is
+/// pending again, its attempt open). The start is refused, the job never runs, and the tick
+/// closes the attempt at once as `LEASE:EXPIRED`, saying its command never ran, instead of
+/// leaving it for a later tick to find orphaned.
+#[test]
+fn a_start_refused_after_recovery_elsewhere_closes_the_attempt_at_once() {
+    let env = Env::init();
+    let log = env.path("log");
+    env.add(
+        "held",
+        &["--backoff-base", "10m"],
+        &format!("echo ran >> {}", sh_quote(&log)),
+    );
+    let run = env.enqueue("held");
+    let mut stalled = StalledTick::at(&env, &["tick", "--lease", "600s"], "spawned", "");
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'pending', owner = NULL, lease_token = NULL,
+             lease_expires_at = NULL, heartbeat_at = NULL, running_alone = NULL,
+             run_at = 4102444800, error_code = 'LEASE:EXPIRED'
+         WHERE id = $1",
+        &[&run],
+    );
+    let (status, err) = stalled.go_on();
+    assert!(status.success(), "{err}");
+    assert!(lines(&log).is_empty(), "its command ran: {:?}", lines(&log));
+    assert_eq!(status_of(&env, run), "pending");
+    assert_never_started(&env, run, "LEASE:EXPIRED");
+}
+
+/// Attempt 1 of `run` is closed with `code`, as a job that never started: it took no time, and
+/// the event that tells its end (`ATTEMPT_CLOSED`, or `RECOVERED` when the tick wrote the end of
+/// a run still its own) says its command never ran.
+fn assert_never_started(env: &Env, run: i64, code: &str) {
+    let attempt = env.sql.query_row(
+        "SELECT CAST(finished_at IS NOT NULL AS integer), error_code, error_detail, duration_ms
+         FROM job_attempts WHERE run_id = $1 AND attempt = 1",
+        &[&run],
+    );
+    assert_eq!(attempt[0].i64(), 1, "the attempt is closed");
+    assert_eq!(attempt[1].opt_string().as_deref(), Some(code));
+    let detail = attempt[2].opt_string().unwrap_or_default();
+    assert!(detail.contains("its command never ran"), "{detail}");
+    assert_eq!(attempt[3].opt_i64(), Some(0), "it took no time");
+    let event = env.sql.query_opt_string(
+        "SELECT detail FROM job_events
+         WHERE run_id = $1 AND kind IN ('ATTEMPT_CLOSED', 'RECOVERED')",
+        &[&run],
+    );
+    assert!(
+        event
+            .as_deref()
+            .is_some_and(|d| d.contains(code) && d.contains("its command never ran")),
+        "{event:?}"
+    );
 }
 
 /// The look at a waiting job's lease fails (the store cannot answer): a job seen holding its

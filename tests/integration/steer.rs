@@ -187,6 +187,96 @@ fn a_cancelled_job_that_ends_by_itself_is_told_as_such() {
     assert_eq!(status_of(&env, waited), "cancelled");
 }
 
+/// A cancel that lands between a tick's claim and the record of its job's start (the tick stalled
+/// there by a hook): the job is stopped at its gate, its command never runs, and the tick closes
+/// the attempt at once, saying its command never ran, so the next run of the `forbid` schedule
+/// starts at the tick's next claim instead of waiting out the lease and the kill grace (the
+/// lease is 10 minutes: nothing else closes the attempt within the test).
+#[test]
+fn a_run_cancelled_before_its_job_starts_closes_its_attempt_at_once() {
+    let env = Env::init();
+    let (log, go) = (env.path("log"), env.path("go"));
+    env.add(
+        "alone",
+        &["--overlap", "forbid"],
+        &format!("echo \"$RUNNER_RUN_ID\" >> {}", sh_quote(&log)),
+    );
+    let cancelled = env.enqueue("alone");
+    let bg = Bg::spawn_hooked(
+        &env,
+        "tick",
+        &["tick", "--lease", "600s", "--max-tick", "10m"],
+        &format!("spawned:wait={}", go.display()),
+    );
+    let reached = env.path("go.reached");
+    wait_until(
+        Duration::from_secs(120),
+        "the tick to spawn the job",
+        || reached.exists(),
+    );
+    env.ok(&["cancel", &cancelled.to_string()]);
+    // Due now, behind the cancelled run of its `forbid` schedule.
+    let next = env.enqueue("alone");
+    fs::write(&go, "").expect("let the tick go on");
+    let out = bg.finish(Duration::from_secs(120));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let ran = fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !ran.lines().any(|l| l == cancelled.to_string()),
+        "the cancelled run's command ran: {ran:?}"
+    );
+    assert_eq!(status_of(&env, cancelled), "cancelled");
+    let attempt = env.sql.query_row(
+        "SELECT CAST(finished_at IS NOT NULL AS integer), error_code, error_detail, duration_ms
+         FROM job_attempts WHERE run_id = $1",
+        &[&cancelled],
+    );
+    assert_eq!(attempt[0].i64(), 1, "the attempt is closed");
+    assert_eq!(attempt[1].opt_string().as_deref(), Some("CANCELLED"));
+    let detail = attempt[2].opt_string().unwrap_or_default();
+    assert!(detail.contains("its command never ran"), "{detail}");
+    assert_eq!(attempt[3].i64(), 0, "a job that never started took no time");
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by IS NOT NULL",
+            &[&cancelled]
+        ),
+        0,
+        "no job is being stopped"
+    );
+    let closed = env.sql.query_opt_string(
+        "SELECT detail FROM job_events WHERE run_id = $1 AND kind = 'ATTEMPT_CLOSED'",
+        &[&cancelled],
+    );
+    assert!(
+        closed
+            .as_deref()
+            .is_some_and(|d| d.contains("CANCELLED") && d.contains("its command never ran")),
+        "{closed:?}"
+    );
+    let shown = env.ok(&["show", &cancelled.to_string()]);
+    assert!(
+        shown.contains("cancelled after 1 attempt(s)")
+            && !shown.contains("being stopped")
+            && shown.contains("its command never ran"),
+        "{shown}"
+    );
+    let listed = json(&env.ok(&["history", "alone", "--json"]));
+    let row = listed
+        .as_array()
+        .and_then(|runs| runs.iter().find(|r| r["id"] == cancelled))
+        .unwrap_or_else(|| panic!("run {cancelled} in {listed}"));
+    assert_eq!(row["status"], "cancelled", "{row}");
+    // Its attempt ended (null: still running), having taken no time.
+    assert_eq!(row["duration_ms"], 0, "{row}");
+
+    // The tick's next claim took the schedule's next run: it did not wait behind a job that
+    // never existed.
+    assert_eq!(status_of(&env, next), "succeeded");
+    assert_eq!(ran.lines().collect::<Vec<_>>(), [next.to_string()]);
+}
+
 /// A run that recovery took from another host and retried has two open attempts while that
 /// host has not closed its own yet (recovery leaves that to it): `cancel` speaks of the retry's
 /// attempt, the one it cancelled, and succeeds.

@@ -2437,9 +2437,15 @@ impl Store for PostgresStore {
     ) -> StoreResult<bool> {
         self.write(|tx| {
             // Never the attempt a runner still holds: only one whose run moved on without it.
+            // One whose job never started took no time and printed nothing; another's output
+            // went with its runner (NULL: not kept).
             let closed = tx.execute(
-                "UPDATE job_attempts SET finished_at = $4, duration_ms = greatest(0, $4 - started_at) * 1000,
-                     outcome = 'failed', error_code = $5, error_detail = $6
+                "UPDATE job_attempts SET finished_at = $4,
+                     duration_ms = CASE WHEN $7 THEN 0 ELSE greatest(0, $4 - started_at) * 1000 END,
+                     outcome = 'failed', error_code = $5, error_detail = $6,
+                     stdout_tail = CASE WHEN $7 THEN ''::bytea END,
+                     stderr_tail = CASE WHEN $7 THEN ''::bytea END,
+                     stdout_bytes = CASE WHEN $7 THEN 0 END, stderr_bytes = CASE WHEN $7 THEN 0 END
                  WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL
                    AND NOT EXISTS (SELECT 1 FROM job_runs WHERE id = $1 AND status = 'running' AND lease_token = $3)",
                 &[
@@ -2449,6 +2455,7 @@ impl Store for PostgresStore {
                     &now,
                     &close.code.to_string(),
                     &close.detail,
+                    &close.never_started,
                 ],
             )?;
             if closed == 1 {
