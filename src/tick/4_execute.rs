@@ -441,7 +441,7 @@ impl Supervisor {
         if holding && Instant::now() >= self.next_heartbeat {
             self.next_heartbeat = Instant::now() + self.heartbeat_every;
             match self.heartbeat(tick, Beaten::All) {
-                Beat::Answered { lost: true } => self.stop_lost_at_gate(),
+                Beat::Answered { lost: true } => self.stop_lost_at_gate(tick),
                 Beat::Answered { lost: false } | Beat::Failed | Beat::Locked => {}
             }
             self.leave_at_gate_if_writes_stopped(tick);
@@ -540,22 +540,32 @@ impl Supervisor {
         self.tender.lend(&mut self.active, call)
     }
 
-    /// A prepared run whose lease is gone never runs its command: stopped at the gate.
-    fn stop_lost_at_gate(&mut self) {
+    /// A prepared run whose lease is gone never runs its command: stopped at the gate. One whose
+    /// lease is known lost (cancelled, or recovered) has its attempt closed at once
+    /// ([`close_never_started`](Self::close_never_started)); one whose lease could not be
+    /// confirmed is recorded as any stopped job (`LEASE:EXPIRED`).
+    fn stop_lost_at_gate(&mut self, tick: &mut Tick<'_>) {
         let (stopped, ready) = std::mem::take(&mut self.ready)
             .into_iter()
             .partition::<Vec<_>, _>(|a| a.stopped.is_some());
         self.ready = ready.into();
+        let mut lost = Vec::new();
         for a in stopped {
-            self.admit_stopped(a);
+            if a.stopped == Some(StopReason::LeaseLost) {
+                a.job.abort();
+                lost.push(a.run);
+            } else {
+                self.admit_stopped(a);
+            }
         }
+        self.close_never_started(tick, lost);
     }
 
     /// Runs whose job this tick stopped at its gate, its command never run, because the run was
-    /// no longer this tick's to start: their start was refused. Their attempts are closed at
-    /// once ([`close_unstarted`]), so that none stays open (with a cancelled run's `forbid`
-    /// schedule waiting behind a job that never existed) until a later tick finds it orphaned.
-    /// Should a write fail, that later tick closes it, as before.
+    /// no longer this tick's to start: their start was refused, or a look at their lease found
+    /// it lost. Their attempts are closed at once ([`close_unstarted`]), so that none stays open
+    /// (with a cancelled run's `forbid` schedule waiting behind a job that never existed) until
+    /// a later tick finds it orphaned. Should a write fail, that later tick closes it, as before.
     fn close_never_started(&mut self, tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
         for run in runs {
             let closed = self.lend(|| close_unstarted(tick, &run));
@@ -634,7 +644,7 @@ impl Supervisor {
                 };
                 if lost {
                     // Fewer are left at the front: look again at which may go.
-                    self.stop_lost_at_gate();
+                    self.stop_lost_at_gate(tick);
                     continue;
                 }
             }

@@ -226,6 +226,16 @@ fn a_run_cancelled_while_its_job_waits_at_the_gate_never_starts() {
         lines(&log)
     );
     assert_eq!(status_of(&env, run), "cancelled");
+    // Its attempt is closed saying so, not as a job the tick terminated, and its job is not
+    // waited for.
+    assert_never_started(&env, run, "CANCELLED");
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by IS NOT NULL",
+            &[&run]
+        ),
+        0
+    );
 }
 
 /// Another host recovered the run (its lease expired) while the tick that claimed it stalled
