@@ -805,6 +805,31 @@ impl Text<'_, '_> {
             (other, _) => format!("{}.", other.name()),
         };
         lines.push(line);
+        if let (Cause::PassedOver { .. }, Some(counting)) = (cause, self.counted_in) {
+            lines.extend(self.changed_since_counted(counting));
+        }
+    }
+
+    /// That the schedule changed after the tick that counted an instant as passed over, if it
+    /// did: which instants that run counted is judged by the expression the schedule has now,
+    /// and runner keeps no record of the one it had then (an edit, a pause or a resume all move
+    /// `updated_at`, so this is a warning, not a verdict). A change in the tick's own second
+    /// may have come after it: warned of too.
+    fn changed_since_counted(&self, counting: &RunAfterCursor) -> Option<String> {
+        let d = self.facts.definition;
+        (d.updated_at >= counting.created_at).then(|| {
+            format!(
+                "Note: the schedule's settings changed at {}, after that tick. Which instants \
+                 run {} counts is judged by `{}` in {}, the expression it has now; if its cron \
+                 or zone was different then, that run counted the old expression's instants, and \
+                 this time may not have been one of them. runner keeps no record of the old \
+                 expression.",
+                self.at(d.updated_at),
+                counting.id,
+                escape_line(&d.settings.cron),
+                self.tz
+            )
+        })
     }
 
     /// "; the last tick ran at T (N ago)", or that none ever ran.

@@ -804,10 +804,9 @@ fn an_unknown_schedule_is_not_found_and_a_bad_time_is_a_usage_error() {
 /// ones in the reason of the oldest it records (skipped): asked about one of those, `why` names
 /// that run and quotes its reason, as `history` and `show` tell of it. It used to say no run of
 /// it is recorded, though ticks passed it (paused, changed or pruned).
-#[test]
-fn an_instant_a_tick_counted_but_did_not_record_names_the_run_that_counted_it() {
-    let env = Env::init();
-    // Hourly from New Year, first ticked on 15 March: 1,752 instants, the newest 1,000 recorded.
+/// An hourly schedule from New Year, first ticked on 15 March: 1,752 instants, the newest 1,000
+/// recorded, the older ones counted in the reason of the oldest recorded run (skipped).
+fn hourly_since_new_year_ticked_in_march(env: &Env) {
     env.add_at(
         Some("2026-01-01T00:00:00Z"),
         "hourly",
@@ -816,14 +815,22 @@ fn an_instant_a_tick_counted_but_did_not_record_names_the_run_that_counted_it() 
         "true",
     );
     env.tick_at("2026-03-15T00:00:05Z");
-    let counting = |name: &str| {
-        env.sql.query_i64(
-            "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
-             WHERE d.name = $1 AND r.skip_reason LIKE '%older missed instants%'",
-            &[&name.to_string()],
-        )
-    };
-    let run = counting("hourly");
+}
+
+/// The run of schedule NAME whose reason counts instants its tick did not record.
+fn counting(env: &Env, name: &str) -> i64 {
+    env.sql.query_i64(
+        "SELECT r.id FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+         WHERE d.name = $1 AND r.skip_reason LIKE '%older missed instants%'",
+        &[&name.to_string()],
+    )
+}
+
+#[test]
+fn an_instant_a_tick_counted_but_did_not_record_names_the_run_that_counted_it() {
+    let env = Env::init();
+    hourly_since_new_year_ticked_in_march(&env);
+    let run = counting(&env, "hourly");
     let reason = env
         .sql
         .query_opt_string("SELECT skip_reason FROM job_runs WHERE id = $1", &[&run])
@@ -863,7 +870,7 @@ fn an_instant_a_tick_counted_but_did_not_record_names_the_run_that_counted_it() 
         "true",
     );
     env.tick_at("2026-04-01T00:00:05Z");
-    let run = counting("minutely");
+    let run = counting(&env, "minutely");
     let report = why(
         &env,
         "2026-04-01T00:30:00Z",
@@ -887,4 +894,55 @@ fn an_instant_a_tick_counted_but_did_not_record_names_the_run_that_counted_it() 
         &["minutely", "--at", "2026-01-05 12:00"],
     );
     assert!(text.contains(&format!("runner show {run}")), "{text}");
+}
+
+/// Which instants a run's reason counts is judged by the schedule's expression now: after an
+/// edit, the one it had when the tick counted them may have been another, and runner keeps no
+/// record of it. `why` says so rather than answer as if the expression had never changed.
+#[test]
+fn an_instant_counted_as_passed_over_before_an_edit_says_the_expression_may_have_differed() {
+    let env = Env::init();
+    hourly_since_new_year_ticked_in_march(&env);
+    let run = counting(&env, "hourly");
+    let now = "2026-03-15T00:30:00Z";
+    let at = "2026-01-20T10:00:00Z";
+    let report = why(&env, now, &["hourly", "--at", at]);
+    assert_eq!(report["cause"], "passed_over", "{report}");
+    assert!(
+        !explanation(&report).contains("settings changed"),
+        "{report}"
+    );
+
+    // Half-hourly from now on: the run that counted still stands at one of its instants, so the
+    // count is judged by it, over half-hours the hourly expression never fired at.
+    env.ok(&[
+        "--now",
+        "2026-03-15T00:10:00Z",
+        "schedule",
+        "edit",
+        "hourly",
+        "--cron",
+        "0,30 * * * *",
+        "-q",
+    ]);
+    for at in [at, "2026-01-20T10:30:00Z"] {
+        let report = why(&env, now, &["hourly", "--at", at]);
+        assert_eq!(report["cause"], "passed_over", "{at}: {report}");
+        assert_eq!(report["counted_in_run_id"], run, "{at}: {report}");
+        let said = explanation(&report);
+        assert!(
+            said.contains(&format!(
+                "Note: the schedule's settings changed at 2026-03-15T00:10:00+00:00, after that \
+                 tick. Which instants run {run} counts is judged by `0,30 * * * *` in UTC, the \
+                 expression it has now; if its cron or zone was different then, that run counted \
+                 the old expression's instants, and this time may not have been one of them."
+            )),
+            "{at}: {said}"
+        );
+        let text = why_text(&env, now, &["hourly", "--at", at]);
+        assert!(
+            text.contains("may not have been one of them"),
+            "{at}: {text}"
+        );
+    }
 }
