@@ -1415,9 +1415,12 @@ WHERE definition_id = ?1 AND trigger = 'schedule' AND scheduled_for <= ?2
 ORDER BY scheduled_for DESC LIMIT ?3";
 
 /// The oldest schedule run of a schedule after a time (`first_run_after`, and the one
-/// `reanchor_definition` shows its `record`), read from the index of one run per instant.
+/// `reanchor_definition` shows its `record`), read from the index of one run per instant. Named,
+/// as for `RECORDED_INSTANTS`: without statistics SQLite takes `job_runs_definition_history`,
+/// and would step over every manual run after the time before finding none of its own.
 const FIRST_RUN_AFTER: &str = "
 SELECT id, scheduled_for, status, skip_reason, created_at FROM job_runs
+    INDEXED BY job_runs_one_per_instant
 WHERE definition_id = ?1 AND trigger = 'schedule' AND scheduled_for > ?2
 ORDER BY scheduled_for LIMIT 1";
 
@@ -4099,31 +4102,51 @@ mod tests {
         assert_eq!(store.last_tick_at().expect("query"), None);
     }
 
+    /// A store on which `sql`'s plan is `expected`, one line, with SQLite's defaults and again with
+    /// the statistics of a large history.
+    fn planned_whatever_the_statistics(
+        sql: &str,
+        expected: &str,
+    ) -> (tempfile::TempDir, SqliteStore) {
+        let (dir, store) = store();
+        for analyzed in [false, true] {
+            if analyzed {
+                forge_large_history_statistics(&store);
+            }
+            let lines = plan(&store, sql);
+            assert_eq!(lines, vec![expected.to_string()], "analyzed: {analyzed}");
+        }
+        (dir, store)
+    }
+
     /// `why` reads the instants of a schedule's latest runs of its own from the index that holds
     /// no manual run alone (no table row), with or without statistics: never a walk over the
     /// manual runs newer than them, however many, nor a sort.
     #[test]
     fn recorded_instants_read_schedule_runs_only() {
-        let (_dir, store) = store();
-        for analyzed in [false, true] {
-            if analyzed {
-                forge_large_history_statistics(&store);
-            }
-            let lines = plan(&store, RECORDED_INSTANTS);
-            assert_eq!(
-                lines,
-                vec![
-                    "SEARCH job_runs USING COVERING INDEX job_runs_one_per_instant \
-                     (definition_id=? AND scheduled_for<?)"
-                        .to_string()
-                ],
-                "analyzed: {analyzed}"
-            );
-        }
+        let (_dir, store) = planned_whatever_the_statistics(
+            RECORDED_INSTANTS,
+            "SEARCH job_runs USING COVERING INDEX job_runs_one_per_instant \
+             (definition_id=? AND scheduled_for<?)",
+        );
         assert!(store
             .recorded_instants(1, i64::MAX, 1000)
             .expect("query")
             .is_empty());
+    }
+
+    /// `why` (for an instant ticks passed with no run) and `schedule reanchor` read a schedule's
+    /// oldest run after a time from the index that holds one entry per instant of its own, with
+    /// or without statistics: one probe from that time on, never a walk over its manual runs or
+    /// over the history of every schedule, nor a sort.
+    #[test]
+    fn first_run_after_reads_the_schedules_next_instant_from_its_index() {
+        let (_dir, store) = planned_whatever_the_statistics(
+            FIRST_RUN_AFTER,
+            "SEARCH job_runs USING INDEX job_runs_one_per_instant \
+             (definition_id=? AND scheduled_for>?)",
+        );
+        assert!(store.first_run_after(1, 0).expect("query").is_none());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use postgres::{Client, NoTls};
 use tempfile::TempDir;
 
-use super::common::{never, stderr, stdout, wait_until, BIN};
+use super::common::{epoch, json, never, stderr, stdout, wait_until, BIN};
 
 /// A database of its own on the test server, dropped at the end.
 struct PgEnv {
@@ -312,6 +312,69 @@ fn a_claim_reads_its_batch_not_the_whole_backlog() {
     assert!(
         read < 100,
         "one claim of 2 runs read {read} index entries of job_runs (5,000 due)"
+    );
+}
+
+/// `why` asks for a schedule's first run after an instant ticks passed with no run
+/// (`first_run_after`: was it counted as passed over?). It reads that from the index of one
+/// entry per scheduled instant, which holds no manual run: through the index of all of the
+/// schedule's runs it would step over every manual run after the instant, 5,000 here, to find
+/// no run of its own. Counted by the server (`pg_stat_user_indexes`), not timed.
+#[test]
+fn why_looks_for_the_first_run_after_an_instant_past_the_manual_runs() {
+    let Some(env) = PgEnv::init() else { return };
+    env.ok(&[
+        "--now",
+        "2026-01-01T00:00:00Z",
+        "schedule",
+        "add",
+        "hourly",
+        "--cron",
+        "0 * * * *",
+        "-q",
+        "--",
+        "true",
+    ]);
+    // Ticks passed January without a run of it (it was paused then), and it was run by hand,
+    // 5,000 times, after the instant asked about.
+    let mut client = env.client();
+    client
+        .execute(
+            "UPDATE job_definitions SET materialized_through = $1, next_fire_at = $2",
+            &[
+                &epoch("2026-02-01T00:00:00Z"),
+                &epoch("2026-02-01T01:00:00Z"),
+            ],
+        )
+        .expect("move the cursor");
+    client
+        .execute(
+            "INSERT INTO job_runs (definition_id, trigger, scheduled_for, status, run_at, command,
+                 max_attempts, timeout_secs, backoff_base_secs, backoff_max_secs,
+                 idempotency_key, created_at, finished_at)
+             SELECT d.id, 'manual', t, 'succeeded', t, d.command, d.max_attempts,
+                 d.timeout_secs, d.backoff_base_secs, d.backoff_max_secs, 'manual:' || t, t, t
+             FROM generate_series($1::bigint + 1, $1::bigint + 5000) t, job_definitions d",
+            &[&epoch("2026-01-10T06:00:00Z")],
+        )
+        .expect("insert the manual runs");
+    drop(client);
+    let before = index_entries_read(&env);
+    let out = env.ok(&[
+        "--now",
+        "2026-02-01T00:30:00Z",
+        "why",
+        "hourly",
+        "--at",
+        "2026-01-10T05:00:00Z",
+        "--json",
+    ]);
+    let report = json(&out);
+    assert_eq!(report["cause"], "not_recorded", "{report}");
+    let read = index_entries_read(&env) - before;
+    assert!(
+        read < 100,
+        "why read {read} index entries of job_runs (5,000 manual runs after the instant)"
     );
 }
 
