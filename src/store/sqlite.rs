@@ -503,6 +503,30 @@ impl SqliteStore {
         }
     }
 
+    /// One fenced write per item, all in one transaction made durable before this returns
+    /// ([`write_then_sync`](Self::write_then_sync), then [`synced`](Self::synced)): `write`
+    /// says whether the item's lease still held and its write landed.
+    fn fenced_each_durably<T>(
+        &mut self,
+        items: &[T],
+        write: impl Fn(&Transaction<'_>, &T) -> Result<bool>,
+    ) -> Result<Vec<Fenced>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tx = self.write_then_sync()?;
+        let mut landed = Vec::with_capacity(items.len());
+        for item in items {
+            landed.push(match write(&tx, item)? {
+                true => Fenced::Applied,
+                false => Fenced::LeaseLost,
+            });
+        }
+        tx.commit()?;
+        self.synced()?;
+        Ok(landed)
+    }
+
     /// Sync the WAL file, which is all a FULL commit adds to a deferred one (SQLite makes the
     /// same fsync, but holding the write lock). Every commit of this connection so far is then on
     /// disk: its frames are in the WAL, or a checkpoint copied them to the database file, and a
@@ -2203,12 +2227,8 @@ impl Store for SqliteStore {
         now: i64,
         lease_expires_at: i64,
     ) -> Result<Vec<Fenced>> {
-        if starts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let tx = self.write_then_sync()?;
-        let mut landed = Vec::with_capacity(starts.len());
-        for start in starts {
+        // Durable before any gate opens: every deferred commit before it is on disk too.
+        self.fenced_each_durably(starts, |tx, start| {
             // The lease must still be ours and unexpired: a tick that stalled between claim and
             // start (past its lease) must not start a command that recovery may already retry.
             let held = tx
@@ -2217,7 +2237,7 @@ impl Store for SqliteStore {
                      WHERE id = ?1 AND lease_token = ?2 AND status = 'running' AND lease_expires_at >= ?4",
                 )?
                 .execute(params![start.run_id, start.lease_token, lease_expires_at, now])?;
-            let recorded = held == 1
+            Ok(held == 1
                 && tx
                     .prepare_cached(
                         "UPDATE job_attempts SET child_pid = ?4, child_start_time = ?5
@@ -2230,26 +2250,12 @@ impl Store for SqliteStore {
                         start.child_pid,
                         start.child_start_time.map(|t| t as i64)
                     ])?
-                    == 1;
-            landed.push(if recorded {
-                Fenced::Applied
-            } else {
-                Fenced::LeaseLost
-            });
-        }
-        tx.commit()?;
-        // Durable before any gate opens: every deferred commit before it is on disk too.
-        self.synced()?;
-        Ok(landed)
+                    == 1)
+        })
     }
 
     fn give_back(&mut self, claims: &[GivenBack], now: i64, actor: &Actor) -> Result<Vec<Fenced>> {
-        if claims.is_empty() {
-            return Ok(Vec::new());
-        }
-        let tx = self.write_then_sync()?;
-        let mut landed = Vec::with_capacity(claims.len());
-        for claim in claims {
+        self.fenced_each_durably(claims, |tx, claim| {
             // As the claim found it: `started_at` is the first attempt's start, and this one
             // never started.
             let back = tx
@@ -2267,17 +2273,10 @@ impl Store for SqliteStore {
                      WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL",
                 )?
                 .execute(params![claim.run_id, claim.attempt, claim.lease_token])?;
-                insert_event(&tx, claim.run_id, now, actor, &claim.event)?;
+                insert_event(tx, claim.run_id, now, actor, &claim.event)?;
             }
-            landed.push(if back == 1 {
-                Fenced::Applied
-            } else {
-                Fenced::LeaseLost
-            });
-        }
-        tx.commit()?;
-        self.synced()?;
-        Ok(landed)
+            Ok(back == 1)
+        })
     }
 
     fn heartbeat(
