@@ -578,6 +578,30 @@ mod tests {
         }
     }
 
+    /// A schedule of `cron` in New York from 1 March 2026, at noon UTC on 8 March, its cursor
+    /// past that night's spring-forward gap (02:00 to 03:00 there, 07:00Z) at 08:00Z.
+    fn spring_forward(cron: &str) -> Case {
+        Case::new(
+            cron,
+            "America/New_York",
+            "2026-03-01T00:00:00Z",
+            "2026-03-08T08:00:00Z",
+            "2026-03-08T12:00:00Z",
+        )
+    }
+
+    /// A schedule of `cron` in New York from 1 October 2026, at noon UTC on 1 November, its
+    /// cursor there: past that night's repeated hour (01:00 to 02:00 there, twice).
+    fn fall_back(cron: &str) -> Case {
+        Case::new(
+            cron,
+            "America/New_York",
+            "2026-10-01T00:00:00Z",
+            "2026-11-01T12:00:00Z",
+            "2026-11-01T12:00:00Z",
+        )
+    }
+
     fn instant(s: &str) -> At {
         At::Instant(utc(s))
     }
@@ -781,13 +805,7 @@ mod tests {
 
     #[test]
     fn spring_forward_moves_a_fixed_time_job_and_tells_of_a_wildcard_ones_next_instant() {
-        let c = Case::new(
-            "30 2 * * *",
-            "America/New_York",
-            "2026-03-01T00:00:00Z",
-            "2026-03-08T08:00:00Z",
-            "2026-03-08T12:00:00Z",
-        );
+        let c = spring_forward("30 2 * * *");
         let located = locate(&c.timing, At::Local(local("2026-03-08T02:30")));
         assert_eq!(
             located,
@@ -813,13 +831,7 @@ mod tests {
                 outcome: Some(Box::new(Cause::Ran))
             }
         );
-        let wildcard = Case::new(
-            "*/30 * * * *",
-            "America/New_York",
-            "2026-03-01T00:00:00Z",
-            "2026-03-08T08:00:00Z",
-            "2026-03-08T12:00:00Z",
-        );
+        let wildcard = spring_forward("*/30 * * * *");
         let located = locate(&wildcard.timing, At::Local(local("2026-03-08T02:30")));
         assert_eq!(
             located,
@@ -846,26 +858,14 @@ mod tests {
             }
         );
         // A wildcard job whose minute is not the gap's end: its next fire time after it.
-        let quarter = Case::new(
-            "15 * * * *",
-            "America/New_York",
-            "2026-03-01T00:00:00Z",
-            "2026-03-08T08:00:00Z",
-            "2026-03-08T12:00:00Z",
-        );
+        let quarter = spring_forward("15 * * * *");
         let located = locate(&quarter.timing, At::Local(local("2026-03-08T02:15")));
         assert_eq!(located.instant(), Some(at("2026-03-08T07:15:00Z")));
     }
 
     #[test]
     fn fall_back_runs_a_fixed_time_job_in_the_first_pass() {
-        let c = Case::new(
-            "30 1 * * *",
-            "America/New_York",
-            "2026-10-01T00:00:00Z",
-            "2026-11-01T12:00:00Z",
-            "2026-11-01T12:00:00Z",
-        );
+        let c = fall_back("30 1 * * *");
         let (first, second) = (at("2026-11-01T05:30:00Z"), at("2026-11-01T06:30:00Z"));
         let naive = locate(&c.timing, At::Local(local("2026-11-01T01:30")));
         assert_eq!(
@@ -902,13 +902,7 @@ mod tests {
             Located::Fire(first)
         );
         // A wildcard job fires in both passes: the one asked is looked at.
-        let wildcard = Case::new(
-            "30 * * * *",
-            "America/New_York",
-            "2026-10-01T00:00:00Z",
-            "2026-11-01T12:00:00Z",
-            "2026-11-01T12:00:00Z",
-        );
+        let wildcard = fall_back("30 * * * *");
         let naive = locate(&wildcard.timing, At::Local(local("2026-11-01T01:30")));
         assert_eq!(naive.instant(), Some(first));
         assert_eq!(
