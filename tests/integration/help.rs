@@ -412,3 +412,135 @@ fn add_and_edit_warn_about_traps_and_quiet_silences_them() {
     let err = edit(&["--cron", "*/5 * * * *", "--timeout", "10m"]);
     assert!(err.contains("longer than the 5m between"), "{err}");
 }
+
+/// The flags an `--help` page lists under "Options:", each form apart (`-q`, `--quiet`).
+fn listed_flags(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Options:"))
+        .filter(|l| l.starts_with("  -") || l.starts_with("      --"))
+        .flat_map(|l| l.split([' ', ',']).filter(|w| w.starts_with('-')))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The code spans of the first column of a table in `section` of docs/reference.md, with the
+/// table's `\|` unescaped.
+fn first_column_spans(reference: &str, section: &str) -> Vec<String> {
+    reference
+        .lines()
+        .skip_while(|l| *l != section)
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with("| `"))
+        .flat_map(|row| {
+            let cell = row[2..].split(" | ").next().unwrap_or_default();
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(|span| span.replace("\\|", "|"))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The flags a synopsis like `show RUN_ID [--tail N | --no-output]` names (not `--` itself).
+fn flags_in(synopsis: &str) -> Vec<String> {
+    synopsis
+        .split(|c: char| c.is_whitespace() || "[]|()".contains(c))
+        .filter(|w| w.starts_with('-') && *w != "--")
+        .map(str::to_string)
+        .collect()
+}
+
+/// docs/reference.md calls itself the contract for commands and flags: it names every command
+/// `runner --help` lists (and every `schedule` command) and, for each, every flag its `--help`
+/// lists (in its row of the commands table, the settings table for `schedule add` and `edit`, or
+/// the global flags); and every flag it names is one the command takes.
+#[test]
+fn the_reference_names_every_command_and_flag_the_binary_takes() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference.md");
+    let reference = std::fs::read_to_string(&path).expect("docs/reference.md");
+    let global = first_column_spans(&reference, "## Global flags");
+    let settings = first_column_spans(&reference, "## Commands")
+        .into_iter()
+        .filter(|span| span.starts_with('-'))
+        .collect::<Vec<_>>();
+    let rows = first_column_spans(&reference, "## Commands");
+    let global_flags: Vec<String> = global.iter().flat_map(|s| flags_in(s)).collect();
+    assert!(global_flags.contains(&"--db".to_string()), "{global:?}");
+    assert!(
+        settings.iter().any(|s| s.starts_with("--overlap")),
+        "{settings:?}"
+    );
+
+    // Every command as typed; one with commands of its own (`schedule`) by those.
+    let mut paths: Vec<Vec<String>> = Vec::new();
+    for command in listed_commands(&help(&["--help"])) {
+        let subcommands: Vec<String> = listed_commands(&help(&[&command, "--help"]))
+            .into_iter()
+            .filter(|c| c != "help")
+            .collect();
+        match subcommands.is_empty() {
+            true => paths.push(vec![command]),
+            false => paths.extend(subcommands.into_iter().map(|c| vec![command.clone(), c])),
+        }
+    }
+    assert!(paths.len() > 25, "{paths:?}");
+    assert!(paths.contains(&vec!["schedule".to_string(), "simulate".to_string()]));
+    let mut missing = Vec::new();
+    for path in &paths {
+        let name = path.join(" ");
+        // The synopses of this command: `schedule show ...` is not `show`'s.
+        let synopses: Vec<&String> = rows
+            .iter()
+            .filter(|span| {
+                let longest = paths
+                    .iter()
+                    .map(|p| p.join(" "))
+                    .filter(|p| *span == p || span.starts_with(&format!("{p} ")))
+                    .max_by_key(String::len);
+                longest.as_deref() == Some(name.as_str())
+            })
+            .collect();
+        if synopses.is_empty() {
+            missing.push(format!("the command `{name}`"));
+            continue;
+        }
+        let mut documented: Vec<String> = synopses.iter().flat_map(|s| flags_in(s)).collect();
+        documented.extend(global_flags.iter().cloned());
+        if name == "schedule add" || name == "schedule edit" {
+            documented.extend(settings.iter().flat_map(|s| flags_in(s)));
+        }
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let taken = listed_flags(&help(&args));
+        assert!(
+            taken.contains(&"--db".to_string()),
+            "runner {args:?}: {taken:?}"
+        );
+        for flag in &taken {
+            if !documented.contains(flag) {
+                missing.push(format!("`{name} {flag}`"));
+            }
+        }
+        for flag in synopses.iter().flat_map(|s| flags_in(s)) {
+            assert!(
+                taken.contains(&flag),
+                "docs/reference.md gives `{name}` a flag {flag} that `runner {name} --help` does \
+                 not list"
+            );
+        }
+    }
+    for flag in settings.iter().flat_map(|s| flags_in(s)) {
+        let takes = |command: &str| listed_flags(&help(&["schedule", command, "--help"]));
+        assert!(
+            takes("add").contains(&flag) || takes("edit").contains(&flag),
+            "docs/reference.md's setting {flag} is not a flag of `schedule add` or `edit`"
+        );
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/reference.md does not name: {}",
+        missing.join(", ")
+    );
+}
