@@ -19,6 +19,15 @@ pub const TOPICS: &str = "Help topics:
   runner help durations   how to write a duration: 30s, 5m, 1h30m, 2d
   runner help times       how to write a time: 2026-11-23, 2026-11-23 10:30, 10:30, RFC 3339";
 
+/// The topics of [`TOPICS`] (the one list of them), with their summaries: ("durations", "how
+/// to write a duration: ..."), for the man page.
+pub fn topics() -> impl Iterator<Item = (&'static str, &'static str)> {
+    TOPICS.lines().filter_map(|line| {
+        let (topic, summary) = line.trim().strip_prefix("runner help ")?.split_once(' ')?;
+        Some((topic, summary.trim_start()))
+    })
+}
+
 const DURATIONS: &str = "\
 Durations
 
@@ -150,6 +159,21 @@ mod tests {
             }
         }
         assert!(checked > 40, "only {checked} examples checked");
+    }
+
+    #[test]
+    fn topics_are_read_from_the_list_runner_help_prints() {
+        let topics: Vec<_> = topics().collect();
+        assert_eq!(
+            topics,
+            [
+                ("durations", "how to write a duration: 30s, 5m, 1h30m, 2d"),
+                (
+                    "times",
+                    "how to write a time: 2026-11-23, 2026-11-23 10:30, 10:30, RFC 3339"
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -3,14 +3,14 @@
 //! One page, as `runner man > runner.1` users expect: clap_mangen's NAME, SYNOPSIS, DESCRIPTION
 //! and OPTIONS, then our own COMMANDS section. clap_mangen's SUBCOMMANDS section would point to
 //! `runner-init(1)` and the like, pages that do not exist; ours names each command as it is
-//! typed, with its summary, and points to its `--help`.
+//! typed, with its summary (and `runner help`'s topics), and points to its `--help`.
 
 use anyhow::{Context, Result};
 use clap::CommandFactory;
 use clap_mangen::roff::{bold, roman, Roff};
 use clap_mangen::Man;
 
-use super::{emit, Cli};
+use super::{emit, help, Cli};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {}
@@ -48,17 +48,34 @@ fn commands_section(cli: &clap::Command) -> Roff {
 }
 
 fn list_commands(roff: &mut Roff, parent: &clap::Command, prefix: &str) {
-    // clap's own `help` command is covered by the pointer to --help.
+    let top = prefix == parent.get_name();
+    // clap's own `help` under `schedule` is covered by the pointer to --help; runner's `help`
+    // (the top level's) is a command of its own, with topics.
     let visible = parent
         .get_subcommands()
-        .filter(|c| !c.is_hide_set() && c.get_name() != "help");
+        .filter(|c| !c.is_hide_set() && (top || c.get_name() != "help"));
     for command in visible {
         let name = format!("{prefix} {}", command.get_name());
-        roff.control("TP", []);
-        roff.text([bold(&name)]);
-        if let Some(about) = command.get_about() {
-            roff.text([roman(about.to_string())]);
-        }
+        entry(roff, &name, command.get_about().map(ToString::to_string));
         list_commands(roff, command, &name);
+        if top && command.get_name() == "help" {
+            for (topic, summary) in help::topics() {
+                // A sentence, as the commands' summaries are.
+                let mut chars = summary.chars();
+                let summary = chars
+                    .next()
+                    .map(|first| first.to_uppercase().chain(chars).collect());
+                entry(roff, &format!("{name} {topic}"), summary);
+            }
+        }
+    }
+}
+
+/// One `.TP` entry: the name as typed, in bold, then its summary.
+fn entry(roff: &mut Roff, name: &str, summary: Option<String>) {
+    roff.control("TP", []);
+    roff.text([bold(name)]);
+    if let Some(summary) = summary {
+        roff.text([roman(summary)]);
     }
 }

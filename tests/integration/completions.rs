@@ -111,6 +111,24 @@ fn commands_in_help(env: &Env, args: &[&str]) -> Vec<String> {
     names
 }
 
+/// The help topics `runner --help` lists, as typed: `runner help durations`, ...
+fn help_topics(env: &Env) -> Vec<String> {
+    let help = runner(env, &["--help"]);
+    let topics: Vec<String> = help
+        .lines()
+        .skip_while(|line| *line != "Help topics:")
+        .skip(1)
+        .take_while(|line| line.starts_with("  runner help "))
+        .filter_map(|line| line.trim().split("  ").next())
+        .map(str::to_string)
+        .collect();
+    assert!(
+        !topics.is_empty(),
+        "no help topics in `runner --help`:\n{help}"
+    );
+    topics
+}
+
 #[test]
 fn bash_completion_loads_and_completes_commands_and_shells() {
     let env = Env::new();
@@ -243,9 +261,17 @@ fn man_page_names_every_command_and_renders() {
 
     let top = commands_in_help(&env, &[]);
     assert!(top.iter().any(|c| c == "completions") && top.iter().any(|c| c == "man"));
+    // runner's own `help` command, with its topics, as `runner --help` lists them.
+    let topics = help_topics(&env);
+    assert!(
+        topics.contains(&"runner help durations".to_string()),
+        "{topics:?}"
+    );
     let typed: Vec<String> = top
         .iter()
         .map(|c| format!("runner {c}"))
+        .chain(["runner help".to_string()])
+        .chain(topics)
         .chain(
             commands_in_help(&env, &["schedule"])
                 .iter()
