@@ -16,7 +16,7 @@ pub struct UnknownName {
 }
 
 /// `text_enum!(/// doc  Name { Variant => "text", ... }, "what it is")`: the enum with `ALL`,
-/// `as_str`, `Display`, `Serialize` (as that text), and a `FromStr` that ignores case and
+/// `NAMES`, `as_str`, `Display`, `Serialize` (as that text), and a `FromStr` that ignores case and
 /// surrounding blanks (a flag typed `--catch-up ALL` means `all`) and fails with an
 /// [`UnknownName`].
 macro_rules! text_enum {
@@ -29,6 +29,8 @@ macro_rules! text_enum {
 
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            /// The names, in the order of `ALL` (for a flag's shell completion, among others).
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
             pub fn as_str(self) -> &'static str {
                 match self { $($name::$variant => $text),+ }
             }
@@ -45,7 +47,7 @@ macro_rules! text_enum {
                     .ok_or_else(|| $crate::text_enum::UnknownName {
                         what: $what,
                         value: wanted.to_string(),
-                        accepted: &[$($text),+],
+                        accepted: Self::NAMES,
                     })
             }
         }

@@ -31,6 +31,7 @@ use crate::tick::materialize::{restart_cursor, settle_due};
 pub struct ApplyArgs {
     /// The TOML file: one table per schedule (`[backup]`, with `cron`, `command` and any other
     /// field of `schedule add`).
+    #[arg(value_hint = clap::ValueHint::FilePath)]
     pub file: PathBuf,
     /// Print what would change, and change nothing.
     #[arg(long)]

@@ -38,8 +38,46 @@ pub fn run(args: Args) -> Result<()> {
     clap_complete::generate(
         clap_complete::Shell::from(args.shell),
         &mut command,
-        name,
+        &name,
         &mut script,
     );
-    emit(&String::from_utf8(script).context("completion script is not UTF-8")?)
+    let mut script = String::from_utf8(script).context("completion script is not UTF-8")?;
+    if let Shell::Fish = args.shell {
+        fish_arguments(&name, &command, &[], &mut script);
+    }
+    emit(&script)
+}
+
+/// clap_complete's fish script completes options only (its documented limit), so fish offered
+/// file names after `runner help` and `runner completions`: one line more for each argument
+/// that takes known values, in the form and with the helper of the generated lines.
+fn fish_arguments(bin: &str, parent: &clap::Command, path: &[&str], script: &mut String) {
+    for command in parent.get_subcommands() {
+        let mut path = path.to_vec();
+        path.push(command.get_name());
+        let condition = match path.as_slice() {
+            [first] => {
+                format!("__fish_{bin}_using_subcommand {first}")
+            }
+            [first, rest @ ..] => format!(
+                "__fish_{bin}_using_subcommand {first}; and __fish_seen_subcommand_from {}",
+                rest.join(" ")
+            ),
+            [] => continue,
+        };
+        for argument in command.get_positionals() {
+            let Some(values) = argument.get_value_parser().possible_values() else {
+                continue;
+            };
+            let values: Vec<String> = values
+                .filter(|value| !value.is_hide_set())
+                .map(|value| value.get_name().to_string())
+                .collect();
+            script.push_str(&format!(
+                "complete -c {bin} -n \"{condition}\" -f -a \"{}\"\n",
+                values.join(" ")
+            ));
+        }
+        fish_arguments(bin, command, &path, script);
+    }
 }

@@ -4,15 +4,40 @@
 use anyhow::Result;
 use clap::CommandFactory;
 
-use super::{emit, Cli};
+use super::{emit, Cli, Offering};
 use crate::exit::Failure;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// `durations`, `times`, or a command, e.g. `schedule add`.
-    #[arg(value_name = "TOPIC|COMMAND")]
+    #[arg(value_name = "TOPIC|COMMAND", value_parser = Offering::<String>::new(OFFERED),
+          hide_possible_values = true)]
     pub topic: Vec<String>,
 }
+
+/// What shell completion offers after `runner help`: the topics, then the commands. (Static, as
+/// a completion script is; a test checks it against TOPICS and the command line.)
+const OFFERED: &[&str] = &[
+    "durations",
+    "times",
+    "init",
+    "tick",
+    "schedule",
+    "run",
+    "history",
+    "show",
+    "why",
+    "status",
+    "metrics",
+    "retry",
+    "cancel",
+    "prune",
+    "migrate",
+    "doctor",
+    "completions",
+    "man",
+    "help",
+];
 
 /// The topics, with a line each for `runner --help`.
 pub const TOPICS: &str = "Help topics:
@@ -174,6 +199,15 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn completion_offers_every_topic_and_command_after_help() {
+        let topics = topics().map(|(topic, _)| topic.to_string());
+        let command = Cli::command();
+        let commands = command.get_subcommands().map(|c| c.get_name().to_string());
+        let expected: Vec<String> = topics.chain(commands).collect();
+        assert_eq!(OFFERED, expected);
     }
 
     #[test]

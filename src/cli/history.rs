@@ -4,7 +4,7 @@ use anyhow::Result;
 use comfy_table::{Cell, Color, ContentArrangement, Table};
 use serde::Serialize;
 
-use super::{colour_wanted, emit, emit_json, find_definition_row, zone, Ctx};
+use super::{colour_wanted, emit, emit_json, find_definition_row, zone, Ctx, Offering};
 use crate::display::{duration_of_ms, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::{truncate_detail, RunStatus};
@@ -17,7 +17,8 @@ pub struct Args {
     /// Only runs of this schedule.
     pub name: Option<String>,
     /// Only runs in this state: pending, running, succeeded, dead, cancelled or skipped.
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = Offering::<RunStatus>::new(RunStatus::NAMES),
+          hide_possible_values = true)]
     pub status: Option<RunStatus>,
     /// Only runs scheduled in the last DUR (e.g. 2h, 7d) or at or after TIME (e.g. 2026-11-23,
     /// 10:30, RFC 3339; UTC unless a zone follows). See `runner help durations` and `runner help

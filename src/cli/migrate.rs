@@ -21,7 +21,8 @@ use crate::store::{self, Imported, Location, MigratedOut, MigrationCounts, OpenM
 pub struct Args {
     /// The database to move to: a postgres:// URL, or a SQLite file path. Created (or its schema
     /// brought up to date) like `runner init` does. It must hold no schedule of the same names.
-    #[arg(long, value_name = "URL|PATH", value_parser = super::DatabaseName)]
+    #[arg(long, value_name = "URL|PATH", value_parser = super::DatabaseName,
+          value_hint = clap::ValueHint::FilePath)]
     pub to: String,
     /// Move the finished runs too, with their attempts and events. Without it only pending runs
     /// move (with their attempts and events); finished ones stay, and each schedule brings its

@@ -69,7 +69,8 @@ use crate::tz::Tz;
 pub struct Cli {
     /// Database: a SQLite file path, or a postgres:// URL for several hosts [default:
     /// $XDG_STATE_HOME/runner/runner.db, else ~/.local/state/runner/runner.db].
-    #[arg(long, global = true, env = "RUNNER_DB", value_name = "PATH|URL")]
+    #[arg(long, global = true, env = "RUNNER_DB", value_name = "PATH|URL",
+          value_hint = clap::ValueHint::FilePath)]
     pub db: Option<String>,
 
     /// Also say on stderr what was done: the tick's summary, each batch `prune` deletes. (One
@@ -433,6 +434,55 @@ impl clap::builder::TypedValueParser for DatabaseName {
         };
         let value = value.to_str().ok_or_else(|| refuse("not valid UTF-8"))?;
         named_database(value).map_err(|why| refuse(&why))
+    }
+}
+
+/// A value parser that parses exactly as `T::from_str` does (clap's own choice for such a type),
+/// and names the values taken, so that shell completion offers them instead of file names. Not
+/// clap's `PossibleValuesParser`: that would take only the exact names (`--catch-up ALL` and
+/// `' all'` are taken today) and change the messages for a wrong one. Pair it with
+/// `hide_possible_values = true`: each flag's help already says its values in a sentence.
+#[derive(Clone, Copy)]
+pub struct Offering<T> {
+    values: &'static [&'static str],
+    parses: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> Offering<T> {
+    /// `values`: what completion offers (`Overlap::NAMES`).
+    pub const fn new(values: &'static [&'static str]) -> Self {
+        Offering {
+            values,
+            parses: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T> clap::builder::TypedValueParser for Offering<T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+    T::Err: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let from_str: fn(&str) -> Result<T, T::Err> = T::from_str;
+        from_str.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            self.values
+                .iter()
+                .map(|value| clap::builder::PossibleValue::new(*value)),
+        ))
     }
 }
 

@@ -6,12 +6,14 @@ use std::time::Duration;
 use anyhow::Result;
 use chrono::{DateTime, Datelike, Utc};
 use clap::builder::{OsStringValueParser, TypedValueParser};
+use clap::ValueHint;
 use comfy_table::Table;
 use serde::Serialize;
 
 use super::steer::{cancel_before_removal, cancel_run, Cancelled};
 use super::{
     actor, find_definition, find_definition_row, parse_whole_seconds, unknown_schedule, Ctx,
+    Offering,
 };
 use crate::display::{count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
@@ -299,17 +301,19 @@ pub struct SettingsFlags {
     #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub backoff_max: Option<Duration>,
     /// While a run is running, skip (forbid) or also run (allow) a newly due one [add: forbid].
-    #[arg(long, value_name = "POLICY")]
+    #[arg(long, value_name = "POLICY", value_parser = Offering::<Overlap>::new(Overlap::NAMES),
+          hide_possible_values = true)]
     pub overlap: Option<Overlap>,
     /// Missed instants: run the latest, all (newest 100), or none [add: latest].
-    #[arg(long, value_name = "POLICY")]
+    #[arg(long, value_name = "POLICY", value_parser = Offering::<CatchUp>::new(CatchUp::NAMES),
+          hide_possible_values = true)]
     pub catch_up: Option<CatchUp>,
     /// How late an instant may start before it counts as missed (catch-up none) [add: 5m].
     #[arg(long, value_name = "DUR", value_parser = parse_whole_seconds, allow_hyphen_values = true)]
     pub grace: Option<Duration>,
     /// Working directory of the job [add: the tick's]; `--workdir ''` unsets it (edit).
     // Any path, the empty one included (clap's own path parser refuses it).
-    #[arg(long, value_name = "DIR",
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath,
           value_parser = OsStringValueParser::new().map(PathBuf::from))]
     pub workdir: Option<PathBuf>,
     /// Unset the working directory: the job runs in the tick's (same as `--workdir ''`).
@@ -318,13 +322,14 @@ pub struct SettingsFlags {
     /// When the job's shell exits, kill what it left running in its process group and any
     /// escaped process carrying its marker (kill), or leave it running, for jobs that start
     /// daemons on purpose (keep) [add: kill].
-    #[arg(long, value_name = "POLICY")]
+    #[arg(long, value_name = "POLICY", value_parser = Offering::<Leftovers>::new(Leftovers::NAMES),
+          hide_possible_values = true)]
     pub leftovers: Option<Leftovers>,
     /// Create (or set) the schedule paused.
     #[arg(long)]
     pub paused: bool,
     /// The command, run by /bin/sh -c (words are joined with spaces).
-    #[arg(last = true, value_name = "COMMAND")]
+    #[arg(last = true, value_name = "COMMAND", value_hint = ValueHint::CommandWithArguments)]
     pub command: Vec<String>,
 }
 

@@ -129,6 +129,22 @@ fn help_topics(env: &Env) -> Vec<String> {
     topics
 }
 
+/// What bash offers for the last of `words` (shell words: `runner history --status ''`), with
+/// runner's completion script loaded, in the env's directory (which has files in it).
+fn bash_complete(env: &Env, words: &str) -> Vec<String> {
+    let program = format!(
+        "source <(runner completions bash)\n\
+         COMP_WORDS=({words}); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))\n\
+         COMP_LINE=\"${{COMP_WORDS[*]}}\"; COMP_POINT=${{#COMP_LINE}}\n\
+         _runner runner \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    );
+    shell(env, "bash", &["-c", &program])
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn bash_completion_loads_and_completes_commands_and_shells() {
     let env = Env::new();
@@ -152,18 +168,7 @@ fn bash_completion_loads_and_completes_commands_and_shells() {
     );
 
     // Complete as bash would: `runner sch<TAB>`, `runner schedule a<TAB>`, `runner completions <TAB>`.
-    let complete = |words: &str| -> Vec<String> {
-        let program = format!(
-            "source <(runner completions bash)\n\
-             COMP_WORDS=({words}); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))\n\
-             _runner runner \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"\n\
-             printf '%s\\n' \"${{COMPREPLY[@]}}\""
-        );
-        shell(&env, "bash", &["-c", &program])
-            .lines()
-            .map(str::to_string)
-            .collect()
-    };
+    let complete = |words: &str| bash_complete(&env, words);
     assert_eq!(complete("runner sch"), ["schedule"]);
     assert_eq!(complete("runner schedule a"), ["add", "apply"]);
     // An empty word offers the flags too; the values are the three shells.
@@ -172,6 +177,109 @@ fn bash_completion_loads_and_completes_commands_and_shells() {
         .filter(|word| !word.starts_with('-'))
         .collect();
     assert_eq!(shells, ["bash", "zsh", "fish"]);
+}
+
+/// The flags that take one of a few words, with those words: what completion must offer rather
+/// than file names (the flags still take them in any case, as before).
+const FIXED_VALUES: [(&str, &[&str]); 5] = [
+    ("schedule add x --overlap", &["forbid", "allow"]),
+    ("schedule edit x --catch-up", &["latest", "all", "none"]),
+    ("schedule add x --leftovers", &["kill", "keep"]),
+    (
+        "history --status",
+        &[
+            "pending",
+            "running",
+            "succeeded",
+            "dead",
+            "cancelled",
+            "skipped",
+        ],
+    ),
+    ("completions", &["bash", "zsh", "fish"]),
+];
+
+#[test]
+fn completion_offers_the_values_of_flags_that_take_a_fixed_set() {
+    let env = Env::new();
+    // Files that completing file names would offer.
+    std::fs::write(env.path("somefile.txt"), "").expect("write");
+    let script = runner(&env, &["completions", "bash"]);
+    for (line, values) in FIXED_VALUES {
+        let offered = bash_complete(&env, &format!("runner {line} ''"));
+        let offered: Vec<&str> = offered
+            .iter()
+            .map(String::as_str)
+            .filter(|word| !word.starts_with('-'))
+            .collect();
+        assert_eq!(offered, values, "bash: runner {line} <TAB>");
+    }
+    // `runner help <TAB>`: the topics, and the commands.
+    let offered = bash_complete(&env, "runner help ''");
+    for word in ["durations", "times", "schedule", "history"] {
+        assert!(offered.iter().any(|w| w == word), "help <TAB>: {offered:?}");
+    }
+    assert!(!offered.iter().any(|w| w == "somefile.txt"), "{offered:?}");
+    // A directory flag completes directories, a file flag files, and the command after `--`
+    // a command (as the script declares them: bash leaves the rest to its own completion).
+    let block = |flag: &str| -> String {
+        let start = script
+            .find(&format!("{flag})"))
+            .unwrap_or_else(|| panic!("no {flag}"));
+        script[start..]
+            .split(";;")
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        block("--workdir").contains("plusdirs"),
+        "{}",
+        block("--workdir")
+    );
+    for flag in ["--db", "--to"] {
+        assert!(block(flag).contains("-o filenames"), "{}", block(flag));
+    }
+    let zsh = runner(&env, &["completions", "zsh"]);
+    for (what, declared) in [
+        ("--overlap", ":POLICY:(forbid allow)"),
+        ("--workdir", ":DIR:_files -/"),
+        ("the command after --", ":_cmdambivalent'"),
+        ("help", ":(durations times init "),
+    ] {
+        assert!(zsh.contains(declared), "zsh: {what}: no {declared}");
+    }
+
+    if !installed("fish", "fish") {
+        return;
+    }
+    let fish = |line: &str| -> Vec<String> {
+        let completed = shell(
+            &env,
+            "fish",
+            &[
+                "--no-config",
+                "-c",
+                &format!("runner completions fish | source; complete -C 'runner {line} '"),
+            ],
+        );
+        completed
+            .lines()
+            .filter_map(|line| line.split('\t').next())
+            .filter(|word| !word.starts_with('-'))
+            .map(str::to_string)
+            .collect()
+    };
+    for (line, values) in FIXED_VALUES {
+        let mut offered = fish(line);
+        let mut values = values.to_vec();
+        offered.sort();
+        values.sort();
+        assert_eq!(offered, values, "fish: runner {line} <TAB>");
+    }
+    let offered = fish("help");
+    assert!(offered.iter().any(|w| w == "durations"), "{offered:?}");
+    assert!(!offered.iter().any(|w| w == "somefile.txt"), "{offered:?}");
 }
 
 #[test]
