@@ -60,6 +60,11 @@ pub enum Failure {
     /// when it was met, once, and what it left unrecorded once at the end.
     #[error("the tick lost its connection to the database ({0} runner error(s))")]
     TickConnectionLost(usize),
+    /// `run --wait`: the job ended, but its end could not be written: the code the database's
+    /// error means (4 for a read-only database, 1 for a full disk: `code_for` of that error). Not
+    /// an error message: the error was printed when met, and what it means for the run after it.
+    #[error("the end of the job could not be recorded (exit {0})")]
+    EndNotRecorded(i32),
 }
 
 impl Failure {
@@ -72,6 +77,7 @@ impl Failure {
                 | Failure::TickErrors(_)
                 | Failure::TickConnectionLost(_)
                 | Failure::TickLocked
+                | Failure::EndNotRecorded(_)
         )
     }
     pub fn usage(message: impl fmt::Display) -> anyhow::Error {
@@ -121,7 +127,9 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
                 }
                 Failure::TickConnectionLost(_) => DATABASE,
                 Failure::Busy(_) | Failure::TickLocked => BUSY,
-                Failure::JobExit(code) | Failure::Verdict(code) => *code,
+                Failure::JobExit(code) | Failure::Verdict(code) | Failure::EndNotRecorded(code) => {
+                    *code
+                }
                 Failure::TickErrors(_) => RUNTIME,
             };
         }

@@ -127,24 +127,31 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     let unrecorded = report
         .unrecorded
         .contains(&(executed.run_id, executed.attempt));
+    let ended = executed
+        .error_code
+        .as_ref()
+        .map_or_else(|| "succeeded".to_string(), |code| format!("failed: {code}"));
     if unrecorded {
         // The lost connection was reported when met; what it means for this run is said here.
-        let ended = executed
-            .error_code
-            .as_ref()
-            .map_or_else(|| "succeeded".to_string(), |code| format!("failed: {code}"));
         crate::complain!(
             "runner: run {run_id} attempt {} {ended}, but the connection to the database did not \
              come back to record it: recovery retries the run by its policy once its lease \
              expires",
             executed.attempt
         );
-    } else if executed.recorded == Fenced::LeaseLost {
+    } else if let Err(failed) = &executed.recorded {
+        // The write failed (a full disk, a read-only database): the run is still this runner's,
+        // but nothing of its end was written. Exit as that error means, not with the job's code:
+        // the run is not over.
+        crate::complain!(
+            "runner: run {run_id} attempt {} {ended}, but its end could not be written to the \
+             database ({}): recovery retries the run by its policy once its lease expires",
+            executed.attempt,
+            failed.cause
+        );
+        return Err(Failure::EndNotRecorded(failed.exit_code).into());
+    } else if matches!(executed.recorded, Ok(Fenced::LeaseLost)) {
         // Its end was not the run's to write: what comes next is not the retry policy's.
-        let ended = executed
-            .error_code
-            .as_ref()
-            .map_or_else(|| "succeeded".to_string(), |code| format!("failed: {code}"));
         crate::complain!(
             "runner: run {run_id} attempt {} {ended}, but the run was no longer this runner's \
              (cancelled, or recovered by another runner): `runner show {run_id}` tells what \

@@ -25,7 +25,28 @@ pub struct Executed {
     pub outcome: Result<Outcome, SpawnErrorKind>,
     pub error_code: Option<ErrorCode>,
     pub after: Option<AfterFailure>,
-    pub recorded: Fenced,
+    /// Whether its end was written (`Fenced::LeaseLost`: refused, the run no longer this
+    /// runner's), or why the write failed.
+    pub recorded: Result<Fenced, WriteFailed>,
+}
+
+/// An attempt's end whose write failed (a full disk, a read-only database, a lost connection):
+/// nothing was written, and its lease expires into recovery. The error was printed when met.
+#[derive(Debug, Clone)]
+pub struct WriteFailed {
+    /// The error, as printed.
+    pub cause: String,
+    /// The exit code it means (`exit::code_for`): what a command that met it exits with.
+    pub exit_code: i32,
+}
+
+impl WriteFailed {
+    fn of(error: &anyhow::Error) -> WriteFailed {
+        WriteFailed {
+            cause: format!("{error:#}"),
+            exit_code: crate::exit::code_for(error),
+        }
+    }
 }
 
 /// Why the runner stopped a job itself.
@@ -187,34 +208,35 @@ fn write_decided(
     commit: Commit,
     write: impl FnOnce(&mut Tick<'_>, &[AttemptEnd]) -> StoreResult<Vec<Fenced>>,
 ) -> Option<DecidedEnds> {
-    let recorded = match write_ends(tick, &decided.jobs, &decided.ends, commit, write) {
-        Ok(recorded) => {
-            tick.write_landed();
-            recorded
-        }
-        Err(e) if locked_while_leases_hold(tick, &decided, &e) => return Some(decided),
-        Err(e) if crate::exit::is_connection_lost(&e) => {
-            // Printed once for the whole tick (if this is the first error of the loss), then
-            // named at its end: `report_unrecorded`.
-            let runs = decided
-                .reports
-                .iter()
-                .map(|r| (r.run.run_id, r.run.attempt));
-            tick.report.unrecorded.extend(runs);
-            runner_error(&mut tick.report.errors, "recording the end of jobs", &e);
-            tick.write_failed(&e);
-            vec![Fenced::LeaseLost; decided.reports.len()]
-        }
-        Err(e) => {
-            // The leases will expire and recovery will retry the runs: at-least-once holds.
-            for Unreported { run, .. } in &decided.reports {
-                let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
-                runner_error(&mut tick.report.errors, context, &e);
+    let recorded: Vec<Result<Fenced, WriteFailed>> =
+        match write_ends(tick, &decided.jobs, &decided.ends, commit, write) {
+            Ok(recorded) => {
+                tick.write_landed();
+                recorded.into_iter().map(Ok).collect()
             }
-            tick.write_failed(&e);
-            vec![Fenced::LeaseLost; decided.reports.len()]
-        }
-    };
+            Err(e) if locked_while_leases_hold(tick, &decided, &e) => return Some(decided),
+            Err(e) if crate::exit::is_connection_lost(&e) => {
+                // Printed once for the whole tick (if this is the first error of the loss), then
+                // named at its end: `report_unrecorded`.
+                let runs = decided
+                    .reports
+                    .iter()
+                    .map(|r| (r.run.run_id, r.run.attempt));
+                tick.report.unrecorded.extend(runs);
+                runner_error(&mut tick.report.errors, "recording the end of jobs", &e);
+                tick.write_failed(&e);
+                vec![Err(WriteFailed::of(&e)); decided.reports.len()]
+            }
+            Err(e) => {
+                // The leases will expire and recovery will retry the runs: at-least-once holds.
+                for Unreported { run, .. } in &decided.reports {
+                    let context = format!("run {}: recording attempt {}", run.run_id, run.attempt);
+                    runner_error(&mut tick.report.errors, context, &e);
+                }
+                tick.write_failed(&e);
+                vec![Err(WriteFailed::of(&e)); decided.reports.len()]
+            }
+        };
     for (report, recorded) in decided.reports.into_iter().zip(recorded) {
         tick.report.executed.push(Executed {
             run_id: report.run.run_id,

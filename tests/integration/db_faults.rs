@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::common::{
-    chmod, duration_secs, is_root, json, last_attempt, never, real_now, run_row, sh, status_of,
-    stderr, stdout, subcommands, timed, wait_until, Bg, Cleanup, Env, BIN,
+    chmod, duration_secs, is_root, json, last_attempt, last_run_id, never, real_now, run_row, sh,
+    status_of, stderr, stdout, subcommands, timed, wait_until, Backend, Bg, Cleanup, Env, BIN,
 };
 use crate::sqlite_only;
 
@@ -970,6 +970,62 @@ fn a_tick_that_cannot_record_a_result_claims_no_more() {
             .expect("tick");
         assert!(out.status.success(), "{}", stderr(&out));
     }
+}
+
+/// `run --wait` whose job ended but whose end could not be written (forged: the write of the end
+/// refused, on PostgreSQL as a read-only database refuses it, on SQLite as any other write error
+/// does): it names that error and exits with the code the error means (4 for a read-only
+/// database, 1 for another failure), not the job's 0. It used to say the run was "no longer this
+/// runner's", as if it had been cancelled, and exit 0. The run stays running, its lease to expire
+/// into recovery.
+#[test]
+fn run_wait_names_the_error_that_kept_its_end_unwritten() {
+    let env = Env::init();
+    env.add("refused", &[], "true");
+    let (refuse, code, cause): (&[&str], i32, &str) = match Backend::current() {
+        Backend::Sqlite => (
+            &[
+                "CREATE TRIGGER refuse_end BEFORE UPDATE OF status ON job_runs
+               WHEN NEW.status = 'succeeded'
+               BEGIN SELECT RAISE(ABORT, 'forged write failure'); END",
+            ],
+            1,
+            "forged write failure",
+        ),
+        Backend::Postgres => (
+            &[
+                "CREATE FUNCTION refuse_end() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                     IF NEW.status = 'succeeded' THEN
+                         RAISE EXCEPTION 'forged read-only database'
+                             USING ERRCODE = 'read_only_sql_transaction';
+                     END IF;
+                     RETURN NEW;
+                 END $$",
+                "CREATE TRIGGER refuse_end BEFORE UPDATE ON job_runs
+                 FOR EACH ROW EXECUTE FUNCTION refuse_end()",
+            ],
+            4,
+            "forged read-only database",
+        ),
+    };
+    for sql in refuse {
+        env.sql.exec(sql, &[]);
+    }
+    let out = env.run(&["run", "refused", "--wait"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    let run = last_run_id(&env, "refused");
+    assert!(
+        err.contains(&format!(
+            "runner: run {run} attempt 1 succeeded, but its end could not be written to the \
+             database ("
+        )) && err.contains(cause)
+            && err.contains("recovery retries the run by its policy once its lease expires"),
+        "{err}"
+    );
+    assert!(!err.contains("no longer this runner's"), "{err}");
+    assert_eq!(status_of(&env, run), "running");
 }
 
 /// Once a write of a tick fails for good (a full disk, a read-only database; here a test fault
