@@ -714,6 +714,16 @@ struct SeenTickLine<'a> {
     findings: Vec<(String, String)>,
 }
 
+impl SeenTickLine<'_> {
+    /// Whether cron does not run this line as it was written, whatever database it was meant
+    /// for: the tick refuses the database it names (it ticks none), or an unescaped `%` cuts it
+    /// short (it runs another command, which ticks another database or none). A finding
+    /// wherever it is, whatever database doctor checks.
+    fn miswritten(&self) -> bool {
+        self.refused || self.line.percent_cut.is_some()
+    }
+}
+
 impl<'a> SeenTickLine<'a> {
     fn of(entry: &'a CronEntry, line: TickLine) -> SeenTickLine<'a> {
         let user = passwd_user(entry.user.as_deref());
@@ -1145,12 +1155,14 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
     // line does not run.
     tick_lines.retain(|seen| seen.entry.ignored.is_none() || is_this_database(seen));
     let matching: Vec<&SeenTickLine> = tick_lines.iter().filter(|s| is_this_database(s)).collect();
-    // A line naming a database the tick refuses ticks none, so which one it was meant for cannot
-    // be told: it is a finding whatever this database is, beside a line that works too (it
-    // exits 2 every minute). One whose user does not exist runs nothing: that is said below.
-    let refused: Vec<&SeenTickLine> = tick_lines
+    // A line cron does not run as written (a database the tick refuses, a command an unescaped
+    // `%` cuts short) ticks none, or another database than it names: it is a finding whatever
+    // this database is, beside a line that works too (it fails every minute, or ticks a database
+    // nobody meant). One whose user does not exist runs nothing: that is said below. One of this
+    // database is named with this database's lines.
+    let miswritten: Vec<&SeenTickLine> = tick_lines
         .iter()
-        .filter(|s| s.refused && s.user.is_some())
+        .filter(|s| s.miswritten() && s.user.is_some() && !is_this_database(s))
         .collect();
     let runs = |seen: &SeenTickLine| {
         let user = seen.user.as_ref().map_or("?", |(user, _)| user.as_str());
@@ -1184,7 +1196,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
     let cron_entry = match chosen.and_then(|seen| Some((*seen, seen.user.as_ref()?))) {
         Some((seen, (user, home))) => {
             const THIS: &str = " for this database";
-            if seen.findings.is_empty() && refused.is_empty() {
+            if seen.findings.is_empty() && miswritten.is_empty() {
                 checks.push(Check::ok("cron line", format!("{}{THIS}", runs(seen))));
             } else {
                 let mut messages = Vec::new();
@@ -1196,8 +1208,8 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                     messages.extend(matching.iter().map(|seen| fails(seen, THIS)));
                     failing.extend(&matching);
                 }
-                messages.extend(refused.iter().map(|seen| fails(seen, "")));
-                failing.extend(&refused);
+                messages.extend(miswritten.iter().map(|seen| fails(seen, "")));
+                failing.extend(&miswritten);
                 checks.push(Check::fail(
                     "cron line",
                     messages.join("; "),
@@ -1211,6 +1223,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
             let others: Vec<String> = tick_lines
                 .iter()
                 .map(|seen| match (&seen.user, &seen.database) {
+                    (Some(_), _) if seen.miswritten() => fails(seen, ""),
                     (Some((user, _)), Some(db)) => {
                         format!("{} (as {user}) uses {db}", seen.entry.source)
                     }
@@ -1307,7 +1320,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                         }
                     }
                 }
-                fixes.extend(fixes_of(&refused));
+                fixes.extend(fixes_of(&miswritten));
                 // Lines of users who exist name another database.
                 if tick_lines.iter().any(|seen| seen.database.is_some()) {
                     fixes.push(format!(

@@ -869,6 +869,54 @@ fn a_cron_line_an_unescaped_percent_cuts_short_is_a_finding() {
     }
 }
 
+/// A line an unescaped `%` cuts short into one that ticks another database (`tick --db
+/// .../a%b.db` runs `tick --db .../a`) is a finding whatever database doctor checks: the one cron
+/// ticks instead, another, or one beside which a line works. Doctor used to list it as a line
+/// "for" the database it names, without its `%` finding, unless it checked that very database.
+#[test]
+fn a_percent_cut_line_for_another_database_is_a_finding_too() {
+    let env = Env::new();
+    let cut = env.path("a%b.db").display().to_string();
+    let ticked = env.path("a").display().to_string();
+    let other = env.path("c.db").display().to_string();
+    let user_crontab = env.path("no-user-crontab");
+    std::fs::write(&user_crontab, format!("* * * * * {BIN} tick --db {cut}\n")).expect("crontab");
+    let finding = format!(
+        "your crontab (crontab -l):1 runs `{BIN} tick --db {cut}` as {}, but cron runs only \
+         `{BIN} tick --db {ticked}`: it ends a command at its first unescaped % and sends the \
+         rest to the command's standard input",
+        me()
+    );
+    let escape = format!(
+        "cron turns an unescaped % into a newline: write it \\% (`{BIN} tick --db {}`)",
+        cut.replace('%', "\\%")
+    );
+    for (database, works) in [(&ticked, None), (&other, None), (&other, Some(&other))] {
+        let cron_d = works.map(|works| cron_d_for(works, ""));
+        let out = with_cmd(doctor_cmd(
+            &env,
+            cron_d.as_deref(),
+            true,
+            &["--json", "--db", database],
+        ));
+        let (status, message, fix) = check_of(&out, "cron line");
+        assert_eq!(status, "fail", "{database}: {message}");
+        assert!(message.contains(&finding), "{database}: {message}");
+        let fix = fix.expect("a fix");
+        assert!(fix.contains(&escape), "{database}: {fix}");
+        if works.is_some() {
+            assert!(
+                message.starts_with(&format!(
+                    "{}:4 runs `{BIN} tick` as {} for this database; ",
+                    env.path("etc/cron.d/runner").display(),
+                    me()
+                )),
+                "{message}"
+            );
+        }
+    }
+}
+
 /// Runs a command made by [`doctor_cmd`].
 fn with_cmd(mut cmd: Command) -> Output {
     cmd.output().expect("runner doctor")
