@@ -292,15 +292,23 @@ pub fn cron_ignores(file: &CrontabFile, root: &(u32, String)) -> Option<Ignored>
 }
 
 /// What keeps a `runner tick` line from waking runner every minute: the file cron ignores, a
-/// schedule other than every minute, or a database name the tick refuses (it then exits 2 every
-/// minute). `(finding, fix)` pairs; none for a line that works.
-pub fn tick_line_findings(entry: &CronEntry, line: &TickLine) -> Vec<(String, String)> {
+/// schedule other than every minute, a database name the tick refuses (it then exits 2 every
+/// minute), or, for a user whose home is `home`, a crontab's `RUNNER_DB=` that only the shell
+/// would expand ([`unexpanded_database`]). `(finding, fix)` pairs; none for a line that works.
+pub fn tick_line_findings(
+    entry: &CronEntry,
+    line: &TickLine,
+    home: Option<&Path>,
+) -> Vec<(String, String)> {
     let mut findings = Vec::new();
     if let Some(ignored) = &entry.ignored {
         findings.push((ignored.reason.clone(), ignored.fix.clone()));
     }
     if let Some(cut) = &line.percent_cut {
         findings.push(percent_finding(entry, line, cut));
+    }
+    if let (Some(value), Some(home)) = (unexpanded_database(entry, line), home) {
+        findings.push(unexpanded_finding(value, home));
     }
     if let Some(why) = refused_database(entry, line) {
         findings.push((
@@ -584,6 +592,32 @@ fn percent_finding(entry: &CronEntry, line: &TickLine, cut: &CronCommand) -> (St
     )
 }
 
+/// The finding of a crontab's `RUNNER_DB=value` line that only a shell would expand, for a user
+/// whose home is `home` (cron's working directory), and its fix: the path written out.
+fn unexpanded_finding(value: &str, home: &Path) -> (String, String) {
+    let literal = home.join(value);
+    let expanded = under_cron_home(value, home);
+    let written_out = expanded.to_string_lossy();
+    let fix = if written_out.contains('$') || written_out.starts_with('~') {
+        "write the database's path out in full in that variable line, as an absolute path"
+            .to_string()
+    } else {
+        format!(
+            "write the path out in full in that variable line: `RUNNER_DB={}`",
+            escape_line(&written_out)
+        )
+    };
+    (
+        format!(
+            "cron takes its variable lines as written, expanding nothing: `RUNNER_DB={}` names \
+             the file {}",
+            escape_line(value),
+            escape_line(&literal.display().to_string())
+        ),
+        fix,
+    )
+}
+
 pub fn tick_line(command: &str) -> Option<TickLine> {
     let words = words(command);
     // Not an assignment before it: `RUNNER_DB=postgres://h/runner` ends in `runner` too.
@@ -618,9 +652,14 @@ pub fn tick_line(command: &str) -> Option<TickLine> {
 /// it; cron never does). Relative paths and `~` resolve against `home` (cron's working directory);
 /// a `postgres://` URL is taken as the tick takes it.
 pub fn cron_database(entry: &CronEntry, line: &TickLine, home: &Path) -> Location {
-    if let Some(value) = chosen_database(entry, line).filter(|v| !v.is_empty()) {
+    if let Some((value, named_in)) = chosen_database(entry, line).filter(|(v, _)| !v.is_empty()) {
         return match Location::parse(&value) {
-            Location::Sqlite(_) => Location::Sqlite(under_cron_home(&value, home)),
+            Location::Sqlite(_) => Location::Sqlite(match named_in {
+                NamedIn::Command => under_cron_home(&value, home),
+                // Cron expands nothing in it: `$HOME/x.db` is a file of that name, from cron's
+                // working directory.
+                NamedIn::VariableLine => home.join(&value),
+            }),
             postgres @ Location::Postgres(_) => postgres,
         };
     }
@@ -632,13 +671,43 @@ pub fn cron_database(entry: &CronEntry, line: &TickLine, home: &Path) -> Locatio
     )
 }
 
-/// The database a cron entry's tick names, as written: `--db`, else `RUNNER_DB` set on the
-/// command, else in the crontab.
-fn chosen_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
+/// Where a cron line names its database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NamedIn {
+    /// A word of its command (`--db`, `RUNNER_DB=` before the binary): the shell expands `$HOME`
+    /// and a leading `~/` in it.
+    Command,
+    /// A variable line of the crontab: cron takes it as written (crontab(5)), expanding nothing.
+    VariableLine,
+}
+
+/// The database a cron entry's tick names, as written, and where: `--db`, else `RUNNER_DB` set
+/// on the command, else in the crontab.
+fn chosen_database(entry: &CronEntry, line: &TickLine) -> Option<(String, NamedIn)> {
     line.db_flag
         .clone()
         .or_else(|| line.db_assigned.clone())
-        .or_else(|| entry.var("RUNNER_DB").map(str::to_string))
+        .map(|value| (value, NamedIn::Command))
+        .or_else(|| {
+            entry
+                .var("RUNNER_DB")
+                .map(|value| (value.to_string(), NamedIn::VariableLine))
+        })
+}
+
+/// A crontab's `RUNNER_DB=` variable line, when it names this line's database with what only a
+/// shell would expand (`$HOME/x.db`, `~/x.db`): cron takes it as written, so the tick opens a
+/// file of that very name under the home directory, surely not the one meant.
+fn unexpanded_database<'a>(entry: &'a CronEntry, line: &TickLine) -> Option<&'a str> {
+    match chosen_database(entry, line)? {
+        (value, NamedIn::VariableLine)
+            if matches!(Location::parse(&value), Location::Sqlite(_))
+                && (value.contains('$') || value.starts_with('~')) =>
+        {
+            entry.var("RUNNER_DB")
+        }
+        _ => None,
+    }
 }
 
 /// The first word of its command that a system crontab line has where its user goes: a line
@@ -696,7 +765,7 @@ pub fn commented_tick_line(text: &str, source: &str) -> Option<(usize, CronEntry
 /// Why the tick refuses the database a cron line names, if it does (it then exits 2 and ticks no
 /// database): the tick's own check, [`super::named_database`], on the value the line names.
 fn refused_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
-    super::named_database(&chosen_database(entry, line)?).err()
+    super::named_database(&chosen_database(entry, line)?.0).err()
 }
 
 /// A `runner tick` line of a crontab, with what doctor makes of it, found once.
@@ -716,11 +785,14 @@ struct SeenTickLine<'a> {
 
 impl SeenTickLine<'_> {
     /// Whether cron does not run this line as it was written, whatever database it was meant
-    /// for: the tick refuses the database it names (it ticks none), or an unescaped `%` cuts it
-    /// short (it runs another command, which ticks another database or none). A finding
-    /// wherever it is, whatever database doctor checks.
+    /// for: the tick refuses the database it names (it ticks none), an unescaped `%` cuts it
+    /// short (it runs another command, which ticks another database or none), or its crontab's
+    /// `RUNNER_DB=` holds what only a shell expands (it ticks a file of that very name). A
+    /// finding wherever it is, whatever database doctor checks.
     fn miswritten(&self) -> bool {
-        self.refused || self.line.percent_cut.is_some()
+        self.refused
+            || self.line.percent_cut.is_some()
+            || unexpanded_database(self.entry, &self.line).is_some()
     }
 }
 
@@ -733,7 +805,8 @@ impl<'a> SeenTickLine<'a> {
             .as_ref()
             .filter(|_| !refused)
             .map(|(_, home)| cron_database(entry, &line, home));
-        let findings = tick_line_findings(entry, &line);
+        let home = user.as_ref().map(|(_, home)| home.as_path());
+        let findings = tick_line_findings(entry, &line, home);
         SeenTickLine {
             entry,
             line,
@@ -1321,8 +1394,12 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                     }
                 }
                 fixes.extend(fixes_of(&miswritten));
-                // Lines of users who exist name another database.
-                if tick_lines.iter().any(|seen| seen.database.is_some()) {
+                // Lines of users who exist name another database (a miswritten one's own fix
+                // says how to write it as meant).
+                let others_named = tick_lines
+                    .iter()
+                    .any(|seen| seen.database.is_some() && !seen.miswritten());
+                if others_named {
                     fixes.push(format!(
                         "set RUNNER_DB={database} in that crontab, or point your shell at the \
                          database cron uses ({})",
@@ -1635,7 +1712,8 @@ mod tests {
     fn a_tick_line_must_be_read_by_cron_and_run_every_minute() {
         let line = |text: &str| parse_crontab(text, "/etc/cron.d/runner", true).remove(0);
         let findings_of = |entry: &CronEntry| {
-            tick_line_findings(entry, &tick_line(&entry.command).expect("a tick line"))
+            let line = tick_line(&entry.command).expect("a tick line");
+            tick_line_findings(entry, &line, Some(Path::new("/home/ann")))
         };
         for works in [
             "* * * * * runner runner tick",
@@ -1799,6 +1877,7 @@ mod tests {
             tick_line_findings(
                 &entry,
                 &cron_tick_line(&entry.command).expect("a tick line"),
+                Some(Path::new("/home/ann")),
             )
         };
         assert_eq!(
@@ -2056,6 +2135,39 @@ mod tests {
             db(&entry(&[], "$HOME/bin/runner --db r.db tick")),
             Location::Sqlite(PathBuf::from("/home/ann/r.db"))
         );
+        // The shell expands `$HOME` and `~/` in the command; cron expands nothing in a variable
+        // line: the tick opens a file of that very name, from cron's working directory.
+        assert_eq!(
+            db(&entry(&[], "runner --db $HOME/r.db tick")),
+            Location::Sqlite(PathBuf::from("/home/ann/r.db"))
+        );
+        for (value, file) in [
+            ("$HOME/r.db", "/home/ann/$HOME/r.db"),
+            ("${HOME}/r.db", "/home/ann/${HOME}/r.db"),
+            ("~/r.db", "/home/ann/~/r.db"),
+        ] {
+            let variable_line = entry(&[("RUNNER_DB", value)], "runner tick");
+            assert_eq!(
+                db(&variable_line),
+                Location::Sqlite(PathBuf::from(file)),
+                "{value}"
+            );
+            let line = tick_line("runner tick").expect("tick");
+            let findings = tick_line_findings(&variable_line, &line, Some(home));
+            assert_eq!(
+                findings,
+                vec![(
+                    format!(
+                        "cron takes its variable lines as written, expanding nothing: \
+                         `RUNNER_DB={value}` names the file {file}"
+                    ),
+                    "write the path out in full in that variable line: \
+                     `RUNNER_DB=/home/ann/r.db`"
+                        .to_string()
+                )],
+                "{value}"
+            );
+        }
         assert_eq!(
             db(&entry(&[("XDG_STATE_HOME", "/st")], "runner tick")),
             Location::Sqlite(PathBuf::from("/st/runner/runner.db"))

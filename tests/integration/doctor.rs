@@ -917,6 +917,69 @@ fn a_percent_cut_line_for_another_database_is_a_finding_too() {
     }
 }
 
+/// Cron takes a crontab's variable lines as written (crontab(5)): `RUNNER_DB=$HOME/x.db` has the
+/// tick open a file named `$HOME/x.db` in cron's working directory, the home directory. Doctor
+/// used to expand `$HOME` there, as a shell would, and passed the line for `~/x.db`; it now reads
+/// it as cron does, and says the path looks unintended, with the line written out. On the
+/// command, where the shell expands it, `$HOME` still passes. (Needs no database: the cron line
+/// check reads only the crontab, and doctor creates nothing.)
+#[test]
+fn a_crontab_variable_line_is_not_expanded_as_a_shell_would() {
+    let env = Env::new();
+    let home = nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .expect("passwd")
+        .expect("a passwd entry")
+        .dir;
+    // Never created: a name of this test's own, in the real home directory.
+    let name = format!(
+        "{}.db",
+        env.dir
+            .path()
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+    );
+    let meant = home.join(&name).display().to_string();
+    let out = doctor(
+        &env,
+        Some(&format!(
+            "RUNNER_DB=$HOME/{name}\n* * * * * {} {BIN} tick\n",
+            me()
+        )),
+        true,
+        &["--json", "--db", &meant],
+    );
+    let (status, message, fix) = check_of(&out, "cron line");
+    assert_eq!(status, "fail", "{message}");
+    assert!(
+        message.contains(&format!(
+            "/runner:2 runs `{BIN} tick` as {}, but cron takes its variable lines as written, \
+             expanding nothing: `RUNNER_DB=$HOME/{name}` names the file {}",
+            me(),
+            home.join("$HOME").join(&name).display()
+        )),
+        "{message}"
+    );
+    assert!(
+        fix.as_deref().is_some_and(|fix| fix.contains(&format!(
+            "write the path out in full in that variable line: `RUNNER_DB={meant}`"
+        ))),
+        "{fix:?}"
+    );
+
+    // Written out, or on the command, where the shell expands it, the line is this database's.
+    for crontab in [
+        format!("RUNNER_DB={meant}\n* * * * * {} {BIN} tick\n", me()),
+        format!("* * * * * {} RUNNER_DB=$HOME/{name} {BIN} tick\n", me()),
+        format!("* * * * * {} {BIN} --db ~/{name} tick\n", me()),
+    ] {
+        let out = doctor(&env, Some(&crontab), true, &["--json", "--db", &meant]);
+        let (status, message, _) = check_of(&out, "cron line");
+        assert_eq!(status, "ok", "{crontab}: {message}");
+    }
+    assert!(!home.join(&name).exists());
+}
+
 /// Runs a command made by [`doctor_cmd`].
 fn with_cmd(mut cmd: Command) -> Output {
     cmd.output().expect("runner doctor")
