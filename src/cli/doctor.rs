@@ -711,16 +711,16 @@ fn unexpanded_database<'a>(entry: &'a CronEntry, line: &TickLine) -> Option<&'a 
 }
 
 /// The first word of its command that a system crontab line has where its user goes: a line
-/// written for a user's crontab, whose first word cron takes for the user, finds no such user and
-/// skips. Either a `NAME=value` assignment (`* * * * * RUNNER_DB=... runner tick`: no user has
-/// such a name), or runner itself (`* * * * * /usr/bin/runner tick`), when no user has that name
-/// and the command left (`tick`) runs no tick without it. The line lacks its user field.
+/// written for a user's crontab, whose first word cron takes for the user. Either a `NAME=value`
+/// assignment (`* * * * * RUNNER_DB=... runner tick`: no user has such a name), or runner itself
+/// (`* * * * * /usr/bin/runner tick`) when the command left (`tick`) runs no tick without it.
+/// The line lacks its user field, and runs no tick: cron finds no such user and skips it, or, as
+/// a system user named `runner` exists, runs `tick` as that user.
 fn command_word_for_user(entry: &CronEntry) -> Option<&str> {
     let word = entry.user.as_deref()?;
     let binary_for_user = || {
         cron_tick_line(&entry.command).is_none()
             && cron_tick_line(&format!("{word} {}", entry.command)).is_some()
-            && passwd_user(Some(word)).is_none()
     };
     (is_assignment(word) || binary_for_user()).then_some(word)
 }
@@ -772,7 +772,8 @@ fn refused_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
 struct SeenTickLine<'a> {
     entry: &'a CronEntry,
     line: TickLine,
-    /// Its user's name and home directory from passwd; `None` when no such user exists.
+    /// Its user's name and home directory from passwd; `None` when no such user exists, or the
+    /// line lacks its user field ([`command_word_for_user`]).
     user: Option<(String, PathBuf)>,
     /// The database its tick uses; `None` when its user does not exist or the tick refuses the
     /// database the line names.
@@ -798,7 +799,12 @@ impl SeenTickLine<'_> {
 
 impl<'a> SeenTickLine<'a> {
     fn of(entry: &'a CronEntry, line: TickLine) -> SeenTickLine<'a> {
-        let user = passwd_user(entry.user.as_deref());
+        // A line that lacks its user field runs no tick as anyone, even when a user has the
+        // name of the word in its place (`runner`).
+        let user = match command_word_for_user(entry) {
+            Some(_) => None,
+            None => passwd_user(entry.user.as_deref()),
+        };
         let refused = refused_database(entry, &line).is_some();
         // A value the tick refuses is no path to resolve: the tick opens nothing.
         let database = user

@@ -448,6 +448,72 @@ fn a_cron_d_line_whose_binary_stands_where_its_user_goes_is_named_so() {
     assert_eq!(status, "ok", "{message}");
 }
 
+/// The same line with the binary written `runner`, when a system user named `runner` exists (as
+/// the README's system install creates): cron takes `runner` for the user and runs `tick` as it,
+/// which is no tick either. Doctor used to take the line for a job of user `runner` that runs no
+/// tick, and said no line runs `runner tick` at all. Needs root, for a passwd of the test's own
+/// (bind-mounted over /etc/passwd in a mount namespace of doctor's own).
+#[test]
+fn a_cron_d_line_without_its_user_field_is_named_so_when_a_user_runner_exists() {
+    let env = good_setup();
+    let passwd = env.path("passwd");
+    let mut users = std::fs::read_to_string("/etc/passwd").expect("/etc/passwd");
+    if !users.lines().any(|l| l.starts_with("runner:")) {
+        users.push_str("runner:x:64999:64999::/nonexistent:/usr/sbin/nologin\n");
+    }
+    std::fs::write(&passwd, users).expect("passwd");
+    let database = env.sql.location();
+    let cmd = doctor_cmd(
+        &env,
+        Some(&format!(
+            "SHELL=/bin/sh\nRUNNER_DB={database}\n* * * * * runner tick\n"
+        )),
+        true,
+        &["--json"],
+    );
+    let bound = r#"mount --bind "$1" /etc/passwd && shift && exec "$@""#;
+    let out = with_cmd(wrapped(
+        &[
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            bound,
+            "sh",
+            &passwd.display().to_string(),
+        ],
+        &cmd,
+    ));
+    if out.stdout.is_empty() {
+        println!(
+            "a user named runner: cannot mount a passwd of the test's own (not root?): skipped: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let (status, message, fix) = check_of(&out, "cron line");
+    assert_eq!(status, "fail");
+    assert!(
+        message.contains(
+            "/runner:3 has no user field: `runner` stands where its user goes (lines of \
+             /etc/crontab and /etc/cron.d are `min hour dom mon dow USER command`)"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("no crontab line runs"), "{message}");
+    assert_eq!(
+        fix.as_deref(),
+        Some(
+            format!(
+                "put the user the tick runs as after the time fields: `* * * * * {} runner tick`",
+                me()
+            )
+            .as_str()
+        )
+    );
+}
+
 #[test]
 fn a_command_missing_from_crons_path_is_named_with_its_schedule() {
     let env = good_setup();
