@@ -228,12 +228,12 @@ pub fn parse_fixed_time(value: &str) -> Result<DateTime<Utc>, String> {
 /// the schedule's zone for `why --at`); `shown` is the time as the message names it. The one
 /// check of every time given that fire times are computed for.
 pub fn within_fire_times(shown: impl std::fmt::Display, year: i32) -> Result<(), String> {
-    match year > LAST_YEAR {
-        true => Err(format!(
+    if year > LAST_YEAR {
+        return Err(format!(
             "{shown} is after {LAST_YEAR}, the last year runner computes fire times in"
-        )),
-        false => Ok(()),
+        ));
     }
+    Ok(())
 }
 
 /// Why a text is not a time.
