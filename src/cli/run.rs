@@ -139,6 +139,9 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
              expires",
             executed.attempt
         );
+        // Not the job's code: the run is not over. Exit as the loss means, as a failed write of
+        // the end does (below).
+        return Err(Failure::TickConnectionLost(report.errors.count).into());
     } else if let Err(failed) = &executed.recorded {
         // The write failed (a full disk, a read-only database): the run is still this runner's,
         // but nothing of its end was written. Exit as that error means, not with the job's code:

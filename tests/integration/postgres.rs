@@ -1475,6 +1475,65 @@ fn run_wait_never_starts_its_job_at_the_gate_once_the_connection_is_lost() {
     );
 }
 
+/// `run --wait`: the connection is lost while its job runs, and is still away when the job ends:
+/// the end cannot be recorded. `run` used to exit with the job's code (0), as if the run were
+/// over; now it says so and exits 4, as a lost connection means, and recovery retries the run.
+#[test]
+fn run_wait_whose_end_meets_the_lost_connection_exits_4() {
+    let Some(env) = PgEnv::init() else { return };
+    let starts = env.dir.path().join("starts");
+    let release = env.dir.path().join("release");
+    let command = format!(
+        "echo $$ >> {}; while [ ! -e {} ]; do sleep 0.1; done",
+        starts.display(),
+        release.display()
+    );
+    env.ok(&[
+        "schedule",
+        "add",
+        "held",
+        "--cron",
+        &never(),
+        "--",
+        &command,
+    ]);
+    let run = env
+        .cmd()
+        .args(["run", "held", "--wait"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn run --wait");
+    wait_until(Duration::from_secs(120), "the job to start", || {
+        std::fs::read_to_string(&starts).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let mut admin = Client::connect(&env.server, NoTls).expect("connect as admin");
+    take_the_database_away(&env, &mut admin);
+    std::fs::write(&release, "").expect("release the job");
+    let out = run.wait_with_output().expect("wait for run --wait");
+    bring_the_database_back(&env, &mut admin);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("but the connection to the database did not come back to record it"),
+        "{err}"
+    );
+    for ahead in [3600, 7200] {
+        let now = database_time_plus(&env, ahead);
+        env.ok(&["--now", &now, "tick"]);
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_attempts WHERE run_id = 1"),
+        2,
+        "the attempt whose end was lost, and its retry"
+    );
+}
+
 /// Schedule `held`, whose job appends its pid to `starts` and then runs until `release` exists,
 /// with one manual run of it queued. Returns `(starts, release)`.
 fn queue_held_job(env: &PgEnv) -> (PathBuf, PathBuf) {
