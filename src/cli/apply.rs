@@ -25,7 +25,7 @@ use crate::display::escape_line;
 use crate::exit::Failure;
 use crate::model::{validate_name, Definition, Settings, SettingsChange};
 use crate::store::{self, Applied, DefinitionChanges, DefinitionRow, OpenMode, RunFilter, Store};
-use crate::tick::materialize::{restart_cursor, settle_due};
+use crate::tick::materialize::{restart_cursor, settle_due, with_ended_pause_resumed};
 
 #[derive(Debug, clap::Args)]
 pub struct ApplyArgs {
@@ -646,20 +646,42 @@ fn field_changes(old: &Settings, new: &Settings) -> Vec<FieldChange> {
         .collect()
 }
 
+/// A schedule the file changes.
+#[derive(Debug)]
+pub struct Change {
+    /// The schedule as read (a damaged one with the columns that are).
+    pub definition: Definition,
+    /// Its settings from the file.
+    pub settings: Settings,
+    /// What differs, from the schedule as the next tick would have it (see `ended_pause`).
+    pub fields: Vec<FieldChange>,
+    /// The problem of a damaged schedule, which the file repairs.
+    pub damaged: Option<String>,
+    /// The end of its `pause --for`, when that has passed: the next tick resumes it from the
+    /// end, so apply does too, first, and the file's `paused = true` then pauses it for good.
+    pub ended_pause: Option<i64>,
+}
+
 /// What applying a file does to the database.
 #[derive(Debug, Default)]
 pub struct Plan {
     pub add: Vec<(String, Settings)>,
-    /// The schedule as read (damaged ones with the columns that are), its new settings, and what
-    /// differs.
-    pub change: Vec<(Definition, Settings, Vec<FieldChange>, Option<String>)>,
+    pub change: Vec<Change>,
     pub unchanged: Vec<String>,
     /// In the database, not in the file: removed with --prune, else left alone.
     pub not_in_file: Vec<String>,
 }
 
-/// Compare the file with the database (pure).
-pub fn plan(wanted: &BTreeMap<String, Settings>, current: &[DefinitionRow]) -> Plan {
+/// Compare the file with the database at `now` (pure). A schedule whose `pause --for` has ended
+/// is compared as the next tick will have it, resumed from the end (as `list` and `why` judge
+/// it): the file's `paused = true` then pauses it again, for good, where comparing it as stored
+/// found nothing to do and left the tick to resume it. Such a schedule is always changed: apply
+/// resumes it first, as that tick would.
+pub fn plan(
+    wanted: &BTreeMap<String, Settings>,
+    current: &[DefinitionRow],
+    now: i64,
+) -> Result<Plan> {
     let mut plan = Plan::default();
     let mut seen = std::collections::BTreeSet::new();
     for row in current {
@@ -674,24 +696,37 @@ pub fn plan(wanted: &BTreeMap<String, Settings>, current: &[DefinitionRow]) -> P
         };
         let name = &definition.name;
         seen.insert(name.clone());
-        match wanted.get(name) {
-            None => plan.not_in_file.push(name.clone()),
-            Some(settings) if damaged.is_none() && *settings == definition.settings => {
-                plan.unchanged.push(name.clone())
+        let Some(settings) = wanted.get(name) else {
+            plan.not_in_file.push(name.clone());
+            continue;
+        };
+        // A damaged schedule is not resumed (apply settles nothing of it): its columns are
+        // compared as read.
+        let mut as_ticked = definition.clone();
+        let ended_pause = match definition.pause_end() {
+            Some(end) if damaged.is_none() && with_ended_pause_resumed(&mut as_ticked, now)? => {
+                Some(end)
             }
-            Some(settings) => {
-                let changes = field_changes(&definition.settings, settings);
-                plan.change
-                    .push((definition.clone(), settings.clone(), changes, damaged));
-            }
+            _ => None,
+        };
+        if damaged.is_none() && ended_pause.is_none() && *settings == definition.settings {
+            plan.unchanged.push(name.clone());
+            continue;
         }
+        plan.change.push(Change {
+            definition: definition.clone(),
+            settings: settings.clone(),
+            fields: field_changes(&as_ticked.settings, settings),
+            damaged,
+            ended_pause,
+        });
     }
     for (name, settings) in wanted {
         if !seen.contains(name) {
             plan.add.push((name.clone(), settings.clone()));
         }
     }
-    plan
+    Ok(plan)
 }
 
 /// The summary lines: `+ added`, `~ changed (field: old → new)`, `- removed`, `= unchanged`.
@@ -700,8 +735,10 @@ pub fn summary_lines(plan: &Plan, prune: bool) -> Vec<String> {
     for (name, _) in &plan.add {
         lines.push(format!("+ {}", escape_line(name)));
     }
-    for (definition, _, changes, damaged) in &plan.change {
-        let mut what: Vec<String> = changes
+    for change in &plan.change {
+        let definition = &change.definition;
+        let mut what: Vec<String> = change
+            .fields
             .iter()
             .map(|c| {
                 format!(
@@ -712,8 +749,15 @@ pub fn summary_lines(plan: &Plan, prune: bool) -> Vec<String> {
                 )
             })
             .collect();
-        if let Some(problem) = damaged {
+        if let Some(problem) = &change.damaged {
             what.insert(0, format!("repairs damaged {problem}"));
+        }
+        // Why `paused` reads false → true for a schedule `list` shows paused: its pause ended.
+        if let Some(end) = change.ended_pause {
+            what.push(format!(
+                "its pause ended at {}, so it is resumed from then first, as the next tick would",
+                crate::display::local_time(end, super::zone(&definition.settings.timezone))
+            ));
         }
         lines.push(format!(
             "~ {} ({})",
@@ -777,7 +821,10 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
         Some(store) => store.definitions()?,
         None => Vec::new(),
     };
-    let plan = plan(&wanted, &current);
+    // One reading of the clock for the whole apply: which pauses have ended, what is due, and
+    // where cursors restart.
+    let now = ctx.clock.read();
+    let plan = plan(&wanted, &current, now.secs())?;
 
     // Schedules to prune with a running run: refused unless --force.
     let mut running = Vec::new();
@@ -843,8 +890,6 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     let Some(store) = store.as_mut() else {
         unreachable!("a store is opened unless this is a dry run");
     };
-    // One reading of the clock for the whole apply: what is due, and where cursors restart.
-    let now = ctx.clock.read();
     let me = actor(None);
 
     // --force: cancel the running runs of schedules to prune, as `schedule rm --force` does,
@@ -859,11 +904,11 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
     // they are materialised first (what the next tick would have done); the change takes effect
     // from the next fire time after now.
     let mut update = Vec::new();
-    for (definition, settings, _, damaged) in &plan.change {
-        let mut definition = definition.clone();
+    for change in &plan.change {
+        let (mut definition, settings) = (change.definition.clone(), &change.settings);
         // As `edit` does: a `pause --for` that has ended is resumed first, and the instants due
         // are settled even when the file pauses the schedule (the pause then holds their runs).
-        if damaged.is_none() {
+        if change.damaged.is_none() {
             let name = definition.name.clone();
             let again = |store: &dyn Store| reread(store, &name, &file);
             (definition, _) = settle_due(store.as_mut(), definition, now, &me, again)?;
@@ -1272,7 +1317,7 @@ mod tests {
             Ok(definition("edited", changed)),
             Ok(definition("old", same)),
         ];
-        let plan = plan(&wanted, &current);
+        let plan = plan(&wanted, &current, 0).expect("plan");
         assert_eq!(
             summary_lines(&plan, true),
             ["+ new", "~ edited (timeout: 1m → 1h)", "- old", "= same"]

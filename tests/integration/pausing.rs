@@ -517,6 +517,49 @@ fn edit_paused_and_apply_paused_materialise_the_instants_already_due_first() {
     assert_eq!(runs_of(&env, "e"), ["00:05 pending"]);
 }
 
+/// `apply` of a file that says `paused = true`, after the end of a `pause --for` and before the
+/// tick that resumes the schedule, compares the file with the schedule as that tick will have it:
+/// resumed from the end. It resumes it so (the instants since the end are materialised) and then
+/// pauses it for good, as the file says. It compared the schedule as stored (paused, as the file
+/// says), reported "no changes", and the next tick resumed it and ran it.
+#[test]
+fn apply_paused_after_a_timed_pause_ended_pauses_it_for_good() {
+    let env = Env::init();
+    let t0 = "2030-03-01T00:00:00Z";
+    let after = "2030-03-01T00:07:00Z";
+    env.add_at(Some(t0), "q", "*/5 * * * *", &[], "true");
+    env.ok(&at(t0, &["schedule", "pause", "q", "--for", "5m"]));
+    let file = env.path("schedules.toml");
+    std::fs::write(
+        &file,
+        "[q]\ncron = \"*/5 * * * *\"\ncommand = \"true\"\npaused = true\n",
+    )
+    .expect("write file");
+    let file = file.to_str().expect("utf-8");
+    let line = "~ q (paused: false → true; its pause ended at 2030-03-01T00:05:00+00:00, so it is \
+                resumed from then first, as the next tick would)\n";
+
+    // The dry run prints the same, and changes nothing.
+    let out = env.ok(&at(after, &["schedule", "apply", file, "--dry-run"]));
+    assert!(out.starts_with(line) && out.contains("1 changed"), "{out}");
+    let shown = json(&env.ok(&at(after, &["schedule", "show", "q", "--json"])));
+    assert!(shown["paused_until"].is_string(), "{shown}");
+
+    let out = env.ok(&at(after, &["schedule", "apply", file]));
+    assert!(out.starts_with(line) && out.contains("1 changed"), "{out}");
+    let shown = json(&env.ok(&at(after, &["schedule", "show", "q", "--json"])));
+    assert_eq!(shown["state"], "paused", "{shown}");
+    assert!(shown["paused_until"].is_null(), "paused for good: {shown}");
+    // The 00:05 instant, at the end, was the schedule's: materialised, and held by the pause.
+    env.tick_at("2030-03-01T00:11:00Z");
+    assert_eq!(runs_of(&env, "q"), ["00:05 pending"], "held, not run");
+    let out = env.ok(&at("2030-03-01T00:12:00Z", &["schedule", "apply", file]));
+    assert!(
+        out.starts_with("= q\n") && out.contains("no changes"),
+        "{out}"
+    );
+}
+
 #[test]
 fn edit_workdir_empty_or_no_workdir_unsets_it() {
     let env = Env::init();
