@@ -810,10 +810,11 @@ pub fn apply(args: ApplyArgs, ctx: &Ctx) -> Result<()> {
         Failure::usage(format!("{} (nothing was changed)", lines.join("\n")))
     })?;
 
-    // A dry run creates nothing: where there is no runner database yet (a missing SQLite file,
-    // a PostgreSQL database without runner's schema) it plans against no schedules at all.
+    // A dry run creates nothing: where there is no runner database yet (a missing or empty
+    // SQLite file, a PostgreSQL database without runner's schema) it plans against no schedules
+    // at all, as the apply, which makes the database there, would.
     let mut store = if args.dry_run {
-        store::open_if_present(&ctx.location)?
+        store::open_without_creating(&ctx.location)?
     } else {
         Some(ctx.open(OpenMode::CreateIfMissing)?)
     };

@@ -245,6 +245,17 @@ pub fn open_if_present(location: &Location) -> anyhow::Result<Option<Box<dyn Sto
     }
 }
 
+/// The database at `location` as `OpenMode::CreateIfMissing` would find it, without creating or
+/// writing anything: `None` where that mode would make a new one (a missing or empty SQLite
+/// file; a PostgreSQL database without runner's schema), else as `open_if_present` opens it. For
+/// a check of what a command that creates the database would do (`schedule apply --dry-run`).
+pub fn open_without_creating(location: &Location) -> anyhow::Result<Option<Box<dyn Store>>> {
+    match location {
+        Location::Sqlite(path) if sqlite::is_empty_file(path) => Ok(None),
+        _ => open_if_present(location),
+    }
+}
+
 /// Why `tick` would refuse to execute jobs from this database (see `OpenMode::Execute`), if it
 /// would: `init` and `schedule add` warn at once rather than at the first tick under cron.
 pub fn execution_refusal(location: &Location) -> Option<anyhow::Error> {

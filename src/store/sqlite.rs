@@ -227,7 +227,7 @@ impl SqliteStore {
                 .into());
             }
             create_private_file(path)?;
-        } else if mode != OpenMode::CreateIfMissing && path.metadata().is_ok_and(|m| m.len() == 0) {
+        } else if mode != OpenMode::CreateIfMissing && is_empty_file(path) {
             // An empty file is not a database yet; only init and schedule add may make it one.
             return Err(Failure::database(format!(
                 "{shown} is an empty file, not a runner database; create one with `runner init`"
@@ -761,6 +761,12 @@ fn cannot_open(path: &Path, error: &rusqlite::Error) -> anyhow::Error {
         ),
         false => format!("cannot open database {shown}: {error}"),
     })
+}
+
+/// Whether the database file is an empty file: not a database yet, which only the commands that
+/// may create one (`OpenMode::CreateIfMissing`) make one.
+pub fn is_empty_file(path: &Path) -> bool {
+    path.metadata().is_ok_and(|m| m.is_file() && m.len() == 0)
 }
 
 /// Whether the database file exists. A directory above it that this user may not enter hides it

@@ -389,6 +389,32 @@ fn dry_run_prints_the_plan_and_changes_nothing() {
     }
 }
 
+/// An empty SQLite file is no database yet, and `apply` (like `init` and `schedule add`) makes it
+/// one: the dry run plans as for a missing file, every schedule added, and writes nothing. It
+/// refused the empty file (exit 4, "not a runner database") where the apply it checks succeeds.
+#[test]
+fn dry_run_on_an_empty_database_file_plans_as_the_apply_would() {
+    crate::sqlite_only!("an empty database file");
+    let env = Env::new();
+    std::fs::write(&env.db, "").expect("empty file");
+    let file = write(&env, "schedules.toml", FILE);
+    let out = apply(&env, &file, &["--dry-run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("+ backup\n+ heartbeat\n+ reports.daily\n")
+            && stdout(&out).contains("would be 3 added"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(std::fs::metadata(&env.db).expect("db").len(), 0, "written");
+    let out = apply(&env, &file, &[]);
+    assert!(
+        out.status.success() && stdout(&out).contains("3 added"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn an_invalid_file_changes_nothing_and_names_file_line_and_field() {
     let env = Env::init();
