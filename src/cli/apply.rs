@@ -366,6 +366,10 @@ impl CommandSpec {
     /// The command as stored: the line `/bin/sh -c` runs.
     fn line(&self) -> std::result::Result<String, String> {
         match self {
+            // Said in the file's terms: the model's message tells the command line to use `--`.
+            CommandSpec::Line(line) if line.trim().is_empty() => {
+                Err("the string is empty; give the command to run".to_string())
+            }
             CommandSpec::Line(line) => Ok(line.clone()),
             CommandSpec::Words(words) if words.is_empty() => {
                 Err("the array is empty; give the program and its arguments".to_string())

@@ -494,6 +494,30 @@ fn an_invalid_file_lists_every_problem_at_once_and_changes_nothing() {
     assert_eq!(listed(&env), before);
 }
 
+/// An empty command in the file is said in the file's terms, as an empty array is: it said "no
+/// command given; put it after `--`", which is advice for the command line.
+#[test]
+fn an_empty_command_string_says_what_the_file_needs() {
+    let env = Env::init();
+    let text = "[a]\ncron = \"@daily\"\ncommand = \"\"\n\n\
+                [b]\ncron = \"@daily\"\ncommand = \"  \"\n\n\
+                [c]\ncron = \"@daily\"\ncommand = []\n";
+    let file = write(&env, "empty.toml", text);
+    let err = env.fails(2, &["schedule", "apply", file.to_str().expect("utf-8")]);
+    let wanted = [
+        "empty.toml:3: schedule a, field command: the string is empty; give the command to run",
+        "empty.toml:7: schedule b, field command: the string is empty; give the command to run",
+        "empty.toml:11: schedule c, field command: the array is empty; give the program and its \
+         arguments",
+    ];
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), wanted.len(), "{err}");
+    for (line, wanted) in lines.iter().zip(wanted) {
+        assert!(line.contains(wanted), "{wanted:?} in {err}");
+    }
+    assert!(!err.contains("--"), "{err}");
+}
+
 #[test]
 fn a_tick_during_apply_creates_no_duplicate_instant() {
     let env = Env::init();
