@@ -197,6 +197,33 @@ fn wanted_in_file_terms(message: &str) -> String {
         .replace("expected a boolean", "expected true or false")
 }
 
+/// The TOML name of a value's type where serde's differs: serde knows no date or time (toml
+/// hands one over as a map with a private key, so serde says "map"), and calls a table a map and
+/// an array a sequence.
+fn type_in_file_terms(value: &DeValue<'_>) -> Option<&'static str> {
+    match value {
+        DeValue::Datetime(at) => Some(match (at.date, at.time, at.offset) {
+            (Some(_), Some(_), Some(_)) => "offset date-time",
+            (Some(_), Some(_), None) => "date-time",
+            (Some(_), None, _) => "date",
+            (None, _, _) => "time",
+        }),
+        DeValue::Table(_) => Some("table"),
+        DeValue::Array(_) => Some("array"),
+        _ => None,
+    }
+}
+
+/// serde's "invalid type: map, expected ..." (or "sequence") about a value whose TOML type is
+/// `kind` (`type_in_file_terms`), with the type named as the file has it.
+fn named_type(message: &str, kind: &str) -> String {
+    ["invalid type: map", "invalid type: sequence"]
+        .iter()
+        .fold(message.to_string(), |m, serde_type| {
+            m.replacen(serde_type, &format!("invalid type: {kind}"), 1)
+        })
+}
+
 fn in_file_terms(message: &str) -> String {
     FIELD_FLAGS
         .iter()
@@ -324,12 +351,14 @@ fn entry_of(
                 return Err(errors);
             }
             // `x = [1, 2]` before any table: serde would read the array as the table's fields
-            // in order, and complain of the first ("expected a string").
-            DeValue::Array(_) => {
+            // in order, and complain of the first ("expected a string"). `x = 2026-11-30`: serde
+            // would read the date as a table with toml's private key, and name that key.
+            value @ (DeValue::Array(_) | DeValue::Datetime(_)) => {
                 errors.push(FileError {
-                    message: "invalid type: array, expected a schedule's table ([name] and its \
-                              fields)"
-                        .to_string(),
+                    message: format!(
+                        "invalid type: {}, expected a schedule's table ([name] and its fields)",
+                        type_in_file_terms(value).unwrap_or("value")
+                    ),
                     ..error_at_line(text, &e)
                 });
                 return Err(errors);
@@ -343,11 +372,16 @@ fn entry_of(
         // The `key = value` the error is in: an unknown key's error is on the key, a wrong
         // type's on the value.
         let at = e.span().unwrap_or(0..0).start;
-        let key = keys
+        let (key, value) = keys
             .iter()
             .find(|(key, value)| (key.span().start..value.span().end).contains(&at))
-            .map(|(key, _)| key.get_ref().to_string());
+            .map(|(key, value)| (key.get_ref().to_string(), value.get_ref()))
+            .unzip();
         let (line, message) = line_and_message(text, &e);
+        let message = match value.and_then(type_in_file_terms) {
+            Some(kind) => named_type(&message, kind),
+            None => message,
+        };
         errors.push(FileError {
             line,
             schedule: name.to_string(),
@@ -1190,6 +1224,16 @@ mod tests {
                 "expected a whole number",
             ),
             ("paused = \"yes\"", "paused", "expected true or false"),
+            (
+                "max_attempts = 2026-11-30",
+                "max_attempts",
+                "invalid type: date, expected a whole number",
+            ),
+            (
+                "timeout = {}",
+                "timeout",
+                "invalid type: table, expected a string",
+            ),
             (
                 "max_attempts = 99999999999999999999",
                 "max_attempts",

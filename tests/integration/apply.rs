@@ -518,6 +518,40 @@ fn an_empty_command_string_says_what_the_file_needs() {
     assert!(!err.contains("--"), "{err}");
 }
 
+/// A value of the wrong type is named by its TOML type, whatever the field's type: a date or a
+/// time is not a "map" (toml hands one to serde as a map with a private key, whose name leaked
+/// outside a table), an inline table is a table, an array an array (not a "sequence").
+#[test]
+fn a_wrong_type_is_named_as_toml_names_it() {
+    let env = Env::init();
+    let text = "x = 2026-11-30\n\n\
+                [a]\ncron = \"@daily\"\ncommand = \"true\"\nmax_attempts = 2026-11-30\n\
+                timeout = 07:32:00\npaused = 1979-05-27T07:32:00Z\ntz = 1979-05-27T07:32:00\n\
+                grace = [\"5m\"]\noverlap = {}\n";
+    let file = write(&env, "typed.toml", text);
+    let err = env.fails(2, &["schedule", "apply", file.to_str().expect("utf-8")]);
+    let wanted = [
+        "typed.toml:1: invalid type: date, expected a schedule's table ([name] and its fields)",
+        "typed.toml:6: schedule a, field max_attempts: invalid type: date, expected a whole \
+         number: 2026-11-30",
+        "typed.toml:7: schedule a, field timeout: invalid type: time, expected a string: 07:32:00",
+        "typed.toml:8: schedule a, field paused: invalid type: offset date-time, expected true or \
+         false: 1979-05-27T07:32:00Z",
+        "typed.toml:9: schedule a, field tz: invalid type: date-time, expected a string: \
+         1979-05-27T07:32:00",
+        "typed.toml:10: schedule a, field grace: invalid type: array, expected a string: [\"5m\"]",
+        "typed.toml:11: schedule a, field overlap: invalid type: table, expected a string: {}",
+    ];
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), wanted.len(), "{err}");
+    for (line, wanted) in lines.iter().zip(wanted) {
+        assert!(line.contains(wanted), "{wanted:?} in {err}");
+    }
+    for serde_word in ["map", "sequence", "$__toml"] {
+        assert!(!err.contains(serde_word), "{serde_word} in {err}");
+    }
+}
+
 #[test]
 fn a_tick_during_apply_creates_no_duplicate_instant() {
     let env = Env::init();
