@@ -405,12 +405,14 @@ impl CronSchedule {
         let tokens: Vec<&str> = trimmed.split_whitespace().collect();
         let fields: [&str; 5] = match tokens.first() {
             Some(first) if first.starts_with('@') => {
+                // The macro first: `@every 5m` names no macro at all, whatever follows it.
+                let fields = expand_macro(first).map_err(fail)?;
                 if tokens.len() > 1 {
                     return Err(fail(format!(
                         "the macro \"{first}\" must be the whole expression, without other fields"
                     )));
                 }
-                expand_macro(first).map_err(fail)?
+                fields
             }
             _ => match <[&str; 5]>::try_from(tokens.as_slice()) {
                 Ok(fields) => fields,
@@ -1007,6 +1009,10 @@ mod tests {
         assert_err("@DAILY", &["\"@DAILY\"", "lower case", "@daily"]);
         assert_err("@Hourly", &["\"@Hourly\"", "lower case"]);
         assert_err("@daily 5", &["\"@daily\"", "whole expression"]);
+        // An unknown macro followed by more fields is still no macro.
+        let msg = err("@every 5m");
+        assert!(msg.contains("\"@every\" is not a known macro"), "{msg}");
+        assert!(!msg.contains("whole expression"), "{msg}");
     }
 
     #[test]

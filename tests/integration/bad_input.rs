@@ -234,3 +234,31 @@ fn month_and_year_units_are_refused_wherever_a_duration_is_taken() {
         .expect("spawn");
     check(&prune, out);
 }
+
+/// An unknown macro followed by more fields (`@every 5m`, as other cron tools write it) is said to
+/// be no known macro, as the macro alone is; it was told to be the whole expression, as if
+/// `@every` alone were one.
+#[test]
+fn an_unknown_macro_followed_by_fields_is_not_a_known_macro() {
+    let env = Env::init();
+    for args in [
+        &["schedule", "next", "--cron", "@every 5m"][..],
+        &["schedule", "add", "y", "--cron", "@every 5m", "--", "true"],
+    ] {
+        let err = env.fails(2, args);
+        assert!(
+            err.contains(
+                "invalid cron expression \"@every 5m\": \"@every\" is not a known macro; use one \
+                 of @yearly"
+            ),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("whole expression"), "{args:?}: {err}");
+    }
+    // A known macro with more fields is still told to stand alone.
+    let err = env.fails(2, &["schedule", "next", "--cron", "@daily 5"]);
+    assert!(
+        err.contains("the macro \"@daily\" must be the whole expression"),
+        "{err}"
+    );
+}
