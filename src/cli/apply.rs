@@ -1076,6 +1076,17 @@ pub fn export(args: ExportArgs, ctx: &Ctx) -> Result<()> {
             definitions.push(super::find_definition(store.as_ref(), name)?);
         }
     }
+    // A `pause --for` that has ended is the next tick's to resume: exported as that tick will
+    // have it, not paused, so that applying the file does what the tick would.
+    let now = ctx.clock.read().secs();
+    let mut resumed = Vec::new();
+    for d in &mut definitions {
+        if let Some(end) = d.pause_end() {
+            if with_ended_pause_resumed(d, now)? {
+                resumed.push((d.name.clone(), end));
+            }
+        }
+    }
     let entries: BTreeMap<String, ExportEntry> = definitions
         .iter()
         .map(|d| (d.name.clone(), export_entry(&d.settings)))
@@ -1103,6 +1114,14 @@ pub fn export(args: ExportArgs, ctx: &Ctx) -> Result<()> {
                 crate::display::utc_time(until)
             );
         }
+    }
+    for (name, end) in &resumed {
+        say!(
+            "# {}'s pause ended at {} (`pause --for`): the next tick resumes it, so it is not \
+             paused in this file.",
+            escape_line(name),
+            crate::display::utc_time(*end)
+        );
     }
     say!("");
     super::emit(&body)?;

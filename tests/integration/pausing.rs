@@ -560,6 +560,47 @@ fn apply_paused_after_a_timed_pause_ended_pauses_it_for_good() {
     );
 }
 
+/// `export` between a `pause --for`'s end and the tick that resumes the schedule wrote
+/// `paused = true`, so that applying its own output paused the schedule for good, unlike the
+/// tick. It exports the schedule as the tick will have it, not paused, and says why.
+#[test]
+fn export_after_a_timed_pause_ended_exports_it_resumed() {
+    let env = Env::init();
+    let t0 = "2030-03-01T00:00:00Z";
+    let after = "2030-03-01T00:07:00Z";
+    env.add_at(Some(t0), "q", "*/5 * * * *", &[], "true");
+    env.ok(&at(t0, &["schedule", "pause", "q", "--for", "5m"]));
+    // Before the end, the pause is exported, its end named in a comment.
+    let before = env.ok(&at("2030-03-01T00:04:00Z", &["schedule", "export"]));
+    assert!(
+        before.contains("paused = true") && before.contains("# q is paused until"),
+        "{before}"
+    );
+    let exported = env.ok(&at(after, &["schedule", "export"]));
+    assert!(!exported.contains("paused = true"), "not paused: {exported}");
+    assert!(
+        exported.contains(
+            "# q's pause ended at 2030-03-01T00:05:00Z (`pause --for`): the next tick resumes \
+             it, so it is not paused in this file."
+        ),
+        "{exported}"
+    );
+    let file = env.path("schedules.toml");
+    std::fs::write(&file, &exported).expect("write file");
+    env.ok(&at(
+        after,
+        &["schedule", "apply", file.to_str().expect("utf-8")],
+    ));
+    let shown = json(&env.ok(&at(after, &["schedule", "show", "q", "--json"])));
+    assert_eq!(
+        shown["state"], "active",
+        "resumed, as the tick would: {shown}"
+    );
+    // Resumed from the end: the 00:05 instant is the schedule's, and runs.
+    env.tick_at("2030-03-01T00:08:00Z");
+    assert_eq!(runs_of(&env, "q"), ["00:05 succeeded"]);
+}
+
 #[test]
 fn edit_workdir_empty_or_no_workdir_unsets_it() {
     let env = Env::init();
