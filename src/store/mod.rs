@@ -1087,10 +1087,15 @@ pub fn insert_row_sql(
     )
 }
 
-/// The attempt of the cancelled run with id parameter 1 (in the backend's syntax) was closed, its
-/// processes gone: its job no longer holds back its `forbid` schedule (`Store::claim`).
-pub fn job_stopped_sql(placeholder: &str) -> String {
-    format!("UPDATE job_runs SET stopping_by = NULL WHERE id = {placeholder} AND stopping_by IS NOT NULL")
+/// The job of the cancelled run with id `run` (a parameter in the backend's syntax) is known
+/// stopped, or no longer waited for: it no longer holds back its `forbid` schedule
+/// (`Store::claim`). With `attempt` (the closed attempt's number, a parameter too), only if that
+/// attempt is the run's current one: an older attempt, left open to its host when another host
+/// recovered the run, may close while the current one's job still runs elsewhere. Without it,
+/// whatever the attempt (`Store::release_stop`).
+pub fn job_stopped_sql(run: &str, attempt: Option<&str>) -> String {
+    let current = attempt.map_or(String::new(), |a| format!(" AND attempt = {a}"));
+    format!("UPDATE job_runs SET stopping_by = NULL WHERE id = {run}{current} AND stopping_by IS NOT NULL")
 }
 
 /// Raises by one the dead-runs counter of the schedule of the run that just went dead (the same
@@ -1488,8 +1493,9 @@ pub trait Store {
     /// Close an orphaned attempt (its processes are gone) as failed with `close`'s error, and
     /// record `close.event`; never one its run still holds under its token. Its duration runs
     /// from its start, its output is not kept (NULL), unless `close.never_started`: then it took
-    /// no time and printed nothing (empty). Its run, if cancelled, no longer waits for its job
-    /// (`stopping_by` cleared). False if it was closed meanwhile.
+    /// no time and printed nothing (empty). Its run, if cancelled and this is its current
+    /// attempt, no longer waits for its job (`stopping_by` cleared; an older attempt's close says
+    /// nothing of the current one's job). False if it was closed meanwhile.
     fn close_orphaned_attempt(
         &mut self,
         holder: &AttemptHolder,

@@ -1117,9 +1117,9 @@ fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>
         ])?;
     let at = result.finished_at;
     if !applied && closed == 1 {
-        // Closed under its cancelled run: its job is stopped.
-        tx.prepare_cached(&super::job_stopped_sql("?1"))?
-            .execute([result.run_id])?;
+        // Closed under its cancelled run: its job is stopped, if it was the current attempt's.
+        tx.prepare_cached(&super::job_stopped_sql("?1", Some("?2")))?
+            .execute(params![result.run_id, result.attempt])?;
     }
     if !applied {
         // The run this attempt held: one whose attempt row is still there (a removed schedule's
@@ -2426,7 +2426,7 @@ impl Store for SqliteStore {
 
     fn release_stop(&mut self, run_id: i64) -> Result<()> {
         let tx = self.write()?;
-        tx.execute(&super::job_stopped_sql("?1"), [run_id])?;
+        tx.execute(&super::job_stopped_sql("?1", None), [run_id])?;
         tx.commit()?;
         Ok(())
     }
@@ -2462,7 +2462,10 @@ impl Store for SqliteStore {
         )?;
         if closed == 1 {
             insert_event(&tx, holder.run_id, now, actor, &close.event)?;
-            tx.execute(&super::job_stopped_sql("?1"), [holder.run_id])?;
+            tx.execute(
+                &super::job_stopped_sql("?1", Some("?2")),
+                params![holder.run_id, holder.attempt],
+            )?;
         }
         tx.commit()?;
         Ok(closed == 1)

@@ -313,6 +313,79 @@ fn cancel_of_a_retried_run_speaks_of_its_current_attempt() {
     assert_eq!(status_of(&env, run), "cancelled");
 }
 
+/// Another host recovered a run whose tick here had stalled and retried it, leaving attempt 1
+/// open for this host to close; attempt 2 was running on `far-host` when the run was cancelled.
+/// This host's next tick stops and closes its orphaned attempt 1, but the job being stopped is
+/// attempt 2's, still running there: the run keeps waiting for it (its `stopping_by` stays), and
+/// the `forbid` schedule's next run is not claimed beside it. (Closing any attempt of the run
+/// used to end the wait, and the next run started while attempt 2's job still ran.)
+#[test]
+fn closing_an_older_attempt_keeps_waiting_for_the_cancelled_runs_current_job() {
+    let env = Env::init();
+    let log = env.path("log");
+    env.add(
+        "alone",
+        &["--overlap", "forbid"],
+        &format!("echo \"$RUNNER_RUN_ID\" >> {}", sh_quote(&log)),
+    );
+    let cancelled = env.enqueue("alone");
+    // Forged: cancelled while attempt 2 ran on far-host, its job to be stopped by 2100.
+    let stopping_by = 4_102_444_800_i64;
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'cancelled', attempt = 2, started_at = 1, finished_at = 2,
+                 error_code = 'CANCELLED', stopping_by = $2
+         WHERE id = $1",
+        &[&cancelled, &stopping_by],
+    );
+    // Attempt 1's runner here is gone: a reaped child's pid, under a start time no live process
+    // has.
+    let mut gone = Command::new("true").spawn().expect("spawn true");
+    gone.wait().expect("wait for true");
+    let gone_pid = i64::from(gone.id());
+    let here = nix::unistd::gethostname()
+        .expect("hostname")
+        .into_string()
+        .expect("utf-8");
+    for (attempt, owner, host, runner_pid, token) in [
+        (1_i64, "stalled:1", here.as_str(), gone_pid, "first"),
+        (2, "far:4242", "far-host", 4242, "second"),
+    ] {
+        env.sql.exec(
+            "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time,
+                 lease_token, started_at, definition_id)
+             SELECT $1, $2, $3, $4, $5, 1, $6, 1, definition_id FROM job_runs WHERE id = $1",
+            &[&cancelled, &attempt, &owner, &host, &runner_pid, &token],
+        );
+    }
+    let next = env.enqueue("alone");
+
+    env.tick(&[]);
+    let open = env.sql.query_i64s(
+        "SELECT attempt FROM job_attempts WHERE run_id = $1 AND finished_at IS NULL",
+        &[&cancelled],
+    );
+    assert_eq!(
+        open,
+        [2],
+        "this host's orphaned attempt 1 is closed, attempt 2 is not"
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by = $2",
+            &[&cancelled, &stopping_by]
+        ),
+        1,
+        "attempt 2's job is still being stopped"
+    );
+    assert_eq!(status_of(&env, next), "pending", "the next run waits");
+    assert!(!log.exists(), "a job of the schedule ran");
+    let status = json(&env.ok(&["status", "--json"]));
+    let stopping = &status["stopping"][0];
+    assert_eq!(stopping["run_id"], cancelled, "{status}");
+    assert_eq!(stopping["attempt"], 2, "{status}");
+    assert_eq!(stopping["host"], "far-host", "{status}");
+}
+
 /// `--overlap forbid` holds while a cancelled run's job is still alive: the tick holding it stops
 /// it only at its next heartbeat, and a new run of the schedule waits until its attempt closed.
 #[test]

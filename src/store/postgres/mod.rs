@@ -1192,9 +1192,9 @@ fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Resul
     )?;
     let at = result.finished_at;
     if !applied && closed == 1 {
-        // Closed under its cancelled run: its job is stopped.
-        let stopped = prepared(tx, &super::job_stopped_sql("$1"))?;
-        tx.execute(&stopped, &[&result.run_id])?;
+        // Closed under its cancelled run: its job is stopped, if it was the current attempt's.
+        let stopped = prepared(tx, &super::job_stopped_sql("$1", Some("$2")))?;
+        tx.execute(&stopped, &[&result.run_id, &i64::from(result.attempt)])?;
     }
     if !applied {
         // The run this attempt held: one whose attempt row is still there (a removed schedule's
@@ -2423,7 +2423,7 @@ impl Store for PostgresStore {
 
     fn release_stop(&mut self, run_id: i64) -> StoreResult<()> {
         self.write(|tx| {
-            tx.execute(&super::job_stopped_sql("$1"), &[&run_id])?;
+            tx.execute(&super::job_stopped_sql("$1", None), &[&run_id])?;
             Ok(())
         })
     }
@@ -2460,7 +2460,10 @@ impl Store for PostgresStore {
             )?;
             if closed == 1 {
                 insert_event(tx, holder.run_id, now, actor, &close.event)?;
-                tx.execute(&super::job_stopped_sql("$1"), &[&holder.run_id])?;
+                tx.execute(
+                    &super::job_stopped_sql("$1", Some("$2")),
+                    &[&holder.run_id, &i64::from(holder.attempt)],
+                )?;
             }
             Ok(closed == 1)
         })
