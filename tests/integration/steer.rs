@@ -386,6 +386,79 @@ fn closing_an_older_attempt_keeps_waiting_for_the_cancelled_runs_current_job() {
     assert_eq!(stopping["host"], "far-host", "{status}");
 }
 
+/// The same from the stalled host's side: its tick is still running attempt 1's job when
+/// another host's recovery retries the run and the run is cancelled while attempt 2 runs on
+/// `far-host` (both forged under it). When attempt 1's job ends, the tick's late end is refused
+/// but closes attempt 1 under the cancel; the run keeps waiting for attempt 2's job, and the
+/// `forbid` schedule's next run is not claimed, by that tick nor the next. (The late end used to
+/// end the wait.)
+#[test]
+fn a_late_end_of_an_older_attempt_keeps_waiting_for_the_cancelled_runs_current_job() {
+    let env = Env::init();
+    let log = env.path("log");
+    let started = env.path("started");
+    let go = env.path("go");
+    // The first run's job waits for `go`; any later run's logs that it ran.
+    env.add(
+        "alone",
+        &["--overlap", "forbid"],
+        &format!(
+            "if [ -e {started} ]; then echo \"$RUNNER_RUN_ID\" >> {log}; exit 0; fi; \
+             touch {started}; while [ ! -e {go} ]; do sleep 0.1; done",
+            started = sh_quote(&started),
+            log = sh_quote(&log),
+            go = sh_quote(&go),
+        ),
+    );
+    let cancelled = env.enqueue("alone");
+    let tick = Bg::spawn(&env, "tick", &["tick"]);
+    wait_until(Duration::from_secs(120), "attempt 1's job to start", || {
+        started.exists()
+    });
+    // Forged: recovered and retried elsewhere, then cancelled while attempt 2 runs on far-host,
+    // its job to be stopped by 2100.
+    let stopping_by = 4_102_444_800_i64;
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'cancelled', attempt = 2, owner = NULL, lease_token = NULL,
+                 lease_expires_at = NULL, heartbeat_at = NULL, finished_at = started_at,
+                 error_code = 'CANCELLED', stopping_by = $2
+         WHERE id = $1",
+        &[&cancelled, &stopping_by],
+    );
+    env.sql.exec(
+        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
+             started_at, definition_id)
+         SELECT $1, 2, 'far:4242', 'far-host', 4242, 'second', started_at, definition_id
+         FROM job_runs WHERE id = $1",
+        &[&cancelled],
+    );
+    let next = env.enqueue("alone");
+    fs::write(&go, "").expect("let attempt 1's job end");
+    let out = tick.finish(Duration::from_secs(120));
+    assert!(out.status.code().is_some(), "{:?}", out.status);
+    env.tick(&[]);
+
+    let open = env.sql.query_i64s(
+        "SELECT attempt FROM job_attempts WHERE run_id = $1 AND finished_at IS NULL",
+        &[&cancelled],
+    );
+    assert_eq!(
+        open,
+        [2],
+        "attempt 1 is closed by its tick, attempt 2 is not"
+    );
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by = $2",
+            &[&cancelled, &stopping_by]
+        ),
+        1,
+        "attempt 2's job is still being stopped"
+    );
+    assert_eq!(status_of(&env, next), "pending", "the next run waits");
+    assert!(!log.exists(), "a later run of the schedule ran");
+}
+
 /// `--overlap forbid` holds while a cancelled run's job is still alive: the tick holding it stops
 /// it only at its next heartbeat, and a new run of the schedule waits until its attempt closed.
 #[test]
