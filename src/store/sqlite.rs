@@ -517,9 +517,10 @@ impl SqliteStore {
         let tx = self.write_then_sync()?;
         let mut landed = Vec::with_capacity(items.len());
         for item in items {
-            landed.push(match write(&tx, item)? {
-                true => Fenced::Applied,
-                false => Fenced::LeaseLost,
+            landed.push(if write(&tx, item)? {
+                Fenced::Applied
+            } else {
+                Fenced::LeaseLost
             });
         }
         tx.commit()?;

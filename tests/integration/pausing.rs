@@ -577,7 +577,10 @@ fn export_after_a_timed_pause_ended_exports_it_resumed() {
         "{before}"
     );
     let exported = env.ok(&at(after, &["schedule", "export"]));
-    assert!(!exported.contains("paused = true"), "not paused: {exported}");
+    assert!(
+        !exported.contains("paused = true"),
+        "not paused: {exported}"
+    );
     assert!(
         exported.contains(
             "# q's pause ended at 2030-03-01T00:05:00Z (`pause --for`): the next tick resumes \

@@ -1481,22 +1481,7 @@ fn run_wait_never_starts_its_job_at_the_gate_once_the_connection_is_lost() {
 #[test]
 fn run_wait_whose_end_meets_the_lost_connection_exits_4() {
     let Some(env) = PgEnv::init() else { return };
-    let starts = env.dir.path().join("starts");
-    let release = env.dir.path().join("release");
-    let command = format!(
-        "echo $$ >> {}; while [ ! -e {} ]; do sleep 0.1; done",
-        starts.display(),
-        release.display()
-    );
-    env.ok(&[
-        "schedule",
-        "add",
-        "held",
-        "--cron",
-        &never(),
-        "--",
-        &command,
-    ]);
+    let (starts, release) = add_held_job(&env);
     let run = env
         .cmd()
         .args(["run", "held", "--wait"])
@@ -1534,9 +1519,17 @@ fn run_wait_whose_end_meets_the_lost_connection_exits_4() {
     );
 }
 
-/// Schedule `held`, whose job appends its pid to `starts` and then runs until `release` exists,
-/// with one manual run of it queued. Returns `(starts, release)`.
+/// Schedule `held` (see `add_held_job`), with one manual run of it queued. Returns `(starts,
+/// release)`.
 fn queue_held_job(env: &PgEnv) -> (PathBuf, PathBuf) {
+    let held = add_held_job(env);
+    env.ok(&["run", "held"]);
+    held
+}
+
+/// Schedule `held`, whose job appends its pid to `starts` and then runs until `release` exists.
+/// Returns `(starts, release)`.
+fn add_held_job(env: &PgEnv) -> (PathBuf, PathBuf) {
     let starts = env.dir.path().join("starts");
     let release = env.dir.path().join("release");
     let command = format!(
@@ -1553,7 +1546,6 @@ fn queue_held_job(env: &PgEnv) -> (PathBuf, PathBuf) {
         "--",
         &command,
     ]);
-    env.ok(&["run", "held"]);
     (starts, release)
 }
 

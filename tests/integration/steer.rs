@@ -360,25 +360,7 @@ fn closing_an_older_attempt_keeps_waiting_for_the_cancelled_runs_current_job() {
     let next = env.enqueue("alone");
 
     env.tick(&[]);
-    let open = env.sql.query_i64s(
-        "SELECT attempt FROM job_attempts WHERE run_id = $1 AND finished_at IS NULL",
-        &[&cancelled],
-    );
-    assert_eq!(
-        open,
-        [2],
-        "this host's orphaned attempt 1 is closed, attempt 2 is not"
-    );
-    assert_eq!(
-        env.sql.query_i64(
-            "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by = $2",
-            &[&cancelled, &stopping_by]
-        ),
-        1,
-        "attempt 2's job is still being stopped"
-    );
-    assert_eq!(status_of(&env, next), "pending", "the next run waits");
-    assert!(!log.exists(), "a job of the schedule ran");
+    still_waiting_for_attempt_2(&env, cancelled, stopping_by, next, &log);
     let status = json(&env.ok(&["status", "--json"]));
     let stopping = &status["stopping"][0];
     assert_eq!(stopping["run_id"], cancelled, "{status}");
@@ -438,15 +420,18 @@ fn a_late_end_of_an_older_attempt_keeps_waiting_for_the_cancelled_runs_current_j
     assert!(out.status.code().is_some(), "{:?}", out.status);
     env.tick(&[]);
 
+    still_waiting_for_attempt_2(&env, cancelled, stopping_by, next, &log);
+}
+
+/// Attempt 1 of the cancelled run is closed and attempt 2 is not; the run still waits for attempt
+/// 2's job (its `stopping_by` unchanged), so the `forbid` schedule's `next` run waits, and no job
+/// of the schedule (which appends to `log`) ran.
+fn still_waiting_for_attempt_2(env: &Env, cancelled: i64, stopping_by: i64, next: i64, log: &Path) {
     let open = env.sql.query_i64s(
         "SELECT attempt FROM job_attempts WHERE run_id = $1 AND finished_at IS NULL",
         &[&cancelled],
     );
-    assert_eq!(
-        open,
-        [2],
-        "attempt 1 is closed by its tick, attempt 2 is not"
-    );
+    assert_eq!(open, [2], "attempt 1 is closed, attempt 2 is not");
     assert_eq!(
         env.sql.query_i64(
             "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by = $2",
@@ -455,8 +440,8 @@ fn a_late_end_of_an_older_attempt_keeps_waiting_for_the_cancelled_runs_current_j
         1,
         "attempt 2's job is still being stopped"
     );
-    assert_eq!(status_of(&env, next), "pending", "the next run waits");
-    assert!(!log.exists(), "a later run of the schedule ran");
+    assert_eq!(status_of(env, next), "pending", "the next run waits");
+    assert!(!log.exists(), "a job of the schedule ran");
 }
 
 /// `--overlap forbid` holds while a cancelled run's job is still alive: the tick holding it stops
