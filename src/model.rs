@@ -1295,6 +1295,17 @@ pub enum Fenced {
     LeaseLost,
 }
 
+impl Fenced {
+    /// `Applied` if the fenced write landed (its lease still held), else `LeaseLost`.
+    pub fn landed_if(landed: bool) -> Fenced {
+        if landed {
+            Fenced::Applied
+        } else {
+            Fenced::LeaseLost
+        }
+    }
+}
+
 /// A running run whose lease expired: its runner died or hung.
 #[derive(Debug, Clone)]
 pub struct ExpiredLease {

@@ -517,11 +517,7 @@ impl SqliteStore {
         let tx = self.write_then_sync()?;
         let mut landed = Vec::with_capacity(items.len());
         for item in items {
-            landed.push(if write(&tx, item)? {
-                Fenced::Applied
-            } else {
-                Fenced::LeaseLost
-            });
+            landed.push(Fenced::landed_if(write(&tx, item)?));
         }
         tx.commit()?;
         self.synced()?;
@@ -2317,13 +2313,7 @@ impl Store for SqliteStore {
         tx.commit()?;
         Ok(tokens
             .iter()
-            .map(|token| {
-                if held.contains(token) {
-                    Fenced::Applied
-                } else {
-                    Fenced::LeaseLost
-                }
-            })
+            .map(|token| Fenced::landed_if(held.contains(token)))
             .collect())
     }
 

@@ -194,13 +194,8 @@ fn a_tick_that_stalls_past_its_lease_never_starts_the_run() {
 #[test]
 fn a_run_cancelled_while_its_job_waits_at_the_gate_never_starts() {
     let env = Env::init();
-    let (log, go) = (env.path("log"), env.path("go"));
-    env.add(
-        "held",
-        &["--backoff-base", "10m"],
-        &format!("echo ran >> {}", sh_quote(&log)),
-    );
-    let run = env.enqueue("held");
+    let (run, log) = queue_logging_run(&env);
+    let go = env.path("go");
     let mut cmd = env.cmd();
     cmd.arg("tick").env(
         "RUNNER_TEST_HOOK",
@@ -246,13 +241,7 @@ fn a_run_cancelled_while_its_job_waits_at_the_gate_never_starts() {
 #[test]
 fn a_start_refused_after_recovery_elsewhere_closes_the_attempt_at_once() {
     let env = Env::init();
-    let log = env.path("log");
-    env.add(
-        "held",
-        &["--backoff-base", "10m"],
-        &format!("echo ran >> {}", sh_quote(&log)),
-    );
-    let run = env.enqueue("held");
+    let (run, log) = queue_logging_run(&env);
     let mut stalled = StalledTick::at(&env, &["tick", "--lease", "600s"], "spawned", "");
     env.sql.exec(
         "UPDATE job_runs SET status = 'pending', owner = NULL, lease_token = NULL,
@@ -326,13 +315,7 @@ fn a_job_whose_gate_check_fails_soon_after_its_start_is_released() {
 #[test]
 fn a_job_whose_gate_check_fails_a_lease_after_its_start_never_starts() {
     let env = Env::init();
-    let log = env.path("log");
-    env.add(
-        "held",
-        &["--backoff-base", "10m"],
-        &format!("echo ran >> {}", sh_quote(&log)),
-    );
-    let run = env.enqueue("held");
+    let (run, log) = queue_logging_run(&env);
     let mut stalled = StalledTick::at(
         &env,
         &["tick", "--lease", "3s"],
@@ -612,6 +595,18 @@ fn wait_for_recorded_starts(env: &Env, count: i64) {
             &[],
         ) == count
     });
+}
+
+/// A run of schedule `held` (retried 10 min after a failure), whose command appends `ran` to the
+/// returned log.
+fn queue_logging_run(env: &Env) -> (i64, std::path::PathBuf) {
+    let log = env.path("log");
+    env.add(
+        "held",
+        &["--backoff-base", "10m"],
+        &format!("echo ran >> {}", sh_quote(&log)),
+    );
+    (env.enqueue("held"), log)
 }
 
 /// A run whose command logs its attempt; a tick that claimed it and stalls right after the claim

@@ -883,6 +883,15 @@ fn on_host(env: &PgEnv, host: &str, args: &[&str]) -> Option<Command> {
     Some(super::common::on_other_host(&cmd, host))
 }
 
+/// Two ticks (with `tick_args`), their clocks an hour and two past the database's: past any
+/// lease and backoff, they recover and retry whatever an earlier tick left unfinished.
+fn ticks_past_leases_and_backoffs(env: &PgEnv, tick_args: &[&str]) {
+    for ahead in [3600, 7200] {
+        let now = database_time_plus(env, ahead);
+        env.ok(&[&["--now", now.as_str(), "tick"], tick_args].concat());
+    }
+}
+
 /// The database's clock, `ahead` seconds on, as `--now` wants it.
 fn database_time_plus(env: &PgEnv, ahead: i64) -> String {
     let epoch = env.count("SELECT extract(epoch FROM now())::bigint") + ahead;
@@ -1103,10 +1112,7 @@ fn a_server_restart_during_a_tick_fails_cleanly_and_nothing_is_lost() {
         );
     }
     // Later ticks (clocks past any lease and backoff) finish whatever is left.
-    for ahead in [3600, 7200] {
-        let now = database_time_plus(&env, ahead);
-        env.ok(&["--now", &now, "tick"]);
-    }
+    ticks_past_leases_and_backoffs(&env, &[]);
     assert_eq!(
         env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
         1,
@@ -1180,10 +1186,7 @@ fn a_lost_connection_is_one_line_exit_4_and_the_run_is_retried_once() {
         "the job outlived its tick"
     );
     // Later ticks (clocks past the lease and the backoff) recover the run and retry it once.
-    for ahead in [3600, 7200] {
-        let now = database_time_plus(&env, ahead);
-        env.ok(&["--now", &now, "tick"]);
-    }
+    ticks_past_leases_and_backoffs(&env, &[]);
     assert_eq!(
         env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
         1,
@@ -1393,10 +1396,7 @@ fn lose_the_connection_with_jobs_at_their_gate(point: &str) {
         "{err}"
     );
     // Later ticks (clocks past the lease and the backoff) recover the runs and retry each once.
-    for ahead in [3600, 7200] {
-        let now = database_time_plus(&env, ahead);
-        env.ok(&["--now", &now, "tick", "--concurrency", "3"]);
-    }
+    ticks_past_leases_and_backoffs(&env, &["--concurrency", "3"]);
     assert_eq!(
         env.count("SELECT count(*) FROM job_runs WHERE status = 'succeeded'"),
         3
@@ -1460,10 +1460,7 @@ fn run_wait_never_starts_its_job_at_the_gate_once_the_connection_is_lost() {
         )),
         "{err}"
     );
-    for ahead in [3600, 7200] {
-        let now = database_time_plus(&env, ahead);
-        env.ok(&["--now", &now, "tick"]);
-    }
+    ticks_past_leases_and_backoffs(&env, &[]);
     assert_eq!(
         env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
         1
@@ -1503,10 +1500,7 @@ fn run_wait_whose_end_meets_the_lost_connection_exits_4() {
         err.contains("but the connection to the database did not come back to record it"),
         "{err}"
     );
-    for ahead in [3600, 7200] {
-        let now = database_time_plus(&env, ahead);
-        env.ok(&["--now", &now, "tick"]);
-    }
+    ticks_past_leases_and_backoffs(&env, &[]);
     assert_eq!(
         env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND status = 'succeeded'"),
         1,

@@ -289,14 +289,7 @@ fn the_tick_prunes_by_itself_at_most_once_an_hour() {
         "true",
     ]);
     let tick_with = |retention: Option<&str>| {
-        let mut cmd = env.cmd();
-        cmd.arg("tick");
-        match retention {
-            Some(r) => cmd.env("RUNNER_RETENTION", r),
-            None => cmd.env_remove("RUNNER_RETENTION"),
-        };
-        let out = cmd.output().expect("tick");
-        assert!(out.status.success(), "{}", stderr(&out));
+        let out = tick_with_retention(&env, retention);
         assert_eq!(stderr(&out), "", "a pruning tick stays quiet");
     };
     // Retention off: nothing happens.
@@ -355,16 +348,6 @@ fn the_tick_prunes_by_itself_at_most_once_an_hour() {
 fn last_prune_is_the_latest_prune_of_either_kind() {
     let env = Env::init();
     env.add("a", &[], "true");
-    let tick_with = |retention: Option<&str>| {
-        let mut cmd = env.cmd();
-        cmd.arg("tick");
-        match retention {
-            Some(r) => cmd.env("RUNNER_RETENTION", r),
-            None => cmd.env_remove("RUNNER_RETENTION"),
-        };
-        let out = cmd.output().expect("tick");
-        assert!(out.status.success(), "{}", stderr(&out));
-    };
     let runs = || env.sql.query_i64("SELECT count(*) FROM job_runs", &[]);
     let auto_turn = || {
         env.sql.query_i64s(
@@ -395,7 +378,7 @@ fn last_prune_is_the_latest_prune_of_either_kind() {
 
     // Automatic pruning off: the tick never prunes, and `runner prune` is the only one.
     insert_finished_runs(&env, "a", 5, real_now(), 40 * 86_400);
-    tick_with(Some("off"));
+    tick_with_retention(&env, Some("off"));
     assert_eq!(runs(), 5);
     assert_eq!(last_prune(), None);
     let (before, after) = manual_prune();
@@ -408,7 +391,7 @@ fn last_prune_is_the_latest_prune_of_either_kind() {
     // notwithstanding, and is now the last prune.
     insert_finished_runs(&env, "a", 5, real_now(), 41 * 86_400);
     let before = real_now();
-    tick_with(None);
+    tick_with_retention(&env, None);
     let after = real_now();
     assert_eq!(runs(), 0);
     let turn = auto_turn()[0];
@@ -896,4 +879,17 @@ fn a_database_from_before_the_pruned_last_run_migrates_and_prune_keeps_it() {
     let out = env.ok(&["prune", "--older-than", "1d"]);
     assert!(out.starts_with("removed 1 run"), "{out}");
     assert_eq!(last_run_series(&env, "job"), before);
+}
+
+/// A tick with `RUNNER_RETENTION` set to `retention` (unset: `None`), which must succeed.
+fn tick_with_retention(env: &Env, retention: Option<&str>) -> std::process::Output {
+    let mut cmd = env.cmd();
+    cmd.arg("tick");
+    match retention {
+        Some(r) => cmd.env("RUNNER_RETENTION", r),
+        None => cmd.env_remove("RUNNER_RETENTION"),
+    };
+    let out = cmd.output().expect("tick");
+    assert!(out.status.success(), "{}", stderr(&out));
+    out
 }

@@ -2222,13 +2222,7 @@ impl Store for PostgresStore {
         })?;
         let landed: Vec<Fenced> = run_ids
             .iter()
-            .map(|id| {
-                if recorded.contains(id) {
-                    Fenced::Applied
-                } else {
-                    Fenced::LeaseLost
-                }
-            })
+            .map(|id| Fenced::landed_if(recorded.contains(id)))
             .collect();
         // Synchronous: every asynchronous commit before it is flushed too, if it wrote (a
         // transaction that changed nothing has no commit record to flush up to).
@@ -2305,13 +2299,7 @@ impl Store for PostgresStore {
         })?;
         Ok(texts
             .iter()
-            .map(|token| {
-                if held.iter().any(|h| h == token) {
-                    Fenced::Applied
-                } else {
-                    Fenced::LeaseLost
-                }
-            })
+            .map(|token| Fenced::landed_if(held.iter().any(|h| h == token)))
             .collect())
     }
 
