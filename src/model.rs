@@ -1325,8 +1325,10 @@ pub struct ExpiredLease {
 pub struct OverdueStop {
     pub run_id: i64,
     pub stopping_by: i64,
-    /// Its open attempt (`None`: closed meanwhile, or gone with a damaged database).
-    pub holder: Option<AttemptHolder>,
+    /// Every attempt of it still open, oldest first: its current one, and one of another host
+    /// that recovery retried, left for that host to close (none: closed meanwhile, or gone with
+    /// a damaged database).
+    pub holders: Vec<AttemptHolder>,
 }
 
 /// An attempt's processes, as recorded: enough to find them on their host and to tell whether

@@ -685,6 +685,7 @@ mod tests {
                 error_code: Some("CANCELLED".to_string()),
                 finished_at: Some(at("2026-11-23T10:10:00Z")),
             },
+            attempt: Some(1),
             host: Some("vm".to_string()),
             runner_pid: Some(10),
             child_pid: Some(11),

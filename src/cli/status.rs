@@ -271,12 +271,15 @@ impl<'a> Running<'a> {
     }
 }
 
-/// A run cancelled while running whose job is still being stopped, and where.
+/// A run cancelled while running whose job is still being stopped, and where: one per open
+/// attempt (a run that another host recovered and retried can have two).
 #[derive(Debug, Serialize)]
 struct Stopping<'a> {
     #[serde(flatten)]
     run: Brief<'a>,
-    /// Its open attempt's host and processes (null once it is closed or gone).
+    /// The open attempt's number (the run's `attempt`, or an older one another host's recovery
+    /// left open), host and processes (null once every attempt is closed or gone).
+    open_attempt: Option<u32>,
     host: Option<&'a str>,
     runner_pid: Option<u32>,
     child_pid: Option<u32>,
@@ -291,6 +294,7 @@ impl<'a> Stopping<'a> {
     fn of(s: &'a StoppingView, now: i64) -> Self {
         Stopping {
             run: Brief::of(&s.run),
+            open_attempt: s.attempt,
             host: s.host.as_deref(),
             runner_pid: s.runner_pid,
             child_pid: s.child_pid,
@@ -582,7 +586,9 @@ fn render(report: &Report) -> Result<String, std::fmt::Error> {
 /// The runs cancelled while running whose job is still being stopped: a section only when there
 /// are some (a `forbid` schedule's runs wait for them).
 fn render_stopping(out: &mut String, report: &Report) -> std::fmt::Result {
-    match report.stopping.len() {
+    let mut runs: Vec<i64> = report.stopping.iter().map(|s| s.run.run_id).collect();
+    runs.dedup();
+    match runs.len() {
         0 => return Ok(()),
         1 => writeln!(
             out,
@@ -609,9 +615,14 @@ fn render_stopping(out: &mut String, report: &Report) -> std::fmt::Result {
         } else {
             format!("stopped by {by} at the latest")
         };
+        // An attempt other than the run's own: one another host's recovery left open.
+        let which = match s.open_attempt {
+            Some(open) if open != s.run.attempt => format!("its attempt {open} "),
+            _ => String::new(),
+        };
         writeln!(
             out,
-            "  run {} ({}) cancelled on attempt {}/{}, stopping on {host}{pids}, {deadline}",
+            "  run {} ({}) cancelled on attempt {}/{}, {which}stopping on {host}{pids}, {deadline}",
             s.run.run_id,
             escape_line(s.run.job),
             s.run.attempt,

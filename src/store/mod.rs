@@ -511,11 +511,14 @@ pub struct RunningView {
 }
 
 /// A run cancelled while running whose job is still being stopped (its `stopping_by` is set),
-/// and where its open attempt runs.
+/// and where one of its open attempts runs: one view per open attempt (a run that another host
+/// recovered and retried can have two), or one with none once they are closed or gone.
 #[derive(Debug, Clone)]
 pub struct StoppingView {
     pub run: RunBrief,
-    /// Its open attempt's host and processes (None once the attempt is closed or gone).
+    /// The open attempt's number, host and processes (None once every attempt is closed or
+    /// gone).
+    pub attempt: Option<u32>,
     pub host: Option<String>,
     pub runner_pid: Option<u32>,
     pub child_pid: Option<u32>,
@@ -538,8 +541,8 @@ pub struct Health {
     pub running: Vec<RunningView>,
     /// Running runs whose lease expired before `now`: their runner stopped heart-beating.
     pub expired_leases: i64,
-    /// Runs cancelled while running whose job is still being stopped, the earliest
-    /// `stopping_by` first, at most `RUNNING_LISTED`.
+    /// Runs cancelled while running whose job is still being stopped, one per open attempt,
+    /// the earliest `stopping_by` first, at most `RUNNING_LISTED`.
     pub stopping: Vec<StoppingView>,
     /// Runs between attempts or retrying now, by the attempt number they are on or will be on.
     pub retries_in_flight: Vec<(u32, i64)>,
@@ -1089,13 +1092,42 @@ pub fn insert_row_sql(
 
 /// The job of the cancelled run with id `run` (a parameter in the backend's syntax) is known
 /// stopped, or no longer waited for: it no longer holds back its `forbid` schedule
-/// (`Store::claim`). With `attempt` (the closed attempt's number, a parameter too), only if that
-/// attempt is the run's current one: an older attempt, left open to its host when another host
-/// recovered the run, may close while the current one's job still runs elsewhere. Without it,
-/// whatever the attempt (`Store::release_stop`).
-pub fn job_stopped_sql(run: &str, attempt: Option<&str>) -> String {
-    let current = attempt.map_or(String::new(), |a| format!(" AND attempt = {a}"));
-    format!("UPDATE job_runs SET stopping_by = NULL WHERE id = {run}{current} AND stopping_by IS NOT NULL")
+/// (`Store::claim`), once no attempt of the run is open any more. A run that another host
+/// recovered and retried can have two (the stalled host's, left open for that host to close, and
+/// the retry's), and whichever closes first says nothing of the other's job. With `host` (a
+/// parameter too), once none is open on that host: past the deadline, an attempt on another host
+/// is left to that host's tick and no longer waited for (`Store::release_stop`).
+///
+/// On PostgreSQL two attempts of one run closed at the same moment by two transactions may each
+/// still see the other open (read committed): then the run waits on until its deadline, when
+/// `release_stop` ends the wait, and never ends it early.
+pub fn job_stopped_sql(run: &str, host: Option<&str>) -> String {
+    let on_host = host.map_or(String::new(), |h| format!(" AND a.host = {h}"));
+    format!(
+        "UPDATE job_runs SET stopping_by = NULL
+         WHERE id = {run} AND stopping_by IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM job_attempts a
+                           WHERE a.run_id = {run} AND a.finished_at IS NULL{on_host})"
+    )
+}
+
+/// `Store::overdue_stops`'s rows (a run, its `stopping_by` and one of its open attempts, if
+/// any), ordered by run, gathered into one `OverdueStop` per run.
+pub fn overdue_stops_of(
+    rows: impl IntoIterator<Item = (i64, i64, Option<AttemptHolder>)>,
+) -> Vec<OverdueStop> {
+    let mut overdue: Vec<OverdueStop> = Vec::new();
+    for (run_id, stopping_by, holder) in rows {
+        match overdue.last_mut() {
+            Some(last) if last.run_id == run_id => last.holders.extend(holder),
+            _ => overdue.push(OverdueStop {
+                run_id,
+                stopping_by,
+                holders: holder.into_iter().collect(),
+            }),
+        }
+    }
+    overdue
 }
 
 /// Raises by one the dead-runs counter of the schedule of the run that just went dead (the same
@@ -1485,17 +1517,20 @@ pub trait Store {
     /// under them): their processes may be alive and must be stopped before they are closed.
     fn orphaned_attempts(&self, host: &str, limit: usize) -> Result<Vec<AttemptHolder>>;
     /// Runs cancelled while running whose job was not known stopped by their `stopping_by`
-    /// (before `now`), with their open attempt (`None` once it is closed or gone), oldest first.
+    /// (before `now`), at most `limit`, oldest first, each with every attempt of it still open
+    /// (none once they are closed or gone).
     fn overdue_stops(&self, now: i64, limit: usize) -> Result<Vec<OverdueStop>>;
-    /// Stop waiting for the job of cancelled run `run_id` (its attempt is out of this host's
-    /// reach, or already closed): its `forbid` schedule's runs may start again.
-    fn release_stop(&mut self, run_id: i64) -> Result<()>;
+    /// Stop waiting for the job of overdue cancelled run `run_id` unless an attempt of it is
+    /// still open on `host` (its processes would not die): its attempts on other hosts are out of
+    /// this host's reach, left to their hosts' ticks. Its `forbid` schedule's runs may then
+    /// start again.
+    fn release_stop(&mut self, run_id: i64, host: &str) -> Result<()>;
     /// Close an orphaned attempt (its processes are gone) as failed with `close`'s error, and
     /// record `close.event`; never one its run still holds under its token. Its duration runs
     /// from its start, its output is not kept (NULL), unless `close.never_started`: then it took
-    /// no time and printed nothing (empty). Its run, if cancelled and this is its current
-    /// attempt, no longer waits for its job (`stopping_by` cleared; an older attempt's close says
-    /// nothing of the current one's job). False if it was closed meanwhile.
+    /// no time and printed nothing (empty). Its run, if cancelled and no other attempt of it is
+    /// open, no longer waits for its job (`stopping_by` cleared: `job_stopped_sql`). False if it
+    /// was closed meanwhile.
     fn close_orphaned_attempt(
         &mut self,
         holder: &AttemptHolder,
@@ -1545,7 +1580,8 @@ pub trait Store {
     /// When the latest tick ran, by its own clock (None: no tick ever ran).
     fn last_tick_at(&self) -> Result<Option<i64>>;
     /// Definition `definition_id`'s runs cancelled while running whose job is still being
-    /// stopped, the earliest `stopping_by` first (`why`: they hold a `forbid` schedule back).
+    /// stopped, one per open attempt (a run's newest first), the earliest `stopping_by` first
+    /// (`why`: they hold a `forbid` schedule back).
     fn stopping_runs(&self, definition_id: i64) -> Result<Vec<StoppingView>>;
     /// Why a tick could not write this database, though it connects and reads it (`doctor`):
     /// PostgreSQL names a server in recovery, a read-only session, or the runner tables its user
@@ -1627,8 +1663,57 @@ pub trait Store {
 #[cfg(test)]
 mod tests {
     use super::{
-        BatchReader, Location, MigrationBatches, MigrationCounts, Rows, Table, Value, MIGRATE_BATCH,
+        overdue_stops_of, BatchReader, Location, MigrationBatches, MigrationCounts, Rows, Table,
+        Value, MIGRATE_BATCH,
     };
+    use crate::model::{AttemptHolder, LeaseToken};
+
+    /// An overdue run's rows, one per open attempt (or one with none), make one `OverdueStop`
+    /// with every attempt, in the order read.
+    #[test]
+    fn overdue_stops_gather_each_runs_open_attempts() {
+        let holder = |run_id: i64, attempt: u32, host: &str| AttemptHolder {
+            run_id,
+            attempt,
+            lease_token: LeaseToken::from(format!("token-{attempt}")),
+            host: host.to_string(),
+            runner_pid: 1,
+            runner_start_time: None,
+            child_pid: None,
+            child_start_time: None,
+            started_at: 0,
+        };
+        let overdue = overdue_stops_of([
+            (7, 100, Some(holder(7, 1, "here"))),
+            (7, 100, Some(holder(7, 2, "far"))),
+            (8, 100, None),
+            (9, 200, Some(holder(9, 1, "here"))),
+        ]);
+        let read: Vec<String> = overdue
+            .iter()
+            .map(|o| {
+                let holders: Vec<String> = o
+                    .holders
+                    .iter()
+                    .map(|h| format!("{} on {}", h.attempt, h.host))
+                    .collect();
+                format!(
+                    "run {} by {}: {}",
+                    o.run_id,
+                    o.stopping_by,
+                    holders.join(", ")
+                )
+            })
+            .collect();
+        assert_eq!(
+            read,
+            [
+                "run 7 by 100: 1 on here, 2 on far",
+                "run 8 by 100: ",
+                "run 9 by 200: 1 on here",
+            ]
+        );
+    }
 
     /// The source retires nothing unless the target read every batch: `finish` refuses a
     /// migration whose runs were not all read, and counts what was handed out.

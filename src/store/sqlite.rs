@@ -1114,9 +1114,10 @@ fn finish_in(tx: &Connection, end: &AttemptEnd, actor: &Actor) -> Result<Fenced>
         ])?;
     let at = result.finished_at;
     if !applied && closed == 1 {
-        // Closed under its cancelled run: its job is stopped, if it was the current attempt's.
-        tx.prepare_cached(&super::job_stopped_sql("?1", Some("?2")))?
-            .execute(params![result.run_id, result.attempt])?;
+        // Closed under its cancelled run: its job is stopped, and so the run's, unless another
+        // attempt of it is still open.
+        tx.prepare_cached(&super::job_stopped_sql("?1", None))?
+            .execute([result.run_id])?;
     }
     if !applied {
         // The run this attempt held: one whose attempt row is still there (a removed schedule's
@@ -1508,16 +1509,16 @@ WHERE r.status = 'running'
 ORDER BY r.lease_expires_at, r.id LIMIT ?1"
 );
 /// Runs cancelled while running whose job is still being stopped, of one schedule (?1) or of
-/// all (?1 NULL), the earliest deadline first, at most ?2, with their open attempt: only the
-/// runs `job_runs_stopping` holds, normally none.
+/// all (?1 NULL), the earliest deadline first, at most ?2 rows: one per open attempt (a run's
+/// newest first), or one with none. Only the runs `job_runs_stopping` holds, normally none.
 const STOPPING_RUNS: &str = concat!(
     run_brief!(),
-    ", a.host, a.runner_pid, a.child_pid, r.stopping_by
+    ", a.attempt, a.host, a.runner_pid, a.child_pid, r.stopping_by
 FROM job_runs r INDEXED BY job_runs_stopping
 JOIN job_definitions d ON d.id = r.definition_id
-LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt AND a.finished_at IS NULL
+LEFT JOIN job_attempts a ON a.run_id = r.id AND a.finished_at IS NULL
 WHERE r.stopping_by IS NOT NULL AND (?1 IS NULL OR r.definition_id = ?1)
-ORDER BY r.stopping_by, r.id LIMIT ?2"
+ORDER BY r.stopping_by, r.id, a.attempt DESC LIMIT ?2"
 );
 
 /// `STOPPING_RUNS` of one schedule (`definition_id`) or of all, on `conn` (a transaction's, for
@@ -1532,10 +1533,11 @@ fn stopping_runs(
         let c = RUN_BRIEF_COLUMNS;
         Ok(StoppingView {
             run: run_brief_from_row(r)?,
-            host: r.get(c)?,
-            runner_pid: r.get(c + 1)?,
-            child_pid: r.get(c + 2)?,
-            stopping_by: r.get(c + 3)?,
+            attempt: r.get(c)?,
+            host: r.get(c + 1)?,
+            runner_pid: r.get(c + 2)?,
+            child_pid: r.get(c + 3)?,
+            stopping_by: r.get(c + 4)?,
         })
     })?;
     rows.collect()
@@ -2398,26 +2400,27 @@ impl Store for SqliteStore {
             "SELECT r.id, r.stopping_by,
                     a.run_id, a.attempt, a.lease_token, a.host, a.runner_pid, a.runner_start_time,
                     a.child_pid, a.child_start_time, a.started_at
-             FROM job_runs r INDEXED BY job_runs_stopping
-             LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
-                                     AND a.finished_at IS NULL
-             WHERE {OVERDUE_STOP}
-             ORDER BY r.stopping_by
-             LIMIT ?2"
+             FROM (SELECT r.id, r.stopping_by FROM job_runs r INDEXED BY job_runs_stopping
+                   WHERE {OVERDUE_STOP}
+                   ORDER BY r.stopping_by, r.id
+                   LIMIT ?2) r
+             LEFT JOIN job_attempts a ON a.run_id = r.id AND a.finished_at IS NULL
+             ORDER BY r.stopping_by, r.id, a.attempt"
         ))?;
         let rows = stmt.query_map(params![now, limit as i64], |r| {
-            Ok(OverdueStop {
-                run_id: r.get(0)?,
-                stopping_by: r.get(1)?,
-                holder: joined_attempt_holder(r, 2)?,
-            })
+            Ok((r.get(0)?, r.get(1)?, joined_attempt_holder(r, 2)?))
         })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(super::overdue_stops_of(
+            rows.collect::<rusqlite::Result<Vec<_>>>()?,
+        ))
     }
 
-    fn release_stop(&mut self, run_id: i64) -> Result<()> {
+    fn release_stop(&mut self, run_id: i64, host: &str) -> Result<()> {
         let tx = self.write()?;
-        tx.execute(&super::job_stopped_sql("?1", None), [run_id])?;
+        tx.execute(
+            &super::job_stopped_sql("?1", Some("?2")),
+            params![run_id, host],
+        )?;
         tx.commit()?;
         Ok(())
     }
@@ -2453,10 +2456,7 @@ impl Store for SqliteStore {
         )?;
         if closed == 1 {
             insert_event(&tx, holder.run_id, now, actor, &close.event)?;
-            tx.execute(
-                &super::job_stopped_sql("?1", Some("?2")),
-                params![holder.run_id, holder.attempt],
-            )?;
+            tx.execute(&super::job_stopped_sql("?1", None), [holder.run_id])?;
         }
         tx.commit()?;
         Ok(closed == 1)

@@ -117,32 +117,32 @@ pub fn stop_orphaned_attempts(tick: &mut Tick<'_>) -> Result<()> {
 }
 
 /// Runs cancelled while running whose job the tick holding them did not stop in time (by their
-/// lease's expiry and the kill grace: that tick died or hung): their processes on this host are
-/// stopped as `cancel` stops those of a runner that is gone, whether or not the runner is alive,
-/// and the attempt closed, so their `forbid` schedule's next run never starts beside them. One
-/// whose attempt is on another host is left to that host's tick (as for an expired lease), and
-/// no longer holds its schedule back.
+/// lease's expiry and the kill grace: that tick died or hung): the processes of their open
+/// attempts on this host (the current one, and an older one that another host's recovery left
+/// open) are stopped as `cancel` stops those of a runner that is gone, whether or not the runner
+/// is alive, and the attempts closed, so their `forbid` schedule's next run never starts beside
+/// them. Their attempts on other hosts are left to those hosts' ticks (as for an expired lease),
+/// and no longer hold the schedule back; one here whose processes would not die still does.
 pub fn stop_overdue(tick: &mut Tick<'_>) -> Result<()> {
     let actor = &tick.options.actor;
     for overdue in tick
         .store
         .overdue_stops(tick.clock.epoch(), RECOVER_BATCH)?
     {
-        let Some(holder) = overdue.holder.filter(|h| h.host == actor.host) else {
-            tick.store.release_stop(overdue.run_id)?;
-            continue;
-        };
-        if let Stopped::StillAlive(processes) =
-            stop_attempt(tick.store, tick.clock, actor, &holder)?
-        {
-            let error = anyhow::anyhow!(
-                "its run was cancelled, but its processes would not die ({}); its attempt stays \
-                 open until they do",
-                processes.join(", ")
-            );
-            let context = format!("run {}: stopping attempt {}", holder.run_id, holder.attempt);
-            runner_error(&mut tick.report.errors, context, &error);
+        for holder in overdue.holders.iter().filter(|h| h.host == actor.host) {
+            if let Stopped::StillAlive(processes) =
+                stop_attempt(tick.store, tick.clock, actor, holder)?
+            {
+                let error = anyhow::anyhow!(
+                    "its run was cancelled, but its processes would not die ({}); its attempt \
+                     stays open until they do",
+                    processes.join(", ")
+                );
+                let context = format!("run {}: stopping attempt {}", holder.run_id, holder.attempt);
+                runner_error(&mut tick.report.errors, context, &error);
+            }
         }
+        tick.store.release_stop(overdue.run_id, &actor.host)?;
     }
     Ok(())
 }

@@ -897,6 +897,7 @@ fn status_lists_a_cancelled_run_whose_job_is_still_being_stopped() {
                 "job",
                 "attempt",
                 "max_attempts",
+                "open_attempt",
                 "host",
                 "runner_pid",
                 "child_pid",
@@ -906,6 +907,7 @@ fn status_lists_a_cancelled_run_whose_job_is_still_being_stopped() {
         )
     );
     assert_eq!(s["run_id"], run);
+    assert_eq!(s["open_attempt"], 1);
     assert_eq!(s["host"], "far-host");
     assert_eq!(s["runner_pid"], 4242);
     assert_eq!(s["child_pid"], 4251);

@@ -322,6 +322,56 @@ fn cancel_of_a_retried_run_speaks_of_its_current_attempt() {
 #[test]
 fn closing_an_older_attempt_keeps_waiting_for_the_cancelled_runs_current_job() {
     let env = Env::init();
+    let (cancelled, next, log) = queue_behind_two_open_attempts(&env, 1);
+
+    env.tick(&[]);
+    still_waiting_for_attempt(&env, 2, cancelled, next, &log);
+    let status = json(&env.ok(&["status", "--json"]));
+    let stopping = &status["stopping"][0];
+    assert_eq!(stopping["run_id"], cancelled, "{status}");
+    assert_eq!(stopping["attempt"], 2, "{status}");
+    assert_eq!(stopping["host"], "far-host", "{status}");
+}
+
+/// The other way round: the run was retried here after `far-host` stalled, and cancelled while
+/// attempt 2 ran here; its runner here is gone, so this host's next tick closes attempt 2, the
+/// current one, first. Attempt 1's job may still be alive on `far-host`: the run keeps waiting
+/// for it, and `status` says where. (Closing the current attempt used to end the
+/// wait whatever other attempt of the run was still open.)
+#[test]
+fn closing_the_current_attempt_keeps_waiting_for_an_older_one_still_open() {
+    let env = Env::init();
+    let (cancelled, next, log) = queue_behind_two_open_attempts(&env, 2);
+
+    env.tick(&[]);
+    still_waiting_for_attempt(&env, 1, cancelled, next, &log);
+    let status = json(&env.ok(&["status", "--json"]));
+    let stopping = status["stopping"].as_array().expect("stopping");
+    assert_eq!(stopping.len(), 1, "{status}");
+    assert_eq!(stopping[0]["run_id"], cancelled, "{status}");
+    assert_eq!(stopping[0]["attempt"], 2, "{status}");
+    assert_eq!(stopping[0]["open_attempt"], 1, "{status}");
+    assert_eq!(stopping[0]["host"], "far-host", "{status}");
+    let text = env.ok(&["status"]);
+    assert!(
+        text.contains(&format!(
+            "stopping:        1 cancelled run whose job is still being stopped\n  \
+             run {cancelled} (alone) cancelled on attempt 2/3, its attempt 1 stopping on far-host \
+             (runner pid 4242)"
+        )),
+        "{text}"
+    );
+    let shown = env.ok(&["show", &cancelled.to_string()]);
+    assert!(shown.contains("its job is being stopped"), "{shown}");
+}
+
+/// Set up a `forbid` schedule `alone` (whose jobs append their run id to `log`) with a run
+/// cancelled while attempt 2 ran, its job to be stopped by 2100, and attempts 1 and 2 both open
+/// (another host recovered the run and retried it, leaving the stalled host's attempt open): the
+/// one numbered `here` on this host, under a runner that is gone; the other on `far-host`
+/// (runner pid 4242), which nothing here can reach. Then queue the schedule's next run. Returns
+/// the cancelled run, the next run and `log`.
+fn queue_behind_two_open_attempts(env: &Env, here: i64) -> (i64, i64, PathBuf) {
     let log = env.path("log");
     env.add(
         "alone",
@@ -329,44 +379,47 @@ fn closing_an_older_attempt_keeps_waiting_for_the_cancelled_runs_current_job() {
         &format!("echo \"$RUNNER_RUN_ID\" >> {}", sh_quote(&log)),
     );
     let cancelled = env.enqueue("alone");
-    // Forged: cancelled while attempt 2 ran on far-host, its job to be stopped by 2100.
-    let stopping_by = 4_102_444_800_i64;
     env.sql.exec(
         "UPDATE job_runs SET status = 'cancelled', attempt = 2, started_at = 1, finished_at = 2,
                  error_code = 'CANCELLED', stopping_by = $2
          WHERE id = $1",
-        &[&cancelled, &stopping_by],
+        &[&cancelled, &STOPPING_BY_2100],
     );
-    // Attempt 1's runner here is gone: a reaped child's pid, under a start time no live process
-    // has.
+    // The runner here is gone: a reaped child's pid, under a start time no live process has.
     let mut gone = Command::new("true").spawn().expect("spawn true");
     gone.wait().expect("wait for true");
     let gone_pid = i64::from(gone.id());
-    let here = nix::unistd::gethostname()
+    let this_host = nix::unistd::gethostname()
         .expect("hostname")
         .into_string()
         .expect("utf-8");
-    for (attempt, owner, host, runner_pid, token) in [
-        (1_i64, "stalled:1", here.as_str(), gone_pid, "first"),
-        (2, "far:4242", "far-host", 4242, "second"),
-    ] {
+    for attempt in [1_i64, 2] {
+        let (owner, host, runner_pid) = if attempt == here {
+            ("stalled:1", this_host.as_str(), gone_pid)
+        } else {
+            ("far:4242", "far-host", 4242)
+        };
         env.sql.exec(
             "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, runner_start_time,
                  lease_token, started_at, definition_id)
              SELECT $1, $2, $3, $4, $5, 1, $6, 1, definition_id FROM job_runs WHERE id = $1",
-            &[&cancelled, &attempt, &owner, &host, &runner_pid, &token],
+            &[
+                &cancelled,
+                &attempt,
+                &owner,
+                &host,
+                &runner_pid,
+                &format!("token-{attempt}"),
+            ],
         );
     }
     let next = env.enqueue("alone");
-
-    env.tick(&[]);
-    still_waiting_for_attempt_2(&env, cancelled, stopping_by, next, &log);
-    let status = json(&env.ok(&["status", "--json"]));
-    let stopping = &status["stopping"][0];
-    assert_eq!(stopping["run_id"], cancelled, "{status}");
-    assert_eq!(stopping["attempt"], 2, "{status}");
-    assert_eq!(stopping["host"], "far-host", "{status}");
+    (cancelled, next, log)
 }
+
+/// The `stopping_by` forged on a cancelled run whose job is still being stopped: 2100, never
+/// reached.
+const STOPPING_BY_2100: i64 = 4_102_444_800;
 
 /// The same from the stalled host's side: its tick is still running attempt 1's job when
 /// another host's recovery retries the run and the run is cancelled while attempt 2 runs on
@@ -399,13 +452,12 @@ fn a_late_end_of_an_older_attempt_keeps_waiting_for_the_cancelled_runs_current_j
     });
     // Forged: recovered and retried elsewhere, then cancelled while attempt 2 runs on far-host,
     // its job to be stopped by 2100.
-    let stopping_by = 4_102_444_800_i64;
     env.sql.exec(
         "UPDATE job_runs SET status = 'cancelled', attempt = 2, owner = NULL, lease_token = NULL,
                  lease_expires_at = NULL, heartbeat_at = NULL, finished_at = started_at,
                  error_code = 'CANCELLED', stopping_by = $2
          WHERE id = $1",
-        &[&cancelled, &stopping_by],
+        &[&cancelled, &STOPPING_BY_2100],
     );
     env.sql.exec(
         "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
@@ -420,25 +472,25 @@ fn a_late_end_of_an_older_attempt_keeps_waiting_for_the_cancelled_runs_current_j
     assert!(out.status.code().is_some(), "{:?}", out.status);
     env.tick(&[]);
 
-    still_waiting_for_attempt_2(&env, cancelled, stopping_by, next, &log);
+    still_waiting_for_attempt(&env, 2, cancelled, next, &log);
 }
 
-/// Attempt 1 of the cancelled run is closed and attempt 2 is not; the run still waits for attempt
-/// 2's job (its `stopping_by` unchanged), so the `forbid` schedule's `next` run waits, and no job
-/// of the schedule (which appends to `log`) ran.
-fn still_waiting_for_attempt_2(env: &Env, cancelled: i64, stopping_by: i64, next: i64, log: &Path) {
-    let open = env.sql.query_i64s(
+/// Of the cancelled run's two attempts only `open` is open still; the run still waits for its job
+/// (its `stopping_by` unchanged), so the `forbid` schedule's `next` run waits, and no job of the
+/// schedule (which appends to `log`) ran.
+fn still_waiting_for_attempt(env: &Env, open: i64, cancelled: i64, next: i64, log: &Path) {
+    let still_open = env.sql.query_i64s(
         "SELECT attempt FROM job_attempts WHERE run_id = $1 AND finished_at IS NULL",
         &[&cancelled],
     );
-    assert_eq!(open, [2], "attempt 1 is closed, attempt 2 is not");
+    assert_eq!(still_open, [open], "only attempt {open} is still open");
     assert_eq!(
         env.sql.query_i64(
             "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by = $2",
-            &[&cancelled, &stopping_by]
+            &[&cancelled, &STOPPING_BY_2100]
         ),
         1,
-        "attempt 2's job is still being stopped"
+        "attempt {open}'s job is still being stopped"
     );
     assert_eq!(status_of(env, next), "pending", "the next run waits");
     assert!(!log.exists(), "a job of the schedule ran");
@@ -578,6 +630,66 @@ fn a_hung_ticks_cancelled_job_is_stopped_before_its_schedule_runs_again() {
     );
     assert_eq!(closed.as_deref(), Some("CANCELLED"));
     // The hung tick, resumed, finds its run cancelled and its attempt closed.
+    kill(tick_pid, Signal::SIGCONT).expect("SIGCONT the tick");
+    let out = bg.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(status_of(&env, 1), "cancelled");
+}
+
+/// The same with two open attempts: the tick here holding attempt 1 hangs (SIGSTOP), another
+/// host recovers the run and retries it, and the run is cancelled while attempt 2 runs on
+/// `far-host` (forged). Past the deadline, the next tick here stops attempt 1's job, closes that
+/// attempt, and only then starts the schedule's next run; attempt 2 is left to `far-host`'s tick
+/// and no longer waited for. (Recovery used to look at the current attempt only: it found it on
+/// another host and stopped waiting, leaving attempt 1's job running here, under a runner alive
+/// but hung, beside the schedule's next run.)
+#[test]
+fn an_overdue_cancelled_runs_older_attempt_here_is_stopped_before_its_schedule_runs_again() {
+    let env = Env::init();
+    let (lock, pidfile, log) = add_lock_holder(&env, "hung", false);
+    env.ok(&["run", "hung"]);
+    let bg = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]).with_job_pidfile(&pidfile);
+    wait_until(Duration::from_secs(60), "run 1's job to start", || {
+        bg.job_pid().is_some()
+    });
+    let tick_pid = Pid::from_raw(bg.pid() as i32);
+    kill(tick_pid, Signal::SIGSTOP).expect("SIGSTOP the tick");
+    // Forged: recovered and retried on far-host, then cancelled while attempt 2 ran there, its
+    // job to be stopped by the lease's expiry and the kill grace, as `cancel` sets it.
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'cancelled', attempt = 2, owner = NULL, lease_token = NULL,
+                 lease_expires_at = NULL, heartbeat_at = NULL, finished_at = started_at,
+                 error_code = 'CANCELLED', stopping_by = lease_expires_at + 10
+         WHERE id = 1",
+        &[],
+    );
+    env.sql.exec(
+        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
+             started_at, definition_id)
+         SELECT 1, 2, 'far:4242', 'far-host', 4242, 'second', started_at, definition_id
+         FROM job_runs WHERE id = 1",
+        &[],
+    );
+    env.ok(&["run", "hung"]);
+    // An hour on: the deadline is long past.
+    let later = utc(real_now() + 3600);
+    env.tick_at(&later);
+    assert!(lock_free(&lock), "run 1's job was stopped");
+    assert_eq!(
+        fs::read_to_string(&log).expect("log"),
+        "alone 2\n",
+        "overlap"
+    );
+    let open = env.sql.query_i64s(
+        "SELECT attempt FROM job_attempts WHERE run_id = 1 AND finished_at IS NULL",
+        &[],
+    );
+    assert_eq!(open, [2], "attempt 2 is left to far-host");
+    let closed = env.sql.query_opt_string(
+        "SELECT error_code FROM job_attempts WHERE run_id = 1 AND attempt = 1",
+        &[],
+    );
+    assert_eq!(closed.as_deref(), Some("CANCELLED"));
     kill(tick_pid, Signal::SIGCONT).expect("SIGCONT the tick");
     let out = bg.finish(Duration::from_secs(60));
     assert!(out.status.success(), "{}", stderr(&out));

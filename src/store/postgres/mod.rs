@@ -1192,9 +1192,10 @@ fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Resul
     )?;
     let at = result.finished_at;
     if !applied && closed == 1 {
-        // Closed under its cancelled run: its job is stopped, if it was the current attempt's.
-        let stopped = prepared(tx, &super::job_stopped_sql("$1", Some("$2")))?;
-        tx.execute(&stopped, &[&result.run_id, &i64::from(result.attempt)])?;
+        // Closed under its cancelled run: its job is stopped, and so the run's, unless another
+        // attempt of it is still open.
+        let stopped = prepared(tx, &super::job_stopped_sql("$1", None))?;
+        tx.execute(&stopped, &[&result.run_id])?;
     }
     if !applied {
         // The run this attempt held: one whose attempt row is still there (a removed schedule's
@@ -1523,16 +1524,16 @@ ORDER BY r.lease_expires_at, r.id LIMIT $1"
 const COUNT_EXPIRED_LEASES: &str =
     "SELECT count(*) FROM job_runs WHERE status = 'running' AND lease_expires_at < $1";
 /// Runs cancelled while running whose job is still being stopped, of one schedule ($1) or of
-/// all ($1 NULL), the earliest deadline first, at most $2, with their open attempt: only the
-/// runs `job_runs_stopping` holds, normally none.
+/// all ($1 NULL), the earliest deadline first, at most $2 rows: one per open attempt (a run's
+/// newest first), or one with none. Only the runs `job_runs_stopping` holds, normally none.
 const STOPPING_RUNS: &str = concat!(
     run_brief!(),
-    ", a.host, a.runner_pid, a.child_pid, r.stopping_by
+    ", a.attempt, a.host, a.runner_pid, a.child_pid, r.stopping_by
 FROM job_runs r
 JOIN job_definitions d ON d.id = r.definition_id
-LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt AND a.finished_at IS NULL
+LEFT JOIN job_attempts a ON a.run_id = r.id AND a.finished_at IS NULL
 WHERE r.stopping_by IS NOT NULL AND ($1::bigint IS NULL OR r.definition_id = $1)
-ORDER BY r.stopping_by, r.id LIMIT $2"
+ORDER BY r.stopping_by, r.id, a.attempt DESC LIMIT $2"
 );
 
 /// `STOPPING_RUNS` of one schedule (`definition_id`) or of all, on `client` (a transaction, for
@@ -1549,10 +1550,11 @@ fn stopping_runs(
             let c = RUN_BRIEF_COLUMNS;
             Ok(StoppingView {
                 run: run_brief_from_row(r)?,
-                host: r.try_get(c)?,
-                runner_pid: opt_u32_at(r, c + 1)?,
-                child_pid: opt_u32_at(r, c + 2)?,
-                stopping_by: r.try_get(c + 3)?,
+                attempt: opt_u32_at(r, c)?,
+                host: r.try_get(c + 1)?,
+                runner_pid: opt_u32_at(r, c + 2)?,
+                child_pid: opt_u32_at(r, c + 3)?,
+                stopping_by: r.try_get(c + 4)?,
             })
         })
         .collect()
@@ -2382,36 +2384,31 @@ impl Store for PostgresStore {
 
     fn overdue_stops(&self, now: i64, limit: usize) -> StoreResult<Vec<OverdueStop>> {
         self.read(|client| {
-            client
+            let rows = client
                 .query(
                     &format!(
                         "SELECT r.id, r.stopping_by,
                                 a.run_id, a.attempt, a.lease_token, a.host, a.runner_pid,
                                 a.runner_start_time, a.child_pid, a.child_start_time, a.started_at
-                         FROM job_runs r
-                         LEFT JOIN job_attempts a ON a.run_id = r.id AND a.attempt = r.attempt
-                                                 AND a.finished_at IS NULL
-                         WHERE {OVERDUE_STOP}
-                         ORDER BY r.stopping_by
-                         LIMIT $2"
+                         FROM (SELECT r.id, r.stopping_by FROM job_runs r
+                               WHERE {OVERDUE_STOP}
+                               ORDER BY r.stopping_by, r.id
+                               LIMIT $2) r
+                         LEFT JOIN job_attempts a ON a.run_id = r.id AND a.finished_at IS NULL
+                         ORDER BY r.stopping_by, r.id, a.attempt"
                     ),
                     &[&now, &(limit as i64)],
                 )?
                 .iter()
-                .map(|r| {
-                    Ok(OverdueStop {
-                        run_id: r.try_get(0)?,
-                        stopping_by: r.try_get(1)?,
-                        holder: joined_attempt_holder(r, 2)?,
-                    })
-                })
-                .collect()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, joined_attempt_holder(r, 2)?)))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(super::overdue_stops_of(rows))
         })
     }
 
-    fn release_stop(&mut self, run_id: i64) -> StoreResult<()> {
+    fn release_stop(&mut self, run_id: i64, host: &str) -> StoreResult<()> {
         self.write(|tx| {
-            tx.execute(&super::job_stopped_sql("$1", None), &[&run_id])?;
+            tx.execute(&super::job_stopped_sql("$1", Some("$2")), &[&run_id, &host])?;
             Ok(())
         })
     }
@@ -2448,10 +2445,7 @@ impl Store for PostgresStore {
             )?;
             if closed == 1 {
                 insert_event(tx, holder.run_id, now, actor, &close.event)?;
-                tx.execute(
-                    &super::job_stopped_sql("$1", Some("$2")),
-                    &[&holder.run_id, &i64::from(holder.attempt)],
-                )?;
+                tx.execute(&super::job_stopped_sql("$1", None), &[&holder.run_id])?;
             }
             Ok(closed == 1)
         })
