@@ -1,6 +1,6 @@
 -- The current SQLite schema of runner, for humans to read. The binary applies migrations/*.sql
 -- (embedded at build time, counted by PRAGMA user_version); a test checks this file matches.
--- Schema version 16.
+-- Schema version 17.
 -- All times are UTC epoch seconds (INTEGER); durations are whole seconds unless named *_ms.
 
 -- A schedule: what to run, when (cron + zone), and the policies that govern it.
@@ -52,7 +52,13 @@ CREATE TABLE job_definitions (
     pruned_last_finished_at INTEGER,
     pruned_last_status   TEXT
         CHECK ((pruned_last_status IS NULL) = (pruned_last_finished_at IS NULL)
-               AND (pruned_last_status IN ('succeeded', 'dead') OR pruned_last_status = 'cancelled'))
+               AND (pruned_last_status IN ('succeeded', 'dead') OR pruned_last_status = 'cancelled')),
+    -- When the timing (cron or zone) last changed: set by `schedule add`, and by each edit or
+    -- apply that changes the cron or the zone, never by a pause, a resume, a reanchor or another
+    -- setting (which move updated_at). `why` judges a past time by the expression the schedule
+    -- has now, and says so when it came after that time. 0: not since it was created (SQLite
+    -- adds no NOT NULL column without a default). (0017)
+    timing_changed_at    INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX job_definitions_due ON job_definitions (next_fire_at) WHERE paused = 0;
 -- Ticks also report schedules whose due-ness cannot be judged (a hand edit, a damaged file):

@@ -492,7 +492,11 @@ pub struct Definition {
     pub materialized_through: i64,
     pub next_fire_at: Option<i64>,
     pub created_at: i64,
+    /// When any setting last changed (an edit, a pause, a resume, a reanchor too).
     pub updated_at: i64,
+    /// When its timing (cron or zone) last changed: `created_at` for a schedule never edited so,
+    /// 0 for one whose times were unreadable when the column was added (read as `created_at`).
+    pub timing_changed_at: i64,
     pub revision: i64,
     /// `schedule pause --for`: the first tick at or after this time resumes the schedule.
     /// Meaningful only while `settings.paused`.
@@ -519,6 +523,7 @@ impl Definition {
             next_fire_at: None,
             created_at: 0,
             updated_at: 0,
+            timing_changed_at: 0,
             revision: 0,
             paused_until: None,
         }
@@ -692,6 +697,7 @@ pub fn repair_flag(column: &str) -> Option<RepairFlag> {
         | "next_fire_at"
         | "created_at"
         | "updated_at"
+        | "timing_changed_at"
         | "revision"
         | "paused_until" => AnyEdit,
         _ => return None,

@@ -1274,7 +1274,8 @@ pub trait Store {
 
     // ---- schedules ----
     /// Insert a schedule with its cursor at `now` (`materialized_through`, `created_at`,
-    /// `updated_at`) and `next_fire_at`. `Failure::Usage` when the name is taken.
+    /// `updated_at`, `timing_changed_at`) and `next_fire_at`. `Failure::Usage` when the name is
+    /// taken.
     fn add_definition(
         &mut self,
         name: &str,
@@ -1283,7 +1284,9 @@ pub trait Store {
         next_fire_at: Option<i64>,
     ) -> Result<Definition>;
     /// Rewrite settings and the cursor (pause/resume/edit): the cursor never moves back; the
-    /// revision rises by one. `Failure::NotFound` if the definition vanished.
+    /// revision rises by one; `updated_at` becomes `now`, and so does `timing_changed_at` when
+    /// the cron or the zone differs from the stored one (only then: `why` tells a change of
+    /// timing from any other by it). `Failure::NotFound` if the definition vanished.
     fn update_definition(&mut self, definition: &Definition, now: i64) -> Result<()>;
     /// Delete a schedule with its runs (and their attempts and events), unless a run of it is
     /// running (checked under the write lock).

@@ -55,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0014_pruned_success.sql"),
     include_str!("../../migrations/0015_pruned_last_run.sql"),
     include_str!("../../migrations/0016_job_stopping.sql"),
+    include_str!("../../migrations/0017_timing_changed_at.sql"),
 ];
 /// How long a statement waits for another runner's write lock before giving up (exit 5).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -839,7 +840,7 @@ fn create_private_file(path: &Path) -> Result<()> {
 
 const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, max_attempts, timeout_secs, \
      backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, materialized_through, \
-     next_fire_at, created_at, updated_at, revision, leftovers, paused_until";
+     next_fire_at, created_at, updated_at, revision, leftovers, paused_until, timing_changed_at";
 
 /// The schedules a tick materialises: the due ones, served by `job_definitions_due` in its
 /// order, then those whose due-ness cannot be judged, so a damaged one is reported every tick
@@ -975,6 +976,7 @@ fn definition_from_row(row: &Row<'_>) -> DefinitionRow {
         next_fire_at: columns.get("next_fire_at"),
         created_at: columns.get("created_at"),
         updated_at: columns.get("updated_at"),
+        timing_changed_at: columns.get("timing_changed_at"),
         revision: columns.get("revision"),
         paused_until: columns.get("paused_until"),
     };
@@ -1853,8 +1855,8 @@ fn insert_definition(
     tx.execute(
         &format!(
             "INSERT INTO job_definitions ({SETTINGS_COLUMNS}, name, materialized_through, next_fire_at,
-                 created_at, updated_at)
-             VALUES ({SETTINGS_VALUES}, ?14, ?15, ?16, ?15, ?15)
+                 created_at, updated_at, timing_changed_at)
+             VALUES ({SETTINGS_VALUES}, ?14, ?15, ?16, ?15, ?15, ?15)
              ON CONFLICT (name) DO NOTHING"
         ),
         settings.then(&[&name, &now, &next_fire_at]).as_slice(),
@@ -1863,8 +1865,9 @@ fn insert_definition(
 
 /// Rewrite a schedule's settings and cursor (edit, pause, resume, apply), bumping its revision;
 /// with `expected_revision`, only if its revision is still that. 0 rows: it vanished or changed.
-/// The cursor never moves back. Cursor columns that cannot be read (a damaged row being
-/// repaired) are rewritten from `d` and `now`.
+/// The cursor never moves back. The timing changed now if the cron (`?1`) or the zone (`?2`)
+/// differs from the stored one (the right of `=` reads the row as it was). Cursor and time
+/// columns that cannot be read (a damaged row being repaired) are rewritten from `d` and `now`.
 fn rewrite_definition(
     tx: &Transaction<'_>,
     d: &Definition,
@@ -1880,6 +1883,8 @@ fn rewrite_definition(
                  next_fire_at = ?16, updated_at = ?17,
                  created_at = CASE typeof(created_at) WHEN 'integer' THEN created_at ELSE ?17 END,
                  revision = CASE typeof(revision) WHEN 'integer' THEN revision + 1 ELSE 1 END,
+                 timing_changed_at = CASE WHEN typeof(timing_changed_at) = 'integer'
+                     AND cron IS ?1 AND timezone IS ?2 THEN timing_changed_at ELSE ?17 END,
                  paused_until = ?19
              WHERE id = ?14 AND (?18 IS NULL OR revision IS ?18)"
         ),
@@ -3668,8 +3673,10 @@ mod tests {
 
     /// Takes a database back to schema version 8: attempts without their schedule's id (and
     /// runs without `running_alone`, version 12, schedules without the pruned columns of
-    /// versions 14 and 15; versions 10 and 11 may be applied again).
-    const BEFORE_ATTEMPT_SCHEDULE: &str = "DROP INDEX job_runs_stopping;
+    /// versions 14 and 15, runs without `stopping_by`, version 16, schedules without
+    /// `timing_changed_at`, version 17; versions 10 and 11 may be applied again).
+    const BEFORE_ATTEMPT_SCHEDULE: &str = "ALTER TABLE job_definitions DROP COLUMN timing_changed_at;
+        DROP INDEX job_runs_stopping;
         ALTER TABLE job_runs DROP COLUMN stopping_by;
         ALTER TABLE job_definitions DROP COLUMN pruned_last_status;
         ALTER TABLE job_definitions DROP COLUMN pruned_last_finished_at;

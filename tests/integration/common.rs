@@ -242,12 +242,19 @@ pub const UNDO_JOB_STOPPING: [&str; 2] = [
     "ALTER TABLE job_runs DROP COLUMN stopping_by",
 ];
 
+/// SQL that takes a database back to before the schedules kept when their timing last changed
+/// (SQLite schema version 17, PostgreSQL 12), on either backend.
+pub const UNDO_TIMING_CHANGED: [&str; 1] =
+    ["ALTER TABLE job_definitions DROP COLUMN timing_changed_at"];
+
 /// Take the database back to before attempts carried their schedule's id (SQLite schema version
 /// 9, PostgreSQL 6), and so to before the runs' `running_alone` (12 and 8), the schedules'
-/// pruned columns (14 and 9, 15 and 10) and the runs' `stopping_by` (16 and 11) too, on either
-/// backend, for tests that forge an older version and migrate it.
+/// pruned columns (14 and 9, 15 and 10), the runs' `stopping_by` (16 and 11) and the schedules'
+/// `timing_changed_at` (17 and 12) too, on either backend, for tests that forge an older version
+/// and migrate it.
 pub fn undo_attempt_schedule(env: &Env) {
     for undo in [
+        UNDO_TIMING_CHANGED[0],
         UNDO_JOB_STOPPING[0],
         UNDO_JOB_STOPPING[1],
         UNDO_PRUNED_LAST_RUN[0],

@@ -10,7 +10,7 @@ use rusqlite::Connection;
 
 use crate::common::{
     add_finished_history, forge_running, forge_stopping, json, mode, real_now, stderr, utc,
-    Backend, Env, UNDO_JOB_STOPPING, UNDO_PRUNED_LAST_RUN,
+    Backend, Env, UNDO_JOB_STOPPING, UNDO_PRUNED_LAST_RUN, UNDO_TIMING_CHANGED,
 };
 use crate::sqlite_only;
 
@@ -678,8 +678,8 @@ fn a_cancelled_run_with_an_open_attempt_migrates_overdue_to_be_stopped() {
         &[&closed],
     );
     forge_running(&env, running);
-    // As the previous version left it: no `stopping_by`, nor its index.
-    for undo in UNDO_JOB_STOPPING {
+    // As version 15 left it: no `stopping_by`, nor its index (nor version 17's column).
+    for undo in UNDO_TIMING_CHANGED.into_iter().chain(UNDO_JOB_STOPPING) {
         env.sql.exec(undo, &[]);
     }
     let (old, new) = match Backend::current() {
@@ -688,12 +688,12 @@ fn a_cancelled_run_with_an_open_attempt_migrates_overdue_to_be_stopped() {
                 .sqlite()
                 .execute_batch("PRAGMA user_version = 15")
                 .expect("downgrade");
-            (15, 16)
+            (15, 17)
         }
         Backend::Postgres => {
             env.sql
                 .exec("DELETE FROM runner_schema_version WHERE version >= 11", &[]);
-            (10, 11)
+            (10, 12)
         }
     };
     let out = env.ok(&["init"]);
@@ -725,6 +725,67 @@ fn a_cancelled_run_with_an_open_attempt_migrates_overdue_to_be_stopped() {
     assert_eq!(report["stopping"], serde_json::json!([]), "{report}");
 }
 
+/// A database from before schedules kept when their timing last changed (SQLite schema version
+/// 16, PostgreSQL 11) migrates with each schedule's `timing_changed_at` at its `updated_at`: the
+/// latest its timing can have changed, the best value known (for the paused schedule, later than
+/// its timing changed). From then on only a change of cron or zone moves it.
+#[test]
+fn a_schedule_from_before_timing_changed_at_migrates_with_its_last_update() {
+    let env = Env::init();
+    for name in ["edited", "paused"] {
+        env.add_at(Some("2026-11-23T08:30:00Z"), name, "0 * * * *", &[], "true");
+    }
+    let edit = |now: &str, args: &[&str]| {
+        let mut all = vec!["--now", now, "schedule"];
+        all.extend_from_slice(args);
+        env.ok(&all);
+    };
+    edit(
+        "2026-11-23T09:10:00Z",
+        &["edit", "edited", "--cron", "30 * * * *", "-q"],
+    );
+    edit("2026-11-23T09:20:00Z", &["pause", "paused"]);
+    for undo in UNDO_TIMING_CHANGED {
+        env.sql.exec(undo, &[]);
+    }
+    let (old, new) = match Backend::current() {
+        Backend::Sqlite => {
+            env.sql
+                .sqlite()
+                .execute_batch("PRAGMA user_version = 16")
+                .expect("downgrade");
+            (16, 17)
+        }
+        Backend::Postgres => {
+            env.sql
+                .exec("DELETE FROM runner_schema_version WHERE version >= 12", &[]);
+            (11, 12)
+        }
+    };
+    let out = env.ok(&["init"]);
+    assert!(
+        out.starts_with("migrated ")
+            && out.contains(&format!(" from schema version {old} to {new}")),
+        "{out}"
+    );
+    let timing_changed = |name: &str| {
+        utc(env.sql.query_i64(
+            "SELECT timing_changed_at FROM job_definitions WHERE name = $1",
+            &[&name.to_string()],
+        ))
+    };
+    assert_eq!(timing_changed("edited"), "2026-11-23T09:10:00Z");
+    assert_eq!(timing_changed("paused"), "2026-11-23T09:20:00Z");
+    // A resume leaves it; a new zone moves it.
+    edit("2026-11-23T09:30:00Z", &["resume", "paused"]);
+    assert_eq!(timing_changed("paused"), "2026-11-23T09:20:00Z");
+    edit(
+        "2026-11-23T09:40:00Z",
+        &["edit", "paused", "--tz", "Europe/Paris", "-q"],
+    );
+    assert_eq!(timing_changed("paused"), "2026-11-23T09:40:00Z");
+}
+
 /// Version 13 edits a CHECK's text in sqlite_schema (SQLite cannot ALTER one): the runs stay
 /// valid, the database stays sound, another process's open connection reads the new text, and
 /// the states allowed are the same.
@@ -738,8 +799,12 @@ fn version_13s_status_check_migrates_and_every_connection_reads_it() {
     let pending = env.enqueue("job");
     let watcher = env.sql.sqlite();
     assert_eq!(temporary_btrees_per_run(&watcher), 0);
-    // As version 12 left it: the six states in one list (and no version 14, 15 or 16 columns).
-    for undo in UNDO_JOB_STOPPING.into_iter().chain(UNDO_PRUNED_LAST_RUN) {
+    // As version 12 left it: the six states in one list (and no version 14 to 17 columns).
+    for undo in UNDO_TIMING_CHANGED
+        .into_iter()
+        .chain(UNDO_JOB_STOPPING)
+        .chain(UNDO_PRUNED_LAST_RUN)
+    {
         env.sql.exec(undo, &[]);
     }
     env.sql.exec(
@@ -766,7 +831,7 @@ fn version_13s_status_check_migrates_and_every_connection_reads_it() {
     let out = env.ok(&["init"]);
     assert!(
         out.starts_with(&format!(
-            "migrated {} from schema version 12 to 16",
+            "migrated {} from schema version 12 to 17",
             env.db.display()
         )),
         "{out}"

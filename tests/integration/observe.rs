@@ -1506,12 +1506,12 @@ fn an_older_database_starts_each_jobs_dead_count_from_the_dead_runs_it_kept() {
             sqlite
                 .execute_batch("PRAGMA user_version = 5")
                 .expect("downgrade");
-            (5, 16)
+            (5, 17)
         }
         Backend::Postgres => {
             env.sql
                 .exec("DELETE FROM runner_schema_version WHERE version >= 4", &[]);
-            (3, 11)
+            (3, 12)
         }
     };
     let out = env.ok(&["init"]);

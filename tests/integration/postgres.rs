@@ -148,10 +148,11 @@ fn init_creates_the_schema_and_other_commands_need_it() {
     // dead-runs counters per schedule; 0005: the covering index of metrics; 0006: attempts name
     // their schedule; 0007: the indexes by status hold finished runs only; 0008: one running
     // run of a `forbid` schedule, held by a unique index; 0009: the last success pruning
-    // deleted; 0010: the last run pruning deleted; 0011: a cancelled run's job being stopped).
+    // deleted; 0010: the last run pruning deleted; 0011: a cancelled run's job being stopped;
+    // 0012: when a schedule's timing last changed).
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        11
+        12
     );
     // The constraints and indexes SQLite has, partial ones included.
     let indexes = env.count(
@@ -649,7 +650,7 @@ fn an_init_beside_another_init_of_an_empty_database_succeeds() {
     );
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        11
+        12
     );
 }
 
@@ -709,7 +710,7 @@ fn an_init_waiting_for_another_init_to_commit_succeeds() {
     }
     assert_eq!(
         env.count("SELECT max(version) FROM runner_schema_version"),
-        11
+        12
     );
 }
 
@@ -1002,10 +1003,12 @@ fn a_role_that_cannot_migrate_an_older_schema_is_told_to_run_init_as_the_owner()
     let Some(env) = PgEnv::init() else { return };
     let latest = env.count("SELECT max(version) FROM runner_schema_version");
     let role = format!("{}_ticker", env.name);
-    // The schema as version 10 left it (migration 11 undone), the role granted what a tick needs.
+    // The schema as version 10 left it (migrations 11 and 12 undone), the role granted what a
+    // tick needs.
     env.client()
         .batch_execute(&format!(
-            "ALTER TABLE job_runs DROP COLUMN stopping_by;
+            "ALTER TABLE job_definitions DROP COLUMN timing_changed_at;
+             ALTER TABLE job_runs DROP COLUMN stopping_by;
              DELETE FROM runner_schema_version WHERE version >= 11;
              CREATE ROLE {role} LOGIN; REVOKE CREATE ON SCHEMA public FROM PUBLIC;
              GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::common::{
     assert_read_at, epoch, insert_finished_runs, json, never, never_near, real_now, run_ids,
     status_of, stderr, stdout, utc, wait_until, Backend, Bg, Env, UNDO_JOB_STOPPING,
-    UNDO_PRUNED_LAST_RUN,
+    UNDO_PRUNED_LAST_RUN, UNDO_TIMING_CHANGED,
 };
 
 /// The cutoff `prune --older-than AGE` at `--now NOW` printed: AGE before the time it read, which
@@ -843,7 +843,11 @@ fn a_database_from_before_the_pruned_last_run_migrates_and_prune_keeps_it() {
         before.contains(&"runner_job_last_run_status{job=\"job\",status=\"dead\"} 1".to_string()),
         "{before:?}"
     );
-    for undo in UNDO_JOB_STOPPING.into_iter().chain(UNDO_PRUNED_LAST_RUN) {
+    for undo in UNDO_TIMING_CHANGED
+        .into_iter()
+        .chain(UNDO_JOB_STOPPING)
+        .chain(UNDO_PRUNED_LAST_RUN)
+    {
         env.sql.exec(undo, &[]);
     }
     let (old, new) = match Backend::current() {
@@ -852,12 +856,12 @@ fn a_database_from_before_the_pruned_last_run_migrates_and_prune_keeps_it() {
                 .sqlite()
                 .execute_batch("PRAGMA user_version = 14")
                 .expect("downgrade");
-            (14, 16)
+            (14, 17)
         }
         Backend::Postgres => {
             env.sql
                 .exec("DELETE FROM runner_schema_version WHERE version >= 10", &[]);
-            (9, 11)
+            (9, 12)
         }
     };
     let out = env.ok(&["init"]);

@@ -926,3 +926,96 @@ fn edit_can_pause_and_reactivate_without_replaying() {
     env.ok(&["--now", "2026-01-01T02:00:00Z", "tick"]);
     assert_eq!(runs_of(&env, "job").len(), 1);
 }
+
+// ---------------------------------------------------------------------------
+// when the timing changed
+// ---------------------------------------------------------------------------
+
+/// A schedule keeps when its timing (cron or zone) last changed, for `why`: set by `add`, moved
+/// by an `edit` or an `apply` that changes the cron or the zone, and by nothing else. A pause, a
+/// resume, a reanchor, a new command or policy, the same expression again: each moves
+/// `updated_at` (checked, so each did write the schedule), never `timing_changed_at`.
+#[test]
+fn only_a_change_of_cron_or_zone_moves_when_the_timing_changed() {
+    let env = Env::init();
+    env.add_at(
+        Some("2026-11-23T08:30:00Z"),
+        "job",
+        "0 * * * *",
+        &[],
+        "true",
+    );
+    let created = "2026-11-23T08:30:00Z";
+    let stored = |updated: &str, timing: &str, after: &[&str]| {
+        let row = env.sql.query_rows(
+            "SELECT updated_at, timing_changed_at FROM job_definitions WHERE name = 'job'",
+            &[],
+        );
+        assert_eq!(
+            (utc(row[0][0].i64()), utc(row[0][1].i64())),
+            (updated.to_string(), timing.to_string()),
+            "after {after:?}"
+        );
+    };
+    stored(created, created, &["schedule", "add"]);
+    // At `now`, ARGS (which writes the schedule, moving `updated_at` to `now`); then the timing
+    // changed at `timing`.
+    let at = |now: &str, args: &[&str], timing: &str| {
+        let mut all = vec!["--now", now];
+        all.extend_from_slice(args);
+        env.ok(&all);
+        stored(now, timing, args);
+    };
+    let file = env.path("schedules.toml");
+    let apply = ["schedule", "apply", file.to_str().expect("utf-8")];
+    let write = |text: &str| std::fs::write(&file, text).expect("write file");
+    // A tick far ahead, so that the reanchor below has a cursor to move back.
+    env.tick_at("2026-11-23T12:00:05Z");
+    at(
+        "2026-11-23T09:00:00Z",
+        &["schedule", "pause", "job"],
+        created,
+    );
+    at(
+        "2026-11-23T09:01:00Z",
+        &["schedule", "resume", "job"],
+        created,
+    );
+    let command = [
+        "schedule",
+        "edit",
+        "job",
+        "--timeout",
+        "5m",
+        "-q",
+        "--",
+        "echo",
+        "hi",
+    ];
+    at("2026-11-23T09:02:00Z", &command, created);
+    let same = ["schedule", "edit", "job", "--cron", "0 * * * *", "-q"];
+    at("2026-11-23T09:03:00Z", &same, created);
+    at(
+        "2026-11-23T09:04:00Z",
+        &["schedule", "reanchor", "job"],
+        created,
+    );
+    write("[job]\ncron = \"0 * * * *\"\ncommand = \"echo other\"\n");
+    at("2026-11-23T09:05:00Z", &apply, created);
+
+    let now = "2026-11-23T09:10:00Z";
+    at(
+        now,
+        &["schedule", "edit", "job", "--tz", "Europe/Paris", "-q"],
+        now,
+    );
+    let now = "2026-11-23T09:11:00Z";
+    at(
+        now,
+        &["schedule", "edit", "job", "--cron", "30 * * * *", "-q"],
+        now,
+    );
+    write("[job]\ncron = \"45 * * * *\"\ntz = \"Europe/Paris\"\ncommand = \"echo other\"\n");
+    let now = "2026-11-23T09:12:00Z";
+    at(now, &apply, now);
+}

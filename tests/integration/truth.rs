@@ -274,21 +274,21 @@ fn init_says_what_it_created_and_quiet_silences_it() {
             let db = env.db.display();
             assert_eq!(
                 created,
-                format!("created {db} (mode 0600, schema version 16)\n")
+                format!("created {db} (mode 0600, schema version 17)\n")
             );
             assert_eq!(
                 again,
-                format!("database {db} is up to date (mode 0600, schema version 16)\n")
+                format!("database {db} is up to date (mode 0600, schema version 17)\n")
             );
         }
         Backend::Postgres => {
             assert!(
                 created.starts_with("created the runner schema in postgres")
-                    && created.ends_with(" (schema version 11)\n"),
+                    && created.ends_with(" (schema version 12)\n"),
                 "{created}"
             );
             assert!(
-                again.ends_with(" is up to date (schema version 11)\n"),
+                again.ends_with(" is up to date (schema version 12)\n"),
                 "{again}"
             );
             // The server and database are named, never the password.
@@ -339,7 +339,7 @@ fn init_says_it_migrated_an_older_database_whose_runs_keep_their_schedules_zone(
     assert_eq!(
         out,
         format!(
-            "migrated {} from schema version 3 to 16 (mode 0600)\n",
+            "migrated {} from schema version 3 to 17 (mode 0600)\n",
             env.db.display()
         )
     );

@@ -61,6 +61,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0009_pruned_success.sql"),
     include_str!("../../../migrations/postgres/0010_pruned_last_run.sql"),
     include_str!("../../../migrations/postgres/0011_job_stopping.sql"),
+    include_str!("../../../migrations/postgres/0012_timing_changed_at.sql"),
 ];
 
 /// Serialises concurrent `init`s (and first opens) of one database: a transaction-scoped
@@ -694,7 +695,7 @@ fn status_at(row: &Row, index: usize) -> Result<RunStatus> {
 
 const DEFINITION_COLUMNS: &str = "id, name, cron, timezone, command, workdir, max_attempts, timeout_secs, \
      backoff_base_secs, backoff_max_secs, overlap, catch_up, grace_secs, paused, materialized_through, \
-     next_fire_at, created_at, updated_at, revision, leftovers, paused_until";
+     next_fire_at, created_at, updated_at, revision, leftovers, paused_until, timing_changed_at";
 
 /// The schedules a tick materialises, served by `job_definitions_due` (`$1`: now; `$2`: the
 /// limit, NULL for none). Unlike SQLite, a column cannot hold a value of the wrong type here, so
@@ -790,6 +791,7 @@ fn definition_from_row(row: &Row) -> DefinitionRow {
         next_fire_at: columns.get("next_fire_at"),
         created_at: columns.get("created_at"),
         updated_at: columns.get("updated_at"),
+        timing_changed_at: columns.get("timing_changed_at"),
         revision: columns.get("revision"),
         paused_until: columns.get("paused_until"),
     };
@@ -910,8 +912,8 @@ fn insert_definition(
     Ok(tx.query_opt(
         &format!(
             "INSERT INTO job_definitions ({SETTINGS_COLUMNS}, name, materialized_through, next_fire_at,
-                 created_at, updated_at)
-             VALUES ({SETTINGS_VALUES}, $14, $15, $16, $15, $15)
+                 created_at, updated_at, timing_changed_at)
+             VALUES ({SETTINGS_VALUES}, $14, $15, $16, $15, $15, $15)
              ON CONFLICT (name) DO NOTHING
              RETURNING {DEFINITION_COLUMNS}"
         ),
@@ -950,7 +952,9 @@ fn lock_for_removal(tx: &mut Transaction<'_>, name: &str) -> Result<Option<(i64,
 }
 
 /// Rewrite a schedule's settings and cursor (the cursor never moves back), bumping its revision;
-/// only while its revision is still `expected_revision`, when given. Returns the rows changed.
+/// only while its revision is still `expected_revision`, when given. The timing changed now if
+/// the cron (`$1`) or the zone (`$2`) differs from the stored one (the right of `=` reads the row
+/// as it was). Returns the rows changed.
 fn rewrite_definition(
     tx: &mut Transaction<'_>,
     d: &Definition,
@@ -962,7 +966,9 @@ fn rewrite_definition(
         &format!(
             "UPDATE job_definitions SET ({SETTINGS_COLUMNS}) = ({SETTINGS_VALUES}),
                  materialized_through = greatest(materialized_through, $15),
-                 next_fire_at = $16, updated_at = $17, revision = revision + 1, paused_until = $19
+                 next_fire_at = $16, updated_at = $17, revision = revision + 1, paused_until = $19,
+                 timing_changed_at = CASE WHEN cron = $1 AND timezone = $2
+                     THEN timing_changed_at ELSE $17 END
              WHERE id = $14 AND revision = coalesce($18, revision)"
         ),
         &settings.then(&[
