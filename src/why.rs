@@ -31,9 +31,9 @@ pub const LOOK_BACK: usize = 1000;
 /// before it existed.
 ///
 /// Once a recorded run shows the expression changed, the current one's instants count only from
-/// the schedule's last change (`updated_at`): before it the old expression ruled (an edit
-/// materialises every instant due under the old settings first, so each has its run), and the
-/// new one's times then were never instants.
+/// the last change of its cron or zone (`timing_since`): before it the old expression ruled (an
+/// edit materialises every instant due under the old settings first, so each has its run), and
+/// the new one's times then were never instants.
 pub fn latest_instants(
     definition: &Definition,
     timing: &Timing,
@@ -42,7 +42,7 @@ pub fn latest_instants(
 ) -> Vec<i64> {
     let changed = recorded.iter().any(|t| !timing.fires_at(*t));
     let since = match changed {
-        true => definition.updated_at.max(definition.created_at),
+        true => timing_since(definition),
         false => definition.created_at,
     };
     let mut instants = timing.latest(since, now, LOOK_BACK);
@@ -51,6 +51,40 @@ pub fn latest_instants(
     instants.dedup();
     instants.truncate(LOOK_BACK);
     instants
+}
+
+/// Since when the schedule's current cron and zone rule: their last change, or its creation.
+pub fn timing_since(definition: &Definition) -> i64 {
+    definition.timing_changed_at.max(definition.created_at)
+}
+
+/// When the schedule's cron or zone last changed, if that was at or after `t` and since it was
+/// created: what happened at `t` is then judged by an expression it did not have at `t`, and
+/// runner keeps no earlier one. A change in `t`'s own second may have come after it: it counts.
+/// Other changes (a pause, a resume, a reanchor, a new command) leave its timing alone and say
+/// nothing here.
+pub fn timing_changed_since(definition: &Definition, t: i64) -> Option<i64> {
+    let changed = definition.timing_changed_at;
+    (changed > definition.created_at && changed >= t).then_some(changed)
+}
+
+/// When the schedule's cron or zone changed after the time that `cause` judged by the expression
+/// it has now, if it did: for `not_in_cron`, the time asked (one that did not exist: the fire
+/// time after it); for `passed_over`, the tick that counted the instant (`counted_in`, which
+/// counted by the expression it had then). None for every other cause: a run tells what
+/// happened whatever the expression, and the others are not judged across a change.
+pub fn judged_across_change(
+    definition: &Definition,
+    located: Option<&Located>,
+    cause: &Cause,
+    counted_in: Option<&RunAfterCursor>,
+) -> Option<i64> {
+    let judged = match (cause.outcome().unwrap_or(cause), located) {
+        (Cause::PassedOver { .. }, _) => counted_in?.created_at,
+        (Cause::NotInCron, Some(Located::NotInCron { asked, after, .. })) => asked.or(*after)?,
+        _ => return None,
+    };
+    timing_changed_since(definition, judged)
 }
 
 /// What `why` decides from, read at one moment.
@@ -504,6 +538,7 @@ mod tests {
             materialized_through: at(through),
             created_at: at(created),
             updated_at: at(created),
+            timing_changed_at: at(created),
             ..Definition::fixture("job", settings)
         }
     }
@@ -1008,7 +1043,8 @@ mod tests {
         // Edited after the new expression's time that day (11:00, not 09:31): its 10:00 was
         // never an instant, and the dead run stays the latest.
         let mut late = c.definition.clone();
-        late.updated_at = at("2026-11-28T11:00:00Z");
+        late.timing_changed_at = at("2026-11-28T11:00:00Z");
+        late.updated_at = late.timing_changed_at;
         assert_eq!(
             latest_instants(
                 &late,
@@ -1033,6 +1069,109 @@ mod tests {
                 at("2026-11-28T10:00:00Z"),
                 at("2026-11-28T09:00:00Z"),
             ]
+        );
+        // Paused since (10:20), which changed its settings but not its timing: its instants
+        // still count from the edit at 09:31 the day before, not from the pause.
+        c.definition.timing_changed_at = at("2026-11-28T09:31:00Z");
+        c.definition.updated_at = at("2026-11-29T10:20:00Z");
+        c.definition.settings.paused = true;
+        assert_eq!(
+            latest_instants(
+                &c.definition,
+                &c.timing,
+                at("2026-11-29T10:30:00Z"),
+                &[dead.scheduled_for]
+            ),
+            later
+        );
+    }
+
+    #[test]
+    fn only_a_change_of_timing_after_the_time_judged_is_told() {
+        let mut c = Case::new(
+            "0 * * * *",
+            "UTC",
+            "2026-11-01T00:00:00Z",
+            "2026-11-23T10:00:00Z",
+            "2026-11-23T11:00:00Z",
+        );
+        let asked = locate(&c.timing, instant("2026-11-23T09:30:00Z"));
+        let later = locate(&c.timing, instant("2026-11-23T10:30:00Z"));
+        let counting = |created: &str| RunAfterCursor {
+            id: 12,
+            scheduled_for: at("2026-11-23T10:00:00Z"),
+            status: RunStatus::Skipped,
+            skip_reason: Some("missed; 3 older missed instants were not recorded".into()),
+            created_at: at(created),
+        };
+        let passed_over = Cause::PassedOver { run_id: 12 };
+        let across = |c: &Case, located: &Located, cause: &Cause, counted_in| {
+            judged_across_change(&c.definition, Some(located), cause, counted_in)
+        };
+        // Never changed since created, however often its other settings changed (a pause, a
+        // resume, a new command: `updated_at`).
+        c.definition.updated_at = at("2026-11-23T10:50:00Z");
+        assert_eq!(
+            timing_changed_since(&c.definition, at("2026-11-02T00:00:00Z")),
+            None
+        );
+        assert_eq!(across(&c, &asked, &Cause::NotInCron, None), None);
+        let before_change = counting("2026-11-23T10:00:05Z");
+        assert_eq!(across(&c, &asked, &passed_over, Some(&before_change)), None);
+        // Its cron changed at 10:10: after the time asked and the counting tick, not after what
+        // came later. The change's own second counts.
+        let change = at("2026-11-23T10:10:00Z");
+        c.definition.timing_changed_at = change;
+        assert_eq!(across(&c, &asked, &Cause::NotInCron, None), Some(change));
+        assert_eq!(across(&c, &later, &Cause::NotInCron, None), None);
+        assert_eq!(
+            across(&c, &asked, &passed_over, Some(&before_change)),
+            Some(change)
+        );
+        let same_second = counting("2026-11-23T10:10:00Z");
+        assert_eq!(
+            across(&c, &asked, &passed_over, Some(&same_second)),
+            Some(change)
+        );
+        let after_change = counting("2026-11-23T10:10:01Z");
+        assert_eq!(across(&c, &asked, &passed_over, Some(&after_change)), None);
+        // A cause a run tells of is not judged by the expression.
+        assert_eq!(across(&c, &asked, &Cause::Ran, Some(&before_change)), None);
+        // Within a DST cause, its outcome is what is judged.
+        let gap_outcome = Cause::DstGap {
+            outcome: Some(Box::new(passed_over.clone())),
+        };
+        assert_eq!(
+            across(&c, &asked, &gap_outcome, Some(&before_change)),
+            Some(change)
+        );
+        // A value from before the column (0) or the creation itself is no change.
+        c.definition.timing_changed_at = 0;
+        assert_eq!(across(&c, &asked, &Cause::NotInCron, None), None);
+        assert_eq!(timing_since(&c.definition), c.definition.created_at);
+        c.definition.timing_changed_at = c.definition.created_at;
+        assert_eq!(
+            timing_changed_since(&c.definition, at("2026-10-01T00:00:00Z")),
+            None
+        );
+    }
+
+    #[test]
+    fn a_time_that_did_not_exist_is_judged_at_the_fire_time_after_it() {
+        let mut c = spring_forward("30 2 * * *");
+        // 02:31 did not exist (the clocks went forward at 02:00): its fire time after is
+        // 03:00 EDT (07:00Z).
+        let located = locate(&c.timing, At::Local(local("2026-03-08T02:31")));
+        assert!(matches!(located, Located::NotInCron { asked: None, .. }));
+        c.definition.timing_changed_at = at("2026-03-08T07:00:00Z");
+        assert_eq!(
+            judged_across_change(&c.definition, Some(&located), &Cause::NotInCron, None),
+            Some(at("2026-03-08T07:00:00Z"))
+        );
+        c.definition.timing_changed_at = at("2026-03-08T06:59:59Z");
+        assert_eq!(
+            judged_across_change(&c.definition, Some(&located), &Cause::NotInCron, None),
+            None
         );
     }
 }

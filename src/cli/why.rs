@@ -19,7 +19,8 @@ use crate::tick::materialize::{
 use crate::time_input::{parse_time_or, within_fire_times, TimeInput};
 use crate::tz::Tz;
 use crate::why::{
-    explain, latest_instants, locate, pick_latest, At, Cause, Facts, Latest, Located, LOOK_BACK,
+    explain, judged_across_change, latest_instants, locate, pick_latest, timing_changed_since,
+    timing_since, At, Cause, Facts, Latest, Located, LOOK_BACK,
 };
 
 #[derive(Debug, clap::Args)]
@@ -219,6 +220,11 @@ struct Why<'a> {
     /// For waiting_behind_stop: the cancelled run whose job a due run of a forbid schedule
     /// waits to see stopped.
     stopping: Option<Stopping<'a>>,
+    /// For not_in_cron and passed_over: when the schedule's cron or zone changed, when that was
+    /// after the time asked (not_in_cron) or the tick that counted the instant (passed_over),
+    /// which are judged by the expression it has now, not the one it had then (null otherwise).
+    timing_changed_at: Option<UtcTime>,
+    timing_changed_at_epoch: Option<i64>,
     /// For not_in_cron: the nearest fire times before and after the time asked.
     nearest_before: Option<UtcTime>,
     nearest_before_epoch: Option<i64>,
@@ -282,10 +288,12 @@ impl<'a> Why<'a> {
             _ => (None, None),
         };
         let next_fire = timing.next_after(d.handled_through(facts.now));
+        let timing_changed = judged_across_change(d, located, cause, counted_in);
         let text = Text {
             facts,
             tz: timing.tz,
             counted_in,
+            timing_changed,
         };
         let changed = matches!(located, Some(Located::Recorded(_)));
         // The rule of an expression the schedule has changed from is not known: only the
@@ -345,6 +353,8 @@ impl<'a> Why<'a> {
                 }),
                 _ => None,
             },
+            timing_changed_at: timing_changed.map(UtcTime),
+            timing_changed_at_epoch: timing_changed,
             nearest_before: nearest_before.map(UtcTime),
             nearest_before_epoch: nearest_before,
             nearest_after: nearest_after.map(UtcTime),
@@ -362,6 +372,9 @@ struct Text<'f, 'a> {
     tz: Tz,
     /// The skipped run whose reason counts the instant told of, if a tick passed it over.
     counted_in: Option<&'f RunAfterCursor>,
+    /// When the schedule's cron or zone changed after what the cause judges by the expression it
+    /// has now (`judged_across_change`).
+    timing_changed: Option<i64>,
 }
 
 impl Text<'_, '_> {
@@ -441,10 +454,10 @@ impl Text<'_, '_> {
         let d = self.facts.definition;
         format!(
             "Note: `{}` in {} does not fire then: the schedule's cron or zone changed after this run \
-             was recorded (its settings last changed at {}).",
+             was recorded (last at {}).",
             escape_line(&d.settings.cron),
             self.tz,
-            self.at(d.updated_at)
+            self.at(timing_since(d))
         )
     }
 
@@ -543,6 +556,16 @@ impl Text<'_, '_> {
                     nearest(before),
                     nearest(after)
                 ));
+                if let Some(changed) = self.timing_changed {
+                    lines.push(format!(
+                        "Note: the schedule's cron or zone changed at {}, after this time, which \
+                         is judged by `{}` in {}, the expression it has now; the one it had then \
+                         may have fired at it. runner keeps no record of the old expression.",
+                        self.at(changed),
+                        escape_line(&d.settings.cron),
+                        self.tz
+                    ));
+                }
                 hints.push(format!(
                     "runner schedule next {} -n 10   # the next fire times",
                     self.name()
@@ -777,10 +800,14 @@ impl Text<'_, '_> {
             ),
             (Cause::NotRecorded, _) => format!(
                 "No run of it is recorded, though ticks have passed it: the schedule was paused \
-                 then (resuming does not replay a paused period), or its cron or zone changed \
-                 since (its settings last changed at {}), or its run was pruned (finished runs \
-                 are deleted after the retention, 30 days by default).",
-                self.at(d.updated_at)
+                 then (resuming does not replay a paused period), {}or its run was pruned \
+                 (finished runs are deleted after the retention, 30 days by default).",
+                timing_changed_since(d, t)
+                    .map(|changed| format!(
+                        "or its cron or zone changed since (at {}), ",
+                        self.at(changed)
+                    ))
+                    .unwrap_or_default()
             ),
             (Cause::PassedOver { .. }, _) => match self.counted_in {
                 Some(counting) => {
@@ -805,31 +832,28 @@ impl Text<'_, '_> {
             (other, _) => format!("{}.", other.name()),
         };
         lines.push(line);
-        if let (Cause::PassedOver { .. }, Some(counting)) = (cause, self.counted_in) {
-            lines.extend(self.changed_since_counted(counting));
+        if let (Cause::PassedOver { .. }, Some(counting), Some(changed)) =
+            (cause, self.counted_in, self.timing_changed)
+        {
+            lines.push(self.changed_since_counted(counting, changed));
         }
     }
 
-    /// That the schedule changed after the tick that counted an instant as passed over, if it
-    /// did: which instants that run counted is judged by the expression the schedule has now,
-    /// and runner keeps no record of the one it had then (an edit, a pause or a resume all move
-    /// `updated_at`, so this is a warning, not a verdict). A change in the tick's own second
-    /// may have come after it: warned of too.
-    fn changed_since_counted(&self, counting: &RunAfterCursor) -> Option<String> {
+    /// That the schedule's cron or zone changed (at `changed`) after the tick that counted an
+    /// instant as passed over: which instants that run counted is judged by the expression the
+    /// schedule has now, and runner keeps no record of the one it had then.
+    fn changed_since_counted(&self, counting: &RunAfterCursor, changed: i64) -> String {
         let d = self.facts.definition;
-        (d.updated_at >= counting.created_at).then(|| {
-            format!(
-                "Note: the schedule's settings changed at {}, after that tick. Which instants \
-                 run {} counts is judged by `{}` in {}, the expression it has now; if its cron \
-                 or zone was different then, that run counted the old expression's instants, and \
-                 this time may not have been one of them. runner keeps no record of the old \
-                 expression.",
-                self.at(d.updated_at),
-                counting.id,
-                escape_line(&d.settings.cron),
-                self.tz
-            )
-        })
+        format!(
+            "Note: the schedule's cron or zone changed at {}, after that tick. Which instants run \
+             {} counts is judged by `{}` in {}, the expression it has now; that run counted the \
+             old expression's instants, and this time may not have been one of them. runner \
+             keeps no record of the old expression.",
+            self.at(changed),
+            counting.id,
+            escape_line(&d.settings.cron),
+            self.tz
+        )
     }
 
     /// "; the last tick ran at T (N ago)", or that none ever ran.

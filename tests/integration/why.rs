@@ -896,9 +896,18 @@ fn an_instant_a_tick_counted_but_did_not_record_names_the_run_that_counted_it() 
     assert!(text.contains(&format!("runner show {run}")), "{text}");
 }
 
-/// Which instants a run's reason counts is judged by the schedule's expression now: after an
-/// edit, the one it had when the tick counted them may have been another, and runner keeps no
-/// record of it. `why` says so rather than answer as if the expression had never changed.
+/// `runner --now NOW schedule ARGS -q`: a change that leaves the schedule's timing alone, or not.
+fn schedule_at(env: &Env, now: &str, args: &[&str]) {
+    let mut all = vec!["--now", now, "schedule"];
+    all.extend_from_slice(args);
+    env.ok(&all);
+}
+
+/// Which instants a run's reason counts is judged by the schedule's expression now: after a
+/// change of its cron or zone, the one it had when the tick counted them may have been another,
+/// and runner keeps no record of it. `why` says so rather than answer as if the expression had
+/// never changed. A pause, a resume or a new command leaves the expression as it was: no note
+/// (it used to come after any change, by `updated_at`).
 #[test]
 fn an_instant_counted_as_passed_over_before_an_edit_says_the_expression_may_have_differed() {
     let env = Env::init();
@@ -906,36 +915,64 @@ fn an_instant_counted_as_passed_over_before_an_edit_says_the_expression_may_have
     let run = counting(&env, "hourly");
     let now = "2026-03-15T00:30:00Z";
     let at = "2026-01-20T10:00:00Z";
-    let report = why(&env, now, &["hourly", "--at", at]);
-    assert_eq!(report["cause"], "passed_over", "{report}");
-    assert!(
-        !explanation(&report).contains("settings changed"),
-        "{report}"
+    let no_note = |after: &str| {
+        let report = why(&env, now, &["hourly", "--at", at]);
+        assert_eq!(report["cause"], "passed_over", "{after}: {report}");
+        assert_eq!(report["counted_in_run_id"], run, "{after}: {report}");
+        assert!(report["timing_changed_at"].is_null(), "{after}: {report}");
+        assert!(!explanation(&report).contains("Note:"), "{after}: {report}");
+    };
+    no_note("the tick");
+    schedule_at(&env, "2026-03-15T00:05:00Z", &["pause", "hourly"]);
+    no_note("a pause");
+    schedule_at(&env, "2026-03-15T00:06:00Z", &["resume", "hourly"]);
+    no_note("a resume");
+    schedule_at(
+        &env,
+        "2026-03-15T00:07:00Z",
+        &[
+            "edit",
+            "hourly",
+            "--timeout",
+            "5m",
+            "-q",
+            "--",
+            "echo",
+            "hi",
+        ],
     );
+    no_note("a new command and timeout");
+    schedule_at(
+        &env,
+        "2026-03-15T00:08:00Z",
+        &["edit", "hourly", "--cron", "0 * * * *", "-q"],
+    );
+    no_note("the same expression again");
 
     // Half-hourly from now on: the run that counted still stands at one of its instants, so the
-    // count is judged by it, over half-hours the hourly expression never fired at.
-    env.ok(&[
-        "--now",
+    // count is judged by it, over half-hours the hourly expression never fired at. A pause
+    // after the edit does not move the time the note gives.
+    schedule_at(
+        &env,
         "2026-03-15T00:10:00Z",
-        "schedule",
-        "edit",
-        "hourly",
-        "--cron",
-        "0,30 * * * *",
-        "-q",
-    ]);
+        &["edit", "hourly", "--cron", "0,30 * * * *", "-q"],
+    );
+    schedule_at(&env, "2026-03-15T00:20:00Z", &["pause", "hourly"]);
     for at in [at, "2026-01-20T10:30:00Z"] {
         let report = why(&env, now, &["hourly", "--at", at]);
         assert_eq!(report["cause"], "passed_over", "{at}: {report}");
         assert_eq!(report["counted_in_run_id"], run, "{at}: {report}");
+        assert_eq!(
+            report["timing_changed_at"], "2026-03-15T00:10:00Z",
+            "{at}: {report}"
+        );
         let said = explanation(&report);
         assert!(
             said.contains(&format!(
-                "Note: the schedule's settings changed at 2026-03-15T00:10:00+00:00, after that \
-                 tick. Which instants run {run} counts is judged by `0,30 * * * *` in UTC, the \
-                 expression it has now; if its cron or zone was different then, that run counted \
-                 the old expression's instants, and this time may not have been one of them."
+                "Note: the schedule's cron or zone changed at 2026-03-15T00:10:00+00:00, after \
+                 that tick. Which instants run {run} counts is judged by `0,30 * * * *` in UTC, \
+                 the expression it has now; that run counted the old expression's instants, and \
+                 this time may not have been one of them."
             )),
             "{at}: {said}"
         );
@@ -944,5 +981,58 @@ fn an_instant_counted_as_passed_over_before_an_edit_says_the_expression_may_have
             text.contains("may not have been one of them"),
             "{at}: {text}"
         );
+    }
+}
+
+/// A time the expression does not fire at is judged by the expression the schedule has now. Asked
+/// about a time before its cron or zone last changed, `why` says when that changed and that the
+/// expression it had then may have fired at it (here it did: the schedule was paused, so no run
+/// is recorded there); about a time after, nothing of the kind, whatever changed since (a
+/// resume).
+#[test]
+fn a_time_not_in_cron_before_a_change_of_timing_says_the_expression_changed_since() {
+    let env = Env::init();
+    hourly(&env, "job", &[], "true");
+    schedule_at(&env, "2026-11-23T08:45:00Z", &["pause", "job"]);
+    let now = "2026-11-23T11:00:00Z";
+    // Before any change of timing, a time the expression does not fire at has no note.
+    let report = why(&env, now, &["job", "--at", "2026-11-23T09:30:00Z"]);
+    assert_eq!(report["cause"], "not_in_cron", "{report}");
+    assert!(report["timing_changed_at"].is_null(), "{report}");
+    assert!(!explanation(&report).contains("Note:"), "{report}");
+
+    schedule_at(
+        &env,
+        "2026-11-23T10:10:00Z",
+        &["edit", "job", "--cron", "30 * * * *", "-q"],
+    );
+    schedule_at(&env, "2026-11-23T10:15:00Z", &["resume", "job"]);
+    // 09:00 was an instant of `0 * * * *` (paused); 09:15 of neither.
+    for at in ["2026-11-23T09:00:00Z", "09:15"] {
+        let report = why(&env, now, &["job", "--at", at]);
+        assert_eq!(report["cause"], "not_in_cron", "{at}: {report}");
+        assert_eq!(
+            report["timing_changed_at"], "2026-11-23T10:10:00Z",
+            "{at}: {report}"
+        );
+        let said = explanation(&report);
+        assert!(
+            said.contains(
+                "Note: the schedule's cron or zone changed at 2026-11-23T10:10:00+00:00, after \
+                 this time, which is judged by `30 * * * *` in UTC, the expression it has now; \
+                 the one it had then may have fired at it."
+            ),
+            "{at}: {said}"
+        );
+    }
+    let text = why_text(&env, now, &["job", "--at", "09:00"]);
+    assert!(text.contains("may have fired at it"), "{text}");
+    // After the change (10:12, before the resume; 10:45, after it): judged by the expression
+    // that ruled then, with no note.
+    for at in ["10:12", "10:45"] {
+        let report = why(&env, now, &["job", "--at", at]);
+        assert_eq!(report["cause"], "not_in_cron", "{at}: {report}");
+        assert!(report["timing_changed_at"].is_null(), "{at}: {report}");
+        assert!(!explanation(&report).contains("Note:"), "{at}: {report}");
     }
 }
