@@ -49,12 +49,20 @@ pub enum Failure {
     /// happened, one line per error, and cron mails exactly those lines.
     #[error("the tick met {0} runner error(s)")]
     TickErrors(usize),
-    /// `tick`: another process held the database locked through the tick's claims until it
-    /// stopped claiming (`--max-tick`), and runs are still due (exit 5, as a command that waited
-    /// out the lock: safe to retry, the next tick claims them). Not an error message: the tick
-    /// said so in one line.
-    #[error("the database stayed locked through the tick's claims")]
+    /// `tick`, `run --wait`: another process held the database locked beyond what the tick
+    /// could wait for (exit 5, as a command that waited out the lock: safe to retry): through
+    /// its claims until it stopped claiming (`--max-tick`), runs still due; through the leases
+    /// of jobs held at their gate, whose starts could not be written; or through recovery's
+    /// write of an expired run. What was left is the next tick's. Not an error message: the
+    /// tick said so in one line for each.
+    #[error("the database stayed locked beyond the tick's wait")]
     TickLocked,
+    /// `tick`: the database refused the tick's writes for good in the middle of its work
+    /// (SQLite: a file made read-only or immutable; PostgreSQL: a read-only session or server),
+    /// and nothing worse (a lost connection) was met: exit 4, as any command that meets a
+    /// read-only database. Not an error message: each was printed when met.
+    #[error("the database refused the tick's writes ({0} runner error(s))")]
+    TickRefused(usize),
     /// `tick`, `run --wait`: the connection to the database was lost while jobs ran (exit 4, as
     /// when the database cannot be reached at all). Not an error message: the loss was printed
     /// when it was met, once, and what it left unrecorded once at the end.
@@ -76,6 +84,7 @@ impl Failure {
                 | Failure::Verdict(_)
                 | Failure::TickErrors(_)
                 | Failure::TickConnectionLost(_)
+                | Failure::TickRefused(_)
                 | Failure::TickLocked
                 | Failure::EndNotRecorded(_)
         )
@@ -125,7 +134,7 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
                 Failure::Database(_) | Failure::ConnectionLost(_) | Failure::ServerAway(_) => {
                     DATABASE
                 }
-                Failure::TickConnectionLost(_) => DATABASE,
+                Failure::TickConnectionLost(_) | Failure::TickRefused(_) => DATABASE,
                 Failure::Busy(_) | Failure::TickLocked => BUSY,
                 Failure::JobExit(code) | Failure::Verdict(code) | Failure::EndNotRecorded(code) => {
                     *code

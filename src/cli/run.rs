@@ -113,6 +113,11 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
                  command never ran; `runner show {run_id}` tells what became of it"
             ));
         }
+        if report.starts_locked > 0 {
+            // Its start waited out another process's lock until its lease ran out (said when
+            // given up): its command never ran, and recovery retries it.
+            return Err(Failure::TickLocked.into());
+        }
         if report.not_started > 0 {
             // Its start could not be written (said when met), so it was left at its gate.
             crate::tick::report_unrecorded(&report);

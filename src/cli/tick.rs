@@ -99,10 +99,13 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     if report.errors.connection_lost {
         return Err(Failure::TickConnectionLost(report.errors.count).into());
     }
+    if report.errors.database_refused {
+        return Err(Failure::TickRefused(report.errors.count).into());
+    }
     if report.errors.count > 0 {
         return Err(Failure::TickErrors(report.errors.count).into());
     }
-    if report.claims_locked {
+    if report.met_lock() {
         return Err(Failure::TickLocked.into());
     }
     Ok(())

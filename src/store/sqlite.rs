@@ -422,7 +422,7 @@ impl SqliteStore {
             schema_version + 1
         ))?;
         tx.commit()
-            .map_err(sql_error)
+            .map_err(anyhow::Error::from)
             .with_context(|| format!("migrating {shown}"))?;
         self.found_version = found_version;
         Ok(())
@@ -444,14 +444,14 @@ impl SqliteStore {
 
     /// Begin a durable write transaction (`BEGIN IMMEDIATE`: take the write lock now, not
     /// mid-way).
-    fn write(&mut self) -> Result<Transaction<'_>> {
+    fn write(&mut self) -> Result<WriteTx<'_>> {
         self.write_with(Commit::Durable)
     }
 
     /// Begin a write transaction whose commit is `commit`. In WAL mode `synchronous = FULL`
     /// syncs the WAL at every commit, and `NORMAL` at none: the WAL is one ordered log, so the
     /// next FULL commit (or checkpoint) syncs every deferred commit before it too.
-    fn write_with(&mut self, commit: Commit) -> Result<Transaction<'_>> {
+    fn write_with(&mut self, commit: Commit) -> Result<WriteTx<'_>> {
         if self.synchronous != commit {
             let level = match commit {
                 Commit::Durable => "FULL",
@@ -471,7 +471,10 @@ impl SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
         {
-            Ok(tx) => Ok(tx),
+            Ok(tx) => Ok(WriteTx {
+                tx,
+                path: &self.path,
+            }),
             // The database file is writable, but a -wal or -shm file (or the directory) is not:
             // name the file at fault, not the database.
             Err(e) if is_read_only(&e) => Err(cannot_write(&self.path, Some(e)).into()),
@@ -483,7 +486,7 @@ impl SqliteStore {
     /// tick's hot path: in WAL mode it commits deferred and [`synced`](Self::synced) then syncs
     /// the WAL after the write lock is released, so other runners commit during the fsync
     /// instead of waiting for it; outside WAL mode it is a FULL commit.
-    fn write_then_sync(&mut self) -> Result<Transaction<'_>> {
+    fn write_then_sync(&mut self) -> Result<WriteTx<'_>> {
         let commit = if self.wal.is_some() {
             Commit::Deferred
         } else {
@@ -593,6 +596,39 @@ impl SqliteStore {
         let claimed = claim_in(&tx, only, actor, now, lease_secs, batch)?;
         tx.commit()?;
         Ok(claimed)
+    }
+}
+
+/// A write transaction of the store ([`SqliteStore::write_with`]): SQLite's `Transaction`, whose
+/// commit says what stops it when a file of the database was made read-only after it was opened.
+struct WriteTx<'a> {
+    tx: Transaction<'a>,
+    path: &'a Path,
+}
+
+impl<'a> std::ops::Deref for WriteTx<'a> {
+    type Target = Transaction<'a>;
+
+    fn deref(&self) -> &Transaction<'a> {
+        &self.tx
+    }
+}
+
+impl WriteTx<'_> {
+    /// Commit. The database, its `-wal` or its directory made read-only or immutable while the
+    /// command ran (`chattr +i`, as root; a `chmod` does not stop a file already open) fails the
+    /// commit as SQLite's I/O error: said as a read-only database is when the command opens it
+    /// (exit 4), naming the file at fault, not as a disk failure.
+    fn commit(self) -> Result<()> {
+        let path = self.path;
+        self.tx.commit().map_err(|error| {
+            let io_error = error.sqlite_error_code() == Some(rusqlite::ErrorCode::SystemIoFailure);
+            if io_error && !files::write_problems(path).is_empty() {
+                cannot_write(path, Some(error)).into()
+            } else {
+                error.into()
+            }
+        })
     }
 }
 

@@ -60,16 +60,16 @@ fn describe(path: &Path) -> String {
     }
 }
 
+/// What stops this user from writing a file of theirs whose permission bits allow it.
+const NOT_THE_MODE: &str = "its mode allows writing, so something else forbids it: an immutable \
+                            attribute (`lsattr`) or a read-only mount";
+
 /// How this user gets write access to `path`: `chmod` what is theirs, else its owner must act.
 fn make_writable(path: &Path) -> String {
     let me = nix::unistd::geteuid().as_raw();
     match std::fs::metadata(path) {
         // Permission bits that already allow it: an immutable attribute or a read-only mount.
-        Ok(m) if m.uid() == me && m.mode() & 0o200 != 0 => {
-            "its mode allows writing, so something else forbids it: an immutable attribute \
-             (`lsattr`) or a read-only mount"
-                .to_string()
-        }
+        Ok(m) if m.uid() == me && m.mode() & 0o200 != 0 => NOT_THE_MODE.to_string(),
         Ok(m) if m.uid() == me => format!("`chmod u+w {}`", path.display()),
         Ok(m) => format!(
             "it belongs to uid {}: run runner as that user, or have them make it writable by this user",
@@ -161,7 +161,9 @@ pub fn write_problems(db: &Path) -> Vec<String> {
         if can(&file, AccessFlags::R_OK | AccessFlags::W_OK) {
             continue;
         }
-        let fix = if meta.uid() == me {
+        let fix = if meta.uid() == me && meta.mode() & 0o600 == 0o600 {
+            NOT_THE_MODE.to_string()
+        } else if meta.uid() == me {
             format!("`chmod 600 {}`", file.display())
         } else if suffix == "-shm" {
             format!(

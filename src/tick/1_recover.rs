@@ -37,7 +37,8 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
         .store
         .expired_leases(tick.clock.epoch(), RECOVER_BATCH)?;
     super::test_hook("recovering");
-    for lease in expired {
+    let total = expired.len();
+    for (done, lease) in expired.into_iter().enumerate() {
         let mut detail = format!(
             "lease expired at {} (its runner stopped heart-beating)",
             crate::display::utc_time(lease.lease_expires_at)
@@ -85,11 +86,34 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
             attempt_left_open: elsewhere.is_some(),
             lease_expired_at: Some(lease.lease_expires_at),
         };
-        if write_end(tick, &lease.job_name, result)? == Fenced::Applied {
-            tick.report.recovered += 1;
+        match write_end(tick, &lease.job_name, result) {
+            Ok(Fenced::Applied) => tick.report.recovered += 1,
+            Ok(Fenced::LeaseLost) => {}
+            // Another process held the lock through the whole wait: nothing was written, and the
+            // next write would wait as long. This run and the rest are left to the next tick's
+            // recovery, and the tick goes on with its other steps.
+            Err(e) if crate::exit::code_for(&e) == crate::exit::BUSY => {
+                say_recovery_locked(tick, &e, lease.run_id, total - done);
+                return Ok(());
+            }
+            Err(e) => return Err(e),
         }
     }
     Ok(())
+}
+
+/// Recovery's write of an expired run waited out another process's lock: one line says that
+/// `left` runs wait for the next tick's recovery (the tick exits 5: busy, safe to retry).
+fn say_recovery_locked(tick: &mut Tick<'_>, error: &anyhow::Error, run_id: i64, left: usize) {
+    tick.report.recovery_locked = left;
+    let runs = match left {
+        1 => "1 run whose lease expired waits".to_string(),
+        n => format!("{n} runs whose lease expired wait"),
+    };
+    crate::complain!(
+        "runner: error: run {run_id}: recovering its expired lease: {error:#}; the database \
+         stayed locked by another process: {runs} for the next tick's recovery"
+    );
 }
 
 /// Attempts of this host left open under a run that no longer holds them (cancelled while their

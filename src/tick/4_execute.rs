@@ -16,8 +16,9 @@
 //!
 //! A store call can wait (another process's lock, up to 15 s): meanwhile a [`Tender`] thread
 //! keeps the running jobs' timeouts and sees their ends when they happen, writing nothing. A
-//! heartbeat or an end that waited out the lock is tried again while the leases hold; a claim
-//! that did changed nothing, and is tried again at the next look while the tick may claim.
+//! heartbeat, a start or an end that waited out the lock is tried again while the leases hold (a
+//! job whose start is not written waits at its gate); a claim that did changed nothing, and is
+//! tried again at the next look while the tick may claim.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -343,6 +344,17 @@ struct Supervisor {
     /// Ends whose write waited out another process's lock while their leases held: written
     /// with the next ends, at the next turn of the loop (see `record::record_decided`).
     unwritten: DecidedEnds,
+    /// Jobs at their gate whose start waited out another process's lock while their leases
+    /// held: written again at the next turn of the loop (see [`record_gated_starts`]).
+    locked_starts: Option<LockedStarts>,
+}
+
+/// Jobs spawned at their gate whose start could not be written for another process's lock,
+/// and what the latest try met. Their commands wait at the gate: none runs before its start is
+/// durable.
+struct LockedStarts {
+    jobs: Vec<Active>,
+    met: anyhow::Error,
 }
 
 impl Supervisor {
@@ -366,6 +378,7 @@ impl Supervisor {
             out_of_files_said: false,
             tender: Tender::start(Arc::clone(&tick.options.shutdown), tick.options.on_shutdown),
             unwritten: DecidedEnds::default(),
+            locked_starts: None,
         }
     }
 
@@ -386,10 +399,16 @@ impl Supervisor {
         runner_error(&mut tick.report.errors, context, &error);
     }
 
-    /// On a shutdown signal, stop every job not stopped yet.
-    fn stop_all_on_shutdown(&mut self, tick: &Tick<'_>) -> bool {
+    /// On a shutdown signal, stop every job not stopped yet; the ones whose start is still to be
+    /// written never start.
+    fn stop_all_on_shutdown(&mut self, tick: &mut Tick<'_>) -> bool {
         let shutting_down = tick.options.shutdown.load(Ordering::Relaxed);
         if shutting_down {
+            if let Some(locked) = self.locked_starts.take() {
+                let why = "the runner was asked to stop while the database stayed locked by \
+                           another process";
+                give_up_locked_starts(tick, locked, why);
+            }
             for a in &mut self.active {
                 a.stop_for_shutdown(tick.options.on_shutdown);
             }
@@ -666,7 +685,22 @@ impl Supervisor {
 
     /// Runs claimed but not released yet, or not back from the spawner.
     fn in_hand(&self, spawner: &Spawner) -> usize {
-        self.active.len() + self.ready.len() + spawner.in_flight
+        self.active.len() + self.ready.len() + self.locked_starts() + spawner.in_flight
+    }
+
+    /// Jobs at their gate whose start is to be written again.
+    fn locked_starts(&self) -> usize {
+        self.locked_starts
+            .as_ref()
+            .map_or(0, |locked| locked.jobs.len())
+    }
+
+    /// Write again the starts that waited out another process's lock (see
+    /// [`record_gated_starts`]).
+    fn retry_locked_starts(&mut self, tick: &mut Tick<'_>) {
+        if let Some(locked) = self.locked_starts.take() {
+            record_gated_starts(tick, locked.jobs, self);
+        }
     }
 
     fn sleep(&self) {
@@ -915,6 +949,10 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
             start_spawned(tick, std::mem::take(&mut returned), &mut supervisor);
             supervisor.admit_ready(tick, slots.running);
         }
+        if supervisor.locked_starts.is_some() {
+            supervisor.retry_locked_starts(tick);
+            supervisor.admit_ready(tick, slots.running);
+        }
         if !ends.is_empty() {
             claiming.ended_since = true;
             if claiming.more_due || ends.retry_due_by(tick.clock.epoch()) {
@@ -947,9 +985,13 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
         let worth_claiming =
             starving || room >= claim_at_least(slots.running, ahead).min(options.batch);
         // A spawn that found no descriptor left just now (on a helper, its job perhaps not back
-        // yet) stops this claim already.
-        let claim_due_now =
-            may_claim && !spawner.exhausted.met() && room > 0 && Instant::now() >= claiming.next_at;
+        // yet) stops this claim already; starts still to be written wait for a lock the claim
+        // would wait for too.
+        let claim_due_now = may_claim
+            && !spawner.exhausted.met()
+            && supervisor.locked_starts.is_none()
+            && room > 0
+            && Instant::now() >= claiming.next_at;
         if claim_due_now && worth_claiming {
             claiming.ended_since = false;
             // With ends to record, they and the claim are one store call, the ends deferred:
@@ -1156,8 +1198,13 @@ pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
     while !supervisor.active.is_empty()
         || !supervisor.ready.is_empty()
         || !supervisor.unwritten.is_empty()
+        || supervisor.locked_starts.is_some()
     {
         supervisor.stop_all_on_shutdown(tick);
+        if supervisor.locked_starts.is_some() {
+            supervisor.retry_locked_starts(tick);
+            supervisor.admit_ready(tick, usize::MAX);
+        }
         let ends = supervisor.poll(tick);
         if !ends.is_empty() {
             let again = supervisor.lend(|| record_decided(tick, ends, Commit::Durable));
@@ -1242,6 +1289,15 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
         return;
     }
     test_hook("spawned");
+    record_gated_starts(tick, gated, supervisor);
+}
+
+/// Record the starts of jobs held at their gate in one transaction, and prepare the ones that
+/// landed (see [`start_spawned`]). A write that waited out another process's lock (busy after
+/// the whole wait) changed nothing: while every one of their leases was seen held less than a
+/// lease ago, the jobs wait at their gate and their starts are written again at the next turn
+/// of the loop, as an end is; past that, they never start ([`give_up_locked_starts`]).
+fn record_gated_starts(tick: &mut Tick<'_>, gated: Vec<Active>, supervisor: &mut Supervisor) {
     if tick.writes_stopped() {
         // Spawned after the database stopped taking writes (a claim is not made then either):
         // their starts are not written, and they never start; their leases expire into
@@ -1272,8 +1328,31 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
             Some(landed)
         }
         Err(e) => {
+            let e: anyhow::Error = e.into();
+            if crate::exit::code_for(&e) == crate::exit::BUSY {
+                // Nothing was written; the ones of an earlier try that met the lock are tried
+                // with these.
+                let mut jobs = supervisor
+                    .locked_starts
+                    .take()
+                    .map_or_else(Vec::new, |earlier| earlier.jobs);
+                jobs.extend(gated);
+                let lease = supervisor.lease();
+                let locked = LockedStarts { jobs, met: e };
+                if locked
+                    .jobs
+                    .iter()
+                    .all(|a| a.lease_seen_at.elapsed() < lease)
+                {
+                    supervisor.locked_starts = Some(locked);
+                } else {
+                    let why = "the database stayed locked by another process for as long as \
+                               the leases held";
+                    give_up_locked_starts(tick, locked, why);
+                }
+                return;
+            }
             // Not recorded, so not started: the leases expire and recovery retries the runs.
-            let e = e.into();
             runner_error(&mut tick.report.errors, "recording the start of jobs", &e);
             tick.write_failed(&e);
             if tick.writes_stopped() {
@@ -1302,6 +1381,31 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
         }
     }
     supervisor.close_never_started(tick, refused);
+}
+
+/// Jobs at their gate whose start could not be written for another process's lock (`why`: it
+/// outlasted their leases, or a shutdown came first): they never start, their shells exit at the
+/// gate having run nothing, and their runs are left to recovery once their leases expire (a
+/// write to give their claims back would wait for the same lock). One line says so; the tick
+/// claims no more, and exits 5 (busy, safe to retry).
+fn give_up_locked_starts(tick: &mut Tick<'_>, locked: LockedStarts, why: &str) {
+    let count = locked.jobs.len();
+    for a in locked.jobs {
+        a.job.abort();
+    }
+    tick.report.starts_locked += count;
+    tick.write_failed(&locked.met);
+    let (jobs, were, its, them, leases) = match count {
+        1 => ("job", "was", "its", "it", "its lease expires"),
+        _ => ("jobs", "were", "their", "them", "their leases expire"),
+    };
+    crate::complain!(
+        "runner: error: recording the start of jobs: {:#}; {why}: {count} {jobs} {were} stopped \
+         at {its} gate ({its} command{} never ran), and recovery retries {them} by {its} policy \
+         once {leases}",
+        locked.met,
+        if count == 1 { "" } else { "s" }
+    );
 }
 
 /// Close the attempt of a run whose job this tick stopped at its gate (see

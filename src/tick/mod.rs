@@ -91,6 +91,15 @@ pub struct TickReport {
     /// due: they wait for the next tick. Said in one line when met; the tick exits 5 (busy, safe
     /// to retry), unless it met runner errors.
     pub claims_locked: bool,
+    /// Jobs spawned at their gate whose start could not be written while their leases held:
+    /// another process held the database's lock through every try. Their commands never ran;
+    /// they were stopped at the gate, their runs left to recovery once their leases expire. Said
+    /// in one line; the tick exits 5, unless it met runner errors.
+    pub starts_locked: usize,
+    /// Runs whose lease expired that recovery could not close: another process held the
+    /// database's lock through its write. Left to the next tick's recovery (said in one line; the
+    /// tick exits 5, unless it met runner errors).
+    pub recovery_locked: usize,
     /// Runs whose job this tick stopped at its gate, its command never run, because the run was
     /// no longer its to start (cancelled, or its lease expired, between its claim and the job's
     /// release): their attempts are closed, saying so.
@@ -103,6 +112,14 @@ pub struct TickReport {
     /// The stderr lines of runs that went dead, written deferred and not durable yet
     /// (`record::results_durable` prints them).
     pub dead_not_yet_durable: Vec<String>,
+}
+
+impl TickReport {
+    /// Whether another process's lock kept a write of the tick from landing, its work left to
+    /// the next tick (said when met; exit 5, busy and safe to retry).
+    pub fn met_lock(&self) -> bool {
+        self.claims_locked || self.starts_locked > 0 || self.recovery_locked > 0
+    }
 }
 
 /// The runner errors a tick met, each printed as one line to stderr when met (cron mails them),
@@ -118,6 +135,10 @@ pub struct RunnerErrors {
     /// seen to its end and recorded if the connection comes back (the store connects again for
     /// each write), else recovered once its lease expires. The tick exits 4.
     pub connection_lost: bool,
+    /// A write met an error of the database itself (exit 4): it became read-only while the tick
+    /// ran (SQLite: the file or its `-wal` made immutable; PostgreSQL: a read-only session or
+    /// server). The tick exits 4, as any command that meets a read-only database, not 1.
+    pub database_refused: bool,
 }
 
 /// What the steps of a tick share: the store, the clock, the options (who we are), randomness
@@ -288,6 +309,9 @@ pub fn runner_error(
             );
         }
         return;
+    }
+    if crate::exit::code_for(error) == crate::exit::DATABASE {
+        errors.database_refused = true;
     }
     crate::complain!(
         "runner: error: {context}: {error:#}{}",

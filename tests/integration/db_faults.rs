@@ -560,6 +560,225 @@ fn a_claim_still_locked_when_the_tick_stops_claiming_leaves_the_runs_to_the_next
     assert_eq!(ran, runs[1..], "each run of quick ran once");
 }
 
+/// The attempts `job` logged (`$RUNNER_ATTEMPT`), one line each time its command ran.
+fn attempts_logged(env: &Env) -> String {
+    std::fs::read_to_string(env.path("log")).unwrap_or_default()
+}
+
+/// A tick (`args`) claims a run of `job` and spawns its job at its gate, where the `spawned` hook
+/// holds it until another process holds the write lock, for 20 s: longer than the 15 s a write
+/// waits, so the start's write meets the lock. Returns the tick once the lock is released, and
+/// the run.
+fn a_start_waits_out_the_lock(env: &Env, args: &[&str]) -> (Bg, i64) {
+    env.add(
+        "job",
+        &["--max-attempts", "2", "--backoff-base", "0s"],
+        &format!(
+            "echo $RUNNER_ATTEMPT >> {}",
+            crate::common::sh_quote(&env.path("log"))
+        ),
+    );
+    let run = env.enqueue("job");
+    let go = env.path("go");
+    let tick = Bg::spawn_hooked(env, "tick", args, &format!("spawned:wait={}", go.display()));
+    wait_until(
+        Duration::from_secs(60),
+        "the job spawned at its gate",
+        || env.path("go.reached").exists(),
+    );
+    wait_until(Duration::from_secs(30), "the write lock", || {
+        env.sql.hold_write_lock_then(Duration::from_secs(20), || {
+            std::fs::write(&go, "").expect("let the tick record the start");
+        })
+    });
+    (tick, run)
+}
+
+/// A start whose write waits out another process's lock (a `VACUUM`, a `migrate`) changed
+/// nothing: it used to be a runner error, the job stopped at its gate and the tick exiting 1.
+/// Now the job waits at its gate and its start is written again while its lease holds: once the
+/// lock is released it starts, runs once, and the tick exits 0 in silence.
+#[test]
+fn a_start_that_waits_out_the_lock_is_tried_again_while_the_lease_holds() {
+    let env = Env::init();
+    let (tick, run) = a_start_waits_out_the_lock(&env, &["tick"]);
+    let out = tick.finish(Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stderr(&out), "", "nothing to report");
+    assert_eq!(status_of(&env, run), "succeeded");
+    assert_eq!(attempts_logged(&env), "1\n", "the job ran once");
+}
+
+/// The same lock, outlasting the lease (12 s, shorter than the 15 s the write waits): the job
+/// never starts (its command never runs), one line says so, and the tick exits 5 (busy, safe to
+/// retry), not 1. Its run is left to recovery, and the next tick runs it once.
+#[test]
+fn a_start_locked_beyond_its_lease_stops_the_job_at_its_gate_and_exits_5() {
+    let env = Env::init();
+    let (tick, run) = a_start_waits_out_the_lock(&env, &["tick", "--lease", "12s"]);
+    let out = tick.finish(Duration::from_secs(120));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("runner: error: recording the start of jobs: ")
+            && err.contains(
+                "the database stayed locked by another process for as long as the leases held: \
+                 1 job was stopped at its gate (its command never ran), and recovery retries it \
+                 by its policy once its lease expires"
+            ),
+        "{err}"
+    );
+    assert_eq!(attempts_logged(&env), "", "its command never ran");
+    assert_eq!(status_of(&env, run), "running", "left to recovery");
+    // Its lease expired while the tick waited: the next tick recovers the run and runs it.
+    env.tick(&[]);
+    assert_eq!(status_of(&env, run), "succeeded");
+    assert_eq!(attempts_logged(&env), "2\n", "the job ran once");
+}
+
+/// Recovery's write of an expired run waits out another process's lock: it used to end the tick
+/// there, its other steps not taken (a due run not executed). Now the run is left to the next
+/// tick's recovery, one line says so, the tick goes on (the due run is executed once the lock is
+/// released), and it exits 5 (busy, safe to retry).
+#[test]
+fn a_recovery_that_waits_out_the_lock_is_left_to_the_next_tick() {
+    let env = Env::init();
+    let log = crate::common::sh_quote(&env.path("log"));
+    env.add(
+        "job",
+        &["--max-attempts", "2", "--backoff-base", "0s"],
+        &format!("echo $RUNNER_ATTEMPT >> {log}"),
+    );
+    env.add("quick", &[], &format!("echo quick >> {log}"));
+    let expired = env.enqueue("job");
+    crate::common::forge_vanished_runner(&env, expired, None);
+    let quick = env.enqueue("quick");
+    let go = env.path("go");
+    let tick = Bg::spawn_hooked(
+        &env,
+        "tick",
+        &["tick"],
+        &format!("recovering:wait={}", go.display()),
+    );
+    wait_until(Duration::from_secs(60), "the tick to recover", || {
+        env.path("go.reached").exists()
+    });
+    wait_until(Duration::from_secs(30), "the write lock", || {
+        env.sql.hold_write_lock_then(Duration::from_secs(20), || {
+            std::fs::write(&go, "").expect("let the tick recover");
+        })
+    });
+    let out = tick.finish(Duration::from_secs(120));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with(&format!(
+            "runner: error: run {expired}: recovering its expired lease: "
+        )) && err.contains(
+            "the database stayed locked by another process: 1 run whose lease expired waits for \
+             the next tick's recovery"
+        ),
+        "{err}"
+    );
+    assert_eq!(status_of(&env, expired), "running", "left to the next tick");
+    assert_eq!(status_of(&env, quick), "succeeded", "the tick went on");
+    env.tick(&[]);
+    assert_eq!(status_of(&env, expired), "succeeded");
+    assert_eq!(attempts_logged(&env), "quick\n2\n", "each ran once");
+}
+
+/// The database becomes read-only while a tick's job runs (SQLite: the database and its `-wal`
+/// made immutable, as root; PostgreSQL: forged, each write refused as by a read-only server).
+/// The job's end cannot be written: the tick says the database is read-only and exits 4, as any
+/// command that meets a read-only database, not 1 (SQLite said "disk I/O error", with a hint
+/// about a full disk).
+#[test]
+fn a_database_made_read_only_mid_tick_is_exit_4() {
+    let env = Env::init();
+    let file = |name: &str| crate::common::sh_quote(&env.path(name));
+    env.add(
+        "held",
+        &["--max-attempts", "1"],
+        &format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            file("started"),
+            file("release")
+        ),
+    );
+    let run = env.enqueue("held");
+    // One slot, taken: no claim while the job runs, so the tick's next write is the job's end.
+    let tick = Bg::spawn(&env, "tick", &["tick", "--concurrency", "1"]);
+    wait_until(Duration::from_secs(60), "the job to start", || {
+        env.path("started").exists()
+    });
+    let Some(_writable_again) = make_read_only(&env) else {
+        println!("read-only mid-tick: root and chattr +i unavailable here: skipped");
+        return;
+    };
+    std::fs::write(env.path("release"), "").expect("release the job");
+    let out = tick.finish(Duration::from_secs(120));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "stderr: {err}");
+    assert!(
+        err.contains(&format!("runner: error: run {run}: recording attempt 1: "))
+            && err.contains("read-only"),
+        "{err}"
+    );
+    assert!(
+        err.lines().all(|line| line.starts_with("runner: error: ")),
+        "{err}"
+    );
+    assert!(!err.contains("disk I/O error; hint"), "{err}");
+}
+
+/// `chattr FLAG PATH`; whether it did.
+fn chattr(flag: &str, path: &Path) -> bool {
+    Command::new("chattr")
+        .arg(flag)
+        .arg(path)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Make the test's database read-only for the runner that has it open, until the guard is
+/// dropped; `None` where this cannot be done here (SQLite, not root or no `chattr`). Not the
+/// `-shm` file, which SQLite maps into memory: a write to it would kill the tick (SIGBUS).
+fn make_read_only(env: &Env) -> Option<Cleanup<Box<dyn FnMut() + '_>>> {
+    match Backend::current() {
+        Backend::Sqlite => {
+            let files = [env.db.clone(), env.path("runner.db-wal")];
+            let made = is_root() && files.iter().all(|file| chattr("+i", file));
+            // Dropped, it undoes what was made.
+            let undo = Cleanup(Box::new(move || {
+                for file in &files {
+                    chattr("-i", file);
+                }
+            }) as Box<dyn FnMut()>);
+            made.then_some(undo)
+        }
+        Backend::Postgres => {
+            // Every write to the runs refused as a read-only server refuses it. (What an
+            // administrator would do, `ALTER SYSTEM SET default_transaction_read_only` and a
+            // reload, which reaches sessions already open, would make every test's database on
+            // the shared test server read-only.)
+            for sql in [
+                "CREATE FUNCTION refuse_writes() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                     RAISE EXCEPTION 'forged read-only server'
+                         USING ERRCODE = 'read_only_sql_transaction';
+                 END $$",
+                "CREATE TRIGGER refuse_writes BEFORE INSERT OR UPDATE OR DELETE ON job_runs
+                 FOR EACH STATEMENT EXECUTE FUNCTION refuse_writes()",
+            ] {
+                env.sql.exec(sql, &[]);
+            }
+            Some(Cleanup(Box::new(|| {})))
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // a missing, unreadable, read-only, corrupt, newer or full database
 // ---------------------------------------------------------------------------------------------
