@@ -154,8 +154,8 @@ impl NewEvent {
         )
     }
 
-    /// A claim was given back before its job started (the tick ran out of open files): attempt
-    /// `attempt` never ran, and is not counted.
+    /// A claim was given back before its job's command started (the tick ran out of open files,
+    /// or was told to stop): attempt `attempt` never ran, and is not counted.
     pub fn given_back(attempt: u32, reason: &str) -> NewEvent {
         NewEvent::new(
             EventKind::GivenBack,

@@ -1433,13 +1433,18 @@ pub trait Store {
         now: i64,
         lease_expires_at: i64,
     ) -> Result<Vec<Fenced>>;
-    /// In one transaction, give back claims whose job never started (no start recorded: its
-    /// spawn failed for want of a descriptor, or was not tried), each fenced by its token: the
+    /// In one transaction, give back claims whose command never ran: its spawn failed for want
+    /// of a descriptor (or was not tried), or its job, prepared at its gate with its start
+    /// recorded, was stopped there when the tick was told to stop, its shell seen gone. Each is
+    /// fenced by its token (the run still `running` on that attempt under it), not by its
+    /// lease's expiry: a command that never ran is given back whenever the run is still this
+    /// claim's, and a recovery that read the lease before then finds its own write refused. The
     /// run returns to `pending` as its claim found it (lease released, its attempt number one
     /// lower, `started_at` unset again when this was its first attempt, `running_alone` cleared,
-    /// `run_at` kept: due again at once), the attempt row its claim opened is deleted, and its
-    /// `event` recorded at `now`. Per claim, in order: whether it landed; a refused one (the run
-    /// was cancelled or recovered meanwhile) changed nothing. Committed `Durable`, as
+    /// `run_at` kept: due again at once), the attempt row its claim opened is deleted (with the
+    /// process its start recorded, if any: nothing is left to look for), and its `event`
+    /// recorded at `now`. Per claim, in order: whether it landed; a refused one (the run was
+    /// cancelled or recovered meanwhile) changed nothing. Committed `Durable`, as
     /// `record_starts` is.
     fn give_back(&mut self, claims: &[GivenBack], now: i64, actor: &Actor) -> Result<Vec<Fenced>>;
     /// In one transaction, extend the lease of each token, fenced by it, to `lease_expires_at`

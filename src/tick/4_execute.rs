@@ -95,8 +95,11 @@ const SPAWN_THREADS: usize = 2;
 type SpawnRequest = Vec<(ClaimedRun, JobSpec)>;
 type Spawned = Vec<(ClaimedRun, Option<Result<RunningJob, SpawnError>>)>;
 
-/// Why a claim was given back (`GIVEN_BACK`), its job never started.
-const GIVEN_BACK_REASON: &str = "the tick ran out of open files; its job never started";
+/// Why a claim was given back (`GIVEN_BACK`), its job never started: no descriptor was left.
+const OUT_OF_FILES_REASON: &str = "the tick ran out of open files; its job never started";
+/// Why a claim was given back (`GIVEN_BACK`): its job was prepared at its gate when the tick was
+/// told to stop.
+const STOPPED_REASON: &str = "the tick was stopped before its job's command started";
 
 /// The helper threads that spawn claimed jobs at their gate while the supervisor goes on.
 struct Spawner<'a> {
@@ -400,24 +403,61 @@ impl Supervisor {
     }
 
     /// On a shutdown signal, stop every job not stopped yet; the ones whose start is still to be
-    /// written never start.
-    fn stop_all_on_shutdown(&mut self, tick: &mut Tick<'_>) -> bool {
-        let shutting_down = tick.options.shutdown.load(Ordering::Relaxed);
-        if shutting_down {
-            if let Some(locked) = self.locked_starts.take() {
-                let why = "the runner was asked to stop while the database stayed locked by \
-                           another process";
-                give_up_locked_starts(tick, locked, why);
-            }
-            for a in &mut self.active {
-                a.stop_for_shutdown(tick.options.on_shutdown);
-            }
-            while let Some(mut a) = self.ready.pop_front() {
-                a.stopped = Some(StopReason::Shutdown(tick.options.on_shutdown));
-                self.admit_stopped(a);
+    /// written never start (their runs are left to recovery: the database is locked). The prepared ones never run their
+    /// command: a tick gives their runs back ([`give_back_prepared`](Self::give_back_prepared));
+    /// `run --wait` (Ctrl-C: the run is cancelled for good) records them as any stopped job.
+    fn stop_all_on_shutdown(&mut self, tick: &mut Tick<'_>) {
+        if !tick.options.shutdown.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(locked) = self.locked_starts.take() {
+            let why = "the runner was asked to stop while the database stayed locked by \
+                       another process";
+            give_up_locked_starts(tick, locked, why);
+        }
+        let on_shutdown = tick.options.on_shutdown;
+        for a in &mut self.active {
+            a.stop_for_shutdown(on_shutdown);
+        }
+        match on_shutdown {
+            OnShutdown::Retry => self.give_back_prepared(tick),
+            OnShutdown::Cancel => {
+                while let Some(mut a) = self.ready.pop_front() {
+                    a.stopped = Some(StopReason::Shutdown(on_shutdown));
+                    self.admit_stopped(a);
+                }
             }
         }
-        shutting_down
+    }
+
+    /// A tick told to stop gives back the runs prepared at their gate: their commands never ran,
+    /// so the shutdown (a host's reboot, cron stopped) spends none of their attempts. Each job is
+    /// stopped at its gate first, its shell seen gone: the give-back removes the attempt row
+    /// that holds its pid, after which nothing would look for it. A run cancelled or recovered
+    /// meanwhile has its attempt closed as any job stopped at its gate
+    /// ([`close_never_started`](Self::close_never_started)). Should the give-back fail, or the
+    /// database have stopped taking writes before (nothing is written then: see
+    /// [`leave_at_gate_if_writes_stopped`](Self::leave_at_gate_if_writes_stopped)), the leases
+    /// expire and recovery retries the runs by their policy, as after a crash.
+    fn give_back_prepared(&mut self, tick: &mut Tick<'_>) {
+        self.leave_at_gate_if_writes_stopped(tick);
+        let runs: Vec<ClaimedRun> = std::mem::take(&mut self.ready)
+            .into_iter()
+            .map(|a| {
+                a.job.abort();
+                a.run
+            })
+            .collect();
+        let doing = "giving back runs prepared at their gate when the tick was told to stop";
+        let Some(landed) = give_back_claims(tick, &runs, STOPPED_REASON, doing, self) else {
+            return;
+        };
+        let refused = runs
+            .into_iter()
+            .zip(landed)
+            .filter_map(|(run, landed)| (landed != Fenced::Applied).then_some(run))
+            .collect();
+        self.close_never_started(tick, refused);
     }
 
     /// Poll every job once: the attempts that ended since the previous poll (a few ms ago),
@@ -1470,55 +1510,21 @@ fn close_unstarted(tick: &mut Tick<'_>, run: &ClaimedRun) -> Result<()> {
 
 /// Claims whose job never started for want of a descriptor (its spawn failed with `EMFILE` or
 /// `ENFILE`, or was not tried after one that did): the runner's problem, not the job's, so no
-/// attempt is spent. Nothing of the attempt but its claim was written (its start is recorded
-/// only once its job is spawned at its gate), so the claim is given back: the run is pending
-/// again, due at once, its attempt row gone, a `GIVEN_BACK` event saying why
-/// (`Store::give_back`). A run cancelled or recovered meanwhile has its end recorded as before
-/// (`SPAWN:OTHER`: refused, or closing its attempt under the cancel). Should the write fail,
-/// the leases expire and recovery retries the runs by their policy, as after a crash.
+/// attempt is spent: the claims are given back ([`give_back_claims`]). A run cancelled or
+/// recovered meanwhile has its end recorded as before (`SPAWN:OTHER`: refused, or closing its
+/// attempt under the cancel).
 fn give_back_unstarted(
     tick: &mut Tick<'_>,
     unstarted: Vec<(ClaimedRun, SpawnError)>,
     supervisor: &mut Supervisor,
 ) {
-    if unstarted.is_empty() {
+    let (runs, errors): (Vec<ClaimedRun>, Vec<SpawnError>) = unstarted.into_iter().unzip();
+    let doing = "giving back runs whose job could not start";
+    let Some(landed) = give_back_claims(tick, &runs, OUT_OF_FILES_REASON, doing, supervisor) else {
         return;
-    }
-    let claims: Vec<GivenBack> = unstarted
-        .iter()
-        .map(|(run, _)| GivenBack {
-            run_id: run.run_id,
-            attempt: run.attempt,
-            lease_token: run.lease_token.clone(),
-            event: NewEvent::given_back(run.attempt, GIVEN_BACK_REASON),
-        })
-        .collect();
-    let now = tick.clock.epoch();
-    let actor = &tick.options.actor;
-    let landed = match supervisor.lend(|| tick.store.give_back(&claims, now, actor)) {
-        Ok(landed) => {
-            // A durable commit: the results written deferred before it are durable too.
-            results_durable(tick);
-            landed
-        }
-        Err(e) => {
-            let e = e.into();
-            runner_error(
-                &mut tick.report.errors,
-                "giving back runs whose job could not start",
-                &e,
-            );
-            tick.write_failed(&e);
-            if tick.report.errors.connection_lost {
-                tick.report.not_started += unstarted.len();
-            }
-            return;
-        }
     };
-    for ((run, error), landed) in unstarted.into_iter().zip(landed) {
-        if landed == Fenced::Applied {
-            tick.report.given_back.push(run.run_id);
-        } else {
+    for ((run, error), landed) in runs.into_iter().zip(errors).zip(landed) {
+        if landed != Fenced::Applied {
             // Refused: cancelled or recovered meanwhile. The end is fenced the same way.
             let end = End {
                 run,
@@ -1528,6 +1534,56 @@ fn give_back_unstarted(
             };
             let again = supervisor.lend(|| record_end(tick, end));
             supervisor.write_again(again);
+        }
+    }
+}
+
+/// Give back the claims of runs whose command never ran (`Store::give_back`), their shells gone
+/// or never spawned: each run is pending again, due at once, its attempt row gone, a
+/// `GIVEN_BACK` event saying `reason`. Per run, in order: whether it landed (a refused one was
+/// cancelled or recovered meanwhile; the caller closes its attempt). `None` when the write
+/// failed, said as a runner error (`doing`): the leases expire and recovery retries the runs by
+/// their policy, as after a crash.
+fn give_back_claims(
+    tick: &mut Tick<'_>,
+    runs: &[ClaimedRun],
+    reason: &str,
+    doing: &str,
+    supervisor: &mut Supervisor,
+) -> Option<Vec<Fenced>> {
+    if runs.is_empty() {
+        return None;
+    }
+    let claims: Vec<GivenBack> = runs
+        .iter()
+        .map(|run| GivenBack {
+            run_id: run.run_id,
+            attempt: run.attempt,
+            lease_token: run.lease_token.clone(),
+            event: NewEvent::given_back(run.attempt, reason),
+        })
+        .collect();
+    let now = tick.clock.epoch();
+    let actor = &tick.options.actor;
+    match supervisor.lend(|| tick.store.give_back(&claims, now, actor)) {
+        Ok(landed) => {
+            // A durable commit: the results written deferred before it are durable too.
+            results_durable(tick);
+            for (run, landed) in runs.iter().zip(&landed) {
+                if *landed == Fenced::Applied {
+                    tick.report.given_back.push(run.run_id);
+                }
+            }
+            Some(landed)
+        }
+        Err(e) => {
+            let e = e.into();
+            runner_error(&mut tick.report.errors, doing, &e);
+            tick.write_failed(&e);
+            if tick.report.errors.connection_lost {
+                tick.report.not_started += runs.len();
+            }
+            None
         }
     }
 }

@@ -59,7 +59,8 @@ impl TickOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnShutdown {
     /// cron or an admin stopped the runner: the attempt failed (`SIGNAL:SIGTERM`) and the run is
-    /// retried by its policy.
+    /// retried by its policy. A run prepared at its gate, its command not started, is given back
+    /// instead: no attempt spent.
     Retry,
     /// Ctrl-C on `run --wait`: the person at the terminal means to stop this run for good.
     Cancel,
@@ -83,8 +84,9 @@ pub struct TickReport {
     /// before their release ([`Tick::writes_stopped`]): their shells exited without running the
     /// command, and recovery retries their runs once their leases expire.
     pub not_started: usize,
-    /// Runs whose claim was given back, their job never started for want of a descriptor (the
-    /// tick's open-file limit, or the system's): pending again, no attempt spent.
+    /// Runs whose claim was given back, their command never run: their job could not start for
+    /// want of a descriptor (the tick's open-file limit, or the system's), or waited at its gate
+    /// when the tick was told to stop. Pending again, no attempt spent.
     pub given_back: Vec<i64>,
     /// Another process held the database's lock through the tick's latest claim (it waited the
     /// whole wait), and still when the tick stopped claiming (`--max-tick`), with runs still

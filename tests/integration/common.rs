@@ -526,6 +526,67 @@ pub fn last_attempt(env: &Env, run: i64) -> AttemptRow {
     }
 }
 
+/// The kinds of `run`'s events, in order.
+pub fn event_kinds(env: &Env, run: i64) -> Vec<String> {
+    env.sql
+        .query_column(
+            "SELECT kind FROM job_events WHERE run_id = $1 ORDER BY id",
+            &[&run],
+        )
+        .iter()
+        .map(Val::string)
+        .collect()
+}
+
+/// Part of the reason a `GIVEN_BACK` event gives for a claim whose job found no descriptor left.
+pub const OUT_OF_FILES: &str = "ran out of open files";
+/// Part of the reason a `GIVEN_BACK` event gives for a run prepared at its gate when its tick was
+/// stopped by a signal.
+pub const STOPPED_BEFORE_START: &str = "stopped before its job's command started";
+
+/// `run` was claimed, its job never started, and its claim was given back: pending, due, no
+/// attempt spent nor left open, no lease, and an event whose reason contains `reason`.
+pub fn assert_given_back(env: &Env, run: i64, reason: &str, said: &str) {
+    let row = env.sql.query_row(
+        "SELECT status, attempt, error_code, owner, lease_token, lease_expires_at, started_at,
+                running_alone
+         FROM job_runs WHERE id = $1",
+        &[&run],
+    );
+    assert_eq!(row[0].string(), "pending", "run {run}: {said}");
+    assert_eq!(row[1].i64(), 0, "run {run}: no attempt spent: {said}");
+    assert_eq!(row[2].opt_string(), None, "run {run}: {said}");
+    for (column, value) in ["owner", "lease_token", "lease_expires_at", "started_at"]
+        .iter()
+        .zip(&row[3..7])
+    {
+        assert_eq!(*value, Val::Null, "run {run}: {column}: {said}");
+    }
+    assert_eq!(row[7], Val::Null, "run {run}: running_alone: {said}");
+    let attempts = env.sql.query_val(
+        "SELECT count(*) FROM job_attempts WHERE run_id = $1",
+        &[&run],
+    );
+    assert_eq!(attempts.i64(), 0, "run {run}: no attempt row left: {said}");
+    assert_eq!(
+        event_kinds(env, run),
+        ["ENQUEUED", "CLAIMED", "GIVEN_BACK"],
+        "run {run}: {said}"
+    );
+    let detail = env.sql.query_val(
+        "SELECT detail FROM job_events WHERE run_id = $1 AND kind = 'GIVEN_BACK'",
+        &[&run],
+    );
+    let detail = json(&detail.string());
+    assert_eq!(detail["attempt"], 1, "run {run}");
+    assert!(
+        detail["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(reason)),
+        "run {run}: {detail}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Times and JSON
 // ---------------------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    json, last_attempt, last_run_id, never, process_alive, read_pid, run_row, sh_quote, status_of,
-    stderr, stdout, wait_until, wrapped, Bg, Env, Strays, Val, RETRY_AT_ONCE,
+    assert_given_back, event_kinds, json, last_attempt, last_run_id, never, process_alive,
+    read_pid, run_row, sh_quote, status_of, stderr, stdout, wait_until, wrapped, Bg, Env, Strays,
+    Val, OUT_OF_FILES, RETRY_AT_ONCE,
 };
 
 // ---------------------------------------------------------------------------
@@ -1405,7 +1406,7 @@ fn a_job_that_finds_no_descriptor_left_stops_the_tick_claiming_and_says_so() {
     let said = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "a runner error: {said}");
     assert_eq!(status_of(&env, first), "succeeded", "{said}");
-    assert_given_back(&env, rest[0], &said);
+    assert_given_back(&env, rest[0], OUT_OF_FILES, &said);
     assert_eq!(said.lines().count(), 1, "said once: {said}");
     assert!(
         said.starts_with(&format!(
@@ -1469,7 +1470,7 @@ fn a_run_whose_job_finds_no_descriptor_left_is_given_back_and_runs_at_the_next_t
         "{said}"
     );
     for &run in &runs {
-        assert_given_back(&env, run, &said);
+        assert_given_back(&env, run, OUT_OF_FILES, &said);
     }
 
     let next = env.tick(&[]);
@@ -1543,7 +1544,7 @@ fn run_wait_whose_job_finds_no_descriptor_left_gives_its_run_back() {
             )),
         "{said}"
     );
-    assert_given_back(&env, run, &said);
+    assert_given_back(&env, run, OUT_OF_FILES, &said);
     env.tick(&[]);
     assert_eq!(status_of(&env, run), "succeeded");
 }
@@ -1576,61 +1577,6 @@ fn leave_no_room_for_another_job(tick: &Bg) {
         .output()
         .expect("prlimit");
     assert!(lowered.status.success(), "{}", stderr(&lowered));
-}
-
-/// The kinds of `run`'s events, in order.
-fn event_kinds(env: &Env, run: i64) -> Vec<String> {
-    env.sql
-        .query_column(
-            "SELECT kind FROM job_events WHERE run_id = $1 ORDER BY id",
-            &[&run],
-        )
-        .iter()
-        .map(Val::string)
-        .collect()
-}
-
-/// `run` was claimed, its job never started, and its claim was given back: pending, due, no
-/// attempt spent nor left open, no lease, and an event saying why.
-fn assert_given_back(env: &Env, run: i64, said: &str) {
-    let row = env.sql.query_row(
-        "SELECT status, attempt, error_code, owner, lease_token, lease_expires_at, started_at,
-                running_alone
-         FROM job_runs WHERE id = $1",
-        &[&run],
-    );
-    assert_eq!(row[0].string(), "pending", "run {run}: {said}");
-    assert_eq!(row[1].i64(), 0, "run {run}: no attempt spent: {said}");
-    assert_eq!(row[2].opt_string(), None, "run {run}: {said}");
-    for (column, value) in ["owner", "lease_token", "lease_expires_at", "started_at"]
-        .iter()
-        .zip(&row[3..7])
-    {
-        assert_eq!(*value, Val::Null, "run {run}: {column}: {said}");
-    }
-    assert_eq!(row[7], Val::Null, "run {run}: running_alone: {said}");
-    let attempts = env.sql.query_val(
-        "SELECT count(*) FROM job_attempts WHERE run_id = $1",
-        &[&run],
-    );
-    assert_eq!(attempts.i64(), 0, "run {run}: no attempt row left: {said}");
-    assert_eq!(
-        event_kinds(env, run),
-        ["ENQUEUED", "CLAIMED", "GIVEN_BACK"],
-        "run {run}: {said}"
-    );
-    let detail = env.sql.query_val(
-        "SELECT detail FROM job_events WHERE run_id = $1 AND kind = 'GIVEN_BACK'",
-        &[&run],
-    );
-    let detail = json(&detail.string());
-    assert_eq!(detail["attempt"], 1, "run {run}");
-    assert!(
-        detail["reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("ran out of open files")),
-        "run {run}: {detail}"
-    );
 }
 
 /// `run --wait` started with SIGCHLD ignored: it executes its run itself, without the tick's

@@ -10,8 +10,9 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::common::{
-    forge_vanished_runner, json, last_run_id, process_alive, processes_of_run, read_pid, real_now,
-    sh_quote, status_of, stderr, utc, wait_until, Bg, Env, Strays,
+    assert_given_back, forge_vanished_runner, json, last_run_id, process_alive, processes_of_run,
+    read_pid, real_now, sh_quote, status_of, stderr, utc, wait_until, Bg, Env, Strays,
+    STOPPED_BEFORE_START,
 };
 use crate::sqlite_only;
 
@@ -338,16 +339,19 @@ fn a_job_whose_gate_check_fails_a_lease_after_its_start_never_starts() {
 }
 
 /// A tick told to stop (SIGTERM) while jobs whose starts it recorded wait at their gate stops
-/// them there: their commands never run, and their attempts end as stopped (`SIGNAL:SIGTERM`),
-/// the runs retried by their policy. The tick is stalled right after recording the starts, and
-/// signalled there, so the jobs are still held when it goes on.
+/// them there and gives their claims back: their commands never ran, so the shutdown spends none
+/// of their attempts. Each run is pending again, due at once, its attempt row gone and a
+/// `GIVEN_BACK` event saying why, and the next tick runs it, though it has one attempt. Before,
+/// each was recorded as stopped (`SIGNAL:SIGTERM`) and, with one attempt, went dead without ever
+/// running. The tick is stalled right after recording the starts, and signalled there, so the
+/// jobs are still held when it goes on.
 #[test]
-fn a_tick_stopped_while_jobs_wait_at_their_gate_never_opens_it() {
+fn a_tick_stopped_while_jobs_wait_at_their_gate_gives_them_back() {
     let env = Env::init();
     let (log, go) = (env.path("log"), env.path("go"));
     env.add(
         "held",
-        &["--overlap", "allow", "--backoff-base", "10m"],
+        &["--overlap", "allow", "--max-attempts", "1"],
         &format!("echo \"$RUNNER_RUN_ID\" >> {}", sh_quote(&log)),
     );
     let runs: Vec<i64> = (0..3).map(|_| env.enqueue("held")).collect();
@@ -362,24 +366,78 @@ fn a_tick_stopped_while_jobs_wait_at_their_gate_never_opens_it() {
     kill(Pid::from_raw(pid as i32), Signal::SIGTERM).expect("SIGTERM the tick");
     fs::write(&go, "").expect("go");
     let out = stalled.finish();
-    assert!(
-        out.status.code().is_some(),
-        "the tick exits by itself: {:?}",
-        out.status
+    let said = fs::read_to_string(&stalled.stderr).unwrap_or_default();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "it did what it was asked: {said}"
     );
 
     assert_eq!(lines(&log), Vec::<String>::new(), "no command ran");
-    for run in runs {
-        assert_eq!(status_of(&env, run), "pending", "run {run} is retried");
+    for &run in &runs {
+        assert_given_back(&env, run, STOPPED_BEFORE_START, &said);
+    }
+
+    env.tick(&[]);
+    for &run in &runs {
+        assert_eq!(status_of(&env, run), "succeeded", "run {run}");
         assert_eq!(
-            env.sql.query_strings(
-                "SELECT error_code FROM job_attempts WHERE run_id = $1 AND finished_at IS NOT NULL",
-                &[&run],
+            env.sql.query_i64s(
+                "SELECT attempt FROM job_attempts WHERE run_id = $1",
+                &[&run]
             ),
-            vec!["SIGNAL:SIGTERM".to_string()],
-            "run {run}'s one attempt ended stopped"
+            [1],
+            "run {run}: its one attempt ran"
         );
     }
+    let mut ran = lines(&log);
+    ran.sort();
+    let mut expected: Vec<String> = runs.iter().map(i64::to_string).collect();
+    expected.sort();
+    assert_eq!(ran, expected, "each command ran once");
+}
+
+/// A tick told to stop (SIGTERM) while a run it prepared at its gate is cancelled: the give-back
+/// is refused (the run is no longer the claim's), and the attempt is closed as any job stopped at
+/// its gate whose run was cancelled (`CANCELLED`, its command never ran), not recorded as a job
+/// the shutdown terminated (`SIGNAL:SIGTERM`); the other prepared run is given back.
+#[test]
+fn a_run_cancelled_at_its_gate_when_its_tick_is_stopped_stays_cancelled() {
+    let env = Env::init();
+    let (log, go) = (env.path("log"), env.path("go"));
+    env.add(
+        "held",
+        &["--overlap", "allow", "--max-attempts", "1"],
+        &format!("echo \"$RUNNER_RUN_ID\" >> {}", sh_quote(&log)),
+    );
+    let (cancelled, kept) = (env.enqueue("held"), env.enqueue("held"));
+    let mut cmd = env.cmd();
+    cmd.args(["tick", "--concurrency", "2"]).env(
+        "RUNNER_TEST_HOOK",
+        format!("recorded:wait={}", go.display()),
+    );
+    let mut stalled = StalledTick::spawn(cmd, &env);
+    wait_for_recorded_starts(&env, 2);
+    let out = env.run(&["cancel", &cancelled.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    kill(Pid::from_raw(stalled.pid() as i32), Signal::SIGTERM).expect("SIGTERM the tick");
+    fs::write(&go, "").expect("go");
+    let out = stalled.finish();
+    let said = fs::read_to_string(&stalled.stderr).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{said}");
+
+    assert_eq!(lines(&log), Vec::<String>::new(), "no command ran");
+    assert_eq!(status_of(&env, cancelled), "cancelled");
+    assert_never_started(&env, cancelled, "CANCELLED");
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by IS NOT NULL",
+            &[&cancelled]
+        ),
+        0,
+        "its job is not waited for"
+    );
+    assert_given_back(&env, kept, STOPPED_BEFORE_START, &said);
 }
 
 /// A tick told to stop (SIGTERM) keeps heart-beating the jobs it stopped while they clean up:
