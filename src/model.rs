@@ -1107,6 +1107,23 @@ pub struct OrphanClose {
     pub never_started: bool,
 }
 
+/// How the attempt of a job stopped at its gate is closed when its run is no longer held
+/// (`Store::close_never_started`): as the run's cancel, or its recovery by another runner, says.
+#[derive(Debug, Clone)]
+pub struct NeverStartedCloses {
+    pub cancelled: OrphanClose,
+    pub recovered: OrphanClose,
+}
+
+impl NeverStartedCloses {
+    pub fn of(attempt: u32) -> NeverStartedCloses {
+        NeverStartedCloses {
+            cancelled: OrphanClose::never_started(attempt, true),
+            recovered: OrphanClose::never_started(attempt, false),
+        }
+    }
+}
+
 impl OrphanClose {
     /// Its processes are gone and the run had been cancelled.
     pub fn cancelled(attempt: u32, detail: &str) -> OrphanClose {

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, ClaimedRun, ColumnProblem, DamagedDefinition, Definition,
-    ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, NewEvent, NewRun, OrphanClose,
-    OverdueStop, RunStatus, Settings, StartRecord, Steer, Steered,
+    ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, NeverStartedCloses, NewEvent, NewRun,
+    OrphanClose, OverdueStop, RunStatus, Settings, StartRecord, Steer, Steered,
 };
 
 pub use postgres::PostgresStore;
@@ -1546,6 +1546,26 @@ pub trait Store {
         close: &OrphanClose,
         actor: &Actor,
     ) -> Result<bool>;
+    /// Close the attempt `holder` of a run whose job its tick stopped at its gate, its command
+    /// never run, as what became of the run says, read in the same transaction (so no cancel
+    /// or recovery lands between the look and the write):
+    /// - still held under the attempt's token (its lease expired before the start could be
+    ///   recorded, and nobody recovered it yet): `end` is written as `finish_attempt` writes it;
+    /// - cancelled on this attempt: closed as `close_orphaned_attempt` closes it, with
+    ///   `closes.cancelled`;
+    /// - otherwise (recovered by another runner, perhaps claimed again since): likewise, with
+    ///   `closes.recovered`.
+    ///
+    /// A run that is gone (its schedule removed with its runs) changes nothing. Whether `end`
+    /// landed: `LeaseLost` when the run was no longer held (the attempt closed instead, or
+    /// nothing to close). Committed `Durable`.
+    fn close_never_started(
+        &mut self,
+        end: &AttemptEnd,
+        holder: &AttemptHolder,
+        closes: &NeverStartedCloses,
+        actor: &Actor,
+    ) -> Result<Fenced>;
 
     /// `schedule reanchor`: in one transaction, if the schedule's cursor and revision are still
     /// what `cursor` expects, move the cursor to `cursor.new_through` (back: that is the point)

@@ -27,9 +27,9 @@ use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
-    ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, Leftovers, NewEvent, NewRun, OrphanClose,
-    OverdueStop, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord, Steer, Steered,
-    Steering,
+    ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, Leftovers, NeverStartedCloses, NewEvent,
+    NewRun, OrphanClose, OverdueStop, Overlap, RunChange, RunState, RunStatus, Settings,
+    StartRecord, Steer, Steered, Steering,
 };
 
 /// A file's application id, schema version (`user_version`) and number of schema objects.
@@ -1113,6 +1113,42 @@ impl Columns<'_, '_> {
             other => format!("holds {shown}, which is not valid {wanted} ({other})"),
         }
     }
+}
+
+/// `Store::close_orphaned_attempt` within `tx`: whether it closed the attempt.
+fn close_orphan_in(
+    tx: &Connection,
+    holder: &AttemptHolder,
+    now: i64,
+    close: &OrphanClose,
+    actor: &Actor,
+) -> Result<bool> {
+    // Never the attempt a runner still holds: only one whose run moved on without it. One
+    // whose job never started took no time and printed nothing; another's output went with
+    // its runner (NULL: not kept).
+    let closed = tx.execute(
+        "UPDATE job_attempts SET finished_at = ?4,
+             duration_ms = CASE WHEN ?7 THEN 0 ELSE max(0, ?4 - started_at) * 1000 END,
+             outcome = 'failed', error_code = ?5, error_detail = ?6,
+             stdout_tail = CASE WHEN ?7 THEN x'' END, stderr_tail = CASE WHEN ?7 THEN x'' END,
+             stdout_bytes = CASE WHEN ?7 THEN 0 END, stderr_bytes = CASE WHEN ?7 THEN 0 END
+         WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL
+           AND NOT EXISTS (SELECT 1 FROM job_runs WHERE id = ?1 AND status = 'running' AND lease_token = ?3)",
+        params![
+            holder.run_id,
+            holder.attempt,
+            holder.lease_token,
+            now,
+            close.code.to_string(),
+            close.detail,
+            close.never_started
+        ],
+    )?;
+    if closed == 1 {
+        insert_event(tx, holder.run_id, now, actor, &close.event)?;
+        tx.execute(&super::job_stopped_sql("?1", None), [holder.run_id])?;
+    }
+    Ok(closed == 1)
 }
 
 /// One attempt's decided end inside the caller's transaction, fenced by its token (see
@@ -2474,33 +2510,45 @@ impl Store for SqliteStore {
         actor: &Actor,
     ) -> Result<bool> {
         let tx = self.write()?;
-        // Never the attempt a runner still holds: only one whose run moved on without it. One
-        // whose job never started took no time and printed nothing; another's output went with
-        // its runner (NULL: not kept).
-        let closed = tx.execute(
-            "UPDATE job_attempts SET finished_at = ?4,
-                 duration_ms = CASE WHEN ?7 THEN 0 ELSE max(0, ?4 - started_at) * 1000 END,
-                 outcome = 'failed', error_code = ?5, error_detail = ?6,
-                 stdout_tail = CASE WHEN ?7 THEN x'' END, stderr_tail = CASE WHEN ?7 THEN x'' END,
-                 stdout_bytes = CASE WHEN ?7 THEN 0 END, stderr_bytes = CASE WHEN ?7 THEN 0 END
-             WHERE run_id = ?1 AND attempt = ?2 AND lease_token = ?3 AND finished_at IS NULL
-               AND NOT EXISTS (SELECT 1 FROM job_runs WHERE id = ?1 AND status = 'running' AND lease_token = ?3)",
-            params![
-                holder.run_id,
-                holder.attempt,
-                holder.lease_token,
-                now,
-                close.code.to_string(),
-                close.detail,
-                close.never_started
-            ],
-        )?;
-        if closed == 1 {
-            insert_event(&tx, holder.run_id, now, actor, &close.event)?;
-            tx.execute(&super::job_stopped_sql("?1", None), [holder.run_id])?;
-        }
+        let closed = close_orphan_in(&tx, holder, now, close, actor)?;
         tx.commit()?;
-        Ok(closed == 1)
+        Ok(closed)
+    }
+
+    fn close_never_started(
+        &mut self,
+        end: &AttemptEnd,
+        holder: &AttemptHolder,
+        closes: &NeverStartedCloses,
+        actor: &Actor,
+    ) -> Result<Fenced> {
+        let tx = self.write_then_sync()?;
+        let run: Option<(String, u32, Option<String>)> = tx
+            .query_row(
+                "SELECT status, attempt, lease_token FROM job_runs WHERE id = ?1",
+                [holder.run_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        let token = holder.lease_token.as_str();
+        let fenced = match run {
+            None => Fenced::LeaseLost,
+            Some((status, _, held)) if status == "running" && held.as_deref() == Some(token) => {
+                finish_in(&tx, end, actor)?
+            }
+            Some((status, attempt, _)) => {
+                let close = if status == "cancelled" && attempt == holder.attempt {
+                    &closes.cancelled
+                } else {
+                    &closes.recovered
+                };
+                close_orphan_in(&tx, holder, end.result.finished_at, close, actor)?;
+                Fenced::LeaseLost
+            }
+        };
+        tx.commit()?;
+        self.synced()?;
+        Ok(fenced)
     }
 
     fn enqueue(

@@ -33,14 +33,14 @@ use anyhow::Result;
 
 use super::claim::claim_due;
 use super::record::{
-    decide_ends, record_decided, record_decided_then_claim, record_end, results_durable, write_end,
-    DecidedEnds, End, StopReason, KILL_GRACE,
+    decide_ends, record_decided, record_decided_then_claim, record_end, results_durable,
+    write_end_with, DecidedEnds, End, StopReason, KILL_GRACE,
 };
 use super::{attempt_marker, runner_error, test_hook, OnShutdown, Tick};
 use crate::display::utc_time;
 use crate::model::{
     AfterFailure, AttemptFailure, AttemptHolder, AttemptResult, CapturedOutput, ClaimedRun,
-    ErrorCode, Fenced, GivenBack, LeaseToken, NewEvent, OrphanClose, RunStatus, StartRecord,
+    ErrorCode, Fenced, GivenBack, LeaseToken, NeverStartedCloses, NewEvent, StartRecord,
 };
 use crate::process::{
     procfs, wakeup::Wakeup, FilesExhausted, JobSpec, RunningJob, SpawnError, SpawnErrorKind,
@@ -1449,47 +1449,39 @@ fn give_up_locked_starts(tick: &mut Tick<'_>, locked: LockedStarts, why: &str) {
 }
 
 /// Close the attempt of a run whose job this tick stopped at its gate (see
-/// `Supervisor::close_never_started`), as what became of the run says:
+/// `Supervisor::close_never_started`), as what became of the run says, in one fenced store call
+/// that reads it (`Store::close_never_started`):
+/// - still this tick's, its lease expired before the start could be recorded (the tick was held
+///   up) and nobody recovered it yet: its end is written as recovery would write it
+///   (`LEASE:EXPIRED`, retried by its policy), fenced by its token, saying its command never
+///   ran;
 /// - cancelled under it, or recovered (its lease expired) by another runner: closed as an
 ///   orphaned attempt is, fenced the same way (only this attempt, under this tick's token, and
 ///   only if its run no longer holds it so), as `CANCELLED` or `LEASE:EXPIRED`, an
 ///   `ATTEMPT_CLOSED` event saying its command never ran; a cancelled run's `forbid` schedule no
 ///   longer waits for its job;
-/// - still this tick's, its lease expired before the start could be recorded (the tick was held
-///   up) and nobody recovered it yet: its end is written as recovery would write it
-///   (`LEASE:EXPIRED`, retried by its policy), fenced by its token, saying its command never
-///   ran.
+/// - gone (its schedule was removed with its runs and their attempts): nothing.
 fn close_unstarted(tick: &mut Tick<'_>, run: &ClaimedRun) -> Result<()> {
-    // Gone: its schedule was removed with its runs and their attempts.
-    let Some(now_run) = tick.store.run(run.run_id)? else {
-        return Ok(());
+    test_hook("closing-unstarted");
+    let now = tick.clock.read();
+    let then = AfterFailure::by_policy(&run.retry, run.attempt, now, tick.rng);
+    let detail = "its lease expired before its job's start could be recorded (the tick was held \
+                  up); the job was stopped at its gate, and its command never ran";
+    let result = AttemptResult {
+        run_id: run.run_id,
+        attempt: run.attempt,
+        lease_token: run.lease_token.clone(),
+        finished_at: now.secs(),
+        duration_ms: 0,
+        failure: Some(AttemptFailure::new(ErrorCode::LeaseExpired, detail, then)),
+        exit_code: None,
+        output: Some(CapturedOutput::default()),
+        leftovers: Vec::new(),
+        leftovers_killed: false,
+        attempt_left_open: false,
+        lease_expired_at: None,
     };
-    // A run claimed again since (recovered, then retried) is on a later attempt.
-    let same_attempt = now_run.attempt == run.attempt;
-    if same_attempt && now_run.status == RunStatus::Running {
-        let now = tick.clock.read();
-        let then = AfterFailure::by_policy(&run.retry, run.attempt, now, tick.rng);
-        let detail = "its lease expired before its job's start could be recorded (the tick was \
-                      held up); the job was stopped at its gate, and its command never ran";
-        let result = AttemptResult {
-            run_id: run.run_id,
-            attempt: run.attempt,
-            lease_token: run.lease_token.clone(),
-            finished_at: now.secs(),
-            duration_ms: 0,
-            failure: Some(AttemptFailure::new(ErrorCode::LeaseExpired, detail, then)),
-            exit_code: None,
-            output: Some(CapturedOutput::default()),
-            leftovers: Vec::new(),
-            leftovers_killed: false,
-            attempt_left_open: false,
-            lease_expired_at: None,
-        };
-        write_end(tick, &run.job_name, result)?;
-        return Ok(());
-    }
-    let cancelled = same_attempt && now_run.status == RunStatus::Cancelled;
-    let close = OrphanClose::never_started(run.attempt, cancelled);
+    let closes = NeverStartedCloses::of(run.attempt);
     let actor = &tick.options.actor;
     // Only what the close is fenced by is read from it.
     let holder = AttemptHolder {
@@ -1503,8 +1495,10 @@ fn close_unstarted(tick: &mut Tick<'_>, run: &ClaimedRun) -> Result<()> {
         child_start_time: None,
         started_at: 0,
     };
-    tick.store
-        .close_orphaned_attempt(&holder, tick.clock.epoch(), &close, actor)?;
+    write_end_with(tick, &run.job_name, result, |tick, end| {
+        let actor = &tick.options.actor;
+        tick.store.close_never_started(end, &holder, &closes, actor)
+    })?;
     Ok(())
 }
 

@@ -415,11 +415,24 @@ fn last_line(bytes: &[u8]) -> Option<String> {
 /// (`AttemptEnd::decide`), write that fenced by its lease token, and print the one stderr line
 /// a run that went dead gets (cron mails it).
 pub fn write_end(tick: &mut Tick<'_>, job: &str, result: AttemptResult) -> Result<Fenced> {
+    write_end_with(tick, job, result, |tick, end| {
+        tick.store.finish_attempt(end, &tick.options.actor)
+    })
+}
+
+/// [`write_end`] by `write`, a durable store call that writes the decided end fenced by its
+/// token (or something else in its place: `Store::close_never_started`) and says whether it
+/// landed.
+pub fn write_end_with(
+    tick: &mut Tick<'_>,
+    job: &str,
+    result: AttemptResult,
+    write: impl FnOnce(&mut Tick<'_>, &AttemptEnd) -> StoreResult<Fenced>,
+) -> Result<Fenced> {
     let jobs = [job.to_string()];
     let ends = [AttemptEnd::decide(result)];
     let recorded = write_ends(tick, &jobs, &ends, Commit::Durable, |tick, ends| {
-        tick.store
-            .finish_attempts(ends, &tick.options.actor, Commit::Durable)
+        Ok(vec![write(tick, &ends[0])?])
     })?;
     Ok(recorded[0])
 }

@@ -392,6 +392,8 @@ fn unrecorded_line(unrecorded: &[(i64, u32)], not_started: usize) -> Option<Stri
 /// - `polling`: a claim due while jobs run (a free slot, the connection idle since the last
 ///   statement), before it is made;
 /// - `ends-deferred`: ends written deferred with a claim, not durable yet;
+/// - `closing-unstarted`: a job stopped at its gate, its run no longer the tick's to start, before
+///   its attempt is closed;
 /// - `heartbeat` (`:fail` only): every heartbeat of a tick, the look at a job's lease at its
 ///   gate included;
 /// - `due-reader` (`:fail` only): a tick opening its second connection for the due schedules;

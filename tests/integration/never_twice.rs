@@ -258,6 +258,58 @@ fn a_start_refused_after_recovery_elsewhere_closes_the_attempt_at_once() {
     assert_never_started(&env, run, "LEASE:EXPIRED");
 }
 
+/// A run still the tick's whose start was refused (its lease expired while the tick stalled) is
+/// cancelled just as the tick comes to close its attempt: the close reads the run and writes in
+/// one fenced store call, so the attempt is closed as cancelled (`CANCELLED`, its command never
+/// ran), not written as the expired lease the tick saw a moment before. (Stalled before the
+/// spawn's start is recorded, the lease forged expired; then stalled again where the attempt is
+/// closed, and cancelled there.)
+#[test]
+fn a_run_cancelled_as_its_never_started_attempt_is_closed_is_closed_as_cancelled() {
+    let env = Env::init();
+    let (run, log) = queue_logging_run(&env);
+    let (spawned, closing) = (env.path("spawned"), env.path("closing"));
+    let mut cmd = env.cmd();
+    cmd.args(["tick", "--lease", "600s"]).env(
+        "RUNNER_TEST_HOOK",
+        format!(
+            "spawned:wait={},closing-unstarted:wait={}",
+            spawned.display(),
+            closing.display()
+        ),
+    );
+    let mut stalled = StalledTick::spawn(cmd, &env);
+    let reached = |path: &std::path::Path| path.with_extension("reached").exists();
+    wait_until(LONG, "the tick to stall after the spawn", || {
+        reached(&spawned)
+    });
+    env.sql.exec(
+        "UPDATE job_runs SET lease_expires_at = 1 WHERE id = $1",
+        &[&run],
+    );
+    fs::write(&spawned, "").expect("go on");
+    wait_until(LONG, "the tick to come to close the attempt", || {
+        reached(&closing)
+    });
+    let out = env.run(&["cancel", &run.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    fs::write(&closing, "").expect("go on");
+    let out = stalled.finish();
+    let said = fs::read_to_string(&stalled.stderr).unwrap_or_default();
+    assert!(out.status.success(), "{said}");
+    assert!(lines(&log).is_empty(), "its command ran: {:?}", lines(&log));
+    assert_eq!(status_of(&env, run), "cancelled");
+    assert_never_started(&env, run, "CANCELLED");
+    assert_eq!(
+        env.sql.query_i64(
+            "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by IS NOT NULL",
+            &[&run]
+        ),
+        0,
+        "its job is not waited for"
+    );
+}
+
 /// Attempt 1 of `run` is closed with `code`, as a job that never started: it took no time, and
 /// the event that tells its end (`ATTEMPT_CLOSED`, or `RECOVERED` when the tick wrote the end of
 /// a run still its own) says its command never ran.

@@ -39,9 +39,9 @@ use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
-    EventKind, ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, Leftovers, NewEvent, NewRun,
-    OrphanClose, OverdueStop, Overlap, RunChange, RunState, RunStatus, Settings, StartRecord,
-    Steer, Steered, Steering,
+    EventKind, ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, Leftovers, NeverStartedCloses,
+    NewEvent, NewRun, OrphanClose, OverdueStop, Overlap, RunChange, RunState, RunStatus, Settings,
+    StartRecord, Steer, Steered, Steering,
 };
 
 /// What the `Store` trait's methods return: errors already classified (`Failure`), the server
@@ -1140,6 +1140,43 @@ WITH e AS (
 )
 SELECT set_config('synchronous_commit', coalesce($24, current_setting('synchronous_commit')), true),
        (SELECT held FROM every)";
+
+/// `Store::close_orphaned_attempt` within `tx`: whether it closed the attempt.
+fn close_orphan_in(
+    tx: &mut Transaction<'_>,
+    holder: &AttemptHolder,
+    now: i64,
+    close: &OrphanClose,
+    actor: &Actor,
+) -> Result<bool> {
+    // Never the attempt a runner still holds: only one whose run moved on without it.
+    // One whose job never started took no time and printed nothing; another's output
+    // went with its runner (NULL: not kept).
+    let closed = tx.execute(
+        "UPDATE job_attempts SET finished_at = $4,
+             duration_ms = CASE WHEN $7 THEN 0 ELSE greatest(0, $4 - started_at) * 1000 END,
+             outcome = 'failed', error_code = $5, error_detail = $6,
+             stdout_tail = CASE WHEN $7 THEN ''::bytea END,
+             stderr_tail = CASE WHEN $7 THEN ''::bytea END,
+             stdout_bytes = CASE WHEN $7 THEN 0 END, stderr_bytes = CASE WHEN $7 THEN 0 END
+         WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL
+           AND NOT EXISTS (SELECT 1 FROM job_runs WHERE id = $1 AND status = 'running' AND lease_token = $3)",
+        &[
+            &holder.run_id,
+            &i64::from(holder.attempt),
+            &holder.lease_token.as_str(),
+            &now,
+            &close.code.to_string(),
+            &close.detail,
+            &close.never_started,
+        ],
+    )?;
+    if closed == 1 {
+        insert_event(tx, holder.run_id, now, actor, &close.event)?;
+        tx.execute(&super::job_stopped_sql("$1", None), &[&holder.run_id])?;
+    }
+    Ok(closed == 1)
+}
 
 /// One attempt's end within a group commit (see `Store::finish_attempt`).
 fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Result<Fenced> {
@@ -2426,34 +2463,39 @@ impl Store for PostgresStore {
         close: &OrphanClose,
         actor: &Actor,
     ) -> StoreResult<bool> {
-        self.write(|tx| {
-            // Never the attempt a runner still holds: only one whose run moved on without it.
-            // One whose job never started took no time and printed nothing; another's output
-            // went with its runner (NULL: not kept).
-            let closed = tx.execute(
-                "UPDATE job_attempts SET finished_at = $4,
-                     duration_ms = CASE WHEN $7 THEN 0 ELSE greatest(0, $4 - started_at) * 1000 END,
-                     outcome = 'failed', error_code = $5, error_detail = $6,
-                     stdout_tail = CASE WHEN $7 THEN ''::bytea END,
-                     stderr_tail = CASE WHEN $7 THEN ''::bytea END,
-                     stdout_bytes = CASE WHEN $7 THEN 0 END, stderr_bytes = CASE WHEN $7 THEN 0 END
-                 WHERE run_id = $1 AND attempt = $2 AND lease_token = $3 AND finished_at IS NULL
-                   AND NOT EXISTS (SELECT 1 FROM job_runs WHERE id = $1 AND status = 'running' AND lease_token = $3)",
-                &[
-                    &holder.run_id,
-                    &i64::from(holder.attempt),
-                    &holder.lease_token.as_str(),
-                    &now,
-                    &close.code.to_string(),
-                    &close.detail,
-                    &close.never_started,
-                ],
+        self.write(|tx| close_orphan_in(tx, holder, now, close, actor))
+    }
+
+    fn close_never_started(
+        &mut self,
+        end: &AttemptEnd,
+        holder: &AttemptHolder,
+        closes: &NeverStartedCloses,
+        actor: &Actor,
+    ) -> StoreResult<Fenced> {
+        self.write_with(Commit::Durable, |tx| {
+            // The schedule before the run, as every end that may count a dead run locks them.
+            lock_dead_schedules(tx, std::slice::from_ref(end))?;
+            // Locked: no cancel or recovery lands between this look and the write.
+            let run = tx.query_opt(
+                "SELECT status, attempt, lease_token FROM job_runs WHERE id = $1 FOR UPDATE",
+                &[&holder.run_id],
             )?;
-            if closed == 1 {
-                insert_event(tx, holder.run_id, now, actor, &close.event)?;
-                tx.execute(&super::job_stopped_sql("$1", None), &[&holder.run_id])?;
+            let Some(run) = run else {
+                return Ok(Fenced::LeaseLost);
+            };
+            let status: String = run.try_get(0)?;
+            let held: Option<String> = run.try_get(2)?;
+            if status == "running" && held.as_deref() == Some(holder.lease_token.as_str()) {
+                return finish_in(tx, end, actor);
             }
-            Ok(closed == 1)
+            let close = if status == "cancelled" && u32_at(&run, 1)? == holder.attempt {
+                &closes.cancelled
+            } else {
+                &closes.recovered
+            };
+            close_orphan_in(tx, holder, end.result.finished_at, close, actor)?;
+            Ok(Fenced::LeaseLost)
         })
     }
 
