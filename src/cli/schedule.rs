@@ -422,10 +422,14 @@ fn add(args: AddArgs, ctx: &Ctx) -> Result<()> {
     })?;
     let settings = Settings::defaults(cron).changed(&args.flags.change())?;
     let timing = settings.timing()?;
-    let now = ctx.clock.epoch();
     let mut store = ctx.open(OpenMode::CreateIfMissing)?;
-    let cursor = restart_cursor(&settings, now, now)?;
-    let definition = store.add_definition(&args.name, &settings, now, cursor.next_fire_at)?;
+    // Read once the store is open: on PostgreSQL, opening it sets the clock to the database's.
+    // Read before, it was this host's, and a host clock hours ahead saved a first fire time
+    // hours late (behind: a first tick replayed instants from before the schedule existed).
+    let now = ctx.clock.read();
+    let cursor = restart_cursor(&settings, now.secs(), now.secs())?;
+    let definition =
+        store.add_definition(&args.name, &settings, now.secs(), cursor.next_fire_at)?;
     ctx.warn_if_unsafe_for_tick();
     let state = if settings.paused { " (paused)" } else { "" };
     say!(
@@ -434,12 +438,12 @@ fn add(args: AddArgs, ctx: &Ctx) -> Result<()> {
         settings.cron,
         settings.timezone
     );
-    print_upcoming(&timing, ctx.clock.now(), 5)?;
+    print_upcoming(&timing, now.time(), 5)?;
     if !args.quiet {
         // A new schedule: every trap is news, except a timeout the user did not choose (the
         // default hour is longer than many intervals, and `forbid` is what they asked for).
         let chose_timeout = args.flags.timeout.is_some() || args.flags.overlap.is_some();
-        warn_traps(&settings, &timing, ctx.clock.now(), |trap| {
+        warn_traps(&settings, &timing, now.time(), |trap| {
             trap != Trap::TimeoutOverlap || chose_timeout
         });
     }

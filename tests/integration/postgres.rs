@@ -884,6 +884,70 @@ fn on_host(env: &PgEnv, host: &str, args: &[&str]) -> Option<Command> {
     Some(super::common::on_other_host(&cmd, host))
 }
 
+/// `runner ARGS` on a host whose clock is off by `shift` (faketime's `-f` offset, e.g. `+2h`):
+/// the host's clock, not the database's, which is what `--now` and the test clock step cannot
+/// do (both shift the clock the runner follows, the database's). `None` (after saying why)
+/// without faketime (`.ci/run` installs it).
+fn with_host_clock_off(env: &PgEnv, shift: &str, args: &[&str]) -> Option<Command> {
+    let faketime = Command::new("faketime")
+        .args(["-f", "+0", "true"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !faketime {
+        eprintln!("skipped: faketime is not installed (Debian package faketime)");
+        return None;
+    }
+    let mut cmd = env.cmd();
+    // Only the wall clock is off: a monotonic clock moved back could fall before zero.
+    cmd.args(args).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    Some(super::common::wrapped(&["faketime", "-f", shift], &cmd))
+}
+
+/// `schedule add` on a host whose clock is two hours ahead of the database's, or behind, saves
+/// its creation and first fire time by the database's clock, as every other command does. (It
+/// read the clock before connecting, the host's: ahead, the schedule did not fire for two hours;
+/// behind, the first tick ran the instants of the two hours before it existed.)
+#[test]
+fn schedule_add_on_a_host_whose_clock_is_off_saves_the_databases_time() {
+    let Some(env) = PgEnv::init() else { return };
+    for (name, shift) in [("ahead", "+2h"), ("behind", "-2h")] {
+        let args = [
+            "schedule",
+            "add",
+            name,
+            "--cron",
+            "*/10 * * * *",
+            "--",
+            "true",
+        ];
+        let Some(mut add) = with_host_clock_off(&env, shift, &args) else {
+            return;
+        };
+        let out = add.output().expect("spawn faketime");
+        assert!(out.status.success(), "{shift}: {}", stderr(&out));
+        let (created_off, first_fire_after) = {
+            let row = env
+                .client()
+                .query_one(
+                    "SELECT created_at - extract(epoch FROM now())::bigint, next_fire_at - created_at
+                     FROM job_definitions WHERE name = $1",
+                    &[&name],
+                )
+                .expect("the schedule's row");
+            (row.get::<_, i64>(0), row.get::<_, i64>(1))
+        };
+        // Two hours are 7200 s; an hour apart is by the database's clock, however slow the add.
+        assert!(
+            created_off.abs() < 3600,
+            "host clock {shift}: created {created_off}s from the database's now"
+        );
+        assert!(
+            (1..=600).contains(&first_fire_after),
+            "host clock {shift}: first fire {first_fire_after}s after its creation"
+        );
+    }
+}
+
 /// Two ticks (with `tick_args`), their clocks an hour and two past the database's: past any
 /// lease and backoff, they recover and retry whatever an earlier tick left unfinished.
 fn ticks_past_leases_and_backoffs(env: &PgEnv, tick_args: &[&str]) {
