@@ -788,14 +788,25 @@ fn the_password_comes_from_pgpassword_or_the_password_file() {
         return;
     };
     let url = with_user(&env.url, &user);
-    // Without a password the server refuses; the role may not read the tables either way, so a
-    // login that worked shows as a permission error, not an authentication one.
-    let out = env
-        .cmd()
-        .args(["--db", &url, "status"])
-        .output()
-        .expect("run");
-    assert!(stderr(&out).contains("password"), "{}", stderr(&out));
+    // Without a password the server refuses, and the message names the places one comes from
+    // (the driver's own said "invalid configuration: password missing"); the role may not read
+    // the tables either way, so a login that worked shows as a permission error, not an
+    // authentication one.
+    let pgpass = env.dir.path().join(".pgpass");
+    let no_password = |out: &Output| {
+        let err = stderr(out);
+        assert_eq!(out.status.code(), Some(4), "{err}");
+        assert!(err.contains("127.0.0.1"), "the host is named: {err}");
+        assert!(
+            err.contains(&format!(
+                "none was found in the URL, PGPASSWORD or the password file ({})",
+                pgpass.display()
+            )),
+            "{err}"
+        );
+        assert!(!err.contains("invalid configuration"), "{err}");
+    };
+    no_password(&env.run(&["--db", &url, "status"]));
     let logged_in = |out: &Output| {
         let err = stderr(out);
         assert!(!err.contains("authentication failed"), "{err}");
@@ -808,9 +819,17 @@ fn the_password_comes_from_pgpassword_or_the_password_file() {
         .output()
         .expect("run");
     logged_in(&out);
-    let pgpass = env.dir.path().join(".pgpass");
     std::fs::write(&pgpass, format!("127.0.0.1:*:*:{user}:right-password\n")).expect("write");
     use std::os::unix::fs::PermissionsExt;
+    // A file others may read is ignored, with a warning, as libpq does: no password then.
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let out = env.run(&["--db", &url, "status"]);
+    no_password(&out);
+    assert!(
+        stderr(&out).contains("group or world access"),
+        "{}",
+        stderr(&out)
+    );
     std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     let out = env
         .cmd()

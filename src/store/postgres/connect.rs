@@ -411,6 +411,14 @@ fn connect_failure(server: &Server, error: &postgres::Error) -> anyhow::Error {
         ))
         .into();
     }
+    if is_password_missing(error) {
+        let file = pgpass::default_path()
+            .map_or_else(|| "~/.pgpass".to_string(), |p| p.display().to_string());
+        return Failure::database(format!(
+            "cannot connect to {server}: the server asks for a password, and none was found in \
+             the URL, PGPASSWORD or the password file ({file})"
+        ));
+    }
     let hint = match error.code() {
         Some(&SqlState::INVALID_PASSWORD)
         | Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION) => {
@@ -420,6 +428,14 @@ fn connect_failure(server: &Server, error: &postgres::Error) -> anyhow::Error {
         _ => "",
     };
     Failure::database(format!("cannot connect to {server}: {cause}{hint}"))
+}
+
+/// Whether the server asked for a password and the connection had none: the postgres crate says
+/// only "invalid configuration: password missing" (its error has no kind to match), which names
+/// none of the places a password comes from.
+fn is_password_missing(error: &postgres::Error) -> bool {
+    error.code().is_none()
+        && std::error::Error::source(error).is_some_and(|s| s.to_string() == "password missing")
 }
 
 /// What went wrong, in one line: the server's own message, else the client's error and its
