@@ -524,6 +524,15 @@ fn a_password_given_as_a_url_parameter_is_never_printed_nor_stored() {
     let bad = format!("{}?password={SECRET}&sslmode=sometimes", env.url);
     let err = env.fails(2, &["--db", &bad, "status"]);
     never_shown("a URL error", &err);
+    assert!(
+        err.contains("invalid value \"sometimes\" for parameter sslmode"),
+        "{err}"
+    );
+    // A password parameter whose name is refused is masked all the same.
+    let bad = format!("{}?PASSWORD={SECRET}", env.url);
+    let err = env.fails(2, &["--db", &bad, "status"]);
+    never_shown("a URL error", &err);
+    assert!(err.contains("unknown parameter \"PASSWORD\""), "{err}");
 
     // Moved from SQLite: the source records where each pending run went, the password masked.
     let old = env.dir.path().join("old.db");

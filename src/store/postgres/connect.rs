@@ -193,11 +193,48 @@ fn parse(url: &str, shown: &str) -> Result<(Config, Verify)> {
     };
     let config: Config = rewritten.parse().map_err(|e| {
         Failure::usage(format!(
-            "{shown} is not a PostgreSQL URL runner can use ({e}); use \
-             postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=require]"
+            "{shown} is not a PostgreSQL URL runner can use ({}); use \
+             postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=require]",
+            url_fault(&rewritten, &e)
         ))
     })?;
     Ok((config, verify))
+}
+
+/// What is wrong with a URL the postgres crate refused (`error`). Its error says only "invalid
+/// connection string" (the option at fault, decoded and without its value, only in its source),
+/// so the parameter at fault is found by parsing each one alone, and named as written; its value
+/// too when that is what is wrong (never a password's: the crate takes any, and it is masked).
+fn url_fault(url: &str, error: &postgres::Error) -> String {
+    let parameters = url.split_once('?').map_or("", |(_, query)| query);
+    for parameter in parameters.split('&') {
+        let Err(alone) = format!("postgres://h?{parameter}").parse::<Config>() else {
+            continue;
+        };
+        let reason = std::error::Error::source(&alone).map_or(String::new(), |s| s.to_string());
+        let (name, value) = parameter.split_once('=').unwrap_or((parameter, ""));
+        return if reason.starts_with("unknown option") {
+            // libpq's names are lower case, as the crate's are: `PASSWORD=` is no password.
+            let hint = match name.eq_ignore_ascii_case("password") {
+                true => "; a password is given as password=, in lower case",
+                false => "",
+            };
+            format!("unknown parameter \"{name}\"{hint}")
+        } else if reason.starts_with("invalid value") {
+            let value = match crate::store::is_password_name(name) {
+                true => "***",
+                false => value,
+            };
+            let values = match name {
+                "sslmode" => ": disable, prefer, require, verify-ca or verify-full",
+                _ => "",
+            };
+            format!("invalid value \"{value}\" for parameter {name}{values}")
+        } else {
+            format!("parameter \"{name}\": {}", cause(&alone))
+        };
+    }
+    cause(error)
 }
 
 /// Fill in what the URL left out the way libpq would (host: the local socket; user: the login
@@ -555,6 +592,45 @@ mod tests {
         .expect_err("refused");
         assert_eq!(crate::exit::code_for(&error), crate::exit::USAGE);
         assert!(!format!("{error:#}").contains("s3cret"), "{error:#}");
+    }
+
+    #[test]
+    fn a_bad_parameter_is_named_with_its_value_never_a_passwords() {
+        let refused = |url: &str| {
+            let error = parse(url, &crate::store::masked_url(url)).expect_err(url);
+            assert_eq!(crate::exit::code_for(&error), crate::exit::USAGE);
+            format!("{error:#}")
+        };
+        let message = refused("postgres://u@h/d?connect_timeout=3&sslmode=bogus");
+        assert!(
+            message.contains(
+                "(invalid value \"bogus\" for parameter sslmode: disable, prefer, require, \
+                 verify-ca or verify-full)"
+            ),
+            "{message}"
+        );
+        let message = refused("postgres://u@h/d?bogus=1&sslmode=require");
+        assert!(
+            message.contains("(unknown parameter \"bogus\")"),
+            "{message}"
+        );
+        // libpq and the postgres crate take the name `password` only in lower case (percent-
+        // encoded or not): `PASSWORD=` is refused, its value masked like an accepted one.
+        let message = refused("postgres://u@h/d?PASSWORD=s3cret");
+        assert!(
+            message.contains(
+                "(unknown parameter \"PASSWORD\"; a password is given as password=, in lower case)"
+            ),
+            "{message}"
+        );
+        assert!(!message.contains("s3cret"), "{message}");
+        let (config, _) = parse("postgres://u@h/d?pass%77ord=s3cret", "x").expect("parse");
+        assert_eq!(config.get_password(), Some(&b"s3cret"[..]));
+        let message = refused("postgres://u@h/d?connect_timeout=soon");
+        assert!(
+            message.contains("(invalid value \"soon\" for parameter connect_timeout)"),
+            "{message}"
+        );
     }
 
     #[test]
