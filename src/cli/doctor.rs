@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::Ctx;
 use crate::display::escape_line;
-use crate::store::Location;
+use crate::store::{Location, WriteDenied};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -1472,9 +1472,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                     Ok(Some(why)) => Check::fail(
                         "database",
                         format!("{current}, but a tick cannot write it: {why}"),
-                        "point --db at the primary server, or grant this user SELECT, INSERT, \
-                         UPDATE and DELETE on runner's tables (see the README's Privileges)"
-                            .to_string(),
+                        write_denied_fix(&why).to_string(),
                     ),
                     Err(e) => Check::fail(
                         "database",
@@ -1606,6 +1604,21 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
 
 /// The database file and its directory must be as a tick requires (`OpenMode::Execute`). A
 /// PostgreSQL database has no file here: the check does not apply.
+/// The fix for a database a tick cannot write: another server only for a standby (one that is
+/// not in recovery takes writes once the setting or the grant allows them).
+fn write_denied_fix(why: &WriteDenied) -> &'static str {
+    match why {
+        WriteDenied::Standby => "point --db at the primary server",
+        WriteDenied::ReadOnlySessions => {
+            "turn default_transaction_read_only off for this database and user"
+        }
+        WriteDenied::Privileges(_) => {
+            "grant this user SELECT, INSERT, UPDATE and DELETE on runner's tables (see the \
+             README's Privileges)"
+        }
+    }
+}
+
 fn permissions_check(database: &Location, my_name: &str) -> Check {
     let path = match database {
         Location::Sqlite(path) => path,

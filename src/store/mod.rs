@@ -52,6 +52,36 @@ impl std::fmt::Display for Error {
 }
 
 /// What opening may do to a missing database, and what it checks first.
+/// Why a tick could not write a database it connects to and reads (`Store::write_denied`):
+/// each cause has its own fix, so `doctor` is told which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteDenied {
+    /// The server is a standby (in recovery).
+    Standby,
+    /// Its sessions are read-only (`default_transaction_read_only`).
+    ReadOnlySessions,
+    /// The runner tables this user lacks SELECT, INSERT, UPDATE or DELETE on.
+    Privileges(Vec<String>),
+}
+
+impl std::fmt::Display for WriteDenied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteDenied::Standby => {
+                f.write_str("the server is a standby (in recovery): it takes no writes")
+            }
+            WriteDenied::ReadOnlySessions => {
+                f.write_str("its sessions are read-only (default_transaction_read_only is on)")
+            }
+            WriteDenied::Privileges(tables) => write!(
+                f,
+                "this user lacks SELECT, INSERT, UPDATE or DELETE on {}",
+                tables.join(", ")
+            ),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
     MustExist,
@@ -1615,7 +1645,7 @@ pub trait Store {
     /// PostgreSQL names a server in recovery, a read-only session, or the runner tables its user
     /// lacks a privilege on. None where nothing says so; SQLite's file permissions are checked
     /// by `doctor` itself.
-    fn write_denied(&self) -> Result<Option<String>> {
+    fn write_denied(&self) -> Result<Option<WriteDenied>> {
         Ok(None)
     }
     fn attempts(&self, run_id: i64) -> Result<Vec<AttemptView>>;

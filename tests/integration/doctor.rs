@@ -1193,13 +1193,22 @@ fn a_postgres_database_a_tick_cannot_write_fails_the_database_check() {
         ),
         "{message}"
     );
-    assert!(fix.expect("a fix").contains("Privileges"));
-    let (status, message, _) = check_of(&read_only, "database");
+    // Another server is no fix for a missing grant, nor for a setting of this one's.
+    let fix = fix.expect("a fix");
+    assert!(fix.contains("Privileges"), "{fix}");
+    assert!(!fix.contains("primary server"), "{fix}");
+    let (status, message, fix) = check_of(&read_only, "database");
     assert_eq!(status, "fail", "{}", stdout(&read_only));
     assert!(
         message.contains("its sessions are read-only (default_transaction_read_only is on)"),
         "{message}"
     );
+    let fix = fix.expect("a fix");
+    assert!(
+        fix.contains("turn default_transaction_read_only off"),
+        "{fix}"
+    );
+    assert!(!fix.contains("primary server"), "{fix}");
 }
 
 /// A PostgreSQL server doctor cannot reach is a finding naming the server and the cause, never

@@ -27,7 +27,7 @@ use postgres::{Client, GenericClient, IsolationLevel, Row, Statement, Transactio
 
 use self::connect::Server;
 use super::JobRunStats;
-use super::{definition_row, SETTINGS_COLUMNS};
+use super::{definition_row, WriteDenied, SETTINGS_COLUMNS};
 use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
     DefinitionRow, DueReader, EventView, Health, Imported, LastResult, LeftForLater,
@@ -2657,7 +2657,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn write_denied(&self) -> StoreResult<Option<String>> {
+    fn write_denied(&self) -> StoreResult<Option<WriteDenied>> {
         // One privilege at a time: `has_table_privilege` with a list is true if any is held.
         const DENIED: &str = "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on',
                     ARRAY(SELECT t FROM unnest($1::text[]) t
@@ -2672,14 +2672,11 @@ impl Store for PostgresStore {
             Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
         })?;
         Ok(if recovery {
-            Some("the server is a standby (in recovery): it takes no writes".to_string())
+            Some(WriteDenied::Standby)
         } else if read_only {
-            Some("its sessions are read-only (default_transaction_read_only is on)".to_string())
+            Some(WriteDenied::ReadOnlySessions)
         } else if !lacking.is_empty() {
-            Some(format!(
-                "this user lacks SELECT, INSERT, UPDATE or DELETE on {}",
-                lacking.join(", ")
-            ))
+            Some(WriteDenied::Privileges(lacking))
         } else {
             None
         })
