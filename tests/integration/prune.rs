@@ -600,9 +600,11 @@ fn a_prune_and_a_removal_of_the_same_schedule_never_deadlock() {
     assert_eq!(env.sql.query_i64("SELECT count(*) FROM job_runs", &[]), 0);
 }
 
-/// On PostgreSQL, a prune passes over the runs of a schedule another command is changing at that
-/// moment (waiting for it could deadlock), and says how many it left: the next prune takes them.
-/// The tick's hourly prune says so only with -v (cron mails what a tick prints).
+/// On PostgreSQL, a prune passes over the runs that ran of a schedule another command is changing
+/// at that moment (deleting them writes the schedule's last success and last run, and waiting for
+/// its row could deadlock), and says how many it left: the next prune takes them. Its skipped
+/// runs, which change nothing of the schedule, are deleted. The tick's hourly prune says so only
+/// with -v (cron mails what a tick prints).
 #[test]
 fn a_prune_says_how_many_runs_it_left_of_a_schedule_being_changed() {
     if crate::common::Backend::current() != crate::common::Backend::Postgres {
@@ -613,8 +615,20 @@ fn a_prune_says_how_many_runs_it_left_of_a_schedule_being_changed() {
     env.add("busy", &[], "true");
     env.add("other", &[], "true");
     let now = real_now();
-    insert_finished_runs(&env, "busy", 40, now, 2 * 86_400);
+    insert_finished_runs(&env, "busy", 41, now, 2 * 86_400);
     insert_finished_runs(&env, "other", 3, now, 86_400);
+    // One of busy's runs was skipped: it never ran.
+    env.sql.exec(
+        "DELETE FROM job_attempts WHERE run_id = (SELECT min(id) FROM job_runs r
+             WHERE r.definition_id = (SELECT id FROM job_definitions WHERE name = 'busy'))",
+        &[],
+    );
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'skipped', attempt = 0, started_at = NULL
+         WHERE id = (SELECT min(id) FROM job_runs r
+             WHERE r.definition_id = (SELECT id FROM job_definitions WHERE name = 'busy'))",
+        &[],
+    );
 
     // The prune holds its first batch, both schedules' runs; then another command starts
     // changing `busy` (as `schedule apply` does: its row locked in an open transaction).
@@ -644,7 +658,7 @@ fn a_prune_says_how_many_runs_it_left_of_a_schedule_being_changed() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
     assert!(
-        lines[0].starts_with("removed 3 runs (3 attempts, 6 events) that finished before "),
+        lines[0].starts_with("removed 4 runs (3 attempts, 8 events) that finished before "),
         "{out}"
     );
     assert_eq!(
