@@ -408,6 +408,13 @@ impl CommandSpec {
             CommandSpec::Words(words) if words.is_empty() => {
                 Err("the array is empty; give the program and its arguments".to_string())
             }
+            // Quoted, an empty program is `''`, which the shell cannot run: every run would
+            // fail. A blank one is taken for the same mistake, not for a file named " ".
+            CommandSpec::Words(words) if words[0].trim().is_empty() => Err(
+                "the program (the array's first word) is empty; give the program and its \
+                 arguments"
+                    .to_string(),
+            ),
             CommandSpec::Words(words) => {
                 shlex::try_join(words.iter().map(String::as_str)).map_err(|e| e.to_string())
             }

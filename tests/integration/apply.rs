@@ -521,6 +521,35 @@ fn an_empty_command_string_says_what_the_file_needs() {
 /// A value of the wrong type is named by its TOML type, whatever the field's type: a date or a
 /// time is not a "map" (toml hands one to serde as a map with a private key, whose name leaked
 /// outside a table), an inline table is a table, an array an array (not a "sequence").
+/// An array whose program is the empty string was stored as `'' x`, which the shell cannot run:
+/// every run failed with 127. It is refused at apply time, as an empty array is. An empty
+/// argument after the program is an argument like any other.
+#[test]
+fn an_empty_program_in_a_command_array_is_refused() {
+    let env = Env::init();
+    let text = "[a]\ncron = \"@daily\"\ncommand = [\"\"]\n\n\
+                [b]\ncron = \"@daily\"\ncommand = [\"\", \"x\"]\n\n\
+                [c]\ncron = \"@daily\"\ncommand = [\" \", \"x\"]\n\n\
+                [d]\ncron = \"@daily\"\ncommand = [\"printf\", \"\"]\n";
+    let file = write(&env, "empty.toml", text);
+    let err = env.fails(2, &["schedule", "apply", file.to_str().expect("utf-8")]);
+    let wanted = [
+        "empty.toml:3: schedule a, field command: the program (the array's first word) is \
+         empty; give the program and its arguments",
+        "empty.toml:7: schedule b, field command: the program (the array's first word) is \
+         empty; give the program and its arguments",
+        "empty.toml:11: schedule c, field command: the program (the array's first word) is \
+         empty; give the program and its arguments",
+    ];
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), wanted.len(), "{err}");
+    for (line, wanted) in lines.iter().zip(wanted) {
+        assert!(line.contains(wanted), "{wanted:?} in {err}");
+    }
+    assert!(!err.contains("schedule d"), "{err}");
+    assert_eq!(env.ok(&["schedule", "list", "--json"]).trim(), "[]");
+}
+
 #[test]
 fn a_wrong_type_is_named_as_toml_names_it() {
     let env = Env::init();
