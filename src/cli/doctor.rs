@@ -293,8 +293,9 @@ pub fn cron_ignores(file: &CrontabFile, root: &(u32, String)) -> Option<Ignored>
 
 /// What keeps a `runner tick` line from waking runner every minute: the file cron ignores, a
 /// schedule other than every minute, a database name the tick refuses (it then exits 2 every
-/// minute), or, for a user whose home is `home`, a crontab's `RUNNER_DB=` that only the shell
-/// would expand ([`unexpanded_database`]). `(finding, fix)` pairs; none for a line that works.
+/// minute), or, for a user whose home is `home`, a crontab's `RUNNER_DB=` or `XDG_STATE_HOME=`
+/// that only the shell would expand ([`unexpanded_variable`]). `(finding, fix)` pairs; none for
+/// a line that works.
 pub fn tick_line_findings(
     entry: &CronEntry,
     line: &TickLine,
@@ -307,8 +308,8 @@ pub fn tick_line_findings(
     if let Some(cut) = &line.percent_cut {
         findings.push(percent_finding(entry, line, cut));
     }
-    if let (Some(value), Some(home)) = (unexpanded_database(entry, line), home) {
-        findings.push(unexpanded_finding(value, home));
+    if let (Some(variable), Some(home)) = (unexpanded_variable(entry, line), home) {
+        findings.push(unexpanded_finding(entry, line, variable, home));
     }
     if let Some(why) = refused_database(entry, line) {
         findings.push((
@@ -592,27 +593,54 @@ fn percent_finding(entry: &CronEntry, line: &TickLine, cut: &CronCommand) -> (St
     )
 }
 
-/// The finding of a crontab's `RUNNER_DB=value` line that only a shell would expand, for a user
-/// whose home is `home` (cron's working directory), and its fix: the path written out.
-fn unexpanded_finding(value: &str, home: &Path) -> (String, String) {
-    let literal = home.join(value);
+/// The finding of a crontab's variable line that only a shell would expand, on a tick line of a
+/// user whose home is `home` (cron's working directory), and its fix: the path written out.
+fn unexpanded_finding(
+    entry: &CronEntry,
+    line: &TickLine,
+    variable: Unexpanded,
+    home: &Path,
+) -> (String, String) {
+    let (name, value) = (variable.name(), variable.value());
+    let opens = match variable {
+        Unexpanded::Database(value) => format!(
+            "names the file {}",
+            escape_line(&home.join(value).display().to_string())
+        ),
+        Unexpanded::StateHome(value) => {
+            let database = escape_line(&cron_database(entry, line, home).to_string());
+            match Path::new(value).is_absolute() {
+                true => format!(
+                    "names the directory {}: the tick uses {database}",
+                    escape_line(value)
+                ),
+                // As the XDG spec says (and `Location::state_home` does).
+                false => format!(
+                    "is not an absolute path, which runner ignores: the tick uses {database}"
+                ),
+            }
+        }
+    };
     let expanded = under_cron_home(value, home);
     let written_out = expanded.to_string_lossy();
     let fix = if written_out.contains('$') || written_out.starts_with('~') {
-        "write the database's path out in full in that variable line, as an absolute path"
-            .to_string()
+        format!(
+            "write the {} out in full in that variable line, as an absolute path",
+            match variable {
+                Unexpanded::Database(_) => "database's path",
+                Unexpanded::StateHome(_) => "directory",
+            }
+        )
     } else {
         format!(
-            "write the path out in full in that variable line: `RUNNER_DB={}`",
+            "write the path out in full in that variable line: `{name}={}`",
             escape_line(&written_out)
         )
     };
     (
         format!(
-            "cron takes its variable lines as written, expanding nothing: `RUNNER_DB={}` names \
-             the file {}",
+            "cron takes its variable lines as written, expanding nothing: `{name}={}` {opens}",
             escape_line(value),
-            escape_line(&literal.display().to_string())
         ),
         fix,
     )
@@ -695,19 +723,48 @@ fn chosen_database(entry: &CronEntry, line: &TickLine) -> Option<(String, NamedI
         })
 }
 
-/// A crontab's `RUNNER_DB=` variable line, when it names this line's database with what only a
-/// shell would expand (`$HOME/x.db`, `~/x.db`): cron takes it as written, so the tick opens a
-/// file of that very name under the home directory, surely not the one meant.
-fn unexpanded_database<'a>(entry: &'a CronEntry, line: &TickLine) -> Option<&'a str> {
-    match chosen_database(entry, line)? {
-        (value, NamedIn::VariableLine)
-            if matches!(Location::parse(&value), Location::Sqlite(_))
-                && (value.contains('$') || value.starts_with('~')) =>
-        {
-            entry.var("RUNNER_DB")
+/// A crontab's variable line that picks a tick line's database, holding what only a shell would
+/// expand (`$HOME/x.db`, `~/state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unexpanded<'a> {
+    /// `RUNNER_DB=`, naming the database: the tick opens a file of that very name under the home
+    /// directory.
+    Database(&'a str),
+    /// `XDG_STATE_HOME=`, where the default database is: runner ignores a relative value and
+    /// takes an absolute one as written.
+    StateHome(&'a str),
+}
+
+impl<'a> Unexpanded<'a> {
+    fn name(self) -> &'static str {
+        match self {
+            Unexpanded::Database(_) => "RUNNER_DB",
+            Unexpanded::StateHome(_) => "XDG_STATE_HOME",
         }
-        _ => None,
     }
+
+    fn value(self) -> &'a str {
+        match self {
+            Unexpanded::Database(value) | Unexpanded::StateHome(value) => value,
+        }
+    }
+}
+
+/// The variable line that picks this line's database (`RUNNER_DB=`, else, for the default
+/// database, `XDG_STATE_HOME=`), when it holds what only a shell would expand: cron takes it as
+/// written, so the tick uses another database than the one surely meant.
+fn unexpanded_variable<'a>(entry: &'a CronEntry, line: &TickLine) -> Option<Unexpanded<'a>> {
+    let variable = match chosen_database(entry, line) {
+        Some((value, NamedIn::VariableLine))
+            if matches!(Location::parse(&value), Location::Sqlite(_)) =>
+        {
+            Unexpanded::Database(entry.var("RUNNER_DB")?)
+        }
+        Some(_) => return None,
+        None => Unexpanded::StateHome(entry.var("XDG_STATE_HOME")?),
+    };
+    let value = variable.value();
+    (value.contains('$') || value.starts_with('~')).then_some(variable)
 }
 
 /// The first word of its command that a system crontab line has where its user goes: a line
@@ -788,12 +845,12 @@ impl SeenTickLine<'_> {
     /// Whether cron does not run this line as it was written, whatever database it was meant
     /// for: the tick refuses the database it names (it ticks none), an unescaped `%` cuts it
     /// short (it runs another command, which ticks another database or none), or its crontab's
-    /// `RUNNER_DB=` holds what only a shell expands (it ticks a file of that very name). A
-    /// finding wherever it is, whatever database doctor checks.
+    /// `RUNNER_DB=` or `XDG_STATE_HOME=` holds what only a shell expands (it ticks another
+    /// database than meant). A finding wherever it is, whatever database doctor checks.
     fn miswritten(&self) -> bool {
         self.refused
             || self.line.percent_cut.is_some()
-            || unexpanded_database(self.entry, &self.line).is_some()
+            || unexpanded_variable(self.entry, &self.line).is_some()
     }
 }
 
@@ -2191,6 +2248,53 @@ mod tests {
             db(&entry(&[("XDG_STATE_HOME", "/st")], "runner tick")),
             Location::Sqlite(PathBuf::from("/st/runner/runner.db"))
         );
+        // Nor in `XDG_STATE_HOME=`: a relative value is ignored, an absolute one taken as written.
+        for (value, finding, fix) in [
+            (
+                "$HOME/st",
+                "is not an absolute path, which runner ignores: the tick uses \
+                 /home/ann/.local/state/runner/runner.db",
+                "write the path out in full in that variable line: `XDG_STATE_HOME=/home/ann/st`",
+            ),
+            (
+                "~/st",
+                "is not an absolute path, which runner ignores: the tick uses \
+                 /home/ann/.local/state/runner/runner.db",
+                "write the path out in full in that variable line: `XDG_STATE_HOME=/home/ann/st`",
+            ),
+            (
+                "/srv/$USER",
+                "names the directory /srv/$USER: the tick uses /srv/$USER/runner/runner.db",
+                "write the directory out in full in that variable line, as an absolute path",
+            ),
+        ] {
+            let variable_line = entry(&[("XDG_STATE_HOME", value)], "runner tick");
+            let line = tick_line("runner tick").expect("tick");
+            assert_eq!(
+                tick_line_findings(&variable_line, &line, Some(home)),
+                vec![(
+                    format!(
+                        "cron takes its variable lines as written, expanding nothing: \
+                         `XDG_STATE_HOME={value}` {finding}"
+                    ),
+                    fix.to_string()
+                )],
+                "{value}"
+            );
+        }
+        // It is no finding where the line names its database.
+        for command in [
+            "runner --db /srv/r.db tick",
+            "RUNNER_DB=/srv/r.db runner tick",
+        ] {
+            let variable_line = entry(&[("XDG_STATE_HOME", "$HOME/st")], command);
+            let line = tick_line(command).expect("tick");
+            assert_eq!(
+                tick_line_findings(&variable_line, &line, Some(home)),
+                vec![],
+                "{command}"
+            );
+        }
         // A URL is taken as written, not as a path under the home directory.
         assert_eq!(
             db(&entry(

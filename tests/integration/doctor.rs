@@ -1046,6 +1046,76 @@ fn a_crontab_variable_line_is_not_expanded_as_a_shell_would() {
     assert!(!home.join(&name).exists());
 }
 
+/// `XDG_STATE_HOME=` is a variable line too: cron does not expand it. `$HOME/state` is no
+/// absolute path, which runner ignores (as the XDG spec says), so the tick uses the default under
+/// the home directory; an absolute path with a `$` names a directory of that very name. Either
+/// way the line fails, with the path written out as the fix.
+#[test]
+fn a_crontab_xdg_state_home_line_is_not_expanded_as_a_shell_would() {
+    let env = Env::new();
+    let home = nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .expect("passwd")
+        .expect("a passwd entry")
+        .dir;
+    let meant = home.join("state/runner/runner.db").display().to_string();
+    let out = doctor(
+        &env,
+        Some(&format!(
+            "XDG_STATE_HOME=$HOME/state\n* * * * * {} {BIN} tick\n",
+            me()
+        )),
+        true,
+        &["--json", "--db", &meant],
+    );
+    let (status, message, fix) = check_of(&out, "cron line");
+    assert_eq!(status, "fail", "{message}");
+    assert!(
+        message.contains(&format!(
+            "/runner:2 runs `{BIN} tick` as {}, but cron takes its variable lines as written, \
+             expanding nothing: `XDG_STATE_HOME=$HOME/state` is not an absolute path, which \
+             runner ignores: the tick uses {}",
+            me(),
+            home.join(".local/state/runner/runner.db").display()
+        )),
+        "{message}"
+    );
+    assert!(
+        fix.as_deref().is_some_and(|fix| fix.contains(&format!(
+            "write the path out in full in that variable line: `XDG_STATE_HOME={}`",
+            home.join("state").display()
+        ))),
+        "{fix:?}"
+    );
+
+    // An absolute path with a `$` in it is a directory of that very name.
+    let state = env.path("state");
+    let literal = format!("{}/$LOGNAME", state.display());
+    let out = doctor(
+        &env,
+        Some(&format!(
+            "XDG_STATE_HOME={literal}\n* * * * * {} {BIN} tick\n",
+            me()
+        )),
+        true,
+        &["--json", "--db", &meant],
+    );
+    let (status, message, fix) = check_of(&out, "cron line");
+    assert_eq!(status, "fail", "{message}");
+    assert!(
+        message.contains(&format!(
+            "`XDG_STATE_HOME={literal}` names the directory {literal}: the tick uses \
+             {literal}/runner/runner.db"
+        )),
+        "{message}"
+    );
+    assert!(
+        fix.as_deref().is_some_and(|fix| fix.contains(
+            "write the directory out in full in that variable line, as an absolute path"
+        )),
+        "{fix:?}"
+    );
+}
+
 /// Runs a command made by [`doctor_cmd`].
 fn with_cmd(mut cmd: Command) -> Output {
     cmd.output().expect("runner doctor")
