@@ -160,6 +160,15 @@ impl CronEntry {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     }
+
+    /// Cron's `HOME` for this entry, its shell's working directory too: the crontab's `HOME=`
+    /// line, else `passwd_home`, its user's (cron sets it from passwd only when the crontab does
+    /// not).
+    fn home(&self, passwd_home: PathBuf) -> PathBuf {
+        self.var("HOME")
+            .filter(|home| !home.is_empty())
+            .map_or(passwd_home, PathBuf::from)
+    }
 }
 
 /// The job lines of a crontab. `system`: `/etc/crontab` and `/etc/cron.d` files, whose lines
@@ -829,8 +838,8 @@ fn refused_database(entry: &CronEntry, line: &TickLine) -> Option<String> {
 struct SeenTickLine<'a> {
     entry: &'a CronEntry,
     line: TickLine,
-    /// Its user's name and home directory from passwd; `None` when no such user exists, or the
-    /// line lacks its user field ([`command_word_for_user`]).
+    /// Its user's name from passwd and the home cron gives it ([`runs_as`]); `None` when no
+    /// such user exists, or the line lacks its user field ([`command_word_for_user`]).
     user: Option<(String, PathBuf)>,
     /// The database its tick uses; `None` when its user does not exist or the tick refuses the
     /// database the line names.
@@ -860,7 +869,7 @@ impl<'a> SeenTickLine<'a> {
         // name of the word in its place (`runner`).
         let user = match command_word_for_user(entry) {
             Some(_) => None,
-            None => passwd_user(entry.user.as_deref()),
+            None => runs_as(entry),
         };
         let refused = refused_database(entry, &line).is_some();
         // A value the tick refuses is no path to resolve: the tick opens nothing.
@@ -1211,6 +1220,11 @@ fn passwd_user(name: Option<&str>) -> Option<(String, PathBuf)> {
     Some((user.name, user.dir))
 }
 
+/// The user cron runs an entry as, from passwd, and the `HOME` cron gives it ([`CronEntry::home`]).
+fn runs_as(entry: &CronEntry) -> Option<(String, PathBuf)> {
+    passwd_user(entry.user.as_deref()).map(|(name, home)| (name, entry.home(home)))
+}
+
 /// What named this command's database, for the advice to point the shell elsewhere.
 fn named_by(database: &Location) -> String {
     let from_env = std::env::var("RUNNER_DB")
@@ -1403,8 +1417,8 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                      installs its tick line commented out"
                 );
                 let theirs = cron_tick_line(&entry.command).map(|line| {
-                    let home = passwd_user(entry.user.as_deref())
-                        .map_or_else(|| PathBuf::from("/"), |(_, home)| home);
+                    let home =
+                        runs_as(&entry).map_or_else(|| PathBuf::from("/"), |(_, home)| home);
                     cron_database(&entry, &line, &home)
                 });
                 if let Some(theirs) = theirs.filter(|theirs| !same_database(theirs, database)) {
@@ -1594,10 +1608,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
     });
 
     let (cron_user, cron_home) = match &cron_entry {
-        Some((entry, user)) => (
-            user.clone(),
-            passwd_user(entry.user.as_deref()).map(|u| u.1),
-        ),
+        Some((entry, user)) => (user.clone(), runs_as(entry).map(|u| u.1)),
         None => (my_name.clone(), me.as_ref().map(|m| m.1.clone())),
     };
     let cron_home = cron_home.unwrap_or_else(|| PathBuf::from("/"));
@@ -2294,6 +2305,15 @@ mod tests {
                 vec![],
                 "{command}"
             );
+        }
+        // A crontab's `HOME=` is cron's `HOME`, and its working directory.
+        let passwd_home = || PathBuf::from("/home/ann");
+        assert_eq!(
+            entry(&[("HOME", "/srv/h")], "runner tick").home(passwd_home()),
+            PathBuf::from("/srv/h")
+        );
+        for env in [&[][..], &[("HOME", "")]] {
+            assert_eq!(entry(env, "runner tick").home(passwd_home()), passwd_home());
         }
         // A URL is taken as written, not as a path under the home directory.
         assert_eq!(

@@ -1116,6 +1116,40 @@ fn a_crontab_xdg_state_home_line_is_not_expanded_as_a_shell_would() {
     );
 }
 
+/// A crontab's `HOME=` line is the tick's `HOME` and working directory (cron sets it from passwd
+/// only when the crontab does not): `$HOME`, `~/` and a relative path on the line resolve
+/// against it. Doctor resolved them against the passwd entry's home.
+#[test]
+fn a_crontab_home_line_is_the_home_its_tick_line_resolves_against() {
+    let env = Env::new();
+    let home = env.path("cron-home");
+    let meant = home.join("cron.db").display().to_string();
+    for command in [
+        "--db $HOME/cron.db tick",
+        "--db ~/cron.db tick",
+        "--db cron.db tick",
+        "tick --db=${HOME}/cron.db",
+    ] {
+        let crontab = format!(
+            "HOME={}\n* * * * * {} {BIN} {command}\n",
+            home.display(),
+            me()
+        );
+        let out = doctor(&env, Some(&crontab), true, &["--json", "--db", &meant]);
+        let (status, message, _) = check_of(&out, "cron line");
+        assert_eq!(status, "ok", "{crontab}: {message}");
+    }
+    // A variable line is taken as written, from that working directory.
+    let crontab = format!(
+        "HOME={}\nRUNNER_DB=cron.db\n* * * * * {} {BIN} tick\n",
+        home.display(),
+        me()
+    );
+    let out = doctor(&env, Some(&crontab), true, &["--json", "--db", &meant]);
+    let (status, message, _) = check_of(&out, "cron line");
+    assert_eq!(status, "ok", "{crontab}: {message}");
+}
+
 /// Runs a command made by [`doctor_cmd`].
 fn with_cmd(mut cmd: Command) -> Output {
     cmd.output().expect("runner doctor")
