@@ -776,6 +776,22 @@ fn unexpanded_variable<'a>(entry: &'a CronEntry, line: &TickLine) -> Option<Unex
     (value.contains('$') || value.starts_with('~')).then_some(variable)
 }
 
+/// How to point a tick line at `database`, where the line names its own: a value on its command
+/// (`--db`, else `RUNNER_DB=` before the binary) wins over the crontab's variable lines, so it is
+/// that value to change; else a `RUNNER_DB=` line in the crontab.
+fn repoint_fix(entry: &CronEntry, line: &TickLine, database: &Location) -> String {
+    let (what, value) = match (&line.db_flag, &line.db_assigned) {
+        (Some(value), _) => ("the `--db` value of", value),
+        (None, Some(value)) => ("the `RUNNER_DB=` value on the command of", value),
+        (None, None) => return format!("set RUNNER_DB={database} in that crontab"),
+    };
+    format!(
+        "change {what} {} from `{}` to `{database}`",
+        entry.source,
+        escape_line(&passwords_masked(value))
+    )
+}
+
 /// The first word of its command that a system crontab line has where its user goes: a line
 /// written for a user's crontab, whose first word cron takes for the user. Either a `NAME=value`
 /// assignment (`* * * * * RUNNER_DB=... runner tick`: no user has such a name), or runner itself
@@ -1417,8 +1433,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                      installs its tick line commented out"
                 );
                 let theirs = cron_tick_line(&entry.command).map(|line| {
-                    let home =
-                        runs_as(&entry).map_or_else(|| PathBuf::from("/"), |(_, home)| home);
+                    let home = runs_as(&entry).map_or_else(|| PathBuf::from("/"), |(_, home)| home);
                     cron_database(&entry, &line, &home)
                 });
                 if let Some(theirs) = theirs.filter(|theirs| !same_database(theirs, database)) {
@@ -1472,14 +1487,21 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                 }
                 fixes.extend(fixes_of(&miswritten));
                 // Lines of users who exist name another database (a miswritten one's own fix
-                // says how to write it as meant).
-                let others_named = tick_lines
+                // says how to write it as meant): each is pointed here where it names its own.
+                let mut repoints: Vec<String> = Vec::new();
+                for seen in tick_lines
                     .iter()
-                    .any(|seen| seen.database.is_some() && !seen.miswritten());
-                if others_named {
+                    .filter(|seen| seen.database.is_some() && !seen.miswritten())
+                {
+                    let fix = repoint_fix(seen.entry, &seen.line, database);
+                    if !repoints.contains(&fix) {
+                        repoints.push(fix);
+                    }
+                }
+                if !repoints.is_empty() {
                     fixes.push(format!(
-                        "set RUNNER_DB={database} in that crontab, or point your shell at the \
-                         database cron uses ({})",
+                        "{}, or point your shell at the database cron uses ({})",
+                        repoints.join(", "),
                         named_by(&ctx.location)
                     ));
                 }
@@ -1793,6 +1815,36 @@ mod tests {
         assert_eq!(entries[0].user, None);
         assert_eq!(entries[0].schedule, "*/5 1 * * MON");
         assert_eq!(entries[0].command, "echo hi  there");
+    }
+
+    /// A value on the command wins over the crontab's `RUNNER_DB=`: that value is the one to
+    /// change, shown without its password.
+    #[test]
+    fn a_line_is_pointed_at_a_database_where_it_names_its_own() {
+        let here = Location::Sqlite(PathBuf::from("/srv/here.db"));
+        let fix = |command: &str| {
+            let entry = parse_crontab(
+                &format!("RUNNER_DB=/srv/a.db\n* * * * * {command}\n"),
+                "crontab -l",
+                false,
+            )
+            .remove(0);
+            repoint_fix(&entry, &tick_line(&entry.command).expect("tick"), &here)
+        };
+        assert_eq!(
+            fix("runner tick"),
+            "set RUNNER_DB=/srv/here.db in that crontab"
+        );
+        assert_eq!(
+            fix("RUNNER_DB=/srv/b.db runner --db postgres://u:secret@h/db tick"),
+            "change the `--db` value of crontab -l:2 from `postgres://u:***@h/db` to \
+             `/srv/here.db`"
+        );
+        assert_eq!(
+            fix("RUNNER_DB=/srv/b.db runner tick"),
+            "change the `RUNNER_DB=` value on the command of crontab -l:2 from `/srv/b.db` to \
+             `/srv/here.db`"
+        );
     }
 
     #[test]

@@ -356,6 +356,61 @@ fn the_cron_line_fix_is_one_that_works() {
     );
 }
 
+/// A line that names its database on its command (`--db`, `RUNNER_DB=` before the binary) wins
+/// over any `RUNNER_DB=` line of its crontab: the fix changes the value on the command. It said
+/// to set RUNNER_DB in that crontab, which changes nothing.
+#[test]
+fn the_cron_line_fix_for_a_database_named_on_the_command_changes_that_value() {
+    let env = Env::new();
+    let database = env.path("mine.db").display().to_string();
+    for (command, fix) in [
+        (
+            "--db /var/lib/elsewhere/runner.db tick",
+            format!(
+                "change the `--db` value of {}/runner:1 from `/var/lib/elsewhere/runner.db` \
+                 to `{database}`",
+                env.path("etc/cron.d").display()
+            ),
+        ),
+        (
+            "tick --db=/var/lib/elsewhere/runner.db",
+            format!(
+                "change the `--db` value of {}/runner:1 from `/var/lib/elsewhere/runner.db` \
+                 to `{database}`",
+                env.path("etc/cron.d").display()
+            ),
+        ),
+    ] {
+        let crontab = format!("* * * * * {} {BIN} {command}\n", me());
+        let out = doctor(&env, Some(&crontab), true, &["--json", "--db", &database]);
+        let (status, message, found) = check_of(&out, "cron line");
+        assert_eq!(status, "fail", "{crontab}: {message}");
+        assert_eq!(
+            found.as_deref(),
+            Some(
+                format!("{fix}, or point your shell at the database cron uses (you gave --db)")
+                    .as_str()
+            ),
+            "{crontab}"
+        );
+    }
+    let crontab = format!(
+        "RUNNER_DB=/var/lib/a.db\n* * * * * {} RUNNER_DB=/var/lib/b.db {BIN} tick\n",
+        me()
+    );
+    let out = doctor(&env, Some(&crontab), true, &["--json", "--db", &database]);
+    let (_, _, found) = check_of(&out, "cron line");
+    assert_eq!(
+        found,
+        Some(format!(
+            "change the `RUNNER_DB=` value on the command of {}/runner:2 from `/var/lib/b.db` to \
+             `{database}`, or point your shell at the database cron uses (you gave --db)",
+            env.path("etc/cron.d").display()
+        )),
+        "{crontab}"
+    );
+}
+
 /// A system crontab line whose user field holds the `RUNNER_DB=...` assignment (a user crontab's
 /// line copied into /etc/cron.d) has no user field: doctor says so and shows the line with one.
 /// It used to advise creating a user named `RUNNER_DB=...` with `useradd`.
