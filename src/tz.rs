@@ -26,6 +26,9 @@ pub struct Tz(&'static jiff::tz::TimeZone);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownZone;
 
+/// The database's placeholder for "no zone set yet": not a place, so no zone runner takes.
+const NO_ZONE: &str = "Factory";
+
 static UTC_ZONE: jiff::tz::TimeZone = jiff::tz::TimeZone::UTC;
 
 /// Every zone this process has looked up, by the name it was asked for: each is parsed once, and
@@ -39,6 +42,22 @@ impl Tz {
     pub fn name(self) -> &'static str {
         self.0.iana_name().unwrap_or("UTC")
     }
+}
+
+/// The names of the compiled-in database that [`Tz::from_str`] takes, sorted: what shell
+/// completion offers for `--tz`. Listed once per process, when first asked for.
+pub fn names() -> &'static [&'static str] {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut names: Vec<&'static str> = TimeZoneDatabase::bundled()
+            .available()
+            .map(|name| &*name.as_str().to_string().leak())
+            // The database lists each name as written, so only its placeholder is not taken.
+            .filter(|name| *name != NO_ZONE)
+            .collect();
+        names.sort_unstable();
+        names
+    })
 }
 
 impl FromStr for Tz {
@@ -55,7 +74,7 @@ impl FromStr for Tz {
         let zone = TimeZoneDatabase::bundled()
             .get(name)
             .ok()
-            .filter(|zone| zone.iana_name() == Some(name) && name != "Factory")
+            .filter(|zone| zone.iana_name() == Some(name) && name != NO_ZONE)
             .ok_or(UnknownZone)?;
         let tz = Tz(Box::leak(Box::new(zone)));
         zones.insert(name.to_string(), tz);
@@ -176,6 +195,19 @@ mod tests {
 
     fn naive(text: &str) -> NaiveDateTime {
         NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S").expect("naive time")
+    }
+
+    /// Completion offers exactly the names `--tz` takes.
+    #[test]
+    fn the_names_listed_are_the_zones_taken() {
+        let names = names();
+        assert!(names.len() > 300, "{}", names.len());
+        for name in ["UTC", "Europe/Berlin", "America/New_York"] {
+            assert!(names.contains(&name), "{name}");
+        }
+        assert!(!names.contains(&NO_ZONE));
+        assert!(names.iter().all(|name| name.parse::<Tz>().is_ok()));
+        assert!(names.windows(2).all(|pair| pair[0] < pair[1]));
     }
 
     fn offsets(result: MappedLocalTime<TzOffset>) -> Vec<i32> {

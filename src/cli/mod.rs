@@ -444,15 +444,32 @@ impl clap::builder::TypedValueParser for DatabaseName {
 /// `hide_possible_values = true`: each flag's help already says its values in a sentence.
 #[derive(Clone, Copy)]
 pub struct Offering<T> {
-    values: &'static [&'static str],
+    values: Offered,
     parses: std::marker::PhantomData<fn() -> T>,
+}
+
+/// What an [`Offering`] offers.
+#[derive(Clone, Copy)]
+enum Offered {
+    Fixed(&'static [&'static str]),
+    /// Listed when asked for (completion, help): building the command line's definition, which
+    /// every command does, need not list them.
+    Listed(fn() -> &'static [&'static str]),
 }
 
 impl<T> Offering<T> {
     /// `values`: what completion offers (`Overlap::NAMES`).
     pub const fn new(values: &'static [&'static str]) -> Self {
         Offering {
-            values,
+            values: Offered::Fixed(values),
+            parses: std::marker::PhantomData,
+        }
+    }
+
+    /// `values`: lists what completion offers (`tz::names`), when it is asked for.
+    pub const fn listed(values: fn() -> &'static [&'static str]) -> Self {
+        Offering {
+            values: Offered::Listed(values),
             parses: std::marker::PhantomData,
         }
     }
@@ -478,8 +495,12 @@ where
     fn possible_values(
         &self,
     ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let values = match self.values {
+            Offered::Fixed(values) => values,
+            Offered::Listed(list) => list(),
+        };
         Some(Box::new(
-            self.values
+            values
                 .iter()
                 .map(|value| clap::builder::PossibleValue::new(*value)),
         ))

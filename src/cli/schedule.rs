@@ -285,7 +285,8 @@ pub struct SettingsFlags {
     #[arg(long, value_name = "EXPR")]
     pub cron: Option<String>,
     /// IANA time zone the expression is evaluated in [add: UTC].
-    #[arg(long, value_name = "ZONE")]
+    #[arg(long, value_name = "ZONE", value_parser = Offering::<String>::listed(crate::tz::names),
+          hide_possible_values = true)]
     pub tz: Option<String>,
     /// Attempts before a run is dead [add: 3].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
@@ -343,7 +344,8 @@ pub struct NextArgs {
     pub cron: Option<String>,
     /// Zone for --cron [default: UTC]. Not with NAME: a schedule's fire times are in its own
     /// zone (change it with `schedule edit NAME --tz ZONE`).
-    #[arg(long, value_name = "ZONE", requires = "cron", conflicts_with = "name")]
+    #[arg(long, value_name = "ZONE", requires = "cron", conflicts_with = "name",
+          value_parser = super::Offering::<String>::listed(crate::tz::names), hide_possible_values = true)]
     pub tz: Option<String>,
     /// How many fire times (fewer when the expression fires fewer times within about 400 years
     /// ahead, which is as far as it looks).

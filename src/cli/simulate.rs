@@ -30,7 +30,8 @@ pub struct Args {
     pub cron: Option<String>,
     /// Zone for --cron [default: UTC]. Not with NAME: a schedule's fire times are in its own
     /// zone (change it with `schedule edit NAME --tz ZONE`).
-    #[arg(long, value_name = "ZONE", requires = "cron", conflicts_with = "name")]
+    #[arg(long, value_name = "ZONE", requires = "cron", conflicts_with = "name",
+          value_parser = super::Offering::<String>::listed(crate::tz::names), hide_possible_values = true)]
     pub tz: Option<String>,
     /// Start of the window (inclusive), e.g. 2026-03-08 or 2026-03-08T01:00, UTC unless a zone
     /// follows (see `runner help times`).

@@ -282,6 +282,62 @@ fn completion_offers_the_values_of_flags_that_take_a_fixed_set() {
     assert!(!offered.iter().any(|w| w == "somefile.txt"), "{offered:?}");
 }
 
+/// `--tz` offers the zones the binary takes (its compiled-in database), and no file names: it
+/// offered file names.
+#[test]
+fn completion_offers_the_zone_names_for_tz() {
+    let env = Env::new();
+    std::fs::write(env.path("somefile.txt"), "").expect("write");
+    for line in [
+        "schedule add x --tz ",
+        "schedule edit x --tz ",
+        "schedule next --cron @daily --tz ",
+        "schedule simulate --cron @daily --tz ",
+    ] {
+        let offered = bash_complete(&env, &format!("runner {line}Europe/B"));
+        for zone in ["Europe/Berlin", "Europe/Brussels", "Europe/Budapest"] {
+            assert!(
+                offered.iter().any(|w| w == zone),
+                "bash: {line}: {offered:?}"
+            );
+        }
+        assert!(
+            offered.iter().all(|w| w.starts_with("Europe/B")),
+            "bash: {line}: {offered:?}"
+        );
+        let offered = bash_complete(&env, &format!("runner {line}''"));
+        assert!(offered.iter().any(|w| w == "UTC"), "bash: {line}");
+        // Only names `--tz` takes: not the database's placeholder, not a file.
+        for not_offered in ["Factory", "somefile.txt"] {
+            assert!(!offered.iter().any(|w| w == not_offered), "bash: {line}");
+        }
+    }
+    let zsh = runner(&env, &["completions", "zsh"]);
+    assert!(zsh.contains(":ZONE:(Africa/Abidjan "), "zsh: no zones");
+
+    if !installed("fish", "fish") {
+        return;
+    }
+    let completed = shell(
+        &env,
+        "fish",
+        &[
+            "--no-config",
+            "-c",
+            "runner completions fish | source; complete -C 'runner schedule add x --tz Europe/B'",
+        ],
+    );
+    let offered: Vec<&str> = completed
+        .lines()
+        .filter_map(|line| line.split('\t').next())
+        .collect();
+    assert!(offered.contains(&"Europe/Berlin"), "fish: {offered:?}");
+    assert!(
+        offered.iter().all(|w| w.starts_with("Europe/B")),
+        "fish: {offered:?}"
+    );
+}
+
 #[test]
 fn zsh_completion_loads() {
     let env = Env::new();
