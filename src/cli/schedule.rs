@@ -767,21 +767,26 @@ fn resume(args: Name, ctx: &Ctx) -> Result<()> {
 }
 
 fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
+    // A schedule's store is opened before the clock is read: on PostgreSQL, opening it sets the
+    // clock to the database's (as `add` does).
+    let store = match &args.name {
+        Some(_) => Some(ctx.open(OpenMode::MustExist)?),
+        None => None,
+    };
     let now = ctx.clock.now();
-    let (timing, after) = match (&args.name, &args.cron) {
-        (Some(name), _) => {
-            let store = ctx.open(OpenMode::MustExist)?;
+    let (timing, after) = match (&args.name, &args.cron, store) {
+        (Some(name), _, Some(store)) => {
             let definition = find_definition(store.as_ref(), name)?;
             (
                 definition.settings.timing()?,
                 definition.previews_after(now),
             )
         }
-        (None, Some(cron)) => (
+        (None, Some(cron), _) => (
             Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?,
             now,
         ),
-        (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
+        _ => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
     };
     let times = timing.upcoming(after, usize::from(args.count));
     if times.len() < usize::from(args.count) {

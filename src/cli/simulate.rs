@@ -85,6 +85,12 @@ struct Dst {
 }
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
+    // A schedule's store is opened before the clock is read: on PostgreSQL, opening it sets the
+    // clock to the database's, whose date a time of day (`--from 10:30`) is on.
+    let store = match &args.name {
+        Some(_) => Some(ctx.open(OpenMode::MustExist)?),
+        None => None,
+    };
     let now = ctx.clock.now();
     let resolve = |flag: &str, input: TimeInput| {
         input
@@ -107,9 +113,8 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     }
     // `handled`: a schedule's cursor. A tick never materialises an instant at or before it again
     // (it came before the schedule was added, resumed or edited, or a tick handled it).
-    let (schedule, timing, policy, paused, handled) = match (&args.name, &args.cron) {
-        (Some(name), _) => {
-            let store = ctx.open(OpenMode::MustExist)?;
+    let (schedule, timing, policy, paused, handled) = match (&args.name, &args.cron, store) {
+        (Some(name), _, Some(store)) => {
             let mut d = find_definition(store.as_ref(), name)?;
             // The tick at --to resumes a `pause --for` that has ended by then, from its end.
             with_ended_pause_resumed(&mut d, to.timestamp())?;
@@ -125,12 +130,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
                 handled,
             )
         }
-        (None, Some(cron)) => {
+        (None, Some(cron), _) => {
             let timing =
                 Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?;
             (None, timing, None, false, i64::MIN)
         }
-        (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
+        _ => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
     };
     let window =
         timing

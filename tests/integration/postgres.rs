@@ -976,6 +976,41 @@ fn schedule_add_on_a_host_whose_clock_is_off_saves_the_databases_time() {
     }
 }
 
+/// `schedule next NAME` on a host whose clock is off previews from the database's clock, as the
+/// tick will fire (it read the clock before connecting: two hours ahead, it skipped two hours of
+/// fire times).
+#[test]
+fn schedule_next_on_a_host_whose_clock_is_off_previews_from_the_databases_time() {
+    let Some(env) = PgEnv::init() else { return };
+    env.ok(&[
+        "schedule",
+        "add",
+        "often",
+        "--cron",
+        "*/10 * * * *",
+        "-q",
+        "--",
+        "true",
+    ]);
+    for shift in ["+2h", "-2h"] {
+        let args = ["schedule", "next", "often", "-n", "1", "--json"];
+        let Some(mut next) = with_host_clock_off(&env, shift, &args) else {
+            return;
+        };
+        let out = next.output().expect("spawn faketime");
+        assert!(out.status.success(), "{shift}: {}", stderr(&out));
+        let first: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("next --json is JSON");
+        let at = first[0]["at_epoch"].as_i64().expect("a fire time");
+        let ahead = at - env.count("SELECT extract(epoch FROM now())::bigint");
+        // Ten minutes at most by the database's clock; the host's is two hours off.
+        assert!(
+            (-60..=600).contains(&ahead),
+            "host clock {shift}: the next fire time is {ahead}s from the database's now"
+        );
+    }
+}
+
 /// Two ticks (with `tick_args`), their clocks an hour and two past the database's: past any
 /// lease and backoff, they recover and retry whatever an earlier tick left unfinished.
 fn ticks_past_leases_and_backoffs(env: &PgEnv, tick_args: &[&str]) {
