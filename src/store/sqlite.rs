@@ -117,7 +117,7 @@ fn sql_error(error: rusqlite::Error) -> anyhow::Error {
     let (code, hint) = match error.sqlite_error_code() {
         Some(C::DatabaseBusy | C::DatabaseLocked) => (
             Some(BUSY),
-            Some("the database stayed locked by another runner beyond the wait limit; it is safe to retry"),
+            Some("the database stayed locked by another process beyond the wait limit; it is safe to retry"),
         ),
         Some(C::NotADatabase | C::DatabaseCorrupt) => (
             Some(DATABASE),
@@ -736,7 +736,7 @@ fn open_error(path: &Path, error: rusqlite::Error) -> anyhow::Error {
     match error.sqlite_error_code() {
         Some(C::NotADatabase | C::DatabaseCorrupt) => not_a_database(path, &error),
         Some(C::DatabaseBusy | C::DatabaseLocked) => Failure::Busy(format!(
-            "{} stayed locked by another runner for more than {}s; try again",
+            "{} stayed locked by another process for more than {}s; try again",
             path.display(),
             BUSY_TIMEOUT.as_secs()
         ))
