@@ -1503,6 +1503,16 @@ mod tests {
         ));
         let mut job = started(&s);
         let escaped = read_pid(&pidfile, Duration::from_secs(20));
+        // Once it has left the group (setsid) it is found by its marker alone, which cannot be
+        // read while it is inside its exec of `sleep`: wait until it is `sleep`, carrying it. (In
+        // CI beside two CPU hogs, the kill once came in that window and missed it.)
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !(fs::read(format!("/proc/{escaped}/comm")).is_ok_and(|c| c == b"sleep\n")
+            && s.marker.is_carried_by(escaped as i32))
+        {
+            assert!(Instant::now() < deadline, "the escapee never became sleep");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let pgid = job.pid();
         let killed = procfs::kill_attempt(&s.marker, Some((pgid, process_start_time(pgid))), None);
         // Both are dead when it returns, not merely signalled.
