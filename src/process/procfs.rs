@@ -10,8 +10,14 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::{getpgrp, Pid};
 
-/// How often an empty environment is read again (1 ms apart) before it counts as empty.
-const EXEC_RETRIES: usize = 50;
+/// How long a process inside an exec (no environment and no command line to read yet) is looked
+/// at again before it counts as a stranger. An exec takes microseconds, but a process preempted
+/// inside it on a loaded host can take tens of milliseconds.
+const EXEC_WAIT: Duration = Duration::from_secs(2);
+
+/// How many looks (1 ms apart) that find an empty environment beside a command line make a
+/// process one started with an empty environment.
+const ENV_EMPTY_LOOKS: u32 = 3;
 
 /// What `/proc/<pid>/stat` says of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,8 +108,14 @@ impl Marker {
     /// (gone, a zombie, another user's): false.
     pub fn is_carried_by(&self, pid: i32) -> bool {
         // A process in the middle of an exec (a job's `setsid` becoming its daemon) shows an
-        // empty environment for a moment: look again, rather than take it for a stranger.
-        for _ in 0..EXEC_RETRIES {
+        // empty environment, and an empty command line, until the kernel has set up the new
+        // program's: look again, rather than take it for a stranger (a kill that missed it
+        // would close the attempt with it alive). A program started with an empty environment
+        // (`env -i`) shows its command line beside it, time after time; one such look proves
+        // nothing, as the exec may have ended between the two reads, or the next begun.
+        let deadline = Instant::now() + EXEC_WAIT;
+        let mut empty_with_command_line = 0;
+        loop {
             let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
                 return false;
             };
@@ -118,9 +130,14 @@ impl Marker {
             if !stat(pid).is_some_and(|s| s.is_live() && s.ppid != 2) || pid == 2 {
                 return false;
             }
+            if fs::read(format!("/proc/{pid}/cmdline")).map_or(true, |c| !c.is_empty()) {
+                empty_with_command_line += 1;
+            }
+            if empty_with_command_line == ENV_EMPTY_LOOKS || Instant::now() >= deadline {
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(1));
         }
-        false
     }
 }
 
@@ -376,5 +393,29 @@ mod tests {
         };
         assert!(!partial.is_carried_by(me));
         assert!(!present.is_carried_by(0));
+    }
+
+    /// A program started with an empty environment (`env -i`) carries no marker: its command
+    /// line tells it from a process inside an exec, whose environment only reads empty for a
+    /// moment.
+    #[test]
+    fn a_process_with_an_empty_environment_carries_no_marker() {
+        let mut child = std::process::Command::new("/usr/bin/env")
+            .args(["-i", "/bin/sleep", "30"])
+            .spawn()
+            .expect("spawn env -i sleep");
+        let pid = i32::try_from(child.id()).expect("pid");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while fs::read(format!("/proc/{pid}/comm")).map_or(true, |c| c != b"sleep\n") {
+            assert!(std::time::Instant::now() < deadline, "never became sleep");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let marker = Marker {
+            entries: vec!["RUNNER_RUN_ID=1".to_string()],
+        };
+        let carried = marker.is_carried_by(pid);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(!carried);
     }
 }
