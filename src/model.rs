@@ -1122,6 +1122,35 @@ impl NeverStartedCloses {
             recovered: OrphanClose::never_started(attempt, false),
         }
     }
+
+    /// What becomes of the attempt `holder`, given its run's `status`, `attempt` and
+    /// `lease_token` as the store read them: still held under the attempt's token, its end is
+    /// written; else it is closed as cancelled if the run was cancelled on this attempt, and as
+    /// recovered otherwise (recovered by another runner, perhaps claimed again since).
+    pub fn decide(
+        &self,
+        holder: &AttemptHolder,
+        status: RunStatus,
+        attempt: u32,
+        lease_token: Option<&str>,
+    ) -> NeverStartedClose<'_> {
+        if status == RunStatus::Running && lease_token == Some(holder.lease_token.as_str()) {
+            NeverStartedClose::Finish
+        } else if status == RunStatus::Cancelled && attempt == holder.attempt {
+            NeverStartedClose::Orphan(&self.cancelled)
+        } else {
+            NeverStartedClose::Orphan(&self.recovered)
+        }
+    }
+}
+
+/// `NeverStartedCloses::decide`: how `Store::close_never_started` closes the attempt.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NeverStartedClose<'a> {
+    /// The run still holds the attempt: its end is written as `finish_attempt` writes it.
+    Finish,
+    /// The run moved on without it: the attempt is closed as an orphan, so.
+    Orphan(&'a OrphanClose),
 }
 
 impl OrphanClose {
@@ -1425,6 +1454,55 @@ mod tests {
         assert!(failure
             .detail
             .starts_with("killed its leftover processes: 12345 sleep"));
+    }
+
+    /// The whole table: the attempt's end is written only while its run still runs under its
+    /// token; otherwise the attempt is closed as cancelled only when the cancel was on this
+    /// attempt, and as recovered in every other case.
+    #[test]
+    fn a_never_started_attempt_is_finished_only_while_held_else_closed_as_the_run_says() {
+        let holder = AttemptHolder {
+            run_id: 1,
+            attempt: 2,
+            lease_token: LeaseToken::from("mine".to_string()),
+            host: "h".to_string(),
+            runner_pid: 1,
+            runner_start_time: None,
+            child_pid: None,
+            child_start_time: None,
+            started_at: 0,
+        };
+        let closes = NeverStartedCloses::of(holder.attempt);
+        let (cancelled, recovered) = (
+            NeverStartedClose::Orphan(&closes.cancelled),
+            NeverStartedClose::Orphan(&closes.recovered),
+        );
+        let cases = [
+            (
+                RunStatus::Running,
+                2,
+                Some("mine"),
+                NeverStartedClose::Finish,
+            ),
+            // Recovered and claimed again, by this attempt number or the next.
+            (RunStatus::Running, 2, Some("theirs"), recovered),
+            (RunStatus::Running, 3, Some("theirs"), recovered),
+            (RunStatus::Cancelled, 2, None, cancelled),
+            // Cancelled on a later attempt: this one was recovered first.
+            (RunStatus::Cancelled, 3, None, recovered),
+            (RunStatus::Pending, 2, None, recovered),
+            (RunStatus::Dead, 2, None, recovered),
+            (RunStatus::Succeeded, 3, None, recovered),
+        ];
+        for (status, attempt, token, expected) in cases {
+            assert_eq!(
+                closes.decide(&holder, status, attempt, token),
+                expected,
+                "{status:?} on attempt {attempt} under {token:?}"
+            );
+        }
+        assert_eq!(closes.cancelled.code, ErrorCode::Cancelled);
+        assert_eq!(closes.recovered.code, ErrorCode::LeaseExpired);
     }
 
     fn damaged(name: &str, columns: &[&'static str]) -> DamagedDefinition {

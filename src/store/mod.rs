@@ -1577,8 +1577,8 @@ pub trait Store {
         actor: &Actor,
     ) -> Result<bool>;
     /// Close the attempt `holder` of a run whose job its tick stopped at its gate, its command
-    /// never run, as what became of the run says, read in the same transaction (so no cancel
-    /// or recovery lands between the look and the write):
+    /// never run, as what became of the run says (`NeverStartedCloses::decide`), read in the
+    /// same transaction (so no cancel or recovery lands between the look and the write):
     /// - still held under the attempt's token (its lease expired before the start could be
     ///   recorded, and nobody recovered it yet): `end` is written as `finish_attempt` writes it;
     /// - cancelled on this attempt: closed as `close_orphaned_attempt` closes it, with

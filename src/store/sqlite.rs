@@ -27,9 +27,9 @@ use crate::backoff::RetryPolicy;
 use crate::exit::{Classified, Failure, BUSY, DATABASE};
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
-    ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, Leftovers, NeverStartedCloses, NewEvent,
-    NewRun, OrphanClose, OverdueStop, Overlap, RunChange, RunState, RunStatus, Settings,
-    StartRecord, Steer, Steered, Steering,
+    ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, Leftovers, NeverStartedClose,
+    NeverStartedCloses, NewEvent, NewRun, OrphanClose, OverdueStop, Overlap, RunChange, RunState,
+    RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 
 /// A file's application id, schema version (`user_version`) and number of schema objects.
@@ -2523,27 +2523,23 @@ impl Store for SqliteStore {
         actor: &Actor,
     ) -> Result<Fenced> {
         let tx = self.write_then_sync()?;
-        let run: Option<(String, u32, Option<String>)> = tx
+        let run: Option<(RunStatus, u32, Option<String>)> = tx
             .query_row(
                 "SELECT status, attempt, lease_token FROM job_runs WHERE id = ?1",
                 [holder.run_id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((status_from(0, r.get(0)?)?, r.get(1)?, r.get(2)?)),
             )
             .optional()?;
-        let token = holder.lease_token.as_str();
         let fenced = match run {
             None => Fenced::LeaseLost,
-            Some((status, _, held)) if status == "running" && held.as_deref() == Some(token) => {
-                finish_in(&tx, end, actor)?
-            }
-            Some((status, attempt, _)) => {
-                let close = if status == "cancelled" && attempt == holder.attempt {
-                    &closes.cancelled
-                } else {
-                    &closes.recovered
-                };
-                close_orphan_in(&tx, holder, end.result.finished_at, close, actor)?;
-                Fenced::LeaseLost
+            Some((status, attempt, held)) => {
+                match closes.decide(holder, status, attempt, held.as_deref()) {
+                    NeverStartedClose::Finish => finish_in(&tx, end, actor)?,
+                    NeverStartedClose::Orphan(close) => {
+                        close_orphan_in(&tx, holder, end.result.finished_at, close, actor)?;
+                        Fenced::LeaseLost
+                    }
+                }
             }
         };
         tx.commit()?;

@@ -39,9 +39,9 @@ use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
 use crate::model::{
     Actor, AttemptEnd, AttemptHolder, CatchUp, ClaimedRun, ColumnProblem, Definition, ErrorCode,
-    EventKind, ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, Leftovers, NeverStartedCloses,
-    NewEvent, NewRun, OrphanClose, OverdueStop, Overlap, RunChange, RunState, RunStatus, Settings,
-    StartRecord, Steer, Steered, Steering,
+    EventKind, ExpiredLease, Fenced, GivenBack, LastRun, LeaseToken, Leftovers, NeverStartedClose,
+    NeverStartedCloses, NewEvent, NewRun, OrphanClose, OverdueStop, Overlap, RunChange, RunState,
+    RunStatus, Settings, StartRecord, Steer, Steered, Steering,
 };
 
 /// What the `Store` trait's methods return: errors already classified (`Failure`), the server
@@ -2484,18 +2484,20 @@ impl Store for PostgresStore {
             let Some(run) = run else {
                 return Ok(Fenced::LeaseLost);
             };
-            let status: String = run.try_get(0)?;
             let held: Option<String> = run.try_get(2)?;
-            if status == "running" && held.as_deref() == Some(holder.lease_token.as_str()) {
-                return finish_in(tx, end, actor);
+            let decision = closes.decide(
+                holder,
+                status_at(&run, 0)?,
+                u32_at(&run, 1)?,
+                held.as_deref(),
+            );
+            match decision {
+                NeverStartedClose::Finish => finish_in(tx, end, actor),
+                NeverStartedClose::Orphan(close) => {
+                    close_orphan_in(tx, holder, end.result.finished_at, close, actor)?;
+                    Ok(Fenced::LeaseLost)
+                }
             }
-            let close = if status == "cancelled" && u32_at(&run, 1)? == holder.attempt {
-                &closes.cancelled
-            } else {
-                &closes.recovered
-            };
-            close_orphan_in(tx, holder, end.result.finished_at, close, actor)?;
-            Ok(Fenced::LeaseLost)
         })
     }
 
