@@ -767,26 +767,21 @@ fn resume(args: Name, ctx: &Ctx) -> Result<()> {
 }
 
 fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
-    // A schedule's store is opened before the clock is read: on PostgreSQL, opening it sets the
-    // clock to the database's (as `add` does).
-    let store = match &args.name {
-        Some(_) => Some(ctx.open(OpenMode::MustExist)?),
-        None => None,
-    };
-    let now = ctx.clock.now();
-    let (timing, after) = match (&args.name, &args.cron, store) {
-        (Some(name), _, Some(store)) => {
+    let (timing, after) = match (&args.name, &args.cron) {
+        (Some(name), _) => {
+            // The store is opened before the clock is read: on PostgreSQL, opening it sets the
+            // clock to the database's (as `add` does).
+            let store = ctx.open(OpenMode::MustExist)?;
             let definition = find_definition(store.as_ref(), name)?;
-            (
-                definition.settings.timing()?,
-                definition.previews_after(now),
-            )
+            let timing = definition.settings.timing()?;
+            (timing, definition.previews_after(ctx.clock.now()))
         }
-        (None, Some(cron), _) => (
-            Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?,
-            now,
-        ),
-        _ => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
+        (None, Some(cron)) => {
+            let timing =
+                Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?;
+            (timing, ctx.clock.now())
+        }
+        (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
     };
     let times = timing.upcoming(after, usize::from(args.count));
     if times.len() < usize::from(args.count) {

@@ -86,9 +86,10 @@ struct Dst {
 
 pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     // A schedule's store is opened before the clock is read: on PostgreSQL, opening it sets the
-    // clock to the database's, whose date a time of day (`--from 10:30`) is on.
-    let store = match &args.name {
-        Some(_) => Some(ctx.open(OpenMode::MustExist)?),
+    // clock to the database's, whose date a time of day (`--from 10:30`) is on. The store goes
+    // with its schedule's name to the match below, which needs the window read from that clock.
+    let named = match &args.name {
+        Some(name) => Some((name, ctx.open(OpenMode::MustExist)?)),
         None => None,
     };
     let now = ctx.clock.now();
@@ -113,8 +114,8 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
     }
     // `handled`: a schedule's cursor. A tick never materialises an instant at or before it again
     // (it came before the schedule was added, resumed or edited, or a tick handled it).
-    let (schedule, timing, policy, paused, handled) = match (&args.name, &args.cron, store) {
-        (Some(name), _, Some(store)) => {
+    let (schedule, timing, policy, paused, handled) = match (named, &args.cron) {
+        (Some((name, store)), _) => {
             let mut d = find_definition(store.as_ref(), name)?;
             // The tick at --to resumes a `pause --for` that has ended by then, from its end.
             with_ended_pause_resumed(&mut d, to.timestamp())?;
@@ -130,12 +131,12 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
                 handled,
             )
         }
-        (None, Some(cron), _) => {
+        (None, Some(cron)) => {
             let timing =
                 Timing::parse(cron, args.tz.as_deref().unwrap_or("UTC")).map_err(Failure::usage)?;
             (None, timing, None, false, i64::MIN)
         }
-        _ => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
+        (None, None) => return Err(Failure::usage("give a schedule NAME or --cron EXPR")),
     };
     let window =
         timing
