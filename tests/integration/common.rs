@@ -136,6 +136,16 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// `out` exited `code` having said one line on stderr (cron mails each line), starting with
+/// `start`; returns stderr, for what else the line must say.
+pub fn said_one_line(out: &Output, code: i32, start: &str) -> String {
+    let said = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "stderr: {said}");
+    assert_eq!(said.lines().count(), 1, "one line: {said}");
+    assert!(said.starts_with(start), "{said}");
+    said
+}
+
 /// Whether a process exists and is not a zombie.
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -145,6 +145,17 @@ fn bash_complete(env: &Env, words: &str) -> Vec<String> {
         .collect()
 }
 
+/// What fish offers for `line` (`complete -C`: the words, without their descriptions), with
+/// runner's completion script loaded, in the env's directory.
+fn fish_complete(env: &Env, line: &str) -> Vec<String> {
+    let program = format!("runner completions fish | source; complete -C '{line}'");
+    shell(env, "fish", &["--no-config", "-c", &program])
+        .lines()
+        .filter_map(|line| line.split('\t').next())
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn bash_completion_loads_and_completes_commands_and_shells() {
     let env = Env::new();
@@ -254,20 +265,9 @@ fn completion_offers_the_values_of_flags_that_take_a_fixed_set() {
         return;
     }
     let fish = |line: &str| -> Vec<String> {
-        let completed = shell(
-            &env,
-            "fish",
-            &[
-                "--no-config",
-                "-c",
-                &format!("runner completions fish | source; complete -C 'runner {line} '"),
-            ],
-        );
-        completed
-            .lines()
-            .filter_map(|line| line.split('\t').next())
+        fish_complete(&env, &format!("runner {line} "))
+            .into_iter()
             .filter(|word| !word.starts_with('-'))
-            .map(str::to_string)
             .collect()
     };
     for (line, values) in FIXED_VALUES {
@@ -318,20 +318,11 @@ fn completion_offers_the_zone_names_for_tz() {
     if !installed("fish", "fish") {
         return;
     }
-    let completed = shell(
-        &env,
-        "fish",
-        &[
-            "--no-config",
-            "-c",
-            "runner completions fish | source; complete -C 'runner schedule add x --tz Europe/B'",
-        ],
+    let offered = fish_complete(&env, "runner schedule add x --tz Europe/B");
+    assert!(
+        offered.iter().any(|w| w == "Europe/Berlin"),
+        "fish: {offered:?}"
     );
-    let offered: Vec<&str> = completed
-        .lines()
-        .filter_map(|line| line.split('\t').next())
-        .collect();
-    assert!(offered.contains(&"Europe/Berlin"), "fish: {offered:?}");
     assert!(
         offered.iter().all(|w| w.starts_with("Europe/B")),
         "fish: {offered:?}"
@@ -374,24 +365,8 @@ fn fish_completion_loads_and_completes_commands() {
     if !installed("fish", "fish") {
         return;
     }
-    let completed = shell(
-        &env,
-        "fish",
-        &[
-            "--no-config",
-            "-c",
-            "runner completions fish | source; complete -C 'runner sch'",
-        ],
-    );
-    let names: Vec<&str> = completed
-        .lines()
-        .filter_map(|line| line.split('\t').next())
-        .collect();
-    assert_eq!(
-        names,
-        ["schedule"],
-        "complete -C 'runner sch': {completed:?}"
-    );
+    let names = fish_complete(&env, "runner sch");
+    assert_eq!(names, ["schedule"], "complete -C 'runner sch': {names:?}");
 }
 
 #[test]

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use crate::common::{
-    chmod, duration_secs, is_root, json, last_attempt, last_run_id, never, real_now, run_row, sh,
-    status_of, stderr, stdout, subcommands, timed, wait_until, Backend, Bg, Cleanup, Env, BIN,
+    chmod, duration_secs, is_root, json, last_attempt, last_run_id, never, real_now, run_row,
+    said_one_line, sh, status_of, stderr, stdout, subcommands, timed, wait_until, Backend, Bg,
+    Cleanup, Env, BIN,
 };
 use crate::sqlite_only;
 
@@ -373,21 +374,13 @@ fn a_heartbeat_that_waits_out_the_lock_is_tried_again_while_the_lease_holds() {
     let env = Env::init();
     env.add("long", &["--max-attempts", "1"], "sleep 31");
     let run = env.enqueue("long");
-    let gate = env.path("gate");
-    let tick = Bg::spawn_hooked(
+    let tick = tick_held_then_locked_out(
         &env,
-        "tick",
         &["tick", "--lease", "36s"],
-        &format!("heartbeat:wait={}", gate.display()),
+        "heartbeat",
+        "the first heartbeat",
+        Duration::from_secs(17),
     );
-    wait_until(Duration::from_secs(60), "the first heartbeat", || {
-        env.path("gate.reached").exists()
-    });
-    wait_until(Duration::from_secs(30), "the write lock", || {
-        env.sql.hold_write_lock_then(Duration::from_secs(17), || {
-            std::fs::write(&gate, "").expect("open the gate");
-        })
-    });
     let out = tick.finish(Duration::from_secs(60));
     assert!(out.status.success(), "tick failed: {}", stderr(&out));
     assert!(
@@ -538,15 +531,12 @@ fn a_claim_still_locked_when_the_tick_stops_claiming_leaves_the_runs_to_the_next
     let env = Env::init();
     let (tick, runs) = a_claim_waits_out_the_lock(&env, &["--max-tick", "14s"]);
     let out = tick.finish(Duration::from_secs(120));
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(5), "stderr: {err}");
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    let err = said_one_line(&out, 5, "runner: error: claiming runs: ");
     assert!(
-        err.starts_with("runner: error: claiming runs: ")
-            && err.contains(
-                "the database stayed locked by another process until this tick stopped claiming \
-                 (--max-tick 14s): the runs due wait for the next tick"
-            ),
+        err.contains(
+            "the database stayed locked by another process until this tick stopped claiming \
+             (--max-tick 14s): the runs due wait for the next tick"
+        ),
         "{err}"
     );
     assert_eq!(status_of(&env, runs[0]), "succeeded");
@@ -560,6 +550,40 @@ fn a_claim_still_locked_when_the_tick_stops_claiming_leaves_the_runs_to_the_next
     assert_eq!(ran, runs[1..], "each run of quick ran once");
 }
 
+/// A tick (`args`) in the background, held at the test hook point `hook` (`reached`: what the
+/// wait for it is called) until another process holds the write lock, which it then holds for
+/// `hold` while the tick goes on. Returns the tick once the lock is released.
+fn tick_held_then_locked_out(
+    env: &Env,
+    args: &[&str],
+    hook: &str,
+    reached: &str,
+    hold: Duration,
+) -> Bg {
+    let go = env.path("go");
+    let tick = Bg::spawn_hooked(env, "tick", args, &format!("{hook}:wait={}", go.display()));
+    wait_until(Duration::from_secs(60), reached, || {
+        env.path("go.reached").exists()
+    });
+    wait_until(Duration::from_secs(30), "the write lock", || {
+        env.sql.hold_write_lock_then(hold, || {
+            std::fs::write(&go, "").expect("let the tick go on");
+        })
+    });
+    tick
+}
+
+/// Schedule `job`: two attempts, the second at once, its command logging its attempt (see
+/// [`attempts_logged`]).
+fn add_attempt_logging_job(env: &Env) {
+    let log = crate::common::sh_quote(&env.path("log"));
+    env.add(
+        "job",
+        &["--max-attempts", "2", "--backoff-base", "0s"],
+        &format!("echo $RUNNER_ATTEMPT >> {log}"),
+    );
+}
+
 /// The attempts `job` logged (`$RUNNER_ATTEMPT`), one line each time its command ran.
 fn attempts_logged(env: &Env) -> String {
     std::fs::read_to_string(env.path("log")).unwrap_or_default()
@@ -570,27 +594,15 @@ fn attempts_logged(env: &Env) -> String {
 /// waits, so the start's write meets the lock. Returns the tick once the lock is released, and
 /// the run.
 fn a_start_waits_out_the_lock(env: &Env, args: &[&str]) -> (Bg, i64) {
-    env.add(
-        "job",
-        &["--max-attempts", "2", "--backoff-base", "0s"],
-        &format!(
-            "echo $RUNNER_ATTEMPT >> {}",
-            crate::common::sh_quote(&env.path("log"))
-        ),
-    );
+    add_attempt_logging_job(env);
     let run = env.enqueue("job");
-    let go = env.path("go");
-    let tick = Bg::spawn_hooked(env, "tick", args, &format!("spawned:wait={}", go.display()));
-    wait_until(
-        Duration::from_secs(60),
+    let tick = tick_held_then_locked_out(
+        env,
+        args,
+        "spawned",
         "the job spawned at its gate",
-        || env.path("go.reached").exists(),
+        Duration::from_secs(20),
     );
-    wait_until(Duration::from_secs(30), "the write lock", || {
-        env.sql.hold_write_lock_then(Duration::from_secs(20), || {
-            std::fs::write(&go, "").expect("let the tick record the start");
-        })
-    });
     (tick, run)
 }
 
@@ -617,16 +629,13 @@ fn a_start_locked_beyond_its_lease_stops_the_job_at_its_gate_and_exits_5() {
     let env = Env::init();
     let (tick, run) = a_start_waits_out_the_lock(&env, &["tick", "--lease", "12s"]);
     let out = tick.finish(Duration::from_secs(120));
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(5), "stderr: {err}");
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    let err = said_one_line(&out, 5, "runner: error: recording the start of jobs: ");
     assert!(
-        err.starts_with("runner: error: recording the start of jobs: ")
-            && err.contains(
-                "the database stayed locked by another process for as long as the leases held: \
-                 1 job was stopped at its gate (its command never ran), and recovery retries it \
-                 by its policy once its lease expires"
-            ),
+        err.contains(
+            "the database stayed locked by another process for as long as the leases held: \
+             1 job was stopped at its gate (its command never ran), and recovery retries it \
+             by its policy once its lease expires"
+        ),
         "{err}"
     );
     assert_eq!(attempts_logged(&env), "", "its command never ran");
@@ -644,39 +653,24 @@ fn a_start_locked_beyond_its_lease_stops_the_job_at_its_gate_and_exits_5() {
 #[test]
 fn a_recovery_that_waits_out_the_lock_is_left_to_the_next_tick() {
     let env = Env::init();
+    add_attempt_logging_job(&env);
     let log = crate::common::sh_quote(&env.path("log"));
-    env.add(
-        "job",
-        &["--max-attempts", "2", "--backoff-base", "0s"],
-        &format!("echo $RUNNER_ATTEMPT >> {log}"),
-    );
     env.add("quick", &[], &format!("echo quick >> {log}"));
     let expired = env.enqueue("job");
     crate::common::forge_vanished_runner(&env, expired, None);
     let quick = env.enqueue("quick");
-    let go = env.path("go");
-    let tick = Bg::spawn_hooked(
+    let tick = tick_held_then_locked_out(
         &env,
-        "tick",
         &["tick"],
-        &format!("recovering:wait={}", go.display()),
+        "recovering",
+        "the tick to recover",
+        Duration::from_secs(20),
     );
-    wait_until(Duration::from_secs(60), "the tick to recover", || {
-        env.path("go.reached").exists()
-    });
-    wait_until(Duration::from_secs(30), "the write lock", || {
-        env.sql.hold_write_lock_then(Duration::from_secs(20), || {
-            std::fs::write(&go, "").expect("let the tick recover");
-        })
-    });
     let out = tick.finish(Duration::from_secs(120));
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(5), "stderr: {err}");
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    let start = format!("runner: error: run {expired}: recovering its expired lease: ");
+    let err = said_one_line(&out, 5, &start);
     assert!(
-        err.starts_with(&format!(
-            "runner: error: run {expired}: recovering its expired lease: "
-        )) && err.contains(
+        err.contains(
             "the database stayed locked by another process: 1 run whose lease expired waits for \
              the next tick's recovery"
         ),

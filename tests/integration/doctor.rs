@@ -49,11 +49,15 @@ fn doctor_cmd(env: &Env, cron_d: Option<&str>, daemon: bool, args: &[&str]) -> C
     cmd
 }
 
-fn me() -> String {
+/// The passwd entry of the user the tests run as.
+fn my_passwd_entry() -> nix::unistd::User {
     nix::unistd::User::from_uid(nix::unistd::geteuid())
         .expect("passwd")
         .expect("a passwd entry")
-        .name
+}
+
+fn me() -> String {
+    my_passwd_entry().name
 }
 
 /// The packaged line's shape: variables, then `runner tick` as this user, on the test's database.
@@ -67,6 +71,13 @@ fn cron_d_for(database: &str, extra: &str) -> String {
         "SHELL=/bin/sh\n{extra}RUNNER_DB={database}\nMAILTO=\"\"\n* * * * * {} {BIN} tick\n",
         me()
     )
+}
+
+/// The `cron line` check of [`check_of`] for the cron.d file `cron_d` and the database
+/// `database` (`--db`), a cron daemon running.
+fn cron_line_check(env: &Env, cron_d: &str, database: &str) -> (String, String, Option<String>) {
+    let out = doctor(env, Some(cron_d), true, &["--json", "--db", database]);
+    check_of(&out, "cron line")
 }
 
 /// A check's `(status, message, fix)` in `doctor --json`'s report.
@@ -382,8 +393,7 @@ fn the_cron_line_fix_for_a_database_named_on_the_command_changes_that_value() {
         ),
     ] {
         let crontab = format!("* * * * * {} {BIN} {command}\n", me());
-        let out = doctor(&env, Some(&crontab), true, &["--json", "--db", &database]);
-        let (status, message, found) = check_of(&out, "cron line");
+        let (status, message, found) = cron_line_check(&env, &crontab, &database);
         assert_eq!(status, "fail", "{crontab}: {message}");
         assert_eq!(
             found.as_deref(),
@@ -398,8 +408,7 @@ fn the_cron_line_fix_for_a_database_named_on_the_command_changes_that_value() {
         "RUNNER_DB=/var/lib/a.db\n* * * * * {} RUNNER_DB=/var/lib/b.db {BIN} tick\n",
         me()
     );
-    let out = doctor(&env, Some(&crontab), true, &["--json", "--db", &database]);
-    let (_, _, found) = check_of(&out, "cron line");
+    let (_, _, found) = cron_line_check(&env, &crontab, &database);
     assert_eq!(
         found,
         Some(format!(
@@ -1047,10 +1056,7 @@ fn a_percent_cut_line_for_another_database_is_a_finding_too() {
 #[test]
 fn a_crontab_variable_line_is_not_expanded_as_a_shell_would() {
     let env = Env::new();
-    let home = nix::unistd::User::from_uid(nix::unistd::geteuid())
-        .expect("passwd")
-        .expect("a passwd entry")
-        .dir;
+    let home = my_passwd_entry().dir;
     // Never created: a name of this test's own, in the real home directory.
     let name = format!(
         "{}.db",
@@ -1061,16 +1067,8 @@ fn a_crontab_variable_line_is_not_expanded_as_a_shell_would() {
             .to_string_lossy()
     );
     let meant = home.join(&name).display().to_string();
-    let out = doctor(
-        &env,
-        Some(&format!(
-            "RUNNER_DB=$HOME/{name}\n* * * * * {} {BIN} tick\n",
-            me()
-        )),
-        true,
-        &["--json", "--db", &meant],
-    );
-    let (status, message, fix) = check_of(&out, "cron line");
+    let crontab = format!("RUNNER_DB=$HOME/{name}\n* * * * * {} {BIN} tick\n", me());
+    let (status, message, fix) = cron_line_check(&env, &crontab, &meant);
     assert_eq!(status, "fail", "{message}");
     assert!(
         message.contains(&format!(
@@ -1094,8 +1092,7 @@ fn a_crontab_variable_line_is_not_expanded_as_a_shell_would() {
         format!("* * * * * {} RUNNER_DB=$HOME/{name} {BIN} tick\n", me()),
         format!("* * * * * {} {BIN} --db ~/{name} tick\n", me()),
     ] {
-        let out = doctor(&env, Some(&crontab), true, &["--json", "--db", &meant]);
-        let (status, message, _) = check_of(&out, "cron line");
+        let (status, message, _) = cron_line_check(&env, &crontab, &meant);
         assert_eq!(status, "ok", "{crontab}: {message}");
     }
     assert!(!home.join(&name).exists());
@@ -1108,21 +1105,13 @@ fn a_crontab_variable_line_is_not_expanded_as_a_shell_would() {
 #[test]
 fn a_crontab_xdg_state_home_line_is_not_expanded_as_a_shell_would() {
     let env = Env::new();
-    let home = nix::unistd::User::from_uid(nix::unistd::geteuid())
-        .expect("passwd")
-        .expect("a passwd entry")
-        .dir;
+    let home = my_passwd_entry().dir;
     let meant = home.join("state/runner/runner.db").display().to_string();
-    let out = doctor(
-        &env,
-        Some(&format!(
-            "XDG_STATE_HOME=$HOME/state\n* * * * * {} {BIN} tick\n",
-            me()
-        )),
-        true,
-        &["--json", "--db", &meant],
+    let crontab = format!(
+        "XDG_STATE_HOME=$HOME/state\n* * * * * {} {BIN} tick\n",
+        me()
     );
-    let (status, message, fix) = check_of(&out, "cron line");
+    let (status, message, fix) = cron_line_check(&env, &crontab, &meant);
     assert_eq!(status, "fail", "{message}");
     assert!(
         message.contains(&format!(
@@ -1145,16 +1134,8 @@ fn a_crontab_xdg_state_home_line_is_not_expanded_as_a_shell_would() {
     // An absolute path with a `$` in it is a directory of that very name.
     let state = env.path("state");
     let literal = format!("{}/$LOGNAME", state.display());
-    let out = doctor(
-        &env,
-        Some(&format!(
-            "XDG_STATE_HOME={literal}\n* * * * * {} {BIN} tick\n",
-            me()
-        )),
-        true,
-        &["--json", "--db", &meant],
-    );
-    let (status, message, fix) = check_of(&out, "cron line");
+    let crontab = format!("XDG_STATE_HOME={literal}\n* * * * * {} {BIN} tick\n", me());
+    let (status, message, fix) = cron_line_check(&env, &crontab, &meant);
     assert_eq!(status, "fail", "{message}");
     assert!(
         message.contains(&format!(
@@ -1190,8 +1171,7 @@ fn a_crontab_home_line_is_the_home_its_tick_line_resolves_against() {
             home.display(),
             me()
         );
-        let out = doctor(&env, Some(&crontab), true, &["--json", "--db", &meant]);
-        let (status, message, _) = check_of(&out, "cron line");
+        let (status, message, _) = cron_line_check(&env, &crontab, &meant);
         assert_eq!(status, "ok", "{crontab}: {message}");
     }
     // A variable line is taken as written, from that working directory.
@@ -1200,8 +1180,7 @@ fn a_crontab_home_line_is_the_home_its_tick_line_resolves_against() {
         home.display(),
         me()
     );
-    let out = doctor(&env, Some(&crontab), true, &["--json", "--db", &meant]);
-    let (status, message, _) = check_of(&out, "cron line");
+    let (status, message, _) = cron_line_check(&env, &crontab, &meant);
     assert_eq!(status, "ok", "{crontab}: {message}");
 }
 

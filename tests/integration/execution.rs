@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::{
     assert_given_back, event_kinds, json, last_attempt, last_run_id, never, process_alive,
-    read_pid, run_row, sh_quote, status_of, stderr, stdout, wait_until, wrapped, Bg, Env, Strays,
-    Val, OUT_OF_FILES, RETRY_AT_ONCE,
+    read_pid, run_row, said_one_line, sh_quote, status_of, stderr, stdout, wait_until, wrapped, Bg,
+    Env, Strays, Val, OUT_OF_FILES, RETRY_AT_ONCE,
 };
 
 // ---------------------------------------------------------------------------
@@ -673,12 +673,10 @@ fn ends_recorded_together_are_each_fenced_by_their_own_token() {
         [Val::Text("succeeded".into()), Val::Int(1)],
         "outcome, closed"
     );
-    let kinds = env.sql.query_column(
-        "SELECT kind FROM job_events WHERE run_id = $1 ORDER BY id",
-        &[&fresh],
+    assert_eq!(
+        event_kinds(&env, fresh),
+        ["ENQUEUED", "CLAIMED", "SUCCEEDED"]
     );
-    let kinds: Vec<String> = kinds.iter().map(Val::string).collect();
-    assert_eq!(kinds, ["ENQUEUED", "CLAIMED", "SUCCEEDED"]);
 }
 
 #[test]
@@ -1316,14 +1314,14 @@ fn a_tick_whose_open_file_limit_holds_no_job_says_so_and_claims_nothing() {
     let env = Env::init();
     let runs = one_attempt_runs(&env, 6);
     let out = tick_under_file_limit(&env, 3, 16, &["--concurrency", "4"]);
-    let said = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "a runner error: {said}");
-    assert_eq!(said.lines().count(), 1, "said once: {said}");
+    let said = said_one_line(
+        &out,
+        1,
+        "runner: error: running jobs: the open-file limit (ulimit -n) is 16 and its hard limit \
+         allows no more; ",
+    );
     assert!(
-        said.starts_with(
-            "runner: error: running jobs: the open-file limit (ulimit -n) is 16 and its hard \
-             limit allows no more; "
-        ) && said.contains("so the tick claims no run (they stay pending, no attempt spent)"),
+        said.contains("so the tick claims no run (they stay pending, no attempt spent)"),
         "{said}"
     );
     for run in runs {
@@ -1403,16 +1401,12 @@ fn a_job_that_finds_no_descriptor_left_stops_the_tick_claiming_and_says_so() {
     leave_no_room_for_another_job(&tick);
     fs::write(&go, "").expect("go");
     let out = tick.finish(Duration::from_secs(60));
-    let said = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "a runner error: {said}");
+    let start = format!("runner: error: run {}: starting attempt 1: ", rest[0]);
+    let said = said_one_line(&out, 1, &start);
     assert_eq!(status_of(&env, first), "succeeded", "{said}");
     assert_given_back(&env, rest[0], OUT_OF_FILES, &said);
-    assert_eq!(said.lines().count(), 1, "said once: {said}");
     assert!(
-        said.starts_with(&format!(
-            "runner: error: run {}: starting attempt 1: ",
-            rest[0]
-        )) && said.contains("(os error 24)")
+        said.contains("(os error 24)")
             && said.contains("open-file limit")
             && said.contains("the tick claims no more runs"),
         "{said}"
@@ -1458,17 +1452,10 @@ fn a_run_whose_job_finds_no_descriptor_left_is_given_back_and_runs_at_the_next_t
     });
     fs::write(&go, "").expect("go");
     let out = tick.finish(Duration::from_secs(60));
-    let said = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "a runner error: {said}");
+    let start = format!("runner: error: run {}: starting attempt 1: ", runs[0]);
+    let said = said_one_line(&out, 1, &start);
     assert_eq!(status_of(&env, first), "succeeded", "{said}");
-    assert_eq!(said.lines().count(), 1, "said once: {said}");
-    assert!(
-        said.starts_with(&format!(
-            "runner: error: run {}: starting attempt 1: ",
-            runs[0]
-        )) && said.contains("the tick claims no more runs"),
-        "{said}"
-    );
+    assert!(said.contains("the tick claims no more runs"), "{said}");
     for &run in &runs {
         assert_given_back(&env, run, OUT_OF_FILES, &said);
     }

@@ -221,17 +221,8 @@ fn a_run_cancelled_while_its_job_waits_at_the_gate_never_starts() {
         "a cancelled run's command ran: {:?}",
         lines(&log)
     );
-    assert_eq!(status_of(&env, run), "cancelled");
-    // Its attempt is closed saying so, not as a job the tick terminated, and its job is not
-    // waited for.
-    assert_never_started(&env, run, "CANCELLED");
-    assert_eq!(
-        env.sql.query_i64(
-            "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by IS NOT NULL",
-            &[&run]
-        ),
-        0
-    );
+    // Its attempt is closed saying so, not as a job the tick terminated.
+    assert_cancelled_at_its_gate(&env, run);
 }
 
 /// Another host recovered the run (its lease expired) while the tick that claimed it stalled
@@ -298,15 +289,21 @@ fn a_run_cancelled_as_its_never_started_attempt_is_closed_is_closed_as_cancelled
     let said = fs::read_to_string(&stalled.stderr).unwrap_or_default();
     assert!(out.status.success(), "{said}");
     assert!(lines(&log).is_empty(), "its command ran: {:?}", lines(&log));
-    assert_eq!(status_of(&env, run), "cancelled");
-    assert_never_started(&env, run, "CANCELLED");
+    assert_cancelled_at_its_gate(&env, run);
+}
+
+/// `run` was cancelled while its job waited at its gate: its attempt closed as `CANCELLED`, as a
+/// job that never started ([`assert_never_started`]), and its job not waited for.
+fn assert_cancelled_at_its_gate(env: &Env, run: i64) {
+    assert_eq!(status_of(env, run), "cancelled");
+    assert_never_started(env, run, "CANCELLED");
     assert_eq!(
         env.sql.query_i64(
             "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by IS NOT NULL",
             &[&run]
         ),
         0,
-        "its job is not waited for"
+        "run {run}: its job is not waited for"
     );
 }
 
@@ -400,30 +397,10 @@ fn a_job_whose_gate_check_fails_a_lease_after_its_start_never_starts() {
 #[test]
 fn a_tick_stopped_while_jobs_wait_at_their_gate_gives_them_back() {
     let env = Env::init();
-    let (log, go) = (env.path("log"), env.path("go"));
-    env.add(
-        "held",
-        &["--overlap", "allow", "--max-attempts", "1"],
-        &format!("echo \"$RUNNER_RUN_ID\" >> {}", sh_quote(&log)),
-    );
-    let runs: Vec<i64> = (0..3).map(|_| env.enqueue("held")).collect();
-    let mut cmd = env.cmd();
-    cmd.args(["tick", "--concurrency", "3"]).env(
-        "RUNNER_TEST_HOOK",
-        format!("recorded:wait={}", go.display()),
-    );
-    let mut stalled = StalledTick::spawn(cmd, &env);
-    wait_for_recorded_starts(&env, 3);
-    let pid = stalled.pid();
-    kill(Pid::from_raw(pid as i32), Signal::SIGTERM).expect("SIGTERM the tick");
-    fs::write(&go, "").expect("go");
-    let out = stalled.finish();
-    let said = fs::read_to_string(&stalled.stderr).unwrap_or_default();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "it did what it was asked: {said}"
-    );
+    let (runs, log, mut stalled) = runs_held_at_their_gates(&env, 3);
+    kill(Pid::from_raw(stalled.pid() as i32), Signal::SIGTERM).expect("SIGTERM the tick");
+    let (status, said) = stalled.go_on();
+    assert_eq!(status.code(), Some(0), "it did what it was asked: {said}");
 
     assert_eq!(lines(&log), Vec::<String>::new(), "no command ran");
     for &run in &runs {
@@ -456,39 +433,16 @@ fn a_tick_stopped_while_jobs_wait_at_their_gate_gives_them_back() {
 #[test]
 fn a_run_cancelled_at_its_gate_when_its_tick_is_stopped_stays_cancelled() {
     let env = Env::init();
-    let (log, go) = (env.path("log"), env.path("go"));
-    env.add(
-        "held",
-        &["--overlap", "allow", "--max-attempts", "1"],
-        &format!("echo \"$RUNNER_RUN_ID\" >> {}", sh_quote(&log)),
-    );
-    let (cancelled, kept) = (env.enqueue("held"), env.enqueue("held"));
-    let mut cmd = env.cmd();
-    cmd.args(["tick", "--concurrency", "2"]).env(
-        "RUNNER_TEST_HOOK",
-        format!("recorded:wait={}", go.display()),
-    );
-    let mut stalled = StalledTick::spawn(cmd, &env);
-    wait_for_recorded_starts(&env, 2);
+    let (runs, log, mut stalled) = runs_held_at_their_gates(&env, 2);
+    let (cancelled, kept) = (runs[0], runs[1]);
     let out = env.run(&["cancel", &cancelled.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     kill(Pid::from_raw(stalled.pid() as i32), Signal::SIGTERM).expect("SIGTERM the tick");
-    fs::write(&go, "").expect("go");
-    let out = stalled.finish();
-    let said = fs::read_to_string(&stalled.stderr).unwrap_or_default();
-    assert_eq!(out.status.code(), Some(0), "{said}");
+    let (status, said) = stalled.go_on();
+    assert_eq!(status.code(), Some(0), "{said}");
 
     assert_eq!(lines(&log), Vec::<String>::new(), "no command ran");
-    assert_eq!(status_of(&env, cancelled), "cancelled");
-    assert_never_started(&env, cancelled, "CANCELLED");
-    assert_eq!(
-        env.sql.query_i64(
-            "SELECT count(*) FROM job_runs WHERE id = $1 AND stopping_by IS NOT NULL",
-            &[&cancelled]
-        ),
-        0,
-        "its job is not waited for"
-    );
+    assert_cancelled_at_its_gate(&env, cancelled);
     assert_given_back(&env, kept, STOPPED_BEFORE_START, &said);
 }
 
@@ -695,6 +649,27 @@ fn two_claims_never_start_two_runs_of_a_forbid_schedule() {
     );
     assert_eq!(status_of(&env, r), "pending");
     assert_eq!(status_of(&env, x), "running");
+}
+
+/// `count` runs of schedule `held` (`--overlap allow`, one attempt), whose command appends its
+/// run id to the returned log, and a tick (`--concurrency COUNT`) stalled right after recording
+/// their starts, their jobs held at their gates. Returns the runs, the log and the tick.
+fn runs_held_at_their_gates(
+    env: &Env,
+    count: usize,
+) -> (Vec<i64>, std::path::PathBuf, StalledTick) {
+    let log = env.path("log");
+    env.add(
+        "held",
+        &["--overlap", "allow", "--max-attempts", "1"],
+        &format!("echo \"$RUNNER_RUN_ID\" >> {}", sh_quote(&log)),
+    );
+    let runs: Vec<i64> = (0..count).map(|_| env.enqueue("held")).collect();
+    let concurrency = count.to_string();
+    let args = ["tick", "--concurrency", &concurrency];
+    let stalled = StalledTick::at(env, &args, "recorded", "");
+    wait_for_recorded_starts(env, count as i64);
+    (runs, log, stalled)
 }
 
 /// Wait until `count` jobs' starts are on record (their pids in their attempts).

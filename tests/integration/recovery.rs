@@ -6,7 +6,8 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    json, process_alive, read_pid, sh_quote, stderr, stdout, wait_until, Bg, Env, Strays, Val,
+    event_kinds, json, process_alive, read_pid, sh_quote, stderr, stdout, wait_until, Bg, Env,
+    Strays, Val,
 };
 
 #[test]
@@ -327,10 +328,7 @@ fn a_refused_result_is_not_recorded_on_a_new_run_that_reuses_the_id() {
     assert_eq!(reused, first, "SQLite reuses the id");
     fs::write(&gate, "").expect("open the gate");
     assert!(tick.wait().expect("tick").code().is_some());
-    let kinds = env.sql.query_strings(
-        &format!("SELECT kind FROM job_events WHERE run_id = {reused} ORDER BY id"),
-        &[],
-    );
+    let kinds = event_kinds(&env, reused);
     // (The same tick may go on to claim and run the new run: its own events.)
     assert!(
         !kinds

@@ -12,8 +12,9 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::common::{
-    assert_read_at, epoch, json, last_run_id, never_near, process_alive, real_now, run_ids,
-    sh_quote, status_of, stderr, stdout, utc, wait_until, Bg, Env, CLOCK_SLACK_SECS, RETRY_AT_ONCE,
+    assert_read_at, epoch, event_kinds, json, last_run_id, never_near, process_alive, real_now,
+    run_ids, sh_quote, status_of, stderr, stdout, utc, wait_until, Bg, Env, CLOCK_SLACK_SECS,
+    RETRY_AT_ONCE,
 };
 
 #[test]
@@ -103,10 +104,7 @@ fn cancel_of_a_running_run_stops_its_process_group_and_status_shows_its_lease() 
         &[&run_id],
     );
     assert_eq!(attempt_code.as_deref(), Some("CANCELLED"));
-    let kinds = env.sql.query_strings(
-        &format!("SELECT kind FROM job_events WHERE run_id = {run_id} ORDER BY id"),
-        &[],
-    );
+    let kinds = event_kinds(&env, run_id);
     // A cancel asked for, not a stale write: the attempt closed, no LEASE_LOST.
     assert_eq!(
         kinds[kinds.len() - 2..],
@@ -547,6 +545,44 @@ fn add_lock_holder(env: &Env, name: &str, ignore_term: bool) -> (PathBuf, PathBu
     (lock, pidfile, log)
 }
 
+/// [`add_lock_holder`]'s schedule `name`, its run 1 executed by a tick (`--lease 3s`) in the
+/// background. Returns the lock, the log and the tick, once run 1's job holds the lock.
+fn lock_held_by_run_1(env: &Env, name: &str, ignore_term: bool) -> (PathBuf, PathBuf, Bg) {
+    let (lock, pidfile, log) = add_lock_holder(env, name, ignore_term);
+    env.ok(&["run", name]);
+    let bg = Bg::spawn(env, "tick", &["tick", "--lease", "3s"]).with_job_pidfile(&pidfile);
+    wait_until(Duration::from_secs(60), "run 1's job to start", || {
+        bg.job_pid().is_some()
+    });
+    (lock, log, bg)
+}
+
+fn tick_pid(bg: &Bg) -> Pid {
+    Pid::from_raw(bg.pid() as i32)
+}
+
+/// The tick of [`lock_held_by_run_1`], hung (SIGSTOP) while run 1 was cancelled, resumed: it
+/// ends well, run 1 still cancelled.
+fn hung_tick_resumed_finds_run_1_cancelled(env: &Env, bg: Bg) {
+    kill(tick_pid(&bg), Signal::SIGCONT).expect("SIGCONT the tick");
+    let out = bg.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(status_of(env, 1), "cancelled");
+}
+
+/// Run 2 of [`lock_held_by_run_1`]'s schedule `name`, queued and executed by a tick an hour on,
+/// runs alone: run 1's job was stopped first.
+fn an_hour_on_run_2_runs_alone(env: &Env, name: &str, lock: &Path, log: &Path) {
+    env.ok(&["run", name]);
+    env.tick_at(&utc(real_now() + 3600));
+    assert!(lock_free(lock), "run 1's job was stopped");
+    assert_eq!(
+        fs::read_to_string(log).expect("log"),
+        "alone 2\n",
+        "overlap"
+    );
+}
+
 /// Whether the lock of `add_lock_holder` is free: run 1's job is gone.
 fn lock_free(lock: &Path) -> bool {
     Command::new("flock")
@@ -563,12 +599,7 @@ fn lock_free(lock: &Path) -> bool {
 #[test]
 fn a_forbid_schedule_waits_for_a_cancelled_job_through_its_kill_grace() {
     let env = Env::init();
-    let (lock, pidfile, log) = add_lock_holder(&env, "stubborn", true);
-    env.ok(&["run", "stubborn"]);
-    let bg = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]).with_job_pidfile(&pidfile);
-    wait_until(Duration::from_secs(60), "run 1's job to start", || {
-        bg.job_pid().is_some()
-    });
+    let (lock, log, bg) = lock_held_by_run_1(&env, "stubborn", true);
     env.ok(&["cancel", "1"]);
     let shown = env.ok(&["show", "1"]);
     assert!(shown.contains("its job is being stopped"), "{shown}");
@@ -604,36 +635,19 @@ fn a_forbid_schedule_waits_for_a_cancelled_job_through_its_kill_grace() {
 #[test]
 fn a_hung_ticks_cancelled_job_is_stopped_before_its_schedule_runs_again() {
     let env = Env::init();
-    let (lock, pidfile, log) = add_lock_holder(&env, "hung", false);
-    env.ok(&["run", "hung"]);
-    let bg = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]).with_job_pidfile(&pidfile);
-    wait_until(Duration::from_secs(60), "run 1's job to start", || {
-        bg.job_pid().is_some()
-    });
-    let tick_pid = Pid::from_raw(bg.pid() as i32);
-    kill(tick_pid, Signal::SIGSTOP).expect("SIGSTOP the tick");
+    let (lock, log, bg) = lock_held_by_run_1(&env, "hung", false);
+    kill(tick_pid(&bg), Signal::SIGSTOP).expect("SIGSTOP the tick");
     let out = env.ok(&["cancel", "1"]);
     assert!(out.contains("next heartbeat"), "{out}");
-    env.ok(&["run", "hung"]);
     // An hour on: the hung tick's lease and the kill grace are long past.
-    let later = utc(real_now() + 3600);
-    env.tick_at(&later);
-    assert!(lock_free(&lock), "run 1's job was stopped");
-    assert_eq!(
-        fs::read_to_string(&log).expect("log"),
-        "alone 2\n",
-        "overlap"
-    );
+    an_hour_on_run_2_runs_alone(&env, "hung", &lock, &log);
     let closed = env.sql.query_opt_string(
         "SELECT error_code FROM job_attempts WHERE run_id = 1 AND finished_at IS NOT NULL",
         &[],
     );
     assert_eq!(closed.as_deref(), Some("CANCELLED"));
     // The hung tick, resumed, finds its run cancelled and its attempt closed.
-    kill(tick_pid, Signal::SIGCONT).expect("SIGCONT the tick");
-    let out = bg.finish(Duration::from_secs(60));
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(status_of(&env, 1), "cancelled");
+    hung_tick_resumed_finds_run_1_cancelled(&env, bg);
 }
 
 /// The same with two open attempts: the tick here holding attempt 1 hangs (SIGSTOP), another
@@ -646,14 +660,8 @@ fn a_hung_ticks_cancelled_job_is_stopped_before_its_schedule_runs_again() {
 #[test]
 fn an_overdue_cancelled_runs_older_attempt_here_is_stopped_before_its_schedule_runs_again() {
     let env = Env::init();
-    let (lock, pidfile, log) = add_lock_holder(&env, "hung", false);
-    env.ok(&["run", "hung"]);
-    let bg = Bg::spawn(&env, "tick", &["tick", "--lease", "3s"]).with_job_pidfile(&pidfile);
-    wait_until(Duration::from_secs(60), "run 1's job to start", || {
-        bg.job_pid().is_some()
-    });
-    let tick_pid = Pid::from_raw(bg.pid() as i32);
-    kill(tick_pid, Signal::SIGSTOP).expect("SIGSTOP the tick");
+    let (lock, log, bg) = lock_held_by_run_1(&env, "hung", false);
+    kill(tick_pid(&bg), Signal::SIGSTOP).expect("SIGSTOP the tick");
     // Forged: recovered and retried on far-host, then cancelled while attempt 2 ran there, its
     // job to be stopped by the lease's expiry and the kill grace, as `cancel` sets it.
     env.sql.exec(
@@ -670,16 +678,8 @@ fn an_overdue_cancelled_runs_older_attempt_here_is_stopped_before_its_schedule_r
          FROM job_runs WHERE id = 1",
         &[],
     );
-    env.ok(&["run", "hung"]);
     // An hour on: the deadline is long past.
-    let later = utc(real_now() + 3600);
-    env.tick_at(&later);
-    assert!(lock_free(&lock), "run 1's job was stopped");
-    assert_eq!(
-        fs::read_to_string(&log).expect("log"),
-        "alone 2\n",
-        "overlap"
-    );
+    an_hour_on_run_2_runs_alone(&env, "hung", &lock, &log);
     let open = env.sql.query_i64s(
         "SELECT attempt FROM job_attempts WHERE run_id = 1 AND finished_at IS NULL",
         &[],
@@ -690,10 +690,7 @@ fn an_overdue_cancelled_runs_older_attempt_here_is_stopped_before_its_schedule_r
         &[],
     );
     assert_eq!(closed.as_deref(), Some("CANCELLED"));
-    kill(tick_pid, Signal::SIGCONT).expect("SIGCONT the tick");
-    let out = bg.finish(Duration::from_secs(60));
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(status_of(&env, 1), "cancelled");
+    hung_tick_resumed_finds_run_1_cancelled(&env, bg);
 }
 
 #[test]
@@ -870,12 +867,10 @@ fn retry_of_a_run_waiting_out_its_backoff_makes_it_due_now() {
         2
     );
     assert_eq!(
-        env.sql
-            .query_strings(
-                &format!("SELECT kind FROM job_events WHERE run_id = {id} AND kind = 'RETRIED'"),
-                &[]
-            )
-            .len(),
+        event_kinds(&env, id)
+            .iter()
+            .filter(|kind| *kind == "RETRIED")
+            .count(),
         1
     );
 }
