@@ -231,7 +231,7 @@ fn is_password_name(name: &str) -> bool {
 
 /// `text` percent-decoded as the postgres crate decodes a URL's parts: `%` and two hex digits
 /// is that byte; any other `%` stays as written.
-fn percent_decoded(text: &str) -> Vec<u8> {
+pub(crate) fn percent_decoded(text: &str) -> Vec<u8> {
     let bytes = text.as_bytes();
     let hex = |at: usize| bytes.get(at).and_then(|&b| char::from(b).to_digit(16));
     let mut decoded = Vec::with_capacity(bytes.len());

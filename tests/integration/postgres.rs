@@ -894,6 +894,12 @@ fn tls_when_the_url_asks_for_it() {
     // `verify-full` only for the host it names.
     succeeds(&status_with(&on("127.0.0.1", "verify-ca"), true));
     succeeds(&status_with(&on("localhost", "verify-full"), true));
+    // A value percent-encoded is decoded first, as libpq decodes it: the same mode.
+    succeeds(&status_with(&on("localhost", "verify%2Dfull"), true));
+    refused(
+        &status_with(&on("127.0.0.1", "verify%2Dfull"), true),
+        "certificate",
+    );
     refused(
         &status_with(&on("127.0.0.1", "verify-full"), true),
         "certificate",

@@ -176,16 +176,12 @@ fn parse(url: &str, shown: &str) -> Result<(Config, Verify)> {
         Some((base, query)) => {
             let pairs: Vec<String> = query
                 .split('&')
-                .map(|pair| match pair {
-                    "sslmode=verify-full" => {
-                        verify = Verify::ChainAndHost;
+                .map(|pair| match verifying_mode(pair) {
+                    Some(mode) => {
+                        verify = mode;
                         "sslmode=require".to_string()
                     }
-                    "sslmode=verify-ca" => {
-                        verify = Verify::Chain;
-                        "sslmode=require".to_string()
-                    }
-                    other => other.to_string(),
+                    None => pair.to_string(),
                 })
                 .collect();
             format!("{base}?{}", pairs.join("&"))
@@ -201,10 +197,25 @@ fn parse(url: &str, shown: &str) -> Result<(Config, Verify)> {
     Ok((config, verify))
 }
 
+/// The certificate check a URL parameter asks for when it is `sslmode=verify-full` or
+/// `sslmode=verify-ca`, its name and value percent-decoded first, as libpq and the postgres crate
+/// decode them (`sslmode=verify%2Dfull` is `verify-full`).
+fn verifying_mode(parameter: &str) -> Option<Verify> {
+    let (name, value) = parameter.split_once('=')?;
+    if crate::store::percent_decoded(name) != b"sslmode" {
+        return None;
+    }
+    match crate::store::percent_decoded(value).as_slice() {
+        b"verify-full" => Some(Verify::ChainAndHost),
+        b"verify-ca" => Some(Verify::Chain),
+        _ => None,
+    }
+}
+
 /// What is wrong with a URL the postgres crate refused (`error`). Its error says only "invalid
 /// connection string" (the option at fault, decoded and without its value, only in its source),
-/// so the parameter at fault is found by parsing each one alone, and named as written; its value
-/// too when that is what is wrong (never a password's: the crate takes any, and it is masked).
+/// so the parameter at fault is found by parsing each one alone, and named as written (percent-
+/// encoded if it was); its value too when that is what is wrong (never a password's: the crate takes any, and it is masked).
 fn url_fault(url: &str, error: &postgres::Error) -> String {
     let parameters = url.split_once('?').map_or("", |(_, query)| query);
     for parameter in parameters.split('&') {
@@ -225,8 +236,9 @@ fn url_fault(url: &str, error: &postgres::Error) -> String {
                 true => "***",
                 false => value,
             };
-            let values = match name {
-                "sslmode" => ": disable, prefer, require, verify-ca or verify-full",
+            // The name as the crate read it, percent-decoded.
+            let values = match crate::store::percent_decoded(name).as_slice() {
+                b"sslmode" => ": disable, prefer, require, verify-ca or verify-full",
                 _ => "",
             };
             format!("invalid value \"{value}\" for parameter {name}{values}")
@@ -581,6 +593,36 @@ mod tests {
         let (config, verify) = parse("postgres://u@h/d?sslmode=require", "x").expect("parse");
         assert_eq!(verify, Verify::Nothing);
         assert_eq!(config.get_ssl_mode(), postgres::config::SslMode::Require);
+    }
+
+    #[test]
+    fn parameters_are_percent_decoded_before_they_are_read_as_libpq_reads_them() {
+        for url in [
+            "postgres://u@h/d?sslmode=verify%2Dfull",
+            "postgres://u@h/d?sslmode=verify%2dfull",
+            "postgres://u@h/d?ssl%6Dode=%76erify-full&connect_timeout=3",
+        ] {
+            let (config, verify) = parse(url, "x").expect(url);
+            assert_eq!(verify, Verify::ChainAndHost, "{url}");
+            assert_eq!(config.get_ssl_mode(), postgres::config::SslMode::Require);
+        }
+        let (_, verify) = parse("postgres://u@h/d?sslmode=verify%2Dca", "x").expect("parse");
+        assert_eq!(verify, Verify::Chain);
+        // A `%` not followed by two hex digits is no escape: the value stays refused.
+        let error = parse("postgres://u@h/d?sslmode=verify%2-full", "x").expect_err("refused");
+        assert!(
+            format!("{error:#}").contains("invalid value \"verify%2-full\" for parameter sslmode"),
+            "{error:#}"
+        );
+        // A refused value is named as written, encoded, with the values its parameter takes.
+        let error = parse("postgres://u@h/d?ssl%6Dode=verify%2Dnone", "x").expect_err("refused");
+        assert!(
+            format!("{error:#}").contains(
+                "(invalid value \"verify%2Dnone\" for parameter ssl%6Dode: disable, prefer, \
+                 require, verify-ca or verify-full)"
+            ),
+            "{error:#}"
+        );
     }
 
     #[test]
