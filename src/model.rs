@@ -287,6 +287,26 @@ impl Settings {
     pub fn timing(&self) -> anyhow::Result<Timing> {
         Timing::parse(&self.cron, &self.timezone).map_err(crate::exit::Failure::usage)
     }
+
+    /// Whether these settings' timing differs from the one a schedule's row holds (`stored_cron`
+    /// and `stored_zone`, None where the row's value cannot be read): another zone, or an
+    /// expression that fires at other instants. The same expression written otherwise (other
+    /// spacing, `@hourly` for `0 * * * *`) is the same timing: `timing_changed_at` stays.
+    pub fn timing_differs(&self, stored_cron: Option<&str>, stored_zone: Option<&str>) -> bool {
+        if stored_zone != Some(self.timezone.as_str()) {
+            return true;
+        }
+        let Some(stored_cron) = stored_cron else {
+            return true;
+        };
+        match (
+            crate::schedule::CronSchedule::parse(stored_cron),
+            crate::schedule::CronSchedule::parse(&self.cron),
+        ) {
+            (Ok(stored), Ok(new)) => !stored.same_instants(&new),
+            _ => stored_cron != self.cron,
+        }
+    }
 }
 
 /// The most attempts a schedule may ask for: enough for any sane retry policy.
@@ -1424,6 +1444,28 @@ mod tests {
 
     /// The later finish wins; in one second dead, then cancelled, then succeeded; runs that did
     /// not run are no last run. The SQL ranks them the same way.
+    #[test]
+    fn the_same_expression_written_otherwise_is_the_same_timing() {
+        let s = |cron: &str| Settings::defaults(cron);
+        let differs = |new: &str, stored: &str| s(new).timing_differs(Some(stored), Some("UTC"));
+        assert!(!differs("*/5 * * * *", "*/5 * * * *"));
+        assert!(!differs("*/5  *\t* * *", "*/5 * * * *"));
+        assert!(!differs("@hourly", "0 * * * *"));
+        assert!(!differs("0 9 * * MON-FRI", "0 9 * * 1-5"));
+        assert!(differs("*/10 * * * *", "*/5 * * * *"));
+        // The same instants, but a wildcard job (minute or hour `*`) keeps other daylight-saving
+        // rules.
+        assert!(!differs("0-59/5 * * * *", "*/5 * * * *"));
+        assert!(differs("0 0-23 * * *", "0 * * * *"));
+        // The day rule: `*` in the day of month makes both day fields one condition.
+        assert!(differs("0 9 1-31 * 1", "0 9 * * 1"));
+        assert!(s("0 * * * *").timing_differs(Some("0 * * * *"), Some("Europe/Paris")));
+        // A stored value that cannot be read or parsed differs from any.
+        assert!(s("0 * * * *").timing_differs(None, Some("UTC")));
+        assert!(s("0 * * * *").timing_differs(Some("0 * * * *"), None));
+        assert!(differs("0 * * * *", "61 * * * *"));
+    }
+
     #[test]
     fn the_last_run_is_the_latest_finish_then_the_worst_status() {
         let run = |at, status| LastRun::of(at, status).expect("ran");

@@ -871,6 +871,10 @@ struct ScheduleView<'a> {
     paused_until_epoch: Option<i64>,
     created_at: Option<UtcTime>,
     created_at_epoch: Option<i64>,
+    /// Since when its cron and zone rule: their last change, else its creation (`why` judges
+    /// the times before it by them too, and says so).
+    timing_changed_at: Option<UtcTime>,
+    timing_changed_at_epoch: Option<i64>,
     last_result: Option<LastResultView<'a>>,
     #[serde(flatten)]
     damage: Option<Damage>,
@@ -914,6 +918,8 @@ impl<'a> ScheduleView<'a> {
         };
         let created_at = ok("created_at").then_some(d.created_at);
         let paused_until = d.pause_end().filter(|_| ok("paused_until"));
+        let timing_since =
+            (ok("timing_changed_at") && ok("created_at")).then(|| crate::why::timing_since(d));
         Ok(ScheduleView {
             name: ok("name").then_some(d.name.as_str()),
             cron: ok("cron").then_some(s.cron.as_str()),
@@ -935,6 +941,8 @@ impl<'a> ScheduleView<'a> {
             paused_until_epoch: paused_until,
             created_at: created_at.map(UtcTime),
             created_at_epoch: created_at,
+            timing_changed_at: timing_since.map(UtcTime),
+            timing_changed_at_epoch: timing_since,
             last_result: last.map(|l| LastResultView {
                 run_id: l.run_id,
                 status: &l.status,
@@ -1090,6 +1098,18 @@ fn show_text(view: &ScheduleView) -> Result<()> {
         "cron:         {} ({kind}{})",
         shown(view.cron),
         shown(view.timezone)
+    );
+    say!(
+        "timing since: {}",
+        match (view.timing_changed_at_epoch, view.created_at_epoch) {
+            (Some(at), Some(created)) if at == created =>
+                format!("{} (when it was added)", local_time(at, view.zone())),
+            (Some(at), _) => format!(
+                "{} (when its cron or zone last changed)",
+                local_time(at, view.zone())
+            ),
+            (None, _) => "? (damaged)".to_string(),
+        }
     );
     say!("command:      {}", shown(view.command));
     say!(

@@ -481,6 +481,25 @@ impl CronSchedule {
         })
     }
 
+    /// Whether `other` fires at the same instants by the same daylight-saving rules, however each
+    /// is written: the same values in every field, the same kind (wildcard or fixed-time) and
+    /// the same day rule. `0 * * * *`, `0  *  * * *` and `@hourly` are one timing; `0 * * * *`
+    /// and `0 0-23 * * *` are not (the first is a wildcard job).
+    pub fn same_instants(&self, other: &CronSchedule) -> bool {
+        let key = |c: &CronSchedule| {
+            (
+                c.minutes,
+                c.hours,
+                c.days_of_month,
+                c.months,
+                c.days_of_week,
+                c.wildcard,
+                c.days_and,
+            )
+        };
+        key(self) == key(other)
+    }
+
     /// The expression exactly as the user wrote it (trimmed).
     pub fn expression(&self) -> &str {
         &self.expression

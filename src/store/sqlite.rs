@@ -1937,15 +1937,26 @@ fn insert_definition(
 
 /// Rewrite a schedule's settings and cursor (edit, pause, resume, apply), bumping its revision;
 /// with `expected_revision`, only if its revision is still that. 0 rows: it vanished or changed.
-/// The cursor never moves back. The timing changed now if the cron (`?1`) or the zone (`?2`)
-/// differs from the stored one (the right of `=` reads the row as it was). Cursor and time
-/// columns that cannot be read (a damaged row being repaired) are rewritten from `d` and `now`.
+/// The cursor never moves back. The timing changed now if the cron or the zone differs from the
+/// stored one, read under the write lock first (`Settings::timing_differs`: the same expression
+/// spaced otherwise is no change). Cursor and time columns that cannot be read (a damaged row
+/// being repaired) are rewritten from `d` and `now`.
 fn rewrite_definition(
     tx: &Transaction<'_>,
     d: &Definition,
     now: i64,
     expected_revision: Option<i64>,
 ) -> rusqlite::Result<usize> {
+    // A value of another type (a damaged row) reads as None: it differs.
+    let stored = tx
+        .query_row(
+            "SELECT cron, timezone FROM job_definitions WHERE id = ?1",
+            [d.id],
+            |r| Ok((r.get::<_, String>(0).ok(), r.get::<_, String>(1).ok())),
+        )
+        .optional()?;
+    let timing_changed = stored
+        .is_none_or(|(cron, zone)| d.settings.timing_differs(cron.as_deref(), zone.as_deref()));
     let settings = SettingsParams::of(&d.settings);
     tx.execute(
         &format!(
@@ -1955,8 +1966,8 @@ fn rewrite_definition(
                  next_fire_at = ?16, updated_at = ?17,
                  created_at = CASE typeof(created_at) WHEN 'integer' THEN created_at ELSE ?17 END,
                  revision = CASE typeof(revision) WHEN 'integer' THEN revision + 1 ELSE 1 END,
-                 timing_changed_at = CASE WHEN typeof(timing_changed_at) = 'integer'
-                     AND cron IS ?1 AND timezone IS ?2 THEN timing_changed_at ELSE ?17 END,
+                 timing_changed_at = CASE WHEN typeof(timing_changed_at) = 'integer' AND NOT ?20
+                     THEN timing_changed_at ELSE ?17 END,
                  paused_until = ?19
              WHERE id = ?14 AND (?18 IS NULL OR revision IS ?18)"
         ),
@@ -1968,6 +1979,7 @@ fn rewrite_definition(
                 &now,
                 &expected_revision,
                 &d.pause_end(),
+                &timing_changed,
             ])
             .as_slice(),
     )

@@ -207,7 +207,7 @@ fn add_stores_every_flag_and_show_reports_it() {
     let created = show["created_at_epoch"].as_i64().expect("created_at_epoch");
     assert_read_at(created, "2026-01-01T00:00:00Z", 0, "created_at");
     assert_eq!(show["created_at"], utc(created), "{show:#}");
-    assert_eq!(check_time_pairs(&show), 1);
+    assert_eq!(check_time_pairs(&show), 2);
 
     let text = env.ok(&["schedule", "show", "tuned"]);
     for want in [
@@ -287,8 +287,8 @@ fn list_and_show_in_text_and_json() {
     assert_eq!(items[1]["name"], "nightly");
     assert_eq!(
         check_time_pairs(&json),
-        4,
-        "next_fire_at and created_at each"
+        6,
+        "next_fire_at, created_at and timing_changed_at each"
     );
     let n = &items[1];
     assert_eq!(n["next_fire_at"], "2026-03-08T07:00:00Z");
@@ -995,13 +995,19 @@ fn only_a_change_of_cron_or_zone_moves_when_the_timing_changed() {
     at("2026-11-23T09:02:00Z", &command, created);
     let same = ["schedule", "edit", "job", "--cron", "0 * * * *", "-q"];
     at("2026-11-23T09:03:00Z", &same, created);
+    // Spaced otherwise, or spelt otherwise with the same instants, it is the same expression.
+    let respaced = ["schedule", "edit", "job", "--cron", "0  *\t* * *", "-q"];
+    at("2026-11-23T09:03:20Z", &respaced, created);
+    let respelt = ["schedule", "edit", "job", "--cron", "@hourly", "-q"];
+    at("2026-11-23T09:03:40Z", &respelt, created);
     at(
         "2026-11-23T09:04:00Z",
         &["schedule", "reanchor", "job"],
         created,
     );
-    write("[job]\ncron = \"0 * * * *\"\ncommand = \"echo other\"\n");
+    write("[job]\ncron = \"0 *  * * *\"\ncommand = \"echo other\"\n");
     at("2026-11-23T09:05:00Z", &apply, created);
+    shows_timing_since(&env, created, "2026-11-23T08:30:00+00:00");
 
     let now = "2026-11-23T09:10:00Z";
     at(
@@ -1009,6 +1015,7 @@ fn only_a_change_of_cron_or_zone_moves_when_the_timing_changed() {
         &["schedule", "edit", "job", "--tz", "Europe/Paris", "-q"],
         now,
     );
+    shows_timing_since(&env, now, "2026-11-23T10:10:00+01:00");
     let now = "2026-11-23T09:11:00Z";
     at(
         now,
@@ -1018,4 +1025,20 @@ fn only_a_change_of_cron_or_zone_moves_when_the_timing_changed() {
     write("[job]\ncron = \"45 * * * *\"\ntz = \"Europe/Paris\"\ncommand = \"echo other\"\n");
     let now = "2026-11-23T09:12:00Z";
     at(now, &apply, now);
+}
+
+/// `schedule show` (text and JSON) and `schedule list --json` say since when the schedule's cron
+/// and zone rule, `timing` (UTC), shown in its zone as `local` by the text.
+fn shows_timing_since(env: &Env, timing: &str, local: &str) {
+    let shown = parse_json(&env.ok(&["schedule", "show", "job", "--json"]));
+    let listed = parse_json(&env.ok(&["schedule", "list", "--json"]));
+    for view in [&shown, &listed[0]] {
+        assert_eq!(view["timing_changed_at"], timing, "{view:#}");
+        assert_eq!(view["timing_changed_at_epoch"], epoch(timing), "{view:#}");
+    }
+    let text = env.ok(&["schedule", "show", "job"]);
+    assert!(
+        text.contains(&format!("\ntiming since: {local} (")),
+        "{text}"
+    );
 }

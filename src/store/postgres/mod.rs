@@ -953,22 +953,31 @@ fn lock_for_removal(tx: &mut Transaction<'_>, name: &str) -> Result<Option<(i64,
 
 /// Rewrite a schedule's settings and cursor (the cursor never moves back), bumping its revision;
 /// only while its revision is still `expected_revision`, when given. The timing changed now if
-/// the cron (`$1`) or the zone (`$2`) differs from the stored one (the right of `=` reads the row
-/// as it was). Returns the rows changed.
+/// the cron or the zone differs from the stored one, read under the row's lock first
+/// (`Settings::timing_differs`: the same expression spaced otherwise is no change). Returns the
+/// rows changed.
 fn rewrite_definition(
     tx: &mut Transaction<'_>,
     d: &Definition,
     now: i64,
     expected_revision: Option<i64>,
 ) -> Result<u64> {
+    let stored = tx.query_opt(
+        "SELECT cron, timezone FROM job_definitions WHERE id = $1 FOR UPDATE",
+        &[&d.id],
+    )?;
+    let timing_changed = stored.is_none_or(|row| {
+        let cron: Option<String> = row.try_get(0).ok();
+        let zone: Option<String> = row.try_get(1).ok();
+        d.settings.timing_differs(cron.as_deref(), zone.as_deref())
+    });
     let settings = SettingsParams::of(&d.settings);
     Ok(tx.execute(
         &format!(
             "UPDATE job_definitions SET ({SETTINGS_COLUMNS}) = ({SETTINGS_VALUES}),
                  materialized_through = greatest(materialized_through, $15),
                  next_fire_at = $16, updated_at = $17, revision = revision + 1, paused_until = $19,
-                 timing_changed_at = CASE WHEN cron = $1 AND timezone = $2
-                     THEN timing_changed_at ELSE $17 END
+                 timing_changed_at = CASE WHEN $20 THEN $17 ELSE timing_changed_at END
              WHERE id = $14 AND revision = coalesce($18, revision)"
         ),
         &settings.then(&[
@@ -978,6 +987,7 @@ fn rewrite_definition(
             &now,
             &expected_revision,
             &d.pause_end(),
+            &timing_changed,
         ]),
     )?)
 }
