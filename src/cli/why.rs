@@ -12,7 +12,7 @@ use super::{emit, emit_json, find_definition, Ctx};
 use crate::display::{age, count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::{Definition, Overlap, RunStatus};
-use crate::store::{OpenMode, RunAfterCursor, RunFilter, RunView};
+use crate::store::{OpenMode, RunAfterCursor, RunFilter, RunView, StoppingView};
 use crate::tick::materialize::{
     counted_as_passed_over, with_ended_pause_resumed, INSTANTS_RECORDED_LIMIT,
 };
@@ -150,18 +150,36 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         None => Cause::NoInstantYet,
     };
     let last_fire = instants.first().copied();
+    let open_hosts = open_attempt_hosts(&stopping);
     let why = Why::of(
         &facts,
         &question,
         located.as_ref(),
         &cause,
-        (run.as_ref(), counted_in.as_ref()),
+        (run.as_ref(), counted_in.as_ref(), &open_hosts),
         last_fire,
     );
     if args.json {
         return emit_json(&why);
     }
     emit(&render(&why))
+}
+
+/// The hosts of the open attempts of the first of `stopping` (the run `Facts` names), its newest
+/// attempt's first, each once: a run another host recovered and retried can have two attempts
+/// open, the stalled host's and the retry's, and the wait ends when both jobs are stopped.
+fn open_attempt_hosts(stopping: &[StoppingView]) -> Vec<&str> {
+    let Some(first) = stopping.first() else {
+        return Vec::new();
+    };
+    let mut hosts = Vec::new();
+    // One view per open attempt, a run's together (`Store::stopping_runs`).
+    for view in stopping.iter().filter(|s| s.run.id == first.run.id) {
+        if let Some(host) = view.host.as_deref().filter(|h| !hosts.contains(h)) {
+            hosts.push(host);
+        }
+    }
+    hosts
 }
 
 fn by_instant(runs: Vec<RunView>) -> HashMap<i64, RunView> {
@@ -242,8 +260,11 @@ struct Why<'a> {
 #[derive(Debug, Serialize)]
 struct Stopping<'a> {
     run_id: i64,
-    /// Its open attempt's host (null once the attempt is closed or gone).
+    /// Its latest open attempt's host (null once every attempt is closed or gone).
     host: Option<&'a str>,
+    /// The hosts of all its open attempts, the latest's first: two when another host recovered
+    /// and retried the run, leaving the stalled host's attempt open.
+    open_attempt_hosts: Vec<&'a str>,
     /// By when the tick holding it must have stopped the job; after that, the next tick on its
     /// host stops it.
     stopping_by: UtcTime,
@@ -262,7 +283,7 @@ impl<'a> Why<'a> {
         question: &Question,
         located: Option<&Located>,
         cause: &Cause,
-        (run, counted_in): (Option<&'a RunView>, Option<&RunAfterCursor>),
+        (run, counted_in, open_hosts): (Option<&'a RunView>, Option<&RunAfterCursor>, &[&'a str]),
         last_fire: Option<i64>,
     ) -> Why<'a> {
         let d = facts.definition;
@@ -294,6 +315,7 @@ impl<'a> Why<'a> {
             tz: timing.tz,
             counted_in,
             timing_changed,
+            open_hosts,
         };
         let changed = matches!(located, Some(Located::Recorded(_)));
         // The rule of an expression the schedule has changed from is not known: only the
@@ -348,6 +370,7 @@ impl<'a> Why<'a> {
                 Cause::WaitingBehindStop { .. } => facts.stopping.map(|s| Stopping {
                     run_id: s.run.id,
                     host: s.host.as_deref(),
+                    open_attempt_hosts: open_hosts.to_vec(),
                     stopping_by: UtcTime(s.stopping_by),
                     stopping_by_epoch: s.stopping_by,
                 }),
@@ -375,6 +398,8 @@ struct Text<'f, 'a> {
     /// When the schedule's cron or zone changed after what the cause judges by the expression it
     /// has now (`judged_across_change`).
     timing_changed: Option<i64>,
+    /// The hosts of the open attempts of the cancelled run a due run waits for.
+    open_hosts: &'f [&'a str],
 }
 
 impl Text<'_, '_> {
@@ -691,14 +716,12 @@ impl Text<'_, '_> {
                 hints.push(format!(
                     "runner show {stopping_run_id}   # the cancelled run whose job it waits for"
                 ));
-                let (host, by) = match facts.stopping {
-                    Some(s) => (s.host.as_deref().map(escape_line), s.stopping_by),
-                    None => (None, now),
+                let by = facts.stopping.map_or(now, |s| s.stopping_by);
+                let hosts: Vec<String> = self.open_hosts.iter().map(|h| escape_line(h)).collect();
+                let on = match hosts.as_slice() {
+                    [] => String::new(),
+                    hosts => format!(" on {}", and_list(hosts)),
                 };
-                let on = host
-                    .as_ref()
-                    .map(|h| format!(" on {h}"))
-                    .unwrap_or_default();
                 let mut line = format!(
                     "Waiting: run {stopping_run_id} (cancelled) is still being stopped{on}, by {} \
                      at the latest; run {}, due since {}, starts once that job is stopped, as \
@@ -709,9 +732,15 @@ impl Text<'_, '_> {
                     self.name()
                 );
                 if by < now {
+                    // Each host's next tick stops the job there, and no longer waits for others.
+                    let who = match hosts.as_slice() {
+                        [_, _, ..] => {
+                            format!(" on each of {} stops its job there", and_list(&hosts))
+                        }
+                        _ => format!("{on} stops the job"),
+                    };
                     line.push_str(&format!(
-                        " That time is past: its tick died or hung, and the next tick{on} stops \
-                         the job."
+                        " That time is past: its tick died or hung, and the next tick{who}."
                     ));
                 }
                 line
@@ -877,6 +906,14 @@ fn clock_time(time: NaiveTime) -> String {
         _ => "%H:%M:%S",
     };
     time.format(format).to_string()
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(items: &[String]) -> String {
+    match items {
+        [rest @ .., last] if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => items.join(""),
+    }
 }
 
 /// A failed attempt's error: code and detail.

@@ -510,6 +510,10 @@ fn a_due_run_of_a_forbid_schedule_waits_behind_a_cancelled_job_being_stopped() {
     assert_eq!(report["running_run_id"], Value::Null);
     assert_eq!(report["stopping"]["run_id"], cancelled, "{report}");
     assert_eq!(report["stopping"]["host"], "far-host");
+    assert_eq!(
+        report["stopping"]["open_attempt_hosts"],
+        serde_json::json!(["far-host"])
+    );
     assert_eq!(report["stopping"]["stopping_by"], "2026-11-23T09:31:00Z");
     assert_eq!(
         report["stopping"]["stopping_by_epoch"],
@@ -539,6 +543,62 @@ fn a_due_run_of_a_forbid_schedule_waits_behind_a_cancelled_job_being_stopped() {
     assert_eq!(report["cause"], "waiting_behind_stop", "{report}");
     assert!(
         explanation(&report).contains("That time is past: its tick died or hung, and the next tick on far-host stops the job."),
+        "{report}"
+    );
+}
+
+/// The cancelled run another host recovered and retried has two attempts open, the stalled
+/// host's and the retry's: `why` names both hosts (`host` stays its latest open attempt's).
+#[test]
+fn a_run_waiting_behind_a_cancelled_run_with_two_open_attempts_names_both_hosts() {
+    let env = Env::init();
+    let waiting = a_forbid_schedules_0900_run_due_again(&env);
+    // Forged: attempt 1 open on far-host, stalled; attempt 2, the retry, open on near-host when
+    // the run was cancelled.
+    let cancelled = env.enqueue("queue");
+    forge_stopping(
+        &env,
+        cancelled,
+        "far-host",
+        epoch("2026-11-23T09:20:00Z"),
+        epoch("2026-11-23T09:31:00Z"),
+    );
+    env.sql.exec(
+        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
+             started_at, definition_id)
+         SELECT $1, 2, 'near:4343', 'near-host', 4343, 'retry', started_at, definition_id
+         FROM job_runs WHERE id = $1",
+        &[&cancelled],
+    );
+    env.sql.exec(
+        "UPDATE job_runs SET attempt = 2 WHERE id = $1",
+        &[&cancelled],
+    );
+    let report = why(&env, "2026-11-23T09:30:00Z", &["queue", "--at", "09:00"]);
+    assert_eq!(report["cause"], "waiting_behind_stop", "{report}");
+    assert_eq!(report["run"]["id"], waiting);
+    assert_eq!(report["stopping"]["run_id"], cancelled, "{report}");
+    assert_eq!(report["stopping"]["host"], "near-host", "{report}");
+    assert_eq!(
+        report["stopping"]["open_attempt_hosts"],
+        serde_json::json!(["near-host", "far-host"]),
+        "{report}"
+    );
+    let text = why_text(&env, "2026-11-23T09:30:00Z", &["queue", "--at", "09:00"]);
+    assert!(
+        text.contains(&format!(
+            "Waiting: run {cancelled} (cancelled) is still being stopped on near-host and \
+             far-host, by 2026-11-23T09:31:00+00:00 at the latest;"
+        )),
+        "{text}"
+    );
+    // Past that time, each host's next tick stops the job there.
+    let report = why(&env, "2026-11-23T09:40:00Z", &["queue", "--at", "09:00"]);
+    assert!(
+        explanation(&report).contains(
+            "That time is past: its tick died or hung, and the next tick on each of near-host \
+             and far-host stops its job there."
+        ),
         "{report}"
     );
 }
