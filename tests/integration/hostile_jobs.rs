@@ -1,5 +1,6 @@
-//! Hung and hostile jobs: a job ignoring SIGTERM, daemons escaping into a new session, a job
-//! closing its output early, binary output, death by signal, huge command lines.
+//! Hung and hostile jobs: daemons escaping into a new session, a job closing its output early,
+//! binary output, death by signal, huge command lines. (A job ignoring SIGTERM is killed after
+//! the grace: `execution::timeout_kills_a_job_ignoring_sigterm_and_its_grandchild`.)
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -11,41 +12,6 @@ use crate::common::{
 // ---------------------------------------------------------------------------------------------
 // hung and hostile jobs
 // ---------------------------------------------------------------------------------------------
-
-/// A job that ignores SIGTERM (and whose child does too) is SIGKILLed 10 s after its timeout,
-/// recorded as TIMEOUT, and nothing of it survives.
-#[test]
-fn job_ignoring_sigterm_is_killed_after_the_grace() {
-    let env = Env::init();
-    let pidfile = env.path("sleep.pid");
-    env.add(
-        "stubborn",
-        // Long enough for the shell to set its trap first, however loaded the machine.
-        &["--timeout", "5s", "--max-attempts", "1"],
-        &format!(
-            "trap '' TERM; sleep 60 & echo $! > {}; wait",
-            pidfile.display()
-        ),
-    );
-    let run = env.enqueue("stubborn");
-    let (out, took) = env.tick_within(&[], Duration::from_secs(120));
-    assert!(out.status.success(), "{}", stderr(&out));
-    let row = run_row(&env, run);
-    assert_eq!(row.status, "dead");
-    assert_eq!(row.error_code.as_deref(), Some("TIMEOUT"));
-    assert!(
-        stderr(&out).contains("is dead after 1 attempt(s): TIMEOUT"),
-        "one line for the dead run: {}",
-        stderr(&out)
-    );
-    // Timeout 5 s, then SIGTERM (ignored), then SIGKILL 10 s later: well before the job's 60 s.
-    assert!(
-        took >= Duration::from_secs(15) && took < Duration::from_secs(58),
-        "tick took {took:?}"
-    );
-    let sleeper = read_pid(&pidfile, Duration::from_secs(10));
-    assert!(!process_alive(sleeper), "the TERM-ignoring child survived");
-}
 
 /// A timed-out job whose leftover (a child holding its output) cleans up on SIGTERM gets the
 /// whole grace for it, and one SIGTERM: neither the pipe-leak timeout (2 s after the shell
