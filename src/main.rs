@@ -1,13 +1,11 @@
 //! Parse, run the command, map the error to an exit code: once, here.
 
-use clap::Parser;
-
 use runner::cli::{dispatch, Cli};
 use runner::exit::{self, Failure};
 
 fn main() {
     seed_jitter_from_the_os();
-    let cli = Cli::parse();
+    let cli = Cli::from_command_line();
     let code = match dispatch(cli) {
         Ok(()) => exit::SUCCESS,
         Err(error) => {

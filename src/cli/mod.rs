@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::clock::Clock;
 use crate::exit::Failure;
@@ -293,6 +293,29 @@ pub enum Command {
         "  runner help schedule add"
     ))]
     Help(help::Args),
+}
+
+impl Cli {
+    /// The command line, parsed; on a mistake, clap's message and exit 2.
+    pub fn from_command_line() -> Cli {
+        Cli::try_parse().unwrap_or_else(|error| usage_as_typed(error).exit())
+    }
+}
+
+/// clap takes a flag its environment variable set for one typed, and a missing argument's usage
+/// line names the flags typed: with RUNNER_DB set, `runner cancel` said `Usage: runner cancel
+/// --db <PATH|URL> <RUN_ID|--schedule <NAME>>`, as if --db were what was missing. The same
+/// command line parsed without the variable fails the same way, with the usage line of what was
+/// typed. (The variable is still read for the command: this is only the error's text.)
+fn usage_as_typed(error: clap::Error) -> clap::Error {
+    if error.kind() != clap::error::ErrorKind::MissingRequiredArgument {
+        return error;
+    }
+    let typed = Cli::command().mut_arg("db", |db| db.env(None));
+    match typed.try_get_matches() {
+        Err(again) if again.kind() == error.kind() => again,
+        _ => error,
+    }
 }
 
 /// What every command gets: where the database is, the clock, and who we are.

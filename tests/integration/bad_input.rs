@@ -262,3 +262,32 @@ fn an_unknown_macro_followed_by_fields_is_not_a_known_macro() {
         "{err}"
     );
 }
+
+/// A missing argument's usage line names what is missing, not `--db`: RUNNER_DB set (as every
+/// test's command has it) is not a flag typed. clap took it for one, and `runner cancel` said
+/// `Usage: runner cancel --db <PATH|URL> <RUN_ID|--schedule <NAME>>`.
+#[test]
+fn a_usage_line_does_not_name_the_db_flag_runner_db_set() {
+    let env = Env::new();
+    for (args, usage) in [
+        (
+            &["cancel"][..],
+            "Usage: runner cancel <RUN_ID|--schedule <NAME>>",
+        ),
+        (&["show"], "Usage: runner show <RUN_ID>"),
+        (&["run"], "Usage: runner run <NAME>"),
+        (
+            &["schedule", "add", "x"],
+            "Usage: runner schedule add --cron <EXPR> <NAME> [-- <COMMAND>...]",
+        ),
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.status.code(), Some(2), "runner {args:?}");
+        let message = stderr(&out);
+        assert!(
+            message.lines().any(|line| line == usage),
+            "runner {args:?}: {message}"
+        );
+        assert!(!message.contains("--db"), "runner {args:?}: {message}");
+    }
+}
