@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 use toml::Spanned;
 
-use super::{actor, parse_whole_seconds, Ctx};
+use super::{actor, parse_whole_seconds, Ctx, SCHEDULE_NAME};
 use crate::display::escape_line;
 use crate::exit::Failure;
 use crate::model::{validate_name, Definition, Settings, SettingsChange};
@@ -48,6 +48,7 @@ pub struct ApplyArgs {
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
     /// Only these schedules [default: all].
+    #[arg(value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub names: Vec<String>,
 }
 

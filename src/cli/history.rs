@@ -4,7 +4,9 @@ use anyhow::Result;
 use comfy_table::{Cell, Color, ContentArrangement, Table};
 use serde::Serialize;
 
-use super::{colour_wanted, emit, emit_json, find_definition_row, zone, Ctx, Offering};
+use super::{
+    colour_wanted, emit, emit_json, find_definition_row, zone, Ctx, Offering, SCHEDULE_NAME,
+};
 use crate::display::{duration_of_ms, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::{truncate_detail, RunStatus};
@@ -15,6 +17,7 @@ use crate::tz::Tz;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Only runs of this schedule.
+    #[arg(value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub name: Option<String>,
     /// Only runs in this state: pending, running, succeeded, dead, cancelled or skipped.
     #[arg(long, value_name = "S", value_parser = Offering::<RunStatus>::new(RunStatus::NAMES),

@@ -530,6 +530,11 @@ where
     }
 }
 
+/// The value parser of every argument that takes an existing schedule's name: a plain string,
+/// for which completion offers the database's names (see `completions::SCHEDULE_NAMES`). Pair
+/// it with `hide_possible_values = true`. (Not `schedule add`'s NAME: a new name.)
+pub const SCHEDULE_NAME: Offering<String> = Offering::new(&[completions::SCHEDULE_NAMES]);
+
 pub fn dispatch(cli: Cli) -> Result<()> {
     let clock = Clock::new(cli.now);
     // The database's location is worked out only for commands that use a database, so
@@ -568,7 +573,10 @@ pub fn dispatch(cli: Cli) -> Result<()> {
         Command::Prune(args) => prune::run(args, &ctx()?),
         Command::Migrate(args) => migrate::run(args, &ctx()?),
         Command::Doctor(args) => doctor::run(args, &ctx()?),
-        Command::Completions(args) => completions::run(args),
+        Command::Completions(args) => match args.shell {
+            Some(shell) => completions::run(shell),
+            None => completions::schedule_names(&ctx()?),
+        },
         Command::Man(args) => man::run(args),
         Command::Help(args) => help::run(args),
     }

@@ -9,7 +9,7 @@
 
 use anyhow::Result;
 
-use super::{actor, find_definition, zone, Ctx};
+use super::{actor, find_definition, zone, Ctx, SCHEDULE_NAME};
 use crate::clock::CLOCK_TOLERANCE_SECS;
 use crate::display::{duration_of_secs, local_time, utc_time};
 use crate::exit::Failure;
@@ -20,7 +20,8 @@ use crate::tick::materialize::passed_over_before;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Schedules to re-anchor.
-    #[arg(value_name = "NAME", conflicts_with = "all")]
+    #[arg(value_name = "NAME", conflicts_with = "all", value_parser = SCHEDULE_NAME,
+          hide_possible_values = true)]
     pub names: Vec<String>,
     /// Every schedule; and lower the latest time a tick saw to now, so ticks stop warning that
     /// this clock is behind.

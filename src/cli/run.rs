@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::tick::shutdown_flag;
-use super::{actor, find_definition, held_by_pause, Ctx};
+use super::{actor, find_definition, held_by_pause, Ctx, SCHEDULE_NAME};
 use crate::exit::Failure;
 use crate::model::{AfterFailure, Fenced, NewRun};
 use crate::process::{Outcome, SpawnErrorKind};
@@ -19,6 +19,7 @@ use crate::tick::{runner_error, OnShutdown, Tick, TickOptions, TickReport};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Schedule name.
+    #[arg(value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub name: String,
     /// Execute it now in the foreground, streaming its output, and exit with its exit code.
     /// Refused (exit 2) while the schedule is paused: the run would be held until resume. If the

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::steer::{cancel_before_removal, cancel_run, Cancelled};
 use super::{
     actor, find_definition, find_definition_row, parse_whole_seconds, unknown_schedule, Ctx,
-    Offering,
+    Offering, SCHEDULE_NAME,
 };
 use crate::display::{count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
@@ -208,12 +208,14 @@ pub enum Command {
 #[derive(Debug, clap::Args)]
 pub struct Name {
     /// Schedule name.
+    #[arg(value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub name: String,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct PauseArgs {
     /// Schedule name.
+    #[arg(value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub name: String,
     /// Resume by itself at the first tick at or after this long from now (e.g. 30m, 2h, 1d).
     #[arg(long = "for", value_name = "DUR", value_parser = parse_whole_seconds)]
@@ -226,6 +228,7 @@ pub struct PauseArgs {
 #[derive(Debug, clap::Args)]
 pub struct RmArgs {
     /// Schedule name.
+    #[arg(value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub name: String,
     /// Also when a run of it is running: cancel that run (its job is killed), then remove.
     #[arg(long)]
@@ -242,6 +245,7 @@ pub struct JsonFlag {
 #[derive(Debug, clap::Args)]
 pub struct NameJson {
     /// Schedule name.
+    #[arg(value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub name: String,
     /// Machine-readable output.
     #[arg(long)]
@@ -265,6 +269,7 @@ pub struct AddArgs {
 #[derive(Debug, clap::Args)]
 pub struct EditArgs {
     /// Schedule name.
+    #[arg(value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub name: String,
     #[command(flatten)]
     pub flags: SettingsFlags,
@@ -338,6 +343,7 @@ pub struct SettingsFlags {
 #[command(group(clap::ArgGroup::new("what").required(true).args(["name", "cron"])))]
 pub struct NextArgs {
     /// Schedule name (or use --cron).
+    #[arg(value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub name: Option<String>,
     /// Preview an expression instead of a schedule.
     #[arg(long, value_name = "EXPR")]

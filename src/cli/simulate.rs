@@ -7,7 +7,7 @@ use chrono::{Datelike, TimeDelta};
 use comfy_table::Table;
 use serde::Serialize;
 
-use super::{emit, emit_json, find_definition, Ctx};
+use super::{emit, emit_json, find_definition, Ctx, SCHEDULE_NAME};
 use crate::display::{count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::CatchUp;
@@ -24,6 +24,7 @@ const MAX_INSTANTS: usize = 200_000;
 #[command(group(clap::ArgGroup::new("what").required(true).args(["name", "cron"])))]
 pub struct Args {
     /// Schedule name (or use --cron).
+    #[arg(value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub name: Option<String>,
     /// Simulate an expression instead of a schedule (no catch-up then).
     #[arg(long, value_name = "EXPR")]

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::show::find_run;
-use super::{actor, emit, find_definition_row, held_by_pause, Ctx};
+use super::{actor, emit, find_definition_row, held_by_pause, Ctx, SCHEDULE_NAME};
 use crate::display::{count, escape_line, local_time};
 use crate::exit::Failure;
 use crate::model::{Actor, RunStatus, Steer, Steered};
@@ -26,7 +26,7 @@ pub struct CancelArgs {
     /// Run id, as `runner history` lists it.
     pub run_id: Option<i64>,
     /// Cancel every pending and running run of this schedule instead of one run.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub schedule: Option<String>,
 }
 

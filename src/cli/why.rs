@@ -8,7 +8,7 @@ use chrono::{DateTime, Datelike, NaiveTime, Timelike, Utc};
 use serde::Serialize;
 
 use super::history::RunRow;
-use super::{emit, emit_json, find_definition, Ctx};
+use super::{emit, emit_json, find_definition, Ctx, SCHEDULE_NAME};
 use crate::display::{age, count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::{Definition, Overlap, RunStatus};
@@ -26,6 +26,7 @@ use crate::why::{
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Schedule name.
+    #[arg(value_parser = SCHEDULE_NAME, hide_possible_values = true)]
     pub name: String,
     /// The time to explain [default: the latest instant that did not produce a succeeded run].
     /// RFC 3339 with an offset (2026-11-23T10:30:00Z, 2026-11-23T10:30:00-05:00), or a

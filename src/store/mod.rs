@@ -91,6 +91,11 @@ pub enum OpenMode {
     /// refuses a database that someone else could have written (whoever writes it decides what
     /// runs; for SQLite see `sqlite_security`).
     Execute,
+    /// A look that changes nothing, for shell completion (`completions --schedule-names`), which
+    /// runs while someone types: read only (nothing created, migrated or switched to WAL; a
+    /// schema older than this runner's is refused, not brought up to date), and on PostgreSQL
+    /// short timeouts whatever the URL says: an answer later than that is no use.
+    Peek,
 }
 
 /// Where the database lives, from `--db` / `RUNNER_DB` / the XDG default.
@@ -270,8 +275,12 @@ pub fn open_if_present(location: &Location) -> anyhow::Result<Option<Box<dyn Sto
     match location {
         Location::Sqlite(path) if !sqlite::exists(path)? => Ok(None),
         Location::Sqlite(_) => open(location, OpenMode::MustExist).map(Some),
-        Location::Postgres(url) => Ok(PostgresStore::open_if_present(url, &location.to_string())?
-            .map(|store| Box::new(store) as Box<dyn Store>)),
+        Location::Postgres(url) => {
+            Ok(
+                PostgresStore::open_if_present(url, &location.to_string(), OpenMode::MustExist)?
+                    .map(|store| Box::new(store) as Box<dyn Store>),
+            )
+        }
     }
 }
 
@@ -283,6 +292,21 @@ pub fn open_without_creating(location: &Location) -> anyhow::Result<Option<Box<d
     match location {
         Location::Sqlite(path) if sqlite::is_empty_file(path) => Ok(None),
         _ => open_if_present(location),
+    }
+}
+
+/// The database at `location` opened as `OpenMode::Peek`, or `None` where there is no runner
+/// database yet (a missing or empty SQLite file; a PostgreSQL database without runner's schema).
+pub fn peek(location: &Location) -> anyhow::Result<Option<Box<dyn Store>>> {
+    match location {
+        Location::Sqlite(path) if !sqlite::exists(path)? || sqlite::is_empty_file(path) => Ok(None),
+        Location::Sqlite(_) => open(location, OpenMode::Peek).map(Some),
+        Location::Postgres(url) => {
+            Ok(
+                PostgresStore::open_if_present(url, &location.to_string(), OpenMode::Peek)?
+                    .map(|store| Box::new(store) as Box<dyn Store>),
+            )
+        }
     }
 }
 

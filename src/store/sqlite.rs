@@ -243,15 +243,19 @@ impl SqliteStore {
         // leaves nothing behind. Only an empty file, which they must make a database, is not
         // read immutable.
         if path.metadata().is_ok_and(|m| m.len() > 0)
-            && !files::writable(path)
+            && (!files::writable(path) || mode == OpenMode::Peek)
             && !files::maybe_in_use(path)
             && files::immutable_read_sees_everything(path)
         {
             return Self::open_immutable(path, mode);
         }
         // READ_WRITE without CREATE: SQLite opens a read-only file read-only, so reads still work
-        // and writes fail with a clear error.
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        // and writes fail with a clear error. A peek opens it read-only whatever its mode.
+        let access = match mode {
+            OpenMode::Peek => OpenFlags::SQLITE_OPEN_READ_ONLY,
+            _ => OpenFlags::SQLITE_OPEN_READ_WRITE,
+        };
+        let flags = access | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|e| cannot_open(path, &e))?;
         let mut store = SqliteStore {
             conn,
@@ -399,6 +403,13 @@ impl SqliteStore {
         self.found_version = version;
         if version == known {
             return Ok(());
+        }
+        if mode == OpenMode::Peek {
+            return Err(Failure::database(format!(
+                "{shown} has schema version {version}, older than this runner's ({known}); \
+                 `runner init` brings it up to date"
+            ))
+            .into());
         }
         let tx = self
             .write()

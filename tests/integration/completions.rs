@@ -57,8 +57,14 @@ fn runner(env: &Env, args: &[&str]) -> String {
 
 /// Run a shell script; require exit 0 and nothing on stderr (the script loaded cleanly).
 fn shell(env: &Env, program: &str, args: &[&str]) -> String {
+    shell_with(env, program, args, &[])
+}
+
+/// `shell`, with these variables set too.
+fn shell_with(env: &Env, program: &str, args: &[&str], vars: &[(&str, &str)]) -> String {
     let out = command(env, program)
         .args(args)
+        .envs(vars.iter().copied())
         .output()
         .expect("spawn shell");
     assert!(
@@ -132,6 +138,11 @@ fn help_topics(env: &Env) -> Vec<String> {
 /// What bash offers for the last of `words` (shell words: `runner history --status ''`), with
 /// runner's completion script loaded, in the env's directory (which has files in it).
 fn bash_complete(env: &Env, words: &str) -> Vec<String> {
+    bash_complete_with(env, words, &[])
+}
+
+/// `bash_complete`, with these variables set too.
+fn bash_complete_with(env: &Env, words: &str, vars: &[(&str, &str)]) -> Vec<String> {
     let program = format!(
         "source <(runner completions bash)\n\
          COMP_WORDS=({words}); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))\n\
@@ -139,7 +150,7 @@ fn bash_complete(env: &Env, words: &str) -> Vec<String> {
          _runner runner \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"\n\
          printf '%s\\n' \"${{COMPREPLY[@]}}\""
     );
-    shell(env, "bash", &["-c", &program])
+    shell_with(env, "bash", &["-c", &program], vars)
         .lines()
         .map(str::to_string)
         .collect()
@@ -327,6 +338,186 @@ fn completion_offers_the_zone_names_for_tz() {
         offered.iter().all(|w| w.starts_with("Europe/B")),
         "fish: {offered:?}"
     );
+}
+
+/// The words each shell offers after `runner LINE`, flags left out: bash (LINE as shell words,
+/// kept quoted as bash keeps them in COMP_WORDS), zsh (its names function called as its
+/// completion calls it, with the line before the cursor) and fish, where installed.
+fn names_offered(env: &Env, words: &str, line: &str, vars: &[(&str, &str)]) -> Vec<Vec<String>> {
+    let not_flags = |offered: Vec<String>| -> Vec<String> {
+        offered
+            .into_iter()
+            .filter(|word| !word.is_empty() && !word.starts_with('-'))
+            .collect()
+    };
+    let mut offered = vec![not_flags(bash_complete_with(
+        env,
+        &format!("runner {words} ''"),
+        vars,
+    ))];
+    let line = format!("runner {line} ");
+    let with_line = [vars, &[("LINE", line.as_str())]].concat();
+    if installed("zsh", "zsh") {
+        let zsh = shell_with(
+            env,
+            "zsh",
+            &[
+                "-f",
+                "-c",
+                "autoload -U compinit; compinit -u; source <(runner completions zsh); \
+                 compadd() { print -rl -- ${(P)2} }; LBUFFER=$LINE; _runner_schedule_names",
+            ],
+            &with_line,
+        );
+        offered.push(not_flags(zsh.lines().map(str::to_string).collect()));
+    }
+    if installed("fish", "fish") {
+        let fish = shell_with(
+            env,
+            "fish",
+            &[
+                "--no-config",
+                "-c",
+                "runner completions fish | source; complete -C \"$LINE\"",
+            ],
+            &with_line,
+        );
+        let words = fish
+            .lines()
+            .filter_map(|line| line.split('\t').next())
+            .map(str::to_string)
+            .collect();
+        offered.push(not_flags(words));
+    }
+    offered
+}
+
+/// Where a command takes a schedule's name, completion offers the names in the database: the
+/// one `--db` names on the line being completed, else RUNNER_DB's.
+#[test]
+fn completion_offers_the_schedule_names_where_a_command_takes_one() {
+    let env = Env::init();
+    env.add("backup", &[], "true");
+    env.add("report", &[], "true");
+    let db = env.sql.location().to_string();
+    let zsh = runner(&env, &["completions", "zsh"]);
+    assert!(
+        zsh.contains("':name -- Schedule name:_runner_schedule_names'"),
+        "zsh: no names for NAME"
+    );
+    for line in [
+        "run",
+        "schedule show",
+        "schedule rm",
+        "schedule pause",
+        "schedule edit",
+        "history",
+        "why",
+        "cancel --schedule",
+        "schedule export backup",
+        "schedule reanchor",
+    ] {
+        // As typed: quoted (bash keeps the quotes in the word), or as `--db=VALUE`, which bash
+        // splits at `=` and, unquoted, at each `:` of a URL.
+        let typed = format!("--db '{db}' {line}");
+        for offered in names_offered(&env, &format!("--db \"'{db}'\" {line}"), &typed, &[]) {
+            assert_eq!(offered, ["backup", "report"], "runner {typed} <TAB>");
+        }
+        let typed = format!("--db={db} {line}");
+        let split = db.replace(':', " : ");
+        for offered in names_offered(&env, &format!("--db = {split} {line}"), &typed, &[]) {
+            assert_eq!(offered, ["backup", "report"], "runner {typed} <TAB>");
+        }
+        for offered in names_offered(&env, line, line, &[("RUNNER_DB", &db)]) {
+            assert_eq!(
+                offered,
+                ["backup", "report"],
+                "RUNNER_DB: runner {line} <TAB>"
+            );
+        }
+    }
+    // A new schedule's name is not one of them (zsh: the script does not ask for them there).
+    let offered = bash_complete_with(&env, "runner schedule add ''", &[("RUNNER_DB", &db)]);
+    assert!(
+        offered.iter().all(|word| word.starts_with('-')),
+        "schedule add <TAB>: {offered:?}"
+    );
+    assert!(
+        zsh.contains("':name -- Schedule name (unique):_default'"),
+        "zsh: schedule add"
+    );
+}
+
+/// No database, no names: nothing is offered, nothing printed, and no database or directory is
+/// created, at RUNNER_DB, at the default location, or where `--db` points.
+#[test]
+fn completion_offers_no_names_and_creates_nothing_where_there_is_no_database() {
+    let env = Env::new();
+    assert_eq!(runner(&env, &["completions", "--schedule-names"]), "");
+    let out = command(&env, BIN)
+        .args(["completions", "--schedule-names"])
+        .env_remove("RUNNER_DB")
+        .output()
+        .expect("spawn runner");
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "{:?}: {}",
+        out.status.code(),
+        stderr(&out)
+    );
+    let absent = env.path("absent/runner.db");
+    let absent = absent.to_str().expect("UTF-8 path");
+    for (words, line) in [
+        ("run".to_string(), "run".to_string()),
+        (
+            format!("--db {absent} schedule rm"),
+            format!("--db {absent} schedule rm"),
+        ),
+    ] {
+        for offered in names_offered(&env, &words, &line, &[]) {
+            assert!(offered.is_empty(), "runner {line} <TAB>: {offered:?}");
+        }
+    }
+    assert!(!env.path("absent").exists(), "--db's directory was created");
+    assert_no_database(&env);
+}
+
+/// A database whose path has spaces, quoted or escaped as typed.
+#[test]
+fn completion_offers_the_names_of_a_database_whose_path_has_spaces() {
+    let env = Env::new();
+    let db = env.path("my schedules/run ner.db");
+    let db = db.to_str().expect("UTF-8 path").to_string();
+    for args in [
+        &["init"][..],
+        &[
+            "schedule", "add", "nightly", "--cron", "@daily", "--", "true",
+        ],
+    ] {
+        let out = command(&env, BIN)
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .expect("spawn runner");
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+    let escaped = db.replace(' ', "\\ ");
+    for (words, line) in [
+        (format!("--db \"'{db}'\" run"), format!("--db '{db}' run")),
+        (
+            format!("--db '{escaped}' run"),
+            format!("--db {escaped} run"),
+        ),
+        (
+            format!("--db \"\\\"{db}\\\"\" run"),
+            format!("--db \"{db}\" run"),
+        ),
+    ] {
+        for offered in names_offered(&env, &words, &line, &[]) {
+            assert_eq!(offered, ["nightly"], "runner {line} <TAB>");
+        }
+    }
 }
 
 #[test]

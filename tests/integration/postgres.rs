@@ -480,6 +480,43 @@ fn a_server_that_accepts_and_never_answers_times_out_exit_4() {
     }
 }
 
+/// The schedule names for completion wait 2 s at most for a server, whatever the URL's
+/// connect_timeout says: someone is waiting at a TAB. (The listener is this test's.)
+#[test]
+fn schedule_names_give_up_on_a_server_that_never_answers_after_two_seconds() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let home = tempfile::tempdir().expect("tempdir");
+    let url = format!("postgres://someone@127.0.0.1:{port}/runner?connect_timeout=600");
+    let mut child = Command::new(BIN)
+        .args(["--db", &url, "completions", "--schedule-names"])
+        .env("HOME", home.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn runner");
+    // Generous: the point is that it ends, and the message says after how long.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("runner was still connecting after 120s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("timed out after 2s"), "{err}");
+    assert!(out.stdout.is_empty(), "{}", stdout(&out));
+}
+
 /// A password given as the `password=` parameter is masked wherever the URL is shown or stored,
 /// as a `user:password@` one is: `init`, `status` (text and JSON), the header of `schedule
 /// export`, a URL error, and the source's record of where `migrate` moved a run.

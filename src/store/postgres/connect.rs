@@ -98,10 +98,31 @@ pub enum Plans {
     Indexed,
 }
 
+/// How long a session may wait, and whether it may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Patience {
+    /// A command's: the timeouts above, or the URL's.
+    Work,
+    /// A glance while someone types (shell completion, `OpenMode::Peek`): connecting and each
+    /// statement get `GLANCE_TIMEOUT` at most whatever the URL says, and the session is read-only.
+    Glance,
+}
+
+/// The longest a glance (`Patience::Glance`) waits to connect, or for a statement.
+pub const GLANCE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Connect to the database at `url` (`shown`: the URL with its password masked).
-pub fn connect(url: &str, shown: &str, plans: Plans) -> Result<(Client, Server)> {
+pub fn connect(
+    url: &str,
+    shown: &str,
+    plans: Plans,
+    patience: Patience,
+) -> Result<(Client, Server)> {
     let (config, verify) = parse(url, shown)?;
     let (mut config, server) = complete(config, plans);
+    if patience == Patience::Glance {
+        glance(&mut config);
+    }
     let tls = tls_connector(verify)
         .map_err(|e| Failure::database(format!("{server}: cannot set up TLS: {e}")))?;
     if let Some(password) = password_for(&config, &server) {
@@ -315,6 +336,23 @@ fn complete(mut config: Config, plans: Plans) -> (Config, Server) {
             user,
         },
     )
+}
+
+/// Make a completed configuration a glance's: its timeouts at most `GLANCE_TIMEOUT`, the URL's
+/// included, and every transaction read-only (the later `-c` of an option wins).
+fn glance(config: &mut Config) {
+    if config
+        .get_connect_timeout()
+        .is_none_or(|given| *given > GLANCE_TIMEOUT)
+    {
+        config.connect_timeout(GLANCE_TIMEOUT);
+    }
+    let options = format!(
+        "{} -c statement_timeout={}ms -c default_transaction_read_only=on",
+        config.get_options().unwrap_or_default(),
+        GLANCE_TIMEOUT.as_millis()
+    );
+    config.options(&options);
 }
 
 fn login_name() -> Option<String> {
@@ -692,6 +730,30 @@ mod tests {
             parse("postgres://u:se%40cret@h/d?application_name=a@b", "x").expect("parse");
         assert_eq!(config.get_password(), Some(&b"se@cret"[..]));
         assert_eq!(config.get_hosts().len(), 1);
+    }
+
+    #[test]
+    fn a_glance_waits_two_seconds_at_most_and_writes_nothing() {
+        for url in [
+            "postgres://app@db/x",
+            "postgres://app@db/x?connect_timeout=30",
+        ] {
+            let (config, _) = parse(url, "x").expect("parse");
+            let (mut config, _) = complete(config, Plans::Any);
+            glance(&mut config);
+            assert_eq!(config.get_connect_timeout(), Some(&GLANCE_TIMEOUT), "{url}");
+            let options = config.get_options().expect("options");
+            // The later setting of a name wins.
+            assert!(
+                options
+                    .ends_with(" -c statement_timeout=2000ms -c default_transaction_read_only=on"),
+                "{options}"
+            );
+        }
+        let (config, _) = parse("postgres://app@db/x?connect_timeout=1", "x").expect("parse");
+        let (mut config, _) = complete(config, Plans::Any);
+        glance(&mut config);
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(1)));
     }
 
     #[test]

@@ -98,8 +98,9 @@ pub struct PostgresStore {
     /// How the server ended the session, as a probe found it while connecting again failed:
     /// what each later use reports until a connection is made again (`client()`).
     farewell: RefCell<Option<String>>,
-    /// The plans its sessions allow (to connect again the same way).
+    /// The plans its sessions allow, and how long they wait (to connect again the same way).
     plans: connect::Plans,
+    patience: connect::Patience,
     /// What names this database in a job's marker, as the server knows it (`Store::identity`).
     identity: String,
 }
@@ -176,7 +177,7 @@ fn query_one_prepared(
 impl PostgresStore {
     pub fn open(url: &str, shown: &str, mode: OpenMode) -> Result<PostgresStore> {
         let mut store = PostgresStore::connect(url, shown, mode)?;
-        store.found_version = match store.migrate(mode == OpenMode::CreateIfMissing)? {
+        store.found_version = match store.schema(mode)? {
             Some(version) => version,
             None => {
                 return Err(Failure::database(format!(
@@ -190,12 +191,16 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// `open` (`MustExist`), or `None` when the database has no runner schema yet: what a
-    /// missing SQLite file is to a command that only looks (`schedule apply --dry-run`).
-    /// Creates nothing.
-    pub fn open_if_present(url: &str, shown: &str) -> Result<Option<PostgresStore>> {
-        let mut store = PostgresStore::connect(url, shown, OpenMode::MustExist)?;
-        let Some(version) = store.migrate(false)? else {
+    /// `open` (`MustExist` or `Peek`), or `None` when the database has no runner schema yet:
+    /// what a missing SQLite file is to a command that only looks (`schedule apply --dry-run`,
+    /// completion). Creates nothing.
+    pub fn open_if_present(
+        url: &str,
+        shown: &str,
+        mode: OpenMode,
+    ) -> Result<Option<PostgresStore>> {
+        let mut store = PostgresStore::connect(url, shown, mode)?;
+        let Some(version) = store.schema(mode)? else {
             return Ok(None);
         };
         store.found_version = version;
@@ -214,9 +219,13 @@ impl PostgresStore {
     fn connect(url: &str, shown: &str, mode: OpenMode) -> Result<PostgresStore> {
         let plans = match mode {
             OpenMode::Execute => connect::Plans::Indexed,
-            OpenMode::MustExist | OpenMode::CreateIfMissing => connect::Plans::Any,
+            OpenMode::MustExist | OpenMode::CreateIfMissing | OpenMode::Peek => connect::Plans::Any,
         };
-        let (client, server) = connect::connect(url, shown, plans)?;
+        let patience = match mode {
+            OpenMode::Peek => connect::Patience::Glance,
+            _ => connect::Patience::Work,
+        };
+        let (client, server) = connect::connect(url, shown, plans, patience)?;
         Ok(PostgresStore {
             client: RefCell::new(client),
             server,
@@ -228,8 +237,27 @@ impl PostgresStore {
             last_used: std::cell::Cell::new(Instant::now()),
             farewell: RefCell::new(None),
             plans,
+            patience,
             identity: String::new(),
         })
+    }
+
+    /// The schema version found, as `migrate` finds it for `mode`; a peek only reads it, and
+    /// refuses a schema older than this runner's rather than bring it up to date.
+    fn schema(&self, mode: OpenMode) -> Result<Option<i64>> {
+        if mode != OpenMode::Peek {
+            return self.migrate(mode == OpenMode::CreateIfMissing);
+        }
+        let known = MIGRATIONS.len() as i64;
+        match self.read(schema_version)? {
+            Some(version) if version > known => Err(self.newer_schema(version)),
+            Some(version) if version < known => Err(Failure::database(format!(
+                "{} has schema version {version}, older than this runner's ({known}); \
+                 `runner init` brings it up to date",
+                self.server
+            ))),
+            found => Ok(found),
+        }
     }
 
     /// Bring the schema up to date, creating it if there is none and `create` says so (`init`,
@@ -365,8 +393,8 @@ impl PostgresStore {
             *self.farewell.borrow_mut() = Some(connect::cause(loss));
         }
         if client.is_closed() {
-            let (fresh, _) =
-                connect::connect(&self.url, &self.shown, self.plans).map_err(|error| {
+            let (fresh, _) = connect::connect(&self.url, &self.shown, self.plans, self.patience)
+                .map_err(|error| {
                     connect::server_away(&self.server, self.farewell.borrow().as_deref(), error)
                 })?;
             *client = fresh;
@@ -721,7 +749,8 @@ struct PostgresDueReader {
 
 impl PostgresDueReader {
     fn open(store: &PostgresStore, now: i64, read: HashSet<i64>) -> Result<PostgresDueReader> {
-        let (mut client, server) = connect::connect(&store.url, &store.shown, store.plans)?;
+        let (mut client, server) =
+            connect::connect(&store.url, &store.shown, store.plans, store.patience)?;
         client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
         let no_limit: Option<i64> = None;
         client.execute(
