@@ -723,16 +723,14 @@ impl Supervisor {
         self.active.push(a);
     }
 
-    /// Runs claimed but not released yet, or not back from the spawner.
+    /// Runs claimed but not released yet (their start to be written again included), or not
+    /// back from the spawner.
     fn in_hand(&self, spawner: &Spawner) -> usize {
-        self.active.len() + self.ready.len() + self.locked_starts() + spawner.in_flight
-    }
-
-    /// Jobs at their gate whose start is to be written again.
-    fn locked_starts(&self) -> usize {
-        self.locked_starts
+        let locked = self
+            .locked_starts
             .as_ref()
-            .map_or(0, |locked| locked.jobs.len())
+            .map_or(0, |locked| locked.jobs.len());
+        self.active.len() + self.ready.len() + locked + spawner.in_flight
     }
 
     /// Write again the starts that waited out another process's lock (see
