@@ -85,6 +85,14 @@ const MIN_AHEAD: usize = 8;
 /// A write takes well under a millisecond; only a wait for another process's lock (SQLite's
 /// write lock, a PostgreSQL row lock: up to 15 s) or a slow server lasts this long.
 const TEND_HELD_UP_AFTER: Duration = Duration::from_millis(50);
+/// The pause before starts that met another process's lock are written again, after the first
+/// try that met it: it doubles with each further try that meets it, up to
+/// `LOCKED_START_PAUSE_MAX` (and a tenth of the lease), and is the first again once a start
+/// lands. A write that waited out the lock (SQLite's 15 s wait) barely notices; one refused at
+/// once (a PostgreSQL lock timeout, SQLite's busy that skips the wait to avoid a deadlock) would
+/// otherwise be tried again at every turn of the loop, a core spent until the leases ran out.
+const LOCKED_START_PAUSE_FIRST: Duration = Duration::from_millis(10);
+const LOCKED_START_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// Helper threads that spawn prepared jobs. Two: a spawn is CPU work of the new shell (its
 /// `exec`), and this machine class has two cores; more threads measured no faster.
 const SPAWN_THREADS: usize = 2;
@@ -347,9 +355,11 @@ struct Supervisor {
     /// Ends whose write waited out another process's lock while their leases held: written
     /// with the next ends, at the next turn of the loop (see `record::record_decided`).
     unwritten: DecidedEnds,
-    /// Jobs at their gate whose start waited out another process's lock while their leases
-    /// held: written again at the next turn of the loop (see [`record_gated_starts`]).
+    /// Jobs at their gate whose start met another process's lock while their leases held:
+    /// written again after a pause (see [`record_gated_starts`]).
     locked_starts: Option<LockedStarts>,
+    /// The pause before the next try of starts that meet the lock (`LOCKED_START_PAUSE_FIRST`).
+    locked_start_pause: Duration,
 }
 
 /// Jobs spawned at their gate whose start could not be written for another process's lock,
@@ -358,6 +368,8 @@ struct Supervisor {
 struct LockedStarts {
     jobs: Vec<Active>,
     met: anyhow::Error,
+    /// When they are written again.
+    retry_at: Instant,
 }
 
 impl Supervisor {
@@ -382,6 +394,7 @@ impl Supervisor {
             tender: Tender::start(Arc::clone(&tick.options.shutdown), tick.options.on_shutdown),
             unwritten: DecidedEnds::default(),
             locked_starts: None,
+            locked_start_pause: LOCKED_START_PAUSE_FIRST,
         }
     }
 
@@ -733,16 +746,56 @@ impl Supervisor {
         self.active.len() + self.ready.len() + locked + spawner.in_flight
     }
 
-    /// Write again the starts that waited out another process's lock (see
+    /// Write again the starts that met another process's lock, once their pause is over (see
     /// [`record_gated_starts`]).
     fn retry_locked_starts(&mut self, tick: &mut Tick<'_>) {
-        if let Some(locked) = self.locked_starts.take() {
+        let due = |locked: &mut LockedStarts| Instant::now() >= locked.retry_at;
+        if let Some(locked) = self.locked_starts.take_if(due) {
             record_gated_starts(tick, locked.jobs, self);
         }
     }
 
+    /// Starts that met another process's lock, with the earlier ones that met it: they are
+    /// written again after the pause, which grows for the next time (but never past the moment
+    /// the first of their leases runs out, when the last try is made). Handed back (`Err`) when
+    /// a lease already ran out: they never start.
+    fn hold_locked_starts(&mut self, locked: LockedStarts) -> Result<(), LockedStarts> {
+        let lease = self.lease();
+        let Some(lease_left) = locked
+            .jobs
+            .iter()
+            .map(|a| lease.checked_sub(a.lease_seen_at.elapsed()))
+            .min()
+            .flatten()
+            .filter(|left| !left.is_zero())
+        else {
+            return Err(locked);
+        };
+        let pause = self.locked_start_pause;
+        let ceiling = LOCKED_START_PAUSE_MAX.min(lease / 10);
+        self.locked_start_pause = (pause * 2).min(ceiling);
+        self.locked_starts = Some(LockedStarts {
+            retry_at: Instant::now() + pause.min(lease_left),
+            ..locked
+        });
+        Ok(())
+    }
+
+    /// How long the loop may sleep: until the next poll of the jobs; with none running, until
+    /// the next try of starts that met the lock, in steps short enough to see a shutdown signal
+    /// soon.
+    fn pause(&self) -> Duration {
+        match &self.locked_starts {
+            Some(locked) if self.active.is_empty() => locked
+                .retry_at
+                .saturating_duration_since(Instant::now())
+                .min(MAX_POLL_INTERVAL),
+            _ => poll_interval(&self.active),
+        }
+    }
+
     fn sleep(&self) {
-        std::thread::sleep(poll_interval(&self.active));
+        std::thread::sleep(self.pause());
     }
 
     /// Until the next poll is due, or a spawned job comes back (returned, to be recorded).
@@ -753,7 +806,7 @@ impl Supervisor {
         if let Some(wakeup) = spawner.wakeup {
             // Ends are seen as they come, so the timer is only for what no exit announces: a
             // timeout, a kill's grace, pipes still being read, a second look for leftovers.
-            wakeup.sleep(poll_interval(&self.active).max(WOKEN_POLL_FLOOR));
+            wakeup.sleep(self.pause().max(WOKEN_POLL_FLOOR));
             return match spawner.spawned.try_recv() {
                 Ok(spawned) => spawned,
                 Err(TryRecvError::Empty) => Vec::new(),
@@ -764,7 +817,7 @@ impl Supervisor {
             self.sleep();
             return Vec::new();
         }
-        match spawner.spawned.recv_timeout(poll_interval(&self.active)) {
+        match spawner.spawned.recv_timeout(self.pause()) {
             Ok(spawned) => spawned,
             Err(RecvTimeoutError::Timeout) => Vec::new(),
             Err(RecvTimeoutError::Disconnected) => spawner.helpers_gone(),
@@ -1249,7 +1302,7 @@ pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
             supervisor.write_again(again);
         }
         supervisor.heartbeat_if_due(tick);
-        if !supervisor.active.is_empty() {
+        if !supervisor.active.is_empty() || supervisor.locked_starts.is_some() {
             supervisor.sleep();
         }
     }
@@ -1331,10 +1384,11 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
 }
 
 /// Record the starts of jobs held at their gate in one transaction, and prepare the ones that
-/// landed (see [`start_spawned`]). A write that waited out another process's lock (busy after
-/// the whole wait) changed nothing: while every one of their leases was seen held less than a
-/// lease ago, the jobs wait at their gate and their starts are written again at the next turn
-/// of the loop, as an end is; past that, they never start ([`give_up_locked_starts`]).
+/// landed (see [`start_spawned`]). A write that met another process's lock (busy, after the
+/// whole wait or at once) changed nothing: while every one of their leases was seen held less
+/// than a lease ago, the jobs wait at their gate and their starts are written again after a
+/// pause that grows with each try (`LOCKED_START_PAUSE_FIRST`), the loop serving the other jobs
+/// meanwhile; past that, they never start ([`give_up_locked_starts`]).
 fn record_gated_starts(tick: &mut Tick<'_>, gated: Vec<Active>, supervisor: &mut Supervisor) {
     if tick.writes_stopped() {
         // Spawned after the database stopped taking writes (a claim is not made then either):
@@ -1358,11 +1412,17 @@ fn record_gated_starts(tick: &mut Tick<'_>, gated: Vec<Active>, supervisor: &mut
         .collect();
     let now = tick.clock.epoch();
     let lease_expires_at = now + supervisor.lease_secs;
-    let landed = match supervisor.lend(|| tick.store.record_starts(&starts, now, lease_expires_at))
-    {
+    let landed = match supervisor.lend(|| {
+        if super::test_fault("record-starts") {
+            let forged = crate::exit::Failure::Busy("forged: the database is locked".into());
+            return Err(anyhow::Error::from(forged).into());
+        }
+        tick.store.record_starts(&starts, now, lease_expires_at)
+    }) {
         Ok(landed) => {
             // A durable commit: the results written deferred before it are durable too.
             results_durable(tick);
+            supervisor.locked_start_pause = LOCKED_START_PAUSE_FIRST;
             Some(landed)
         }
         Err(e) => {
@@ -1375,15 +1435,13 @@ fn record_gated_starts(tick: &mut Tick<'_>, gated: Vec<Active>, supervisor: &mut
                     .take()
                     .map_or_else(Vec::new, |earlier| earlier.jobs);
                 jobs.extend(gated);
-                let lease = supervisor.lease();
-                let locked = LockedStarts { jobs, met: e };
-                if locked
-                    .jobs
-                    .iter()
-                    .all(|a| a.lease_seen_at.elapsed() < lease)
-                {
-                    supervisor.locked_starts = Some(locked);
-                } else {
+                // When to try again is the supervisor's to say.
+                let locked = LockedStarts {
+                    jobs,
+                    met: e,
+                    retry_at: Instant::now(),
+                };
+                if let Err(locked) = supervisor.hold_locked_starts(locked) {
                     let why = "the database stayed locked by another process for as long as \
                                the leases held";
                     give_up_locked_starts(tick, locked, why);

@@ -381,8 +381,10 @@ fn unrecorded_line(unrecorded: &[(i64, u32)], not_started: usize) -> Option<Stri
 /// sleep wins them. `RUNNER_TEST_HOOK=POINT:kill` SIGKILLs this process at POINT;
 /// `RUNNER_TEST_HOOK=POINT:wait=PATH` stalls there until PATH exists, having created
 /// `PATH.reached` so the test knows it got there; `POINT:fail` fails there, at the points that
-/// can (see [`test_fault`]), and `POINT:fail-after=PATH` fails there once PATH exists (a job can
-/// make the writes after it fail). Several may be given, comma-separated. The points:
+/// can (see [`test_fault`]), `POINT:fail-after=PATH` fails there once PATH exists (a job can
+/// make the writes after it fail), and `POINT:fail-counted=PATH` fails there every time, adding
+/// a line to PATH each time (a test counts the tries). Several may be given, comma-separated.
+/// The points:
 /// - `recovering`: expired leases read, before any is recovered;
 /// - `claimed`: a claim committed, before any job is spawned;
 /// - `spawned`: jobs spawned at their gate, before their start is recorded;
@@ -399,6 +401,9 @@ fn unrecorded_line(unrecorded: &[(i64, u32)], not_started: usize) -> Option<Stri
 /// - `due-reader` (`:fail` only): a tick opening its second connection for the due schedules;
 /// - `record-ends` (`:fail` and `:fail-after` only): a tick writing the ends of its jobs (as a
 ///   full disk fails it);
+/// - `record-starts` (`:fail` and `:fail-counted` only): a tick writing the starts of its jobs,
+///   refused at once as busy (as a PostgreSQL lock timeout, or SQLite's busy that skips its wait
+///   to avoid a deadlock, refuses it);
 /// - `apply-commit`: `schedule apply`, planned, before its commit;
 /// - `migrated`: `migrate`, the target committed, the source not yet;
 /// - `removal-locked`: PostgreSQL's `schedule rm` or `apply --prune` holds its locks on a
@@ -431,18 +436,30 @@ fn test_hook_action(point: &str) -> Option<String> {
         .map(|(_, action)| action.to_string())
 }
 
-/// [`test_hook`] at a point that can also fail: true when `RUNNER_TEST_HOOK=POINT:fail`, or
-/// `POINT:fail-after=PATH` and PATH exists, and the caller then fails as if its database had (how
-/// a test reaches an error path no real database can be made to take on cue).
+/// [`test_hook`] at a point that can also fail: true when `RUNNER_TEST_HOOK=POINT:fail`,
+/// `POINT:fail-after=PATH` and PATH exists, or `POINT:fail-counted=PATH` (a line added to PATH),
+/// and the caller then fails as if its database had (how a test reaches an error path no real
+/// database can be made to take on cue).
 pub fn test_fault(point: &str) -> bool {
     test_hook(point);
-    match test_hook_action(point) {
-        Some(action) if action == "fail" => true,
-        Some(action) => action
-            .strip_prefix("fail-after=")
-            .is_some_and(|path| std::path::Path::new(path).exists()),
-        None => false,
+    let Some(action) = test_hook_action(point) else {
+        return false;
+    };
+    if action == "fail" {
+        return true;
     }
+    if let Some(path) = action.strip_prefix("fail-counted=") {
+        use std::io::Write;
+        let tally = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path);
+        let _ = tally.and_then(|mut file| file.write_all(b"try\n"));
+        return true;
+    }
+    action
+        .strip_prefix("fail-after=")
+        .is_some_and(|path| std::path::Path::new(path).exists())
 }
 
 #[cfg(test)]

@@ -646,6 +646,54 @@ fn a_start_locked_beyond_its_lease_stops_the_job_at_its_gate_and_exits_5() {
     assert_eq!(attempts_logged(&env), "2\n", "the job ran once");
 }
 
+/// A start whose write another process's lock refuses at once, without the 15 s wait (a
+/// PostgreSQL lock timeout, SQLite's busy that skips its wait to avoid a deadlock; forged by a
+/// hook that counts the tries): it used to be written again at every turn of the tick's loop, a
+/// core spent until the lease ran out (over a thousand tries in 5 s). Now each try comes after a
+/// pause that grows up to a tenth of the lease: a few tens at most, and fewer on a slower machine.
+/// The job never starts; the tick says so and exits 5, as when the lock outlasts the lease.
+#[test]
+fn a_start_refused_at_once_by_a_lock_is_tried_again_after_a_growing_pause() {
+    let env = Env::init();
+    env.add(
+        "job",
+        &[],
+        &format!(
+            "echo $RUNNER_ATTEMPT >> {}",
+            crate::common::sh_quote(&env.path("log"))
+        ),
+    );
+    let run = env.enqueue("job");
+    let tries = env.path("tries");
+    let tick = Bg::spawn_hooked(
+        &env,
+        "tick",
+        &["tick", "--lease", "5s"],
+        &format!("record-starts:fail-counted={}", tries.display()),
+    );
+    let out = tick.finish(Duration::from_secs(120));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(
+            "the database stayed locked by another process for as long as the leases held: 1 job \
+             was stopped at its gate (its command never ran)"
+        ),
+        "{err}"
+    );
+    let tried = std::fs::read_to_string(&tries)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    assert!(
+        (2..=40).contains(&tried),
+        "the start was written {tried} times over a lease of 5 s"
+    );
+    assert_eq!(attempts_logged(&env), "", "its command never ran");
+    assert_eq!(status_of(&env, run), "running", "left to recovery");
+}
+
 /// Recovery's write of an expired run waits out another process's lock: it used to end the tick
 /// there, its other steps not taken (a due run not executed). Now the run is left to the next
 /// tick's recovery, one line says so, the tick goes on (the due run is executed once the lock is
