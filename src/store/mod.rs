@@ -1152,9 +1152,10 @@ pub fn insert_row_sql(
 /// parameter too), once none is open on that host: past the deadline, an attempt on another host
 /// is left to that host's tick and no longer waited for (`Store::release_stop`).
 ///
-/// On PostgreSQL two attempts of one run closed at the same moment by two transactions may each
-/// still see the other open (read committed): then the run waits on until its deadline, when
-/// `release_stop` ends the wait, and never ends it early.
+/// On PostgreSQL each close locks the run's row first, so two attempts of one run closed at the
+/// same moment by two transactions take turns, and the later sees the earlier closed (under read
+/// committed, each could otherwise see the other still open, and the run waited until its
+/// deadline).
 pub fn job_stopped_sql(run: &str, host: Option<&str>) -> String {
     let on_host = host.map_or(String::new(), |h| format!(" AND a.host = {h}"));
     format!(

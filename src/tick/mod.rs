@@ -406,6 +406,9 @@ fn unrecorded_line(unrecorded: &[(i64, u32)], not_started: usize) -> Option<Stri
 ///   to avoid a deadlock, refuses it);
 /// - `apply-commit`: `schedule apply`, planned, before its commit;
 /// - `migrated`: `migrate`, the target committed, the source not yet;
+/// - `orphan-closed`: PostgreSQL's close of an orphaned attempt (or of one stopped at its gate
+///   under a cancel or a recovery) has closed it and looked whether its run's job is stopped,
+///   before its commit;
 /// - `removal-locked`: PostgreSQL's `schedule rm` or `apply --prune` holds its locks on a
 ///   schedule and its runs, before the delete;
 /// - `prune-locked`: PostgreSQL's prune holds its locks on a batch of runs, before it locks

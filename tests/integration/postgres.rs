@@ -1164,6 +1164,97 @@ fn a_host_recovers_another_hosts_lease_and_the_owner_stops_its_leftovers() {
     );
 }
 
+/// A cancelled run has two open attempts (another host recovered and retried it), attempt 1 on
+/// host-a and attempt 2 on host-b, their runners gone, its `forbid` schedule waiting for its job
+/// (`stopping_by`). Each host's tick closes its own at the same moment: host-a's close is held by
+/// a hook once it closed attempt 1 and looked whether another is open, before its commit, while
+/// host-b's tick closes attempt 2. Each used to see the other's attempt still open (read
+/// committed: the other's close was not committed when its statement began), so neither ended
+/// the wait, and the schedule waited until the deadline. Now each close locks the run's row
+/// first: host-b's waits for host-a's commit, then sees attempt 1 closed and ends the wait.
+#[test]
+fn two_hosts_closing_a_cancelled_runs_two_attempts_at_once_end_its_wait() {
+    let Some(env) = PgEnv::init() else { return };
+    let go = env.dir.path().join("go");
+    let Some(mut tick_a) = on_host(&env, "host-a", &["tick"]) else {
+        return;
+    };
+    tick_a.env(
+        "RUNNER_TEST_HOOK",
+        format!("orphan-closed:wait={}", go.display()),
+    );
+    env.ok(&[
+        "schedule",
+        "add",
+        "alone",
+        "--cron",
+        &never(),
+        "--overlap",
+        "forbid",
+        "--",
+        "true",
+    ]);
+    env.ok(&["run", "alone"]);
+    // Forged: cancelled on attempt 2, its job to be stopped by 2100, both attempts open under
+    // runners that are gone (a reaped child's pid, a start time no live process has).
+    let mut client = env.client();
+    client
+        .execute(
+            "UPDATE job_runs SET status = 'cancelled', attempt = 2, started_at = 1, finished_at = 2,
+                 error_code = 'CANCELLED', stopping_by = 4102444800
+             WHERE id = 1",
+            &[],
+        )
+        .expect("cancel the run");
+    let mut gone = Command::new("true").spawn().expect("spawn true");
+    gone.wait().expect("wait for true");
+    let gone_pid = i64::from(gone.id());
+    for (attempt, host) in [(1_i64, "host-a"), (2, "host-b")] {
+        client
+            .execute(
+                "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid,
+                     runner_start_time, lease_token, started_at, definition_id)
+                 SELECT 1, $1, $2, $2, $3, 1, $2, 1, definition_id FROM job_runs WHERE id = 1",
+                &[&attempt, &host, &gone_pid],
+            )
+            .expect("an open attempt");
+    }
+
+    let mut tick_a = tick_a.spawn().expect("spawn the tick on host-a");
+    let reached = go.with_extension("reached");
+    wait_until(Duration::from_secs(120), "host-a's close", || {
+        reached.exists()
+    });
+    let mut tick_b = on_host(&env, "host-b", &["tick"])
+        .expect("unshare")
+        .spawn()
+        .expect("spawn the tick on host-b");
+    // host-b's tick either ends (its close did not wait for host-a's) or waits for a lock
+    // host-a's transaction holds.
+    wait_until(Duration::from_secs(120), "host-b's close", || {
+        tick_b.try_wait().expect("try_wait").is_some()
+            || env.count(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            ) > 0
+    });
+    std::fs::write(&go, "").expect("let host-a commit");
+    for (host, tick) in [("host-a", &mut tick_a), ("host-b", &mut tick_b)] {
+        let status = tick.wait().expect("wait for the tick");
+        assert!(status.success(), "the tick on {host}: {status:?}");
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_attempts WHERE run_id = 1 AND finished_at IS NULL"),
+        0,
+        "both attempts are closed"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_runs WHERE id = 1 AND stopping_by IS NOT NULL"),
+        0,
+        "the run no longer waits for its job"
+    );
+}
+
 /// After an upgrade, the first command to connect applies the newer schema, which takes the
 /// tables' owner. A role with only the privileges a tick needs was told to be granted them
 /// (which it had), by every command and by doctor; now it is told which versions differ and to

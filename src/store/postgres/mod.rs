@@ -1180,7 +1180,20 @@ WITH e AS (
 SELECT set_config('synchronous_commit', coalesce($24, current_setting('synchronous_commit')), true),
        (SELECT held FROM every)";
 
-/// `Store::close_orphaned_attempt` within `tx`: whether it closed the attempt.
+/// Lock run `run_id`'s row until the transaction ends, before one of its attempts is closed
+/// and `job_stopped_sql` looks whether another is still open. Two hosts closing a cancelled
+/// run's two open attempts at the same moment then take turns: under read committed each
+/// statement sees what was committed before it began, so without the lock each could see the
+/// other's attempt still open, neither ending the wait (the run's `forbid` schedule then waited
+/// until the deadline); with it the later close sees the earlier's, and ends the wait.
+fn lock_run(tx: &mut Transaction<'_>, run_id: i64) -> Result<()> {
+    let lock = prepared(tx, "SELECT 1 FROM job_runs WHERE id = $1 FOR UPDATE")?;
+    tx.execute(&lock, &[&run_id])?;
+    Ok(())
+}
+
+/// `Store::close_orphaned_attempt` within `tx`, the run's row locked (`lock_run`): whether it
+/// closed the attempt.
 fn close_orphan_in(
     tx: &mut Transaction<'_>,
     holder: &AttemptHolder,
@@ -1213,6 +1226,7 @@ fn close_orphan_in(
     if closed == 1 {
         insert_event(tx, holder.run_id, now, actor, &close.event)?;
         tx.execute(&super::job_stopped_sql("$1", None), &[&holder.run_id])?;
+        crate::tick::test_hook("orphan-closed");
     }
     Ok(closed == 1)
 }
@@ -1243,6 +1257,11 @@ fn finish_in(tx: &mut Transaction<'_>, end: &AttemptEnd, actor: &Actor) -> Resul
         ],
     )?;
     let applied = changed == 1;
+    if !applied {
+        // Not this runner's any more (when it is, the write above locked the row): closing an
+        // attempt of a cancelled run ends its wait if it is the last one open (`lock_run`).
+        lock_run(tx, result.run_id)?;
+    }
     // The attempt row is fenced by the same token (see `Store::finish_attempt`).
     let finish_attempt = prepared(
         tx,
@@ -2502,7 +2521,10 @@ impl Store for PostgresStore {
         close: &OrphanClose,
         actor: &Actor,
     ) -> StoreResult<bool> {
-        self.write(|tx| close_orphan_in(tx, holder, now, close, actor))
+        self.write(|tx| {
+            lock_run(tx, holder.run_id)?;
+            close_orphan_in(tx, holder, now, close, actor)
+        })
     }
 
     fn close_never_started(
