@@ -3,7 +3,7 @@
 //! which of them its catch-up policy would run or skip if no tick ran during the window.
 
 use anyhow::Result;
-use chrono::{Datelike, TimeDelta};
+use chrono::TimeDelta;
 use comfy_table::Table;
 use serde::Serialize;
 
@@ -11,7 +11,7 @@ use super::{emit, emit_json, find_definition, Ctx, SCHEDULE_NAME};
 use crate::display::{count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::CatchUp;
-use crate::schedule::{plan_catch_up, Decision, Timing, LAST_YEAR};
+use crate::schedule::{last_searchable_instant, plan_catch_up, Decision, Timing};
 use crate::store::OpenMode;
 use crate::tick::materialize::with_ended_pause_resumed;
 use crate::time_input::{parse_time, TimeInput};
@@ -107,12 +107,6 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             from.to_rfc3339()
         )));
     }
-    if to.year() > LAST_YEAR {
-        crate::complain!(
-            "runner: note: fire times are computed up to the year 5000; the window shows none \
-             after it"
-        );
-    }
     // `handled`: a schedule's cursor. A tick never materialises an instant at or before it again
     // (it came before the schedule was added, resumed or edited, or a tick handled it).
     let (schedule, timing, policy, paused, handled) = match (named, &args.cron) {
@@ -145,8 +139,20 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             .fire_times_between(timing.tz, from - TimeDelta::seconds(1), to, MAX_INSTANTS);
     if window.older_dropped > 0 {
         return Err(Failure::usage(format!(
-            "the window holds more than {MAX_INSTANTS} fire times; give a shorter one"
+            "the window holds more than {}; give a shorter one",
+            count(MAX_INSTANTS, "fire time")
         )));
+    }
+    // Where the year 5000 begins in the zone's local time, not in UTC: a zone ahead of UTC gets
+    // there in 4999 (UTC), one behind it in 5000.
+    let last_computed = last_searchable_instant(timing.tz);
+    if to > last_computed {
+        crate::complain!(
+            "runner: note: fire times are computed up to the year 5000 ({} in {}); the window \
+             shows none after it",
+            local_time(last_computed.timestamp() + 1, timing.tz),
+            timing.tz.name()
+        );
     }
     // The first tick at --to decides the instants after the cursor; the rest it never sees.
     let seen = window

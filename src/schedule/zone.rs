@@ -161,8 +161,8 @@ impl CronSchedule {
 pub const LAST_YEAR: i32 = croner::YEAR_UPPER_LIMIT - 1;
 
 /// The last instant whose local time in `tz` croner can search: the last second of `LAST_YEAR`
-/// there (its searches stop at `croner::YEAR_UPPER_LIMIT`, 5000).
-fn last_searchable_instant(tz: Tz) -> DateTime<Utc> {
+/// there (its searches stop at `croner::YEAR_UPPER_LIMIT`, 5000). No fire time comes after it.
+pub fn last_searchable_instant(tz: Tz) -> DateTime<Utc> {
     NaiveDate::from_ymd_opt(LAST_YEAR, 12, 31)
         .and_then(|day| day.and_hms_opt(23, 59, 59))
         .and_then(|local| tz.from_local_datetime(&local).earliest())

@@ -278,6 +278,89 @@ fn previews_say_where_fire_times_stop() {
     );
 }
 
+/// Fire times stop at the start of the year 5000 in the expression's zone, not in UTC: a window
+/// past it there says so even when `--to` is in 4999 in UTC (Tokyo reaches 5000 at
+/// 4999-12-31T15:00:00Z), and one that ends in 5000 in UTC but in 4999 in its zone (New York)
+/// shows every fire time and says nothing of a cut.
+#[test]
+fn previews_say_where_fire_times_stop_in_the_schedules_zone() {
+    let env = Env::new();
+    let simulate = |tz: &str, from: &str, to: &str| {
+        env.run(&[
+            "schedule",
+            "simulate",
+            "--cron",
+            "0 * * * *",
+            "--tz",
+            tz,
+            "--from",
+            from,
+            "--to",
+            to,
+            "--json",
+        ])
+    };
+    let out = simulate("Asia/Tokyo", "4999-12-31T10:00:00Z", "4999-12-31T20:00:00Z");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("fire times are computed up to the year 5000"),
+        "a window cut short without a word: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("5000-01-01T00:00:00+09:00"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        field(&json(&stdout(&out)), "at").last().copied(),
+        Some(&Value::from("4999-12-31T14:00:00Z"))
+    );
+
+    let out = simulate(
+        "America/New_York",
+        "4999-12-31T20:00 America/New_York",
+        "4999-12-31T23:59 America/New_York",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "", "nothing of the window was cut");
+    assert_eq!(instants(&json(&stdout(&out))).len(), 4);
+}
+
+/// The most fire times a simulation lists is 200,000: a window of exactly that many is shown,
+/// one more is refused (exit 2), naming the limit as the README does.
+#[test]
+fn a_window_of_200000_fire_times_is_shown_and_one_more_refused() {
+    let env = Env::new();
+    let simulate = |to: &str| {
+        env.run(&[
+            "schedule",
+            "simulate",
+            "--cron",
+            "* * * * *",
+            "--from",
+            "2026-01-01T00:00:00Z",
+            "--to",
+            to,
+        ])
+    };
+    // 200,000 minutes, both ends included.
+    let out = simulate("2026-05-19T21:19:00Z");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let first = stdout(&out).lines().next().unwrap_or_default().to_string();
+    assert!(first.ends_with(": 200,000 fire times"), "{first}");
+    assert!(stdout(&out).contains("2026-05-19T21:19:00Z"));
+
+    let out = simulate("2026-05-19T21:20:00Z");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).contains("the window holds more than 200,000 fire times; give a shorter one"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// With `--catch-up none`, an instant exactly `--grace` before `--to` is missed: a tick at `--to`
 /// reads its clock a moment after it, so it skips that instant, and simulate says so. With a
 /// grace of 0s every instant is missed, the one at `--to` itself included.
