@@ -526,15 +526,24 @@ fn a_forbid_schedule_starts_no_run_while_a_cancelled_one_still_runs() {
     assert_eq!(lines, ["start 1", "end 1", "start 2", "end 2"], "overlap");
 }
 
-/// A `forbid` schedule whose run 1 holds `lock` (then, ignoring SIGTERM, sleeps, so that only
-/// SIGKILL stops it; its pid in `pidfile`) and whose later runs log whether run 1's job still held
-/// it when they started (`overlap`) or not (`alone`). The lock goes with the last of run 1's
-/// processes, whatever pid the kernel hands out meanwhile.
+/// A `forbid` schedule whose run 1 holds `lock` (its pid in `pidfile`) and whose later runs log
+/// whether run 1's job still held it when they started (`overlap`) or not (`alone`). The lock
+/// goes with the last of run 1's processes, whatever pid the kernel hands out meanwhile. Run 1
+/// sleeps 60 s, or, with `ignore_term`, never ends by itself: it writes `TERM` to the file `term`
+/// for each SIGTERM and goes on, so that only SIGKILL stops it (the trap is set before the pid is
+/// written, so no SIGTERM can come before it).
 fn add_lock_holder(env: &Env, name: &str, ignore_term: bool) -> (PathBuf, PathBuf, PathBuf) {
     let (lock, pidfile, log) = (env.path("lock"), env.path("job.pid"), env.path("log"));
-    let trap = if ignore_term { "trap '' TERM; " } else { "" };
+    let (trap, hold) = if ignore_term {
+        (
+            format!("trap 'echo TERM >> {}' TERM; ", sh_quote(&env.path("term"))),
+            "while :; do sleep 1 & wait $!; done",
+        )
+    } else {
+        (String::new(), "sleep 60")
+    };
     let command = format!(
-        "if [ \"$RUNNER_RUN_ID\" = 1 ]; then exec 9> {lock}; flock 9; echo $$ > {pid}; {trap}sleep 60; \
+        "if [ \"$RUNNER_RUN_ID\" = 1 ]; then {trap}exec 9> {lock}; flock 9; echo $$ > {pid}; {hold}; \
          elif flock -n {lock} true; then echo \"alone $RUNNER_RUN_ID\" >> {log}; \
          else echo \"overlap $RUNNER_RUN_ID\" >> {log}; fi",
         lock = sh_quote(&lock),
@@ -595,11 +604,27 @@ fn lock_free(lock: &Path) -> bool {
 /// `--overlap forbid` waits for a cancelled run's job until the tick holding it has stopped it,
 /// however long that takes: a job that ignores SIGTERM lives through the kill grace (10 s), far
 /// past the tick's lease (3 s), and the schedule's next run, in that same tick, starts only once
-/// it is gone. (The wait used to end a lease after the cancel.) Meanwhile `show` says so.
+/// SIGKILL has stopped it. (The wait used to end a lease after the cancel.) Meanwhile `show` and
+/// `status` say so. Nothing here races the machine's speed: the job never ends by itself, its
+/// TERM trap set before its pid is written; run 2 is enqueued, and `show` and `status` read,
+/// while the tick is held (`running:wait`) before it can learn of the cancel.
 #[test]
 fn a_forbid_schedule_waits_for_a_cancelled_job_through_its_kill_grace() {
     let env = Env::init();
-    let (lock, log, bg) = lock_held_by_run_1(&env, "stubborn", true);
+    let (lock, pidfile, log) = add_lock_holder(&env, "stubborn", true);
+    env.ok(&["run", "stubborn"]);
+    let held = env.path("held");
+    let bg = Bg::spawn_hooked(
+        &env,
+        "tick",
+        &["tick", "--lease", "3s"],
+        &format!("running:wait={}", held.display()),
+    )
+    .with_job_pidfile(&pidfile);
+    wait_until(Duration::from_secs(60), "run 1's job to start", || {
+        bg.job_pid().is_some() && env.path("held.reached").exists()
+    });
+    env.ok(&["run", "stubborn"]);
     env.ok(&["cancel", "1"]);
     let shown = env.ok(&["show", "1"]);
     assert!(shown.contains("its job is being stopped"), "{shown}");
@@ -610,16 +635,19 @@ fn a_forbid_schedule_waits_for_a_cancelled_job_through_its_kill_grace() {
         ),
         "{status}"
     );
-    env.ok(&["run", "stubborn"]);
+    fs::write(&held, "").expect("let the tick go on");
     let out = bg.finish(Duration::from_secs(120));
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(lock_free(&lock), "run 1's job was stopped");
-    // Had the tick left before run 2 was due to it, a later one runs it.
-    env.ok(&["tick"]);
+    let term = fs::read_to_string(env.path("term")).unwrap_or_default();
+    assert!(
+        term.starts_with("TERM\n"),
+        "run 1's job lived through SIGTERM, so SIGKILL stopped it: {term:?}"
+    );
     assert_eq!(
-        fs::read_to_string(&log).expect("log"),
+        fs::read_to_string(&log).unwrap_or_default(),
         "alone 2\n",
-        "overlap"
+        "run 2 ran in the same tick, once run 1's job was gone"
     );
     let shown = env.ok(&["show", "1"]);
     assert!(!shown.contains("being stopped"), "{shown}");
