@@ -423,6 +423,40 @@ pub struct Materialization {
     pub plan: Box<dyn FnMut(Option<i64>) -> Vec<NewRun>>,
 }
 
+/// What a materialisation does with a schedule row another session holds locked. Only
+/// PostgreSQL locks rows; SQLite locks the whole database, and always waits (its busy timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowLocks {
+    /// Wait for it, up to the lock timeout. The holder is normally another tick materialising
+    /// the same schedule, which commits within milliseconds; the compare-and-swap then finds the
+    /// cursor moved, and nothing is left to report.
+    Wait,
+    /// Pass over it untouched, its cursor unmoved, so that a later tick materialises its
+    /// instants (its catch-up policy deciding, as for a tick that came late). For a tick that
+    /// has already waited out the lock timeout once: the holder is not another tick's short
+    /// write, and waiting again, per batch or per schedule, would only add up.
+    PassOver,
+}
+
+/// `materialize_together`'s results as `materialize_batch` gives them: a schedule passed over
+/// for its lock is busy (exit 5, safe to retry), with `waited`, the error of the wait that came
+/// first, when there was one in this batch.
+fn passed_over_as_busy(
+    inserted: Vec<Option<usize>>,
+    waited: Option<&anyhow::Error>,
+) -> Vec<Result<usize>> {
+    let cause = match waited {
+        Some(error) => format!("{error:#}"),
+        None => "another session held its row locked; passed over, as this tick had already \
+                 waited out the lock timeout once"
+            .to_string(),
+    };
+    inserted
+        .into_iter()
+        .map(|n| n.ok_or_else(|| Error(crate::exit::Failure::Busy(cause.clone()).into())))
+        .collect()
+}
+
 /// Schedules materialised per write transaction: one commit (one fsync) for all of them, and a
 /// write lock held for tens of milliseconds, not seconds.
 pub const MATERIALIZE_BATCH: usize = 500;
@@ -1404,31 +1438,75 @@ pub trait Store {
     ) -> Result<usize>;
     /// `materialize` for several schedules in one transaction, all or nothing: each keeps its
     /// own compare-and-swap on its cursor, and any failure (a bad schedule, a deadlock with a
-    /// racing transaction) leaves nothing of the batch written. Per schedule, in order: the runs
-    /// inserted (0 if another tick got there first).
+    /// racing transaction, a row locked past the lock timeout) leaves nothing of the batch
+    /// written. Per schedule, in order: the runs inserted (0 if another tick got there first),
+    /// or, with `RowLocks::PassOver`, `None` for a schedule whose row another session held
+    /// (nothing of it written; not one that another session has materialised meanwhile, which is
+    /// 0).
     fn materialize_together(
         &mut self,
         batch: &mut [Materialization],
         now: i64,
         actor: &Actor,
-    ) -> Result<Vec<usize>>;
-    /// `materialize` for several schedules, in one transaction when they all succeed; should any
-    /// fail, each is written again in its own transaction, so only the failing one fails (a
-    /// savepoint per schedule would cost every schedule, for a failure that almost never
-    /// happens). Per schedule, in order: the runs inserted, or its error.
+        locks: RowLocks,
+    ) -> Result<Vec<Option<usize>>>;
+    /// `materialize` for several schedules, in one transaction when they all succeed. Should the
+    /// transaction wait out a lock (busy: another session held a row past the lock timeout),
+    /// the batch is written again passing over the rows still held: one wait per batch, not one
+    /// per schedule. Should it fail otherwise, each is written again in its own transaction, so
+    /// only the failing one fails (a savepoint per schedule would cost every schedule, for a
+    /// failure that almost never happens). Per schedule, in order: the runs inserted, or its
+    /// error; a schedule passed over for its lock has a busy error (exit 5), the first wait's.
     fn materialize_batch(
         &mut self,
         mut batch: Vec<Materialization>,
         now: i64,
         actor: &Actor,
+        mut locks: RowLocks,
     ) -> Result<Vec<Result<usize>>> {
-        if let Ok(inserted) = self.materialize_together(&mut batch, now, actor) {
-            return Ok(inserted.into_iter().map(Ok).collect());
+        let busy = match self.materialize_together(&mut batch, now, actor, locks) {
+            Ok(inserted) => return Ok(passed_over_as_busy(inserted, None)),
+            Err(e) if crate::exit::code_for(&e.0) == crate::exit::BUSY => e.0,
+            Err(_) => return Ok(self.materialize_each(batch, now, actor, locks)),
+        };
+        if locks == RowLocks::Wait {
+            locks = RowLocks::PassOver;
+            match self.materialize_together(&mut batch, now, actor, locks) {
+                Ok(inserted) => return Ok(passed_over_as_busy(inserted, Some(&busy))),
+                Err(e) if crate::exit::code_for(&e.0) == crate::exit::BUSY => {}
+                Err(_) => return Ok(self.materialize_each(batch, now, actor, locks)),
+            }
         }
+        // Busy without a row to pass over (SQLite's database lock, a statement timeout): the
+        // next tick writes them all, their cursors unmoved.
+        let busy = format!("{busy:#}");
         Ok(batch
-            .into_iter()
-            .map(|mut m| self.materialize(m.cursor, now, actor, &mut m.plan))
+            .iter()
+            .map(|_| Err(Error(crate::exit::Failure::Busy(busy.clone()).into())))
             .collect())
+    }
+    /// Each schedule of `batch` in its own transaction (`materialize_batch`'s fallback). Once one
+    /// waits out a lock, the rest pass over the rows still held.
+    fn materialize_each(
+        &mut self,
+        batch: Vec<Materialization>,
+        now: i64,
+        actor: &Actor,
+        mut locks: RowLocks,
+    ) -> Vec<Result<usize>> {
+        let mut results = Vec::with_capacity(batch.len());
+        for mut m in batch {
+            let one = std::slice::from_mut(&mut m);
+            let result = match self.materialize_together(one, now, actor, locks) {
+                Ok(inserted) => passed_over_as_busy(inserted, None).remove(0),
+                Err(e) => Err(e),
+            };
+            if matches!(&result, Err(e) if crate::exit::code_for(&e.0) == crate::exit::BUSY) {
+                locks = RowLocks::PassOver;
+            }
+            results.push(result);
+        }
+        results
     }
     /// Insert a manual run (`run NAME`) of the schedule, copying its command and policies, with
     /// its `NewRun::event()`. Returns its id.

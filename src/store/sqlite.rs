@@ -20,7 +20,7 @@ use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
     DefinitionRow, DueReader, EventView, Health, Imported, JobRunStats, LastResult, LeftForLater,
     Materialization, MigratedOut, MigrationBatches, OpenMode, PendingWork, PruneCounts, Reanchored,
-    Removal, Result, Rows, RunAfterCursor, RunBrief, RunFilter, RunView, RunningView,
+    Removal, Result, RowLocks, Rows, RunAfterCursor, RunBrief, RunFilter, RunView, RunningView,
     SchemaVersions, StoppingView, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
@@ -2247,14 +2247,16 @@ impl Store for SqliteStore {
         batch: &mut [Materialization],
         now: i64,
         actor: &Actor,
-    ) -> Result<Vec<usize>> {
+        // The database's lock is the only one: there is no row to pass over.
+        _locks: RowLocks,
+    ) -> Result<Vec<Option<usize>>> {
         // One transaction, no savepoint per schedule: a savepoint copies every page it touches
         // into a statement journal, a tenth of the whole cost.
         let tx = self.write_with(Commit::Deferred)?;
         let mut materializer = Materializer::new(&tx, now, actor)?;
         let inserted = batch
             .iter_mut()
-            .map(|m| materializer.write(m.cursor, &mut m.plan))
+            .map(|m| materializer.write(m.cursor, &mut m.plan).map(Some))
             .collect::<Result<Vec<_>>>()?;
         drop(materializer);
         tx.commit()?;

@@ -19,7 +19,7 @@ use crate::clock::{from_epoch, Now};
 use crate::model::{Actor, CatchUp, Cursor, Definition, NewRun, Overlap, RunStatus, Settings};
 use crate::schedule::{plan_catch_up, Decision, FireTimes, Timing};
 use crate::store::{
-    Applied, CursorMove, DefinitionChanges, DefinitionRow, DueReader, Materialization,
+    Applied, CursorMove, DefinitionChanges, DefinitionRow, DueReader, Materialization, RowLocks,
     RunAfterCursor, Store, MATERIALIZE_BATCH,
 };
 
@@ -143,6 +143,9 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
         now,
         timings: Timings::default(),
         inserted: 0,
+        locks: RowLocks::Wait,
+        held: 0,
+        held_cause: None,
     };
     // An idle tick, and most others, find everything due in this first batch.
     let first = writer
@@ -178,6 +181,7 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
                 }
                 writer.write(first);
                 for batch in batches {
+                    super::test_hook("read-batch");
                     writer.write(batch?);
                 }
                 Ok(())
@@ -186,7 +190,25 @@ pub fn materialize_due(tick: &mut Tick<'_>) -> Result<()> {
         }
     }
     tick.report.materialized = writer.inserted;
+    if let Some(cause) = &writer.held_cause {
+        say_materialize_locked(cause, writer.held);
+        tick.report.materialize_locked = writer.held;
+    }
     Ok(())
+}
+
+/// Some schedules were locked by another session past the lock timeout: they were passed over,
+/// their cursors unmoved, and the next tick materialises their instants (its catch-up policy
+/// deciding, as for a tick that came late). One line says so (the tick exits 5: busy, safe to
+/// retry); the others were materialised, and the tick went on.
+fn say_materialize_locked(cause: &anyhow::Error, held: usize) {
+    let schedules = match held {
+        1 => "1 schedule stayed locked by another session: its due instants wait".to_string(),
+        n => format!("{n} schedules stayed locked by another session: their due instants wait"),
+    };
+    crate::complain!(
+        "runner: error: materialising schedules: {cause:#}; {schedules} for the next tick"
+    );
 }
 
 /// Write the first batch, then every due schedule not in it, read on the tick's own connection.
@@ -233,6 +255,13 @@ struct Writer<'t> {
     now: Now,
     timings: Timings,
     inserted: usize,
+    /// `Wait` until a write waits out a lock; from then on the tick passes over the rows still
+    /// held, so that it waits once, not once per batch or per schedule.
+    locks: RowLocks,
+    /// Schedules passed over for a lock (or a busy database), left to the next tick.
+    held: usize,
+    /// What the first of them met.
+    held_cause: Option<anyhow::Error>,
 }
 
 impl Writer<'_> {
@@ -275,25 +304,42 @@ impl Writer<'_> {
         let count = batch.len();
         match self
             .store
-            .materialize_batch(batch, self.now.secs(), self.actor)
+            .materialize_batch(batch, self.now.secs(), self.actor, self.locks)
         {
             Ok(results) => {
                 for (name, result) in names.drain(..).zip(results) {
-                    match result {
+                    match result.map_err(anyhow::Error::from) {
                         Ok(n) => self.inserted += n,
-                        Err(e) => {
-                            super::runner_error(self.errors, format!("schedule {name}"), &e.into())
-                        }
+                        Err(e) if is_busy(&e) => self.left_locked(e, 1),
+                        Err(e) => super::runner_error(self.errors, format!("schedule {name}"), &e),
                     }
                 }
             }
             Err(e) => {
                 names.clear();
-                let context = format!("materialising {count} schedules");
-                super::runner_error(self.errors, context, &e.into());
+                let e = anyhow::Error::from(e);
+                if is_busy(&e) {
+                    self.left_locked(e, count);
+                } else {
+                    let context = format!("materialising {count} schedules");
+                    super::runner_error(self.errors, context, &e);
+                }
             }
         }
     }
+
+    /// `count` schedules were left, their cursors unmoved, for a lock another session held (see
+    /// `say_materialize_locked`).
+    fn left_locked(&mut self, cause: anyhow::Error, count: usize) {
+        self.locks = RowLocks::PassOver;
+        self.held += count;
+        self.held_cause.get_or_insert(cause);
+    }
+}
+
+/// Whether a store error is busy: a lock held past the wait (exit 5, safe to retry).
+fn is_busy(error: &anyhow::Error) -> bool {
+    crate::exit::code_for(error) == crate::exit::BUSY
 }
 
 /// Parsed timings by expression and zone: schedules often share one, and parsing it was most of

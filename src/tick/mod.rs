@@ -102,6 +102,10 @@ pub struct TickReport {
     /// database's lock through its write. Left to the next tick's recovery (said in one line; the
     /// tick exits 5, unless it met runner errors).
     pub recovery_locked: usize,
+    /// Due schedules that materialisation passed over: another session held their rows locked
+    /// past the lock timeout (PostgreSQL), their cursors unmoved. Left to the next tick (said in
+    /// one line; the tick exits 5, unless it met runner errors).
+    pub materialize_locked: usize,
     /// Runs whose job this tick stopped at its gate, its command never run, because the run was
     /// no longer its to start (cancelled, or its lease expired, between its claim and the job's
     /// release): their attempts are closed, saying so.
@@ -120,7 +124,10 @@ impl TickReport {
     /// Whether another process's lock kept a write of the tick from landing, its work left to
     /// the next tick (said when met; exit 5, busy and safe to retry).
     pub fn met_lock(&self) -> bool {
-        self.claims_locked || self.starts_locked > 0 || self.recovery_locked > 0
+        self.claims_locked
+            || self.starts_locked > 0
+            || self.recovery_locked > 0
+            || self.materialize_locked > 0
     }
 }
 
@@ -399,6 +406,8 @@ fn unrecorded_line(unrecorded: &[(i64, u32)], not_started: usize) -> Option<Stri
 /// - `heartbeat` (`:fail` only): every heartbeat of a tick, the look at a job's lease at its
 ///   gate included;
 /// - `due-reader` (`:fail` only): a tick opening its second connection for the due schedules;
+/// - `read-batch`: a batch of due schedules that second connection read, in the tick's hands,
+///   before it is written (the reader reads on meanwhile);
 /// - `record-ends` (`:fail` and `:fail-after` only): a tick writing the ends of its jobs (as a
 ///   full disk fails it);
 /// - `record-starts` (`:fail` and `:fail-counted` only): a tick writing the starts of its jobs,

@@ -4,7 +4,9 @@
 
 use std::process::Stdio;
 
-use super::common::{status_of, stderr, Backend, Env, BIN};
+use std::time::Duration;
+
+use super::common::{status_of, stderr, wait_until, Backend, Env, BIN};
 use crate::sqlite_only;
 
 /// 2026-01-01T00:00:00Z; the schedules below were handled through the minute before.
@@ -369,7 +371,7 @@ fn a_claim_that_fails_does_not_take_the_ends_before_it_with_it() {
 #[test]
 fn a_batch_of_schedules_materialises_in_one_transaction_each_once() {
     use runner::model::{Actor, NewRun};
-    use runner::store::{CursorMove, Location, Materialization, OpenMode};
+    use runner::store::{CursorMove, Location, Materialization, OpenMode, RowLocks};
 
     let env = Env::init();
     due_schedules(&env, 3);
@@ -406,13 +408,13 @@ fn a_batch_of_schedules_materialises_in_one_transaction_each_once() {
             .collect()
     };
     let inserted = store
-        .materialize_together(&mut batch(), MIDNIGHT + 1, &actor)
+        .materialize_together(&mut batch(), MIDNIGHT + 1, &actor, RowLocks::Wait)
         .expect("the batch's own transaction");
-    assert_eq!(inserted, vec![1, 1, 1]);
+    assert_eq!(inserted, vec![Some(1); 3]);
     let again = store
-        .materialize_together(&mut batch(), MIDNIGHT + 2, &actor)
+        .materialize_together(&mut batch(), MIDNIGHT + 2, &actor, RowLocks::Wait)
         .expect("the batch's own transaction");
-    assert_eq!(again, vec![0, 0, 0]);
+    assert_eq!(again, vec![Some(0); 3]);
     let count = |sql: &str| env.sql.query_i64(sql, &[&MIDNIGHT]);
     assert_eq!(
         count("SELECT count(*) FROM job_runs WHERE scheduled_for = $1"),
@@ -425,4 +427,98 @@ fn a_batch_of_schedules_materialises_in_one_transaction_each_once() {
         ),
         3
     );
+}
+
+/// Each schedule's one run at midnight, by name: which of `due_schedules`' schedules have one.
+fn materialised_names(env: &Env) -> Vec<String> {
+    env.sql.query_strings(
+        "SELECT d.name FROM job_runs r JOIN job_definitions d ON d.id = r.definition_id
+         ORDER BY d.id",
+        &[],
+    )
+}
+
+/// PostgreSQL: another session (a hung peer, an open `psql`) holds the rows of two due
+/// schedules, one in each batch, through a tick. The tick waits out the lock timeout once, not
+/// once per schedule, passes over those two (their cursors unmoved), materialises the others
+/// and goes on, then exits 5 (busy, safe to retry) with one line, not a runner error per
+/// schedule (exit 1). Once the lock is released, the next tick makes the two runs left: one run
+/// per instant each. (The tick waits the server's 15 s once.)
+#[test]
+fn schedules_another_session_holds_are_left_to_the_next_tick_after_one_wait() {
+    if Backend::current() != Backend::Postgres {
+        println!("skipped: PostgreSQL only (row locks; SQLite's lock is the whole database's)");
+        return;
+    }
+    let env = Env::init();
+    let n = 600;
+    due_schedules(&env, n);
+    let out = env.sql.holding_rows(
+        "SELECT id FROM job_definitions WHERE name IN ('job-2', 'job-550') FOR UPDATE",
+        || env.run(&["--now", "2026-01-01T00:00:01Z", "tick", "--max-tick", "0s"]),
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("lock timeout")
+            && err.contains("2 schedules stayed locked by another session")
+            && err.contains("wait for the next tick"),
+        "{err}"
+    );
+    let made = materialised_names(&env);
+    assert_eq!(made.len(), n as usize - 2, "the others' runs were made");
+    assert!(!made.iter().any(|name| name == "job-2" || name == "job-550"));
+    env.tick_at("2026-01-01T00:00:02Z");
+    assert_each_materialised_once(&env, n);
+}
+
+/// PostgreSQL: past a batch of due schedules, a second connection reads the next batches while
+/// the tick's connection writes. It must hold no transaction open between its reads: while the
+/// writer waits (out a lock, say), a transaction left idle would be ended by the server after
+/// runner's own `idle_in_transaction_session_timeout` (60 s), and the tick would report a lost
+/// connection, half its schedules unmaterialised. Too slow to wait out here; instead the writer
+/// is stalled with a batch in hand while the reader has read ahead, and no session of the
+/// tick may then be idle in a transaction.
+#[test]
+fn the_second_connection_reading_due_schedules_holds_no_transaction_between_batches() {
+    if Backend::current() != Backend::Postgres {
+        println!("skipped: PostgreSQL only (runner's idle-in-transaction timeout)");
+        return;
+    }
+    let env = Env::init();
+    // Four batches: one read by the tick itself, three by the second connection.
+    let n = 2_000;
+    due_schedules(&env, n);
+    let gate = env.path("gate");
+    let mut tick = env
+        .cmd()
+        .args(["--now", "2026-01-01T00:00:01Z", "tick", "--max-tick", "0s"])
+        .env(
+            "RUNNER_TEST_HOOK",
+            format!("read-batch:wait={}", gate.display()),
+        )
+        .spawn()
+        .expect("spawn tick");
+    let reached = env.path("gate.reached");
+    let long = Duration::from_secs(120);
+    wait_until(long, "the tick to hold a batch the reader read", || {
+        reached.exists()
+    });
+    let sessions = |state: &str| {
+        env.sql.query_i64(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND application_name = 'runner' AND state = $1",
+            &[&state],
+        )
+    };
+    // The reader reads ahead until the tick takes no more batches; then both sessions wait.
+    wait_until(long, "the tick's sessions to wait", || {
+        sessions("active") == 0
+    });
+    let idle_in_transaction = sessions("idle in transaction");
+    std::fs::write(&gate, "").expect("open the gate");
+    assert!(tick.wait().expect("tick").success());
+    assert_eq!(idle_in_transaction, 0, "a session idled in a transaction");
+    assert_each_materialised_once(&env, n);
 }

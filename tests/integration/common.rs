@@ -1487,6 +1487,20 @@ impl TestDb {
         }
     }
 
+    /// PostgreSQL: lock the rows `select` (a `SELECT ... FOR UPDATE`) picks on a connection of
+    /// its own, as another session would (a hung peer, an open `psql`), and hold them while
+    /// `held` runs; returns what it returned.
+    pub fn holding_rows<T>(&self, select: &str, held: impl FnOnce() -> T) -> T {
+        let mut client = postgres::Client::connect(&self.location, postgres::NoTls)
+            .unwrap_or_else(|e| panic!("connect to the test database: {e}"));
+        let mut tx = client.transaction().expect("begin");
+        tx.query(select, &[])
+            .unwrap_or_else(|e| panic!("{select}: {e}"));
+        let value = held();
+        tx.commit().expect("commit");
+        value
+    }
+
     /// The columns of `table`, in the order the schema declares them.
     pub fn columns(&self, table: &str) -> Vec<String> {
         match self.kind {

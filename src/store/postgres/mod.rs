@@ -32,8 +32,8 @@ use super::{
     Applied, AttemptView, BatchReader, Claimed, Commit, CursorMove, DefinitionChanges,
     DefinitionRow, DueReader, EventView, Health, Imported, LastResult, LeftForLater,
     Materialization, MigratedOut, MigrationBatches, OpenMode, PendingWork, PruneCounts, Reanchored,
-    Removal, Rows, RunAfterCursor, RunBrief, RunFilter, RunView, RunningView, SchemaVersions,
-    StoppingView, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
+    Removal, RowLocks, Rows, RunAfterCursor, RunBrief, RunFilter, RunView, RunningView,
+    SchemaVersions, StoppingView, Storage, Store, Table, Value, RECENT_LISTED, RUNNING_LISTED,
 };
 use crate::backoff::RetryPolicy;
 use crate::exit::Failure;
@@ -737,13 +737,24 @@ fn due_definitions_query() -> String {
     )
 }
 
-/// `Store::due_reader` for PostgreSQL: a second connection, whose one read-only snapshot is read
-/// through a cursor, a batch at a time. It reads forward, so it never meets a schedule twice;
-/// those the tick read itself are passed over by id. What it reads only plans instants: a run's
-/// command and settings are read on the tick's connection, in the statement that writes it.
+/// `Store::due_reader` for PostgreSQL: a second connection that reads the due schedules a batch
+/// at a time, each batch one short statement outside any transaction, from where the last one
+/// ended (by next fire time, then id). No transaction stays open between batches: the tick's
+/// connection may wait out a lock (up to the lock timeout) while this one waits for it to take
+/// the next batch, and a transaction left idle meanwhile would be ended by the server
+/// (`idle_in_transaction_session_timeout`), losing the connection. The schedules the tick has
+/// materialised since are no longer due and are not met again; those it read itself (`read`)
+/// are passed over by id. A schedule whose next fire time another session moved back behind
+/// where this reader is (an edit) waits for the next tick, its cursor unmoved. What it reads
+/// only plans instants: a run's command and settings are read on the tick's connection, in the
+/// statement that writes it.
 struct PostgresDueReader {
     client: Client,
     server: Server,
+    due_after: Statement,
+    now: i64,
+    /// The next fire time and id of the last schedule read.
+    last: (i64, i64),
     read: HashSet<i64>,
 }
 
@@ -751,18 +762,19 @@ impl PostgresDueReader {
     fn open(store: &PostgresStore, now: i64, read: HashSet<i64>) -> Result<PostgresDueReader> {
         let (mut client, server) =
             connect::connect(&store.url, &store.shown, store.plans, store.patience)?;
-        client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
-        let no_limit: Option<i64> = None;
-        client.execute(
-            &format!(
-                "DECLARE due NO SCROLL CURSOR FOR {}",
-                due_definitions_query()
-            ),
-            &[&now, &no_limit],
-        )?;
+        // `job_definitions_due` serves it: next_fire_at from `$2` on, in order.
+        let due_after = client.prepare(&format!(
+            "SELECT {DEFINITION_COLUMNS} FROM job_definitions
+             WHERE {DUE_SCHEDULE} AND next_fire_at >= $2 AND (next_fire_at > $2 OR id > $3)
+             ORDER BY next_fire_at, id
+             LIMIT $4"
+        ))?;
         Ok(PostgresDueReader {
             client,
             server,
+            due_after,
+            now,
+            last: (i64::MIN, i64::MIN),
             read,
         })
     }
@@ -772,17 +784,24 @@ impl DueReader for PostgresDueReader {
     fn next_batch(&mut self, limit: usize) -> StoreResult<Vec<DefinitionRow>> {
         let mut batch = Vec::with_capacity(limit);
         while batch.len() < limit {
-            let wanted = limit - batch.len();
+            let wanted = (limit - batch.len()) as i64;
+            let (after_fire, after_id) = self.last;
             let rows = self
                 .client
-                .query(&format!("FETCH {wanted} FROM due"), &[])
+                .query(
+                    &self.due_after,
+                    &[&self.now, &after_fire, &after_id, &wanted],
+                )
                 .map_err(|e| connect::failure(&self.server, &e))?;
             for row in &rows {
-                if !self.read.remove(&row.get::<_, i64>(0)) {
+                let id: i64 = row.get(0);
+                let next_fire_at: Option<i64> = row.get("next_fire_at");
+                self.last = (next_fire_at.unwrap_or(i64::MAX), id);
+                if !self.read.remove(&id) {
                     batch.push(definition_from_row(row));
                 }
             }
-            if rows.len() < wanted {
+            if (rows.len() as i64) < wanted {
                 break;
             }
         }
@@ -1366,8 +1385,9 @@ fn materialize_all(
 ) -> Result<Vec<usize>> {
     // A racing tick waits for each row's lock, then finds the cursor moved and skips the row;
     // the running run of each moved schedule is read in the same statement. Two ticks locking
-    // the same schedules in different orders can deadlock: one is aborted, and the caller then
-    // writes each schedule in its own transaction (`Store::materialize_batch`).
+    // the same schedules in different orders can deadlock, or a session can hold a row past the
+    // lock timeout: the transaction is aborted, and the caller writes the batch again passing
+    // over the rows still held (`Store::materialize_batch`, `materialize_unheld`).
     let move_cursors = prepared(
         tx,
         "UPDATE job_definitions d SET materialized_through = m.new_through, next_fire_at = m.next_fire_at
@@ -1417,6 +1437,71 @@ fn materialize_all(
         runs.iter().filter(is_inserted).count()
     };
     Ok(plans.iter().map(inserted_of).collect())
+}
+
+/// `materialize_all` for the schedules of `cursors` whose rows no other session holds locked
+/// (`RowLocks::PassOver`): those rows are locked first, without waiting for the others
+/// (`SKIP LOCKED`), and only they are written. Per schedule, in order: the runs inserted, or
+/// `None` for one passed over whose cursor is still as read (its instants wait for a later
+/// tick; one whose cursor has moved meanwhile, or that is gone, inserted 0, as with a wait).
+fn materialize_unheld(
+    tx: &mut Transaction<'_>,
+    cursors: &[CursorMove],
+    now: i64,
+    actor: &Actor,
+    plan: &mut dyn FnMut(usize, Option<i64>) -> Vec<NewRun>,
+) -> Result<Vec<Option<usize>>> {
+    let ids: Vec<i64> = cursors.iter().map(|c| c.definition_id).collect();
+    let lock_unheld = prepared(
+        tx,
+        "SELECT id FROM job_definitions WHERE id = ANY($1) FOR UPDATE SKIP LOCKED",
+    )?;
+    let locked: HashSet<i64> = tx
+        .query(&lock_unheld, &[&ids])?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, postgres::Error>>()?;
+    let (unheld, held): (Vec<usize>, Vec<usize>) =
+        (0..cursors.len()).partition(|&i| locked.contains(&cursors[i].definition_id));
+    let mut results = vec![Some(0); cursors.len()];
+    let unheld_cursors: Vec<CursorMove> = unheld.iter().map(|&i| cursors[i]).collect();
+    let inserted = materialize_all(tx, &unheld_cursors, now, actor, &mut |j, running| {
+        plan(unheld[j], running)
+    })?;
+    for (&i, n) in unheld.iter().zip(inserted) {
+        results[i] = Some(n);
+    }
+    let held_cursors: Vec<CursorMove> = held.iter().map(|&i| cursors[i]).collect();
+    let still_as_read = cursors_still_as_read(tx, &held_cursors)?;
+    for i in held {
+        if still_as_read.contains(&cursors[i].definition_id) {
+            results[i] = None;
+        }
+    }
+    Ok(results)
+}
+
+/// Which of `cursors` are still where they expect, as last committed (a read: a row another
+/// session holds locked is read as it was before that session's changes).
+fn cursors_still_as_read(tx: &mut Transaction<'_>, cursors: &[CursorMove]) -> Result<HashSet<i64>> {
+    if cursors.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let ids: Vec<i64> = cursors.iter().map(|c| c.definition_id).collect();
+    let throughs: Vec<i64> = cursors.iter().map(|c| c.expected_through).collect();
+    let revisions: Vec<i64> = cursors.iter().map(|c| c.expected_revision).collect();
+    let rows = tx.query(
+        "SELECT d.id FROM job_definitions d
+         JOIN unnest($1::bigint[], $2::bigint[], $3::bigint[])
+             AS m (id, expected_through, expected_revision) ON d.id = m.id
+         WHERE d.materialized_through = m.expected_through
+             AND d.revision = m.expected_revision AND d.paused = 0",
+        &[&ids, &throughs, &revisions],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, postgres::Error>>()?)
 }
 
 /// Insert each `(definition_id, run)`, copying its schedule's command and policies, as the run
@@ -2202,12 +2287,18 @@ impl Store for PostgresStore {
         batch: &mut [Materialization],
         now: i64,
         actor: &Actor,
-    ) -> StoreResult<Vec<usize>> {
+        locks: RowLocks,
+    ) -> StoreResult<Vec<Option<usize>>> {
         let cursors: Vec<CursorMove> = batch.iter().map(|m| m.cursor).collect();
         self.write_with(Commit::Deferred, |tx| {
-            materialize_all(tx, &cursors, now, actor, &mut |i, running| {
-                (batch[i].plan)(running)
-            })
+            let mut plan = |i: usize, running| (batch[i].plan)(running);
+            match locks {
+                RowLocks::Wait => Ok(materialize_all(tx, &cursors, now, actor, &mut plan)?
+                    .into_iter()
+                    .map(Some)
+                    .collect()),
+                RowLocks::PassOver => materialize_unheld(tx, &cursors, now, actor, &mut plan),
+            }
         })
     }
 
