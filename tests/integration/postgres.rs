@@ -434,25 +434,45 @@ fn a_wrong_password_or_a_server_that_is_down_exit_4_naming_the_host_never_the_pa
     assert!(!err.contains("Secret-77"), "the password is printed: {err}");
 }
 
+/// The port of a server (this test's listener) that accepts every connection and holds it open,
+/// reading and writing nothing: a stopped postmaster, a proxy whose server is down.
+fn silent_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    port
+}
+
+/// `child`'s output once it exits, killed and failing the test (naming `what`) if it has not
+/// within `limit`.
+fn output_within(mut child: Child, limit: Duration, what: &str) -> Output {
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what}: runner was still connecting after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
 /// A server that accepts the connection and never answers (a stopped postmaster, a proxy whose
 /// server is down): connecting gives up after `connect_timeout`, exit 4, the host named, the
 /// password not. Whether or not TLS is asked for (the first thing sent differs). Needs no test
 /// server: the listener is this test's.
 #[test]
 fn a_server_that_accepts_and_never_answers_times_out_exit_4() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
-    let port = listener.local_addr().expect("address").port();
-    std::thread::spawn(move || {
-        // Hold every connection open, reading and writing nothing.
-        let mut held = Vec::new();
-        for stream in listener.incoming() {
-            held.push(stream);
-        }
-    });
+    let port = silent_server();
     let home = tempfile::tempdir().expect("tempdir");
     for params in ["connect_timeout=1", "connect_timeout=1&sslmode=disable"] {
         let url = format!("postgres://someone:Secret-88@127.0.0.1:{port}/runner?{params}");
-        let mut child = Command::new(BIN)
+        let child = Command::new(BIN)
             .args(["--db", &url, "status", "--check"])
             .env("HOME", home.path())
             .env_remove("PGPASSWORD")
@@ -462,15 +482,7 @@ fn a_server_that_accepts_and_never_answers_times_out_exit_4() {
             .spawn()
             .expect("spawn runner");
         // Generous: the point is that it ends, not how fast.
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while child.try_wait().expect("wait").is_none() {
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("{params}: runner was still connecting after 60s");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let out = child.wait_with_output().expect("output");
+        let out = output_within(child, Duration::from_secs(60), params);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(4), "{params}: {err}");
         assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
@@ -484,17 +496,10 @@ fn a_server_that_accepts_and_never_answers_times_out_exit_4() {
 /// connect_timeout says: someone is waiting at a TAB. (The listener is this test's.)
 #[test]
 fn schedule_names_give_up_on_a_server_that_never_answers_after_two_seconds() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
-    let port = listener.local_addr().expect("address").port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming() {
-            held.push(stream);
-        }
-    });
+    let port = silent_server();
     let home = tempfile::tempdir().expect("tempdir");
     let url = format!("postgres://someone@127.0.0.1:{port}/runner?connect_timeout=600");
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(["--db", &url, "completions", "--schedule-names"])
         .env("HOME", home.path())
         .stdout(std::process::Stdio::piped())
@@ -502,15 +507,7 @@ fn schedule_names_give_up_on_a_server_that_never_answers_after_two_seconds() {
         .spawn()
         .expect("spawn runner");
     // Generous: the point is that it ends, and the message says after how long.
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("runner was still connecting after 120s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().expect("output");
+    let out = output_within(child, Duration::from_secs(120), "schedule names");
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(err.contains("timed out after 2s"), "{err}");
