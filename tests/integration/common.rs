@@ -463,6 +463,19 @@ pub fn forge_stopping(env: &Env, run_id: i64, host: &str, cancelled_at: i64, sto
     );
 }
 
+/// Forge attempt 2 of run `run_id` open on `host` (by `owner`, runner pid `runner_pid`), started
+/// when the run did, as after another host recovered the run and retried it; the run's own row
+/// is the caller's to forge.
+pub fn forge_second_attempt(env: &Env, run_id: i64, owner: &str, host: &str, runner_pid: i64) {
+    env.sql.exec(
+        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
+             started_at, definition_id)
+         SELECT $1, 2, $2, $3, $4, 'second', started_at, definition_id
+         FROM job_runs WHERE id = $1",
+        &[&run_id, &owner, &host, &runner_pid],
+    );
+}
+
 /// Insert `count` runs of schedule `job` that finished (succeeded) `age_secs` before `now`, each
 /// with one attempt and two events: one fast INSERT ... SELECT per table.
 pub fn insert_finished_runs(env: &Env, job: &str, count: i64, now: i64, age_secs: i64) {

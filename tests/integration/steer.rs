@@ -12,9 +12,9 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::common::{
-    assert_read_at, epoch, event_kinds, json, last_run_id, never_near, process_alive, real_now,
-    run_ids, sh_quote, status_of, stderr, stdout, utc, wait_until, Bg, Env, CLOCK_SLACK_SECS,
-    RETRY_AT_ONCE,
+    assert_read_at, epoch, event_kinds, forge_second_attempt, json, last_run_id, never_near,
+    process_alive, real_now, run_ids, sh_quote, status_of, stderr, stdout, utc, wait_until, Bg,
+    Env, CLOCK_SLACK_SECS, RETRY_AT_ONCE,
 };
 
 #[test]
@@ -457,13 +457,7 @@ fn a_late_end_of_an_older_attempt_keeps_waiting_for_the_cancelled_runs_current_j
          WHERE id = $1",
         &[&cancelled, &STOPPING_BY_2100],
     );
-    env.sql.exec(
-        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
-             started_at, definition_id)
-         SELECT $1, 2, 'far:4242', 'far-host', 4242, 'second', started_at, definition_id
-         FROM job_runs WHERE id = $1",
-        &[&cancelled],
-    );
+    forge_second_attempt(&env, cancelled, "far:4242", "far-host", 4242);
     let next = env.enqueue("alone");
     fs::write(&go, "").expect("let attempt 1's job end");
     let out = tick.finish(Duration::from_secs(120));
@@ -699,13 +693,7 @@ fn an_overdue_cancelled_runs_older_attempt_here_is_stopped_before_its_schedule_r
          WHERE id = 1",
         &[],
     );
-    env.sql.exec(
-        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
-             started_at, definition_id)
-         SELECT 1, 2, 'far:4242', 'far-host', 4242, 'second', started_at, definition_id
-         FROM job_runs WHERE id = 1",
-        &[],
-    );
+    forge_second_attempt(&env, 1, "far:4242", "far-host", 4242);
     // An hour on: the deadline is long past.
     an_hour_on_run_2_runs_alone(&env, "hung", &lock, &log);
     let open = env.sql.query_i64s(

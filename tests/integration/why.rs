@@ -2,8 +2,8 @@
 //! `--now` or forged through `env.sql`, so time is deterministic.
 
 use crate::common::{
-    assert_read_at, epoch, forge_last_tick, forge_running, forge_stopping, insert_finished_runs,
-    json, last_tick_at, Env,
+    assert_read_at, epoch, forge_last_tick, forge_running, forge_second_attempt, forge_stopping,
+    insert_finished_runs, json, last_tick_at, Env,
 };
 use serde_json::Value;
 
@@ -487,23 +487,28 @@ fn a_due_run_of_a_forbid_schedule_waits_behind_the_running_one() {
     assert!(hints(&report).contains(&format!("runner show {running}")));
 }
 
+/// `queue`'s 09:00 run due again (the first of the pair returned), and a manual run of it
+/// cancelled while running on far-host (the second), its job to be stopped by 09:31 (forged).
+fn waiting_behind_a_run_cancelled_on_far_host(env: &Env) -> (i64, i64) {
+    let waiting = a_forbid_schedules_0900_run_due_again(env);
+    let cancelled = env.enqueue("queue");
+    forge_stopping(
+        env,
+        cancelled,
+        "far-host",
+        epoch("2026-11-23T09:20:00Z"),
+        epoch("2026-11-23T09:31:00Z"),
+    );
+    (waiting, cancelled)
+}
+
 /// A due run of a `forbid` schedule waits while the job of a run cancelled while running is
 /// still being stopped: `why` names that run, its host and the time by which it is stopped at
 /// the latest (and, past it, that the next tick on that host stops it).
 #[test]
 fn a_due_run_of_a_forbid_schedule_waits_behind_a_cancelled_job_being_stopped() {
     let env = Env::init();
-    let waiting = a_forbid_schedules_0900_run_due_again(&env);
-    // Forged: a manual run of the schedule was cancelled while running on another host, its job
-    // to be stopped by 09:31.
-    let cancelled = env.enqueue("queue");
-    forge_stopping(
-        &env,
-        cancelled,
-        "far-host",
-        epoch("2026-11-23T09:20:00Z"),
-        epoch("2026-11-23T09:31:00Z"),
-    );
+    let (waiting, cancelled) = waiting_behind_a_run_cancelled_on_far_host(&env);
     let report = why(&env, "2026-11-23T09:30:00Z", &["queue", "--at", "09:00"]);
     assert_eq!(report["cause"], "waiting_behind_stop", "{report}");
     assert_eq!(report["run"]["id"], waiting);
@@ -552,24 +557,10 @@ fn a_due_run_of_a_forbid_schedule_waits_behind_a_cancelled_job_being_stopped() {
 #[test]
 fn a_run_waiting_behind_a_cancelled_run_with_two_open_attempts_names_both_hosts() {
     let env = Env::init();
-    let waiting = a_forbid_schedules_0900_run_due_again(&env);
-    // Forged: attempt 1 open on far-host, stalled; attempt 2, the retry, open on near-host when
-    // the run was cancelled.
-    let cancelled = env.enqueue("queue");
-    forge_stopping(
-        &env,
-        cancelled,
-        "far-host",
-        epoch("2026-11-23T09:20:00Z"),
-        epoch("2026-11-23T09:31:00Z"),
-    );
-    env.sql.exec(
-        "INSERT INTO job_attempts (run_id, attempt, owner, host, runner_pid, lease_token,
-             started_at, definition_id)
-         SELECT $1, 2, 'near:4343', 'near-host', 4343, 'retry', started_at, definition_id
-         FROM job_runs WHERE id = $1",
-        &[&cancelled],
-    );
+    let (waiting, cancelled) = waiting_behind_a_run_cancelled_on_far_host(&env);
+    // Forged too: attempt 2, the retry, open on near-host when the run was cancelled (attempt 1
+    // stalled on far-host).
+    forge_second_attempt(&env, cancelled, "near:4343", "near-host", 4343);
     env.sql.exec(
         "UPDATE job_runs SET attempt = 2 WHERE id = $1",
         &[&cancelled],
