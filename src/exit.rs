@@ -149,6 +149,12 @@ pub fn code_for(error: &anyhow::Error) -> i32 {
     RUNTIME
 }
 
+/// Whether the error is busy ([`Failure::Busy`], [`Failure::TickLocked`], or a backend error
+/// classified so): another process held a lock past the wait (exit 5, safe to retry).
+pub fn is_busy(error: &anyhow::Error) -> bool {
+    code_for(error) == BUSY
+}
+
 /// Whether the error is a lost connection to the database server ([`Failure::ConnectionLost`],
 /// [`Failure::ServerAway`]): every later write of the command meets the same, until the server
 /// is back.

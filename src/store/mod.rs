@@ -1466,14 +1466,14 @@ pub trait Store {
     ) -> Result<Vec<Result<usize>>> {
         let busy = match self.materialize_together(&mut batch, now, actor, locks) {
             Ok(inserted) => return Ok(passed_over_as_busy(inserted, None)),
-            Err(e) if crate::exit::code_for(&e.0) == crate::exit::BUSY => e.0,
+            Err(e) if crate::exit::is_busy(&e.0) => e.0,
             Err(_) => return Ok(self.materialize_each(batch, now, actor, locks)),
         };
         if locks == RowLocks::Wait {
             locks = RowLocks::PassOver;
             match self.materialize_together(&mut batch, now, actor, locks) {
                 Ok(inserted) => return Ok(passed_over_as_busy(inserted, Some(&busy))),
-                Err(e) if crate::exit::code_for(&e.0) == crate::exit::BUSY => {}
+                Err(e) if crate::exit::is_busy(&e.0) => {}
                 Err(_) => return Ok(self.materialize_each(batch, now, actor, locks)),
             }
         }
@@ -1501,7 +1501,7 @@ pub trait Store {
                 Ok(inserted) => passed_over_as_busy(inserted, None).remove(0),
                 Err(e) => Err(e),
             };
-            if matches!(&result, Err(e) if crate::exit::code_for(&e.0) == crate::exit::BUSY) {
+            if matches!(&result, Err(e) if crate::exit::is_busy(&e.0)) {
                 locks = RowLocks::PassOver;
             }
             results.push(result);

@@ -92,7 +92,7 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
             // Another process held the lock through the whole wait: nothing was written, and the
             // next write would wait as long. This run and the rest are left to the next tick's
             // recovery, and the tick goes on with its other steps.
-            Err(e) if crate::exit::code_for(&e) == crate::exit::BUSY => {
+            Err(e) if crate::exit::is_busy(&e) => {
                 say_recovery_locked(tick, &e, lease.run_id, total - done);
                 return Ok(());
             }

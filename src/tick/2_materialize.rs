@@ -310,7 +310,7 @@ impl Writer<'_> {
                 for (name, result) in names.drain(..).zip(results) {
                     match result.map_err(anyhow::Error::from) {
                         Ok(n) => self.inserted += n,
-                        Err(e) if is_busy(&e) => self.left_locked(e, 1),
+                        Err(e) if crate::exit::is_busy(&e) => self.left_locked(e, 1),
                         Err(e) => super::runner_error(self.errors, format!("schedule {name}"), &e),
                     }
                 }
@@ -318,7 +318,7 @@ impl Writer<'_> {
             Err(e) => {
                 names.clear();
                 let e = anyhow::Error::from(e);
-                if is_busy(&e) {
+                if crate::exit::is_busy(&e) {
                     self.left_locked(e, count);
                 } else {
                     let context = format!("materialising {count} schedules");
@@ -335,11 +335,6 @@ impl Writer<'_> {
         self.held += count;
         self.held_cause.get_or_insert(cause);
     }
-}
-
-/// Whether a store error is busy: a lock held past the wait (exit 5, safe to retry).
-fn is_busy(error: &anyhow::Error) -> bool {
-    crate::exit::code_for(error) == crate::exit::BUSY
 }
 
 /// Parsed timings by expression and zone: schedules often share one, and parsing it was most of

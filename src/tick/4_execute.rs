@@ -587,7 +587,7 @@ impl Supervisor {
                 // jobs' timeouts and ends were seen to meanwhile (`Tender`): while every lease
                 // still holds, nothing is lost yet, and the heartbeat is tried again at once.
                 let held_yet = beating.iter().all(|a| a.lease_seen_at.elapsed() < lease);
-                if crate::exit::code_for(&e) == crate::exit::BUSY && held_yet {
+                if crate::exit::is_busy(&e) && held_yet {
                     self.next_heartbeat = Instant::now();
                     return Beat::Locked;
                 }
@@ -1141,7 +1141,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
                 // the jobs go on, and the claim is tried again at the next look, as long as the
                 // tick may claim. If it still meets the lock when the tick stops claiming, the
                 // tick says so once (`say_claims_locked`).
-                Err(e) if crate::exit::code_for(&e) == crate::exit::BUSY => {
+                Err(e) if crate::exit::is_busy(&e) => {
                     claiming.took_nothing = false;
                     claiming.next_at = Instant::now() + RECHECK_INTERVAL;
                     claiming.locked = Some(e);
@@ -1427,7 +1427,7 @@ fn record_gated_starts(tick: &mut Tick<'_>, gated: Vec<Active>, supervisor: &mut
         }
         Err(e) => {
             let e: anyhow::Error = e.into();
-            if crate::exit::code_for(&e) == crate::exit::BUSY {
+            if crate::exit::is_busy(&e) {
                 // Nothing was written; the ones of an earlier try that met the lock are tried
                 // with these.
                 let mut jobs = supervisor

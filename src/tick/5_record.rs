@@ -255,7 +255,7 @@ fn write_decided(
 /// yet, and it is tried again.
 fn locked_while_leases_hold(tick: &Tick<'_>, decided: &DecidedEnds, error: &anyhow::Error) -> bool {
     let lease = Duration::from_secs(tick.options.lease_secs().unsigned_abs());
-    crate::exit::code_for(error) == crate::exit::BUSY
+    crate::exit::is_busy(error)
         && decided
             .reports
             .iter()

@@ -181,7 +181,7 @@ impl Tick<'_> {
     /// writes.
     pub fn write_failed(&mut self, error: &anyhow::Error) {
         self.writes_failed = true;
-        if crate::exit::code_for(error) != crate::exit::BUSY {
+        if !crate::exit::is_busy(error) {
             self.writes_refused = true;
         }
     }
