@@ -88,6 +88,7 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
         writes_failed: false,
         writes_refused: false,
         server_away: false,
+        writes_landed: 0,
     };
     match claim_run(&mut tick, run_id) {
         Ok(Some(claimed)) => execute_claimed(&mut tick, vec![claimed]),

@@ -16,9 +16,10 @@
 //!
 //! A store call can wait (another process's lock, up to 15 s): meanwhile a [`Tender`] thread
 //! keeps the running jobs' timeouts and sees their ends when they happen, writing nothing. A
-//! heartbeat, a start or an end that waited out the lock is tried again while the leases hold (a
-//! job whose start is not written waits at its gate); a claim that did changed nothing, and is
-//! tried again at the next look while the tick may claim.
+//! heartbeat, a start or an end that waited out the lock is tried again while the leases hold,
+//! after a pause that grows ([`LockPause`]) (a job whose start is not written waits at its
+//! gate); a claim that did changed nothing, and is tried again at the next look while the tick
+//! may claim.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -85,14 +86,15 @@ const MIN_AHEAD: usize = 8;
 /// A write takes well under a millisecond; only a wait for another process's lock (SQLite's
 /// write lock, a PostgreSQL row lock: up to 15 s) or a slow server lasts this long.
 const TEND_HELD_UP_AFTER: Duration = Duration::from_millis(50);
-/// The pause before starts that met another process's lock are written again, after the first
-/// try that met it: it doubles with each further try that meets it, up to
-/// `LOCKED_START_PAUSE_MAX` (and a tenth of the lease), and is the first again once a start
-/// lands. A write that waited out the lock (SQLite's 15 s wait) barely notices; one refused at
-/// once (a PostgreSQL lock timeout, SQLite's busy that skips the wait to avoid a deadlock) would
-/// otherwise be tried again at every turn of the loop, a core spent until the leases ran out.
-const LOCKED_START_PAUSE_FIRST: Duration = Duration::from_millis(10);
-const LOCKED_START_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// The pause before a heartbeat, starts or ends that met another process's lock are written
+/// again, after the first try that met it: it doubles with each further try that meets it, up to
+/// `LOCKED_WRITE_PAUSE_MAX` (and a tenth of the lease), and is the first again once a write lands
+/// ([`LockPause`]). A write that waited out the lock (SQLite's 15 s wait) barely notices; one
+/// refused at once (a PostgreSQL lock timeout, SQLite's busy that skips the wait to avoid a
+/// deadlock) would otherwise be tried again at every turn of the loop, a core spent until the
+/// leases ran out.
+const LOCKED_WRITE_PAUSE_FIRST: Duration = Duration::from_millis(10);
+const LOCKED_WRITE_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// Helper threads that spawn prepared jobs. Two: a spawn is CPU work of the new shell (its
 /// `exec`), and this machine class has two cores; more threads measured no faster.
 const SPAWN_THREADS: usize = 2;
@@ -328,8 +330,9 @@ enum Beat {
     Answered { lost: bool },
     /// The store could not say (reported; nothing is stopped).
     Failed,
-    /// The database stayed locked by another process through the whole wait, and every lease
-    /// was seen held less than a lease ago: not reported, tried again at once.
+    /// The database stayed locked by another process through the whole wait (or refused at
+    /// once), and every lease was seen held less than a lease ago: not reported, the periodic
+    /// heartbeat tried again after a pause (`Supervisor::heartbeat_pause`).
     Locked,
 }
 
@@ -347,19 +350,86 @@ struct Supervisor {
     lease_secs: i64,
     heartbeat_every: Duration,
     next_heartbeat: Instant,
+    /// The latest periodic heartbeat (or look at prepared jobs' leases) met another process's
+    /// lock while the leases held: the heartbeat is tried again when `heartbeat_pause` says.
+    heartbeat_locked: bool,
+    heartbeat_pause: LockPause,
     /// The database's identity, for the jobs' markers.
     identity: String,
     /// A job could not start for want of a descriptor (`EMFILE`, `ENFILE`), and the tick said so.
     out_of_files_said: bool,
     tender: Tender,
-    /// Ends whose write waited out another process's lock while their leases held: written
-    /// with the next ends, at the next turn of the loop (see `record::record_decided`).
+    /// Ends whose write met another process's lock while their leases held: written again
+    /// when `ends_pause` says, or with the next ends (see `record::record_decided`).
     unwritten: DecidedEnds,
+    ends_pause: LockPause,
     /// Jobs at their gate whose start met another process's lock while their leases held:
-    /// written again after a pause (see [`record_gated_starts`]).
+    /// written again when `starts_pause` says (see [`record_gated_starts`]).
     locked_starts: Option<LockedStarts>,
-    /// The pause before the next try of starts that meet the lock (`LOCKED_START_PAUSE_FIRST`).
-    locked_start_pause: Duration,
+    starts_pause: LockPause,
+}
+
+/// When a write that met another process's lock while its leases held (a heartbeat, starts at
+/// their gate, ends: one of these per kind) is tried again: after a pause that doubles with
+/// each try that meets the lock, from `LOCKED_WRITE_PAUSE_FIRST` up to `LOCKED_WRITE_PAUSE_MAX`
+/// (and a tenth of the lease), never later than the moment the first of its leases runs out,
+/// where its last try is made (a lease that runs out is given up as before). Once a write of the
+/// tick lands (`Tick::writes_landed`), the lock is evidently free: the write is tried at once,
+/// and its pause is the first again. Pure: the caller passes the time and that count.
+struct LockPause {
+    /// The pause after the next try that meets the lock.
+    next: Duration,
+    /// How long `next` may grow.
+    ceiling: Duration,
+    /// When the write is tried again.
+    retry_at: Instant,
+    /// `Tick::writes_landed` when the latest try met the lock.
+    landed: u64,
+}
+
+impl LockPause {
+    fn new(lease: Duration, now: Instant) -> LockPause {
+        LockPause {
+            next: LOCKED_WRITE_PAUSE_FIRST,
+            ceiling: LOCKED_WRITE_PAUSE_MAX.min(lease / 10),
+            retry_at: now,
+            landed: 0,
+        }
+    }
+
+    /// A try met the lock at `now`, `landed` writes of the tick having landed, the first of its
+    /// leases running out in `lease_left`: it is tried again after the pause, which grows.
+    fn met(&mut self, now: Instant, landed: u64, lease_left: Duration) {
+        if landed != self.landed {
+            // A write landed since the lock was last met: it was free meanwhile.
+            self.next = LOCKED_WRITE_PAUSE_FIRST;
+        }
+        self.retry_at = now + self.next.min(lease_left);
+        self.next = (self.next * 2).min(self.ceiling);
+        self.landed = landed;
+    }
+
+    /// How long until the write is tried again: nothing once its pause is over, or once a write
+    /// of the tick landed since it met the lock.
+    fn left(&self, now: Instant, landed: u64) -> Duration {
+        if landed != self.landed {
+            return Duration::ZERO;
+        }
+        self.retry_at.saturating_duration_since(now)
+    }
+
+    fn due(&self, now: Instant, landed: u64) -> bool {
+        self.left(now, landed).is_zero()
+    }
+}
+
+/// How long until the first of some leases runs out, each last seen held at the instant given
+/// (a whole lease for none): nothing once one has.
+fn lease_left(lease: Duration, seen: impl IntoIterator<Item = Instant>) -> Duration {
+    seen.into_iter()
+        .map(|at| lease.saturating_sub(at.elapsed()))
+        .min()
+        .unwrap_or(lease)
 }
 
 /// Jobs spawned at their gate whose start could not be written for another process's lock,
@@ -368,8 +438,6 @@ struct Supervisor {
 struct LockedStarts {
     jobs: Vec<Active>,
     met: anyhow::Error,
-    /// When they are written again.
-    retry_at: Instant,
 }
 
 impl Supervisor {
@@ -381,6 +449,8 @@ impl Supervisor {
         let heartbeat_every = Duration::from_secs((lease_secs / 3).max(1) as u64);
         let prepare_ahead_always =
             super::test_hook_action("prepare-ahead").is_some_and(|action| action == "always");
+        let lease = Duration::from_secs(lease_secs.unsigned_abs());
+        let pause = || LockPause::new(lease, Instant::now());
         Supervisor {
             active: Vec::new(),
             ready: VecDeque::new(),
@@ -389,12 +459,15 @@ impl Supervisor {
             lease_secs,
             heartbeat_every,
             next_heartbeat: Instant::now() + heartbeat_every,
+            heartbeat_locked: false,
+            heartbeat_pause: pause(),
             identity: tick.store.identity(),
             out_of_files_said: false,
             tender: Tender::start(Arc::clone(&tick.options.shutdown), tick.options.on_shutdown),
             unwritten: DecidedEnds::default(),
+            ends_pause: pause(),
             locked_starts: None,
-            locked_start_pause: LOCKED_START_PAUSE_FIRST,
+            starts_pause: pause(),
         }
     }
 
@@ -474,9 +547,9 @@ impl Supervisor {
     }
 
     /// Poll every job once: the attempts that ended since the previous poll (a few ms ago),
-    /// decided, to be recorded together, after the ends to be written again.
+    /// decided, to be recorded together, after the ends to be written again: those go with new
+    /// ones (a try anyway), or alone once their pause is over.
     fn poll(&mut self, tick: &mut Tick<'_>) -> DecidedEnds {
-        let mut decided = std::mem::take(&mut self.unwritten);
         let now = Instant::now();
         let mut ends = Vec::new();
         let mut index = 0;
@@ -495,23 +568,44 @@ impl Supervisor {
                 index += 1;
             }
         }
-        decided.append(decide_ends(tick, ends));
+        let ended = decide_ends(tick, ends);
+        if ended.is_empty() && !self.ends_pause.due(Instant::now(), tick.writes_landed) {
+            return ended;
+        }
+        let mut decided = std::mem::take(&mut self.unwritten);
+        decided.append(ended);
         decided
     }
 
-    /// Keep ends whose write is to be tried again (`record::record_decided`).
-    fn write_again(&mut self, again: Option<DecidedEnds>) {
+    /// Keep ends whose write met another process's lock, to be tried again after a pause
+    /// (`record::record_decided`).
+    fn write_again(&mut self, tick: &Tick<'_>, again: Option<DecidedEnds>) {
         if let Some(again) = again {
             self.unwritten.append(again);
+            let left = lease_left(self.lease(), self.unwritten.leases_seen());
+            self.ends_pause
+                .met(Instant::now(), tick.writes_landed, left);
         }
     }
 
-    /// Heart-beat the leases when a third of the lease has passed since the last time, or at
-    /// once after a heartbeat that found the database locked while the leases still held.
+    /// Jobs held: running, or prepared at their gate.
+    fn holding(&self) -> bool {
+        !self.active.is_empty() || !self.ready.is_empty()
+    }
+
+    /// Heart-beat the leases when a third of the lease has passed since the last time, or, after
+    /// a heartbeat that found the database locked while the leases still held, once its pause is
+    /// over.
     fn heartbeat_if_due(&mut self, tick: &mut Tick<'_>) {
-        let holding = !self.active.is_empty() || !self.ready.is_empty();
-        if holding && Instant::now() >= self.next_heartbeat {
-            self.next_heartbeat = Instant::now() + self.heartbeat_every;
+        let now = Instant::now();
+        let due = if self.heartbeat_locked {
+            self.heartbeat_pause.due(now, tick.writes_landed)
+        } else {
+            now >= self.next_heartbeat
+        };
+        if self.holding() && due {
+            self.heartbeat_locked = false;
+            self.next_heartbeat = now + self.heartbeat_every;
             match self.heartbeat(tick, Beaten::All) {
                 Beat::Answered { lost: true } => self.stop_lost_at_gate(tick),
                 Beat::Answered { lost: false } | Beat::Failed | Beat::Locked => {}
@@ -539,7 +633,8 @@ impl Supervisor {
 
     /// Extend the leases of the jobs `which` names; a job whose lease is gone is stopped. One
     /// that found the database locked while the leases held (`Beat::Locked`) has the periodic
-    /// heartbeat come again at once.
+    /// heartbeat come again after a pause ([`LockPause`]), at the latest when the first lease
+    /// runs out.
     fn heartbeat(&mut self, tick: &mut Tick<'_>, which: Beaten) -> Beat {
         let tokens: Vec<LeaseToken> = self
             .beaten(which)
@@ -552,6 +647,8 @@ impl Supervisor {
         let beat = self.lend(|| {
             if super::test_fault("heartbeat") {
                 Err(anyhow::anyhow!("forged failure").into())
+            } else if let Some(locked) = super::test_lock_fault("heartbeat-locked") {
+                Err(locked.into())
             } else {
                 tick.store.heartbeat(&tokens, now, lease_expires_at)
             }
@@ -585,10 +682,18 @@ impl Supervisor {
                 let e = e.into();
                 // Another process held the write lock (or the rows) for the whole wait, and the
                 // jobs' timeouts and ends were seen to meanwhile (`Tender`): while every lease
-                // still holds, nothing is lost yet, and the heartbeat is tried again at once.
+                // still holds, nothing is lost yet, and the heartbeat is tried again after a
+                // pause (the periodic one, of every job: the first of all their leases to run
+                // out bounds it).
                 let held_yet = beating.iter().all(|a| a.lease_seen_at.elapsed() < lease);
                 if crate::exit::is_busy(&e) && held_yet {
-                    self.next_heartbeat = Instant::now();
+                    let seen: Vec<Instant> = (self.beaten(Beaten::All).iter())
+                        .map(|a| a.lease_seen_at)
+                        .collect();
+                    let left = lease_left(lease, seen);
+                    self.heartbeat_pause
+                        .met(Instant::now(), tick.writes_landed, left);
+                    self.heartbeat_locked = true;
                     return Beat::Locked;
                 }
                 // The server ended the session and is not back yet (a restart): nothing was
@@ -697,7 +802,7 @@ impl Supervisor {
                     // leaves them at their gate).
                     Beat::Failed if tick.writes_stopped() => continue,
                     // The store cannot say (reported, unless it was only locked while every
-                    // lease held: the periodic heartbeat tries again at once). A job seen
+                    // lease held: the periodic heartbeat tries again after a pause). A job seen
                     // holding its lease less than a lease ago holds it still, unless cancelled
                     // meanwhile, which the periodic heartbeat then finds, as it does for running
                     // jobs; one not seen for a whole lease may have been recovered, and never
@@ -749,64 +854,74 @@ impl Supervisor {
     /// Write again the starts that met another process's lock, once their pause is over (see
     /// [`record_gated_starts`]).
     fn retry_locked_starts(&mut self, tick: &mut Tick<'_>) {
-        let due = |locked: &mut LockedStarts| Instant::now() >= locked.retry_at;
-        if let Some(locked) = self.locked_starts.take_if(due) {
+        if !self.starts_pause.due(Instant::now(), tick.writes_landed) {
+            return;
+        }
+        if let Some(locked) = self.locked_starts.take() {
             record_gated_starts(tick, locked.jobs, self);
         }
     }
 
     /// Starts that met another process's lock, with the earlier ones that met it: they are
-    /// written again after the pause, which grows for the next time (but never past the moment
-    /// the first of their leases runs out, when the last try is made). Handed back (`Err`) when
-    /// a lease already ran out: they never start.
-    fn hold_locked_starts(&mut self, locked: LockedStarts) -> Result<(), LockedStarts> {
-        let lease = self.lease();
-        let Some(lease_left) = locked
-            .jobs
-            .iter()
-            .map(|a| lease.checked_sub(a.lease_seen_at.elapsed()))
-            .min()
-            .flatten()
-            .filter(|left| !left.is_zero())
-        else {
+    /// written again after a pause ([`LockPause`]). Handed back (`Err`) when a lease already ran
+    /// out: they never start.
+    fn hold_locked_starts(
+        &mut self,
+        tick: &Tick<'_>,
+        locked: LockedStarts,
+    ) -> Result<(), LockedStarts> {
+        let left = lease_left(self.lease(), locked.jobs.iter().map(|a| a.lease_seen_at));
+        if left.is_zero() {
             return Err(locked);
-        };
-        let pause = self.locked_start_pause;
-        let ceiling = LOCKED_START_PAUSE_MAX.min(lease / 10);
-        self.locked_start_pause = (pause * 2).min(ceiling);
-        self.locked_starts = Some(LockedStarts {
-            retry_at: Instant::now() + pause.min(lease_left),
-            ..locked
-        });
+        }
+        self.starts_pause
+            .met(Instant::now(), tick.writes_landed, left);
+        self.locked_starts = Some(locked);
         Ok(())
     }
 
+    /// How long until the next try of the writes that met another process's lock; `None` when
+    /// none waits.
+    fn until_locked_retry(&self, tick: &Tick<'_>) -> Option<Duration> {
+        let (now, landed) = (Instant::now(), tick.writes_landed);
+        let waiting = [
+            (self.locked_starts.is_some(), &self.starts_pause),
+            (!self.unwritten.is_empty(), &self.ends_pause),
+            (
+                self.heartbeat_locked && self.holding(),
+                &self.heartbeat_pause,
+            ),
+        ];
+        waiting
+            .into_iter()
+            .filter(|(waits, _)| *waits)
+            .map(|(_, pause)| pause.left(now, landed))
+            .min()
+    }
+
     /// How long the loop may sleep: until the next poll of the jobs; with none running, until
-    /// the next try of starts that met the lock, in steps short enough to see a shutdown signal
+    /// the next try of writes that met the lock, in steps short enough to see a shutdown signal
     /// soon.
-    fn pause(&self) -> Duration {
-        match &self.locked_starts {
-            Some(locked) if self.active.is_empty() => locked
-                .retry_at
-                .saturating_duration_since(Instant::now())
-                .min(MAX_POLL_INTERVAL),
+    fn pause(&self, tick: &Tick<'_>) -> Duration {
+        match self.until_locked_retry(tick) {
+            Some(left) if self.active.is_empty() => left.min(MAX_POLL_INTERVAL),
             _ => poll_interval(&self.active),
         }
     }
 
-    fn sleep(&self) {
-        std::thread::sleep(self.pause());
+    fn sleep(&self, tick: &Tick<'_>) {
+        std::thread::sleep(self.pause(tick));
     }
 
     /// Until the next poll is due, or a spawned job comes back (returned, to be recorded).
-    fn wait(&self, spawner: &mut Spawner) -> Spawned {
+    fn wait(&self, tick: &Tick<'_>, spawner: &mut Spawner) -> Spawned {
         if self.ready.is_empty() && spawner.in_flight == 0 && !self.active.is_empty() {
             test_hook("running");
         }
         if let Some(wakeup) = spawner.wakeup {
             // Ends are seen as they come, so the timer is only for what no exit announces: a
             // timeout, a kill's grace, pipes still being read, a second look for leftovers.
-            wakeup.sleep(self.pause().max(WOKEN_POLL_FLOOR));
+            wakeup.sleep(self.pause(tick).max(WOKEN_POLL_FLOOR));
             return match spawner.spawned.try_recv() {
                 Ok(spawned) => spawned,
                 Err(TryRecvError::Empty) => Vec::new(),
@@ -814,10 +929,10 @@ impl Supervisor {
             };
         }
         if spawner.in_flight == 0 {
-            self.sleep();
+            self.sleep(tick);
             return Vec::new();
         }
-        match spawner.spawned.recv_timeout(self.pause()) {
+        match spawner.spawned.recv_timeout(self.pause(tick)) {
             Ok(spawned) => spawned,
             Err(RecvTimeoutError::Timeout) => Vec::new(),
             Err(RecvTimeoutError::Disconnected) => spawner.helpers_gone(),
@@ -1098,7 +1213,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
                 results_deferred = true;
                 let (again, claimed) =
                     supervisor.lend(|| record_decided_then_claim(tick, ends, room, lease_secs));
-                supervisor.write_again(again);
+                supervisor.write_again(tick, again);
                 claimed
             } else {
                 supervisor.lend(|| claim_due(tick, room, lease_secs))
@@ -1169,7 +1284,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
             held = Some((ends, held_since.unwrap_or_else(Instant::now)));
         } else if ended {
             let again = supervisor.lend(|| record_decided(tick, ends, Commit::Durable));
-            supervisor.write_again(again);
+            supervisor.write_again(tick, again);
         }
 
         // Done when nothing runs, no end is left to write, and the latest claim, made after
@@ -1201,7 +1316,7 @@ fn supervise_due(tick: &mut Tick<'_>, spawner: &mut Spawner, slots: Slots) -> Re
             std::thread::sleep(until_claim.min(MAX_POLL_INTERVAL));
             Vec::new()
         } else {
-            supervisor.wait(spawner)
+            supervisor.wait(tick, spawner)
         };
     }
 }
@@ -1299,11 +1414,11 @@ pub fn execute_claimed(tick: &mut Tick<'_>, runs: Vec<ClaimedRun>) {
         let ends = supervisor.poll(tick);
         if !ends.is_empty() {
             let again = supervisor.lend(|| record_decided(tick, ends, Commit::Durable));
-            supervisor.write_again(again);
+            supervisor.write_again(tick, again);
         }
         supervisor.heartbeat_if_due(tick);
-        if !supervisor.active.is_empty() || supervisor.locked_starts.is_some() {
-            supervisor.sleep();
+        if !supervisor.active.is_empty() || supervisor.until_locked_retry(tick).is_some() {
+            supervisor.sleep(tick);
         }
     }
 }
@@ -1363,7 +1478,7 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
                     lease_seen_at,
                 };
                 let again = supervisor.lend(|| record_end(tick, end));
-                supervisor.write_again(again);
+                supervisor.write_again(tick, again);
             }
             None => {
                 let error = SpawnError {
@@ -1387,7 +1502,7 @@ fn start_spawned(tick: &mut Tick<'_>, spawned: Spawned, supervisor: &mut Supervi
 /// landed (see [`start_spawned`]). A write that met another process's lock (busy, after the
 /// whole wait or at once) changed nothing: while every one of their leases was seen held less
 /// than a lease ago, the jobs wait at their gate and their starts are written again after a
-/// pause that grows with each try (`LOCKED_START_PAUSE_FIRST`), the loop serving the other jobs
+/// pause that grows with each try ([`LockPause`]), the loop serving the other jobs
 /// meanwhile; past that, they never start ([`give_up_locked_starts`]).
 fn record_gated_starts(tick: &mut Tick<'_>, gated: Vec<Active>, supervisor: &mut Supervisor) {
     if tick.writes_stopped() {
@@ -1413,16 +1528,15 @@ fn record_gated_starts(tick: &mut Tick<'_>, gated: Vec<Active>, supervisor: &mut
     let now = tick.clock.epoch();
     let lease_expires_at = now + supervisor.lease_secs;
     let landed = match supervisor.lend(|| {
-        if super::test_fault("record-starts") {
-            let forged = crate::exit::Failure::Busy("forged: the database is locked".into());
-            return Err(anyhow::Error::from(forged).into());
+        if let Some(locked) = super::test_lock_fault("record-starts") {
+            return Err(locked.into());
         }
         tick.store.record_starts(&starts, now, lease_expires_at)
     }) {
         Ok(landed) => {
             // A durable commit: the results written deferred before it are durable too.
             results_durable(tick);
-            supervisor.locked_start_pause = LOCKED_START_PAUSE_FIRST;
+            tick.write_landed();
             Some(landed)
         }
         Err(e) => {
@@ -1436,12 +1550,8 @@ fn record_gated_starts(tick: &mut Tick<'_>, gated: Vec<Active>, supervisor: &mut
                     .map_or_else(Vec::new, |earlier| earlier.jobs);
                 jobs.extend(gated);
                 // When to try again is the supervisor's to say.
-                let locked = LockedStarts {
-                    jobs,
-                    met: e,
-                    retry_at: Instant::now(),
-                };
-                if let Err(locked) = supervisor.hold_locked_starts(locked) {
+                let locked = LockedStarts { jobs, met: e };
+                if let Err(locked) = supervisor.hold_locked_starts(tick, locked) {
                     let why = "the database stayed locked by another process for as long as \
                                the leases held";
                     give_up_locked_starts(tick, locked, why);
@@ -1583,7 +1693,7 @@ fn give_back_unstarted(
                 lease_seen_at: Instant::now(),
             };
             let again = supervisor.lend(|| record_end(tick, end));
-            supervisor.write_again(again);
+            supervisor.write_again(tick, again);
         }
     }
 }
@@ -1687,6 +1797,65 @@ fn poll_interval(active: &[Active]) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_that_meets_the_lock_again_waits_twice_as_long_up_to_a_tenth_of_the_lease() {
+        let now = Instant::now();
+        let mut pause = LockPause::new(Duration::from_secs(5), now);
+        let lease_left = Duration::from_secs(4);
+        let mut waited = Vec::new();
+        for _ in 0..8 {
+            pause.met(now, 0, lease_left);
+            waited.push(pause.left(now, 0).as_millis());
+        }
+        assert_eq!(waited, [10, 20, 40, 80, 160, 320, 500, 500]);
+        assert!(!pause.due(now, 0));
+        assert!(pause.due(now + Duration::from_millis(500), 0));
+        let long = LockPause::new(Duration::from_secs(60), now);
+        assert_eq!(long.ceiling, LOCKED_WRITE_PAUSE_MAX);
+    }
+
+    #[test]
+    fn the_last_try_of_a_write_that_meets_the_lock_comes_when_its_first_lease_runs_out() {
+        let now = Instant::now();
+        let mut pause = LockPause::new(Duration::from_secs(60), now);
+        for _ in 0..10 {
+            pause.met(now, 0, Duration::from_secs(30));
+        }
+        pause.met(now, 0, Duration::from_millis(300));
+        assert_eq!(pause.left(now, 0), Duration::from_millis(300));
+        assert!(pause.due(now + Duration::from_millis(300), 0));
+    }
+
+    #[test]
+    fn a_write_that_lands_cuts_short_the_pause_and_the_next_starts_from_the_first() {
+        let now = Instant::now();
+        let mut pause = LockPause::new(Duration::from_secs(60), now);
+        for _ in 0..10 {
+            pause.met(now, 3, Duration::from_secs(30));
+        }
+        assert_eq!(pause.left(now, 3), LOCKED_WRITE_PAUSE_MAX);
+        // Another write of the tick landed: the lock is free, the write goes at once.
+        assert!(pause.due(now, 4));
+        pause.met(now, 4, Duration::from_secs(30));
+        assert_eq!(pause.left(now, 4), LOCKED_WRITE_PAUSE_FIRST);
+    }
+
+    #[test]
+    fn the_lease_left_is_the_first_to_run_out_and_nothing_once_one_has() {
+        let lease = Duration::from_secs(60);
+        let now = Instant::now();
+        let Some(earlier) = now.checked_sub(Duration::from_secs(20)) else {
+            return; // the monotonic clock started less than 20 s ago
+        };
+        let left = lease_left(lease, [now, earlier]);
+        assert!(left <= Duration::from_secs(40), "{left:?}");
+        assert!(left > Duration::from_secs(30), "{left:?}");
+        assert_eq!(lease_left(lease, []), lease);
+        if let Some(long_ago) = now.checked_sub(Duration::from_secs(61)) {
+            assert_eq!(lease_left(lease, [now, long_ago]), Duration::ZERO);
+        }
+    }
 
     #[test]
     fn a_tick_of_few_slots_claims_all_but_a_slot_full_of_its_prepared_places() {

@@ -115,6 +115,11 @@ impl DecidedEnds {
         self.reports.extend(later.reports);
     }
 
+    /// When each of their leases was last seen held.
+    pub fn leases_seen(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.reports.iter().map(|r| r.lease_seen_at)
+    }
+
     /// Whether one of these runs is to be retried by `now`: a claim right after may take it.
     pub fn retry_due_by(&self, now: i64) -> bool {
         self.reports
@@ -151,11 +156,13 @@ pub fn decide_ends(tick: &mut Tick<'_>, ends: Vec<End>) -> DecidedEnds {
 ///
 /// If the write waited out another process's lock (a `VACUUM`, a `migrate`, a long prune; on
 /// PostgreSQL a session holding a run's row) while every lease was seen held less than a lease
-/// ago, nothing is reported: the ends are returned, for the caller to try again at once (the job
-/// succeeded: given up, its run would be run again once its lease expired). They are not
-/// heart-beaten meanwhile (a heartbeat would wait for the same lock): they are tried while the
-/// leases last seen hold. If the write fails otherwise, none is recorded, and their leases
-/// expire into recovery.
+/// ago, nothing is reported: the ends are returned, for the caller to try again (the job
+/// succeeded: given up, its run would be run again once its lease expired), after a pause that
+/// grows (the supervisor's `LockPause`, so that a lock that refuses the write at once is not met
+/// at every turn of its loop). They are not heart-beaten meanwhile (a heartbeat would wait for the
+/// same lock): they are tried while the leases last seen hold, the last try when the first of them
+/// runs out. If the write fails otherwise, none is recorded, and their leases expire into
+/// recovery.
 #[must_use]
 pub fn record_decided(
     tick: &mut Tick<'_>,
@@ -450,6 +457,9 @@ fn write_ends(
 ) -> Result<Vec<Fenced>> {
     if super::test_fault("record-ends") {
         anyhow::bail!("test fault: the results were not written");
+    }
+    if let Some(locked) = super::test_lock_fault("record-ends-locked") {
+        return Err(locked);
     }
     let recorded = write(tick, ends)?;
     for ((job, end), fenced) in jobs.iter().zip(ends).zip(&recorded) {

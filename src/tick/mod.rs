@@ -173,6 +173,10 @@ pub struct Tick<'a> {
     /// which shows the server back ([`Tick::write_landed`]): no job starts meanwhile whose start
     /// or end may not be written.
     pub server_away: bool,
+    /// Writes of the supervisor that landed (a heartbeat, starts, ends), counted by
+    /// [`Tick::write_landed`]: one that landed after a write met another process's lock shows
+    /// the lock free, and that write is tried again at once (`execute::LockPause`).
+    pub writes_landed: u64,
 }
 
 impl Tick<'_> {
@@ -187,9 +191,10 @@ impl Tick<'_> {
     }
 
     /// A write to the database landed: if the server had been found away, it is back, and the
-    /// tick may claim again.
+    /// tick may claim again; writes that met another process's lock need not wait for it.
     pub fn write_landed(&mut self) {
         self.server_away = false;
+        self.writes_landed += 1;
     }
 
     /// The database stopped taking writes: one failed for good (SQLite: a full disk, a
@@ -223,6 +228,7 @@ pub fn tick(
         writes_failed: false,
         writes_refused: false,
         server_away: false,
+        writes_landed: 0,
     };
     // One read says which steps have anything to do; the others are skipped, with their own
     // reads (cron's usual minute has nothing to do: an idle tick 2.2 -> 2.0 ms). A step that
@@ -410,9 +416,10 @@ fn unrecorded_line(unrecorded: &[(i64, u32)], not_started: usize) -> Option<Stri
 ///   before it is written (the reader reads on meanwhile);
 /// - `record-ends` (`:fail` and `:fail-after` only): a tick writing the ends of its jobs (as a
 ///   full disk fails it);
-/// - `record-starts` (`:fail` and `:fail-counted` only): a tick writing the starts of its jobs,
-///   refused at once as busy (as a PostgreSQL lock timeout, or SQLite's busy that skips its wait
-///   to avoid a deadlock, refuses it);
+/// - `record-starts`, `record-ends-locked`, `heartbeat-locked` (`:fail` and `:fail-counted`
+///   only): a tick writing the starts of its jobs, their ends, or a heartbeat, refused at once as
+///   busy (as a PostgreSQL lock timeout, or SQLite's busy that skips its wait to avoid a
+///   deadlock, refuses it: [`test_lock_fault`]);
 /// - `apply-commit`: `schedule apply`, planned, before its commit;
 /// - `migrated`: `migrate`, the target committed, the source not yet;
 /// - `orphan-closed`: PostgreSQL's close of an orphaned attempt (or of one stopped at its gate
@@ -472,6 +479,13 @@ pub fn test_fault(point: &str) -> bool {
     action
         .strip_prefix("fail-after=")
         .is_some_and(|path| std::path::Path::new(path).exists())
+}
+
+/// [`test_fault`] at a point where another process's lock refuses a write at once: the busy
+/// error the write then fails with.
+pub fn test_lock_fault(point: &str) -> Option<anyhow::Error> {
+    test_fault(point)
+        .then(|| crate::exit::Failure::Busy("forged: the database is locked".into()).into())
 }
 
 #[cfg(test)]

@@ -682,15 +682,90 @@ fn a_start_refused_at_once_by_a_lock_is_tried_again_after_a_growing_pause() {
         ),
         "{err}"
     );
-    let tried = std::fs::read_to_string(&tries)
-        .unwrap_or_default()
-        .lines()
-        .count();
+    let tried = tries_counted(&tries);
     assert!(
         (2..=40).contains(&tried),
         "the start was written {tried} times over a lease of 5 s"
     );
     assert_eq!(attempts_logged(&env), "", "its command never ran");
+    assert_eq!(status_of(&env, run), "running", "left to recovery");
+}
+
+/// The tries a `fail-counted=PATH` hook counted in PATH.
+fn tries_counted(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// A heartbeat that another process's lock refuses at once (forged by a hook that counts the
+/// tries) while the lease holds: it used to be tried again at every turn of the tick's loop
+/// (every 50 ms beside a job that has run a while, more often beside young ones), some 80 times
+/// in the 4 s between the first heartbeat and the job's end. Now each try comes after a pause
+/// that grows up to a second: about ten, and fewer on a slower machine. The job is not
+/// disturbed: its end lands, and the tick exits 0 in silence.
+#[test]
+fn a_heartbeat_refused_at_once_by_a_lock_is_tried_again_after_a_growing_pause() {
+    let env = Env::init();
+    env.add("job", &["--max-attempts", "1"], "sleep 8");
+    let run = env.enqueue("job");
+    let tries = env.path("tries");
+    // A heartbeat every 4 s; the job ends 4 s before its lease would run out.
+    let tick = Bg::spawn_hooked(
+        &env,
+        "tick",
+        &["tick", "--lease", "12s"],
+        &format!("heartbeat-locked:fail-counted={}", tries.display()),
+    );
+    let out = tick.finish(Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stderr(&out), "", "nothing to report");
+    assert_eq!(status_of(&env, run), "succeeded");
+    let tried = tries_counted(&tries);
+    assert!(
+        (2..=25).contains(&tried),
+        "the heartbeat was written {tried} times in the 4 s before the job ended"
+    );
+}
+
+/// A job's end that another process's lock refuses at once (forged, counted): it used to be
+/// tried again at every turn of the tick's loop, every few ms with no job left running, until
+/// its lease ran out (hundreds of tries). Now after a pause that grows up to a tenth of the
+/// lease: a few tens at most, and fewer on a slower machine. The last try comes when the lease
+/// runs out: the end is then reported, as one that waited out the lock for as long, and its run
+/// is left to recovery. The job ends after the tick stopped claiming (`--max-tick 1s`), so its
+/// end is written alone, not with a claim.
+#[test]
+fn an_end_refused_at_once_by_a_lock_is_tried_again_after_a_growing_pause() {
+    let env = Env::init();
+    let log = crate::common::sh_quote(&env.path("log"));
+    env.add(
+        "job",
+        &["--max-attempts", "1"],
+        &format!("echo $RUNNER_ATTEMPT >> {log}; sleep 2"),
+    );
+    let run = env.enqueue("job");
+    let tries = env.path("tries");
+    let tick = Bg::spawn_hooked(
+        &env,
+        "tick",
+        &["tick", "--lease", "5s", "--max-tick", "1s"],
+        &format!("record-ends-locked:fail-counted={}", tries.display()),
+    );
+    let out = tick.finish(Duration::from_secs(120));
+    let err = said_one_line(
+        &out,
+        1,
+        &format!("runner: error: run {run}: recording attempt 1: "),
+    );
+    assert!(err.contains("the database is locked"), "{err}");
+    let tried = tries_counted(&tries);
+    assert!(
+        (2..=40).contains(&tried),
+        "the end was written {tried} times over a lease of 5 s"
+    );
+    assert_eq!(attempts_logged(&env), "1\n", "the job ran once");
     assert_eq!(status_of(&env, run), "running", "left to recovery");
 }
 
