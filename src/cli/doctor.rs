@@ -776,19 +776,31 @@ fn unexpanded_variable<'a>(entry: &'a CronEntry, line: &TickLine) -> Option<Unex
     (value.contains('$') || value.starts_with('~')).then_some(variable)
 }
 
-/// How to point a tick line at `database`, where the line names its own: a value on its command
-/// (`--db`, else `RUNNER_DB=` before the binary) wins over the crontab's variable lines, so it is
-/// that value to change; else a `RUNNER_DB=` line in the crontab.
+/// How to point a tick line at `database`, the simplest way that works for that line: a value on
+/// its command (`--db`, else `RUNNER_DB=` before the binary) wins over the crontab's variable
+/// lines, so it is that value to change; else the crontab's `RUNNER_DB=` line above it, or a new
+/// one (a variable line applies to the lines below it only).
 fn repoint_fix(entry: &CronEntry, line: &TickLine, database: &Location) -> String {
+    let shown = |value: &str| escape_line(&passwords_masked(value));
     let (what, value) = match (&line.db_flag, &line.db_assigned) {
-        (Some(value), _) => ("the `--db` value of", value),
-        (None, Some(value)) => ("the `RUNNER_DB=` value on the command of", value),
-        (None, None) => return format!("set RUNNER_DB={database} in that crontab"),
+        (Some(value), _) => ("the `--db` value of", value.as_str()),
+        (None, Some(value)) => ("the `RUNNER_DB=` value on the command of", value.as_str()),
+        (None, None) => match entry.var("RUNNER_DB").filter(|value| !value.is_empty()) {
+            Some(value) => ("the `RUNNER_DB=` line above", value),
+            None => {
+                return format!(
+                    "set `RUNNER_DB={}` on a line of its own above {}",
+                    shown(&database.to_string()),
+                    entry.source
+                )
+            }
+        },
     };
     format!(
-        "change {what} {} from `{}` to `{database}`",
+        "change {what} {} from `{}` to `{}`",
         entry.source,
-        escape_line(&passwords_masked(value))
+        shown(value),
+        shown(&database.to_string())
     )
 }
 
@@ -1432,14 +1444,13 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                     "uncomment line {number} of {path} (`sudoedit {path}`): the runner package \
                      installs its tick line commented out"
                 );
-                let theirs = cron_tick_line(&entry.command).map(|line| {
+                // Pointed here where it names its database, as any other line would be.
+                let theirs = cron_tick_line(&entry.command).filter(|line| {
                     let home = runs_as(&entry).map_or_else(|| PathBuf::from("/"), |(_, home)| home);
-                    cron_database(&entry, &line, &home)
+                    !same_database(&cron_database(&entry, line, &home), database)
                 });
-                if let Some(theirs) = theirs.filter(|theirs| !same_database(theirs, database)) {
-                    fix.push_str(&format!(
-                        ", and set RUNNER_DB={database} above it (the file names {theirs})"
-                    ));
+                if let Some(line) = theirs {
+                    fix.push_str(&format!(", and {}", repoint_fix(&entry, &line, database)));
                 }
                 (
                     format!(
@@ -1453,7 +1464,7 @@ fn diagnose(ctx: &Ctx, database: &Location) -> Result<Vec<Check>> {
                 (
                     looked.to_string(),
                     format!(
-                        "add `* * * * * {} tick` with `crontab -e` (or install crontab.example as /etc/cron.d/runner), with RUNNER_DB={database} above it",
+                        "add `* * * * * {} tick` with `crontab -e` (or install crontab.example as /etc/cron.d/runner), with `RUNNER_DB={database}` on a line of its own above it",
                         std::env::current_exe().map_or_else(|_| "/usr/bin/runner".to_string(), |p| p.display().to_string()),
                     ),
                 )
@@ -1818,7 +1829,8 @@ mod tests {
     }
 
     /// A value on the command wins over the crontab's `RUNNER_DB=`: that value is the one to
-    /// change, shown without its password.
+    /// change, shown without its password; else the crontab's `RUNNER_DB=` line above the line,
+    /// or a new one.
     #[test]
     fn a_line_is_pointed_at_a_database_where_it_names_its_own() {
         let here = Location::Sqlite(PathBuf::from("/srv/here.db"));
@@ -1831,9 +1843,15 @@ mod tests {
             .remove(0);
             repoint_fix(&entry, &tick_line(&entry.command).expect("tick"), &here)
         };
+        // The crontab's own `RUNNER_DB=` line, else a new one above the line.
         assert_eq!(
             fix("runner tick"),
-            "set RUNNER_DB=/srv/here.db in that crontab"
+            "change the `RUNNER_DB=` line above crontab -l:2 from `/srv/a.db` to `/srv/here.db`"
+        );
+        let entry = parse_crontab("* * * * * runner tick\n", "crontab -l", false).remove(0);
+        assert_eq!(
+            repoint_fix(&entry, &tick_line(&entry.command).expect("tick"), &here),
+            "set `RUNNER_DB=/srv/here.db` on a line of its own above crontab -l:1"
         );
         assert_eq!(
             fix("RUNNER_DB=/srv/b.db runner --db postgres://u:secret@h/db tick"),

@@ -244,10 +244,11 @@ fn no_crontab_line_and_no_daemon_are_findings() {
 }
 
 /// The Debian package installs /etc/cron.d/runner with its tick line commented out: with no
-/// other tick line, doctor names that line and says to uncomment it (and to set RUNNER_DB when
-/// the file names another database), as the README tells package users. It used to say only to
-/// install crontab.example as /etc/cron.d/runner, which would replace the package's file with a
-/// line for /usr/local/bin/runner.
+/// other tick line, doctor names that line and says to uncomment it (and, when the file names
+/// another database, to change the value that names it: the file's RUNNER_DB line, or the `--db`
+/// the line carries), as the README tells package users. It used to say only to install
+/// crontab.example as /etc/cron.d/runner, which would replace the package's file with a line for
+/// /usr/local/bin/runner.
 #[test]
 fn the_packages_commented_tick_line_is_the_one_to_uncomment() {
     let env = good_setup();
@@ -280,10 +281,33 @@ fn the_packages_commented_tick_line_is_the_one_to_uncomment() {
     assert_eq!(
         fix,
         Some(format!(
-            "{uncomment}, and set RUNNER_DB={database} above it (the file names \
-             /var/lib/runner/runner.db)"
+            "{uncomment}, and change the `RUNNER_DB=` line above {path}:{number} from \
+             `/var/lib/runner/runner.db` to `{database}`"
         ))
     );
+
+    // Its line edited to carry `--db`, which wins over the file's RUNNER_DB: that value is the
+    // one to change. The fix said to set RUNNER_DB above it, which changes nothing.
+    let with_db = packaged.replace(
+        "/usr/bin/runner tick",
+        "/usr/bin/runner --db /var/lib/runner/other.db tick",
+    );
+    let out = doctor(&env, Some(&with_db), true, &["--json"]);
+    let (_, _, fix) = check_of(&out, "cron line");
+    assert_eq!(
+        fix,
+        Some(format!(
+            "{uncomment}, and change the `--db` value of {path}:{number} from \
+             `/var/lib/runner/other.db` to `{database}`"
+        ))
+    );
+    // `--db` naming this database: uncommenting is all, whatever the file's RUNNER_DB says.
+    let with_db = packaged.replace(
+        "/usr/bin/runner tick",
+        &format!("/usr/bin/runner --db {} tick", env.sql.location()),
+    );
+    let out = doctor(&env, Some(&with_db), true, &["--json"]);
+    assert_eq!(check_of(&out, "cron line").2, Some(uncomment.clone()));
 
     // Its RUNNER_DB this database: uncommenting is all.
     let this = packaged.replace("/var/lib/runner/runner.db", env.sql.location());
@@ -336,8 +360,9 @@ fn the_cron_line_fix_is_one_that_works() {
     assert_eq!(
         fix,
         format!(
-            "set RUNNER_DB={} in that crontab, or point your shell at the database cron uses \
-             (you gave --db)",
+            "change the `RUNNER_DB=` line above {}/runner:2 from `/var/lib/elsewhere/runner.db` \
+             to `{}`, or point your shell at the database cron uses (you gave --db)",
+            env.path("etc/cron.d").display(),
             env.sql.location()
         )
     );
