@@ -1177,6 +1177,31 @@ fn a_crontab_xdg_state_home_line_is_not_expanded_as_a_shell_would() {
     );
 }
 
+/// A crontab's `RUNNER_DB=` or `XDG_STATE_HOME=` line picks no database for a tick line that
+/// names its own on its command (`--db`, `RUNNER_DB=` before the binary): however it is written,
+/// and whatever database it names, the line ticks this database and passes.
+#[test]
+fn a_variable_line_a_tick_line_overrides_fails_nothing() {
+    let env = Env::new();
+    let database = env.sql.location().to_string();
+    for variable in [
+        "RUNNER_DB=/var/lib/elsewhere/runner.db",
+        "RUNNER_DB=$HOME/elsewhere.db",
+        "RUNNER_DB=~/elsewhere.db",
+        "XDG_STATE_HOME=$HOME/state",
+    ] {
+        for command in [
+            format!("{BIN} --db {database} tick"),
+            format!("{BIN} tick --db={database}"),
+            format!("RUNNER_DB={database} {BIN} tick"),
+        ] {
+            let crontab = format!("{variable}\n* * * * * {} {command}\n", me());
+            let (status, message, fix) = cron_line_check(&env, &crontab, &database);
+            assert_eq!(status, "ok", "{crontab}: {message} {fix:?}");
+        }
+    }
+}
+
 /// A crontab's `HOME=` line is the tick's `HOME` and working directory (cron sets it from passwd
 /// only when the crontab does not): `$HOME`, `~/` and a relative path on the line resolve
 /// against it. Doctor resolved them against the passwd entry's home.
