@@ -103,7 +103,7 @@ history --since also takes a duration: --since 2h means from two hours before no
 
 Fire times are computed up to the start of the year 5000 in the schedule's zone: --now and
 why --at (in the schedule's zone) take no year after 4999, and schedule simulate and next show
-no fire time after that (simulate says where they stop).
+no fire time after that (both say where they stop, when that cuts them short).
 
 Times are shown in the schedule's zone with its offset (2026-03-08T03:00:00-04:00), and in UTC
 in --json output (2026-03-08T07:00:00Z).

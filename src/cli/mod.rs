@@ -613,6 +613,21 @@ pub fn zone(name: &str) -> Tz {
     crate::schedule::parse_zone(name).unwrap_or(Tz::UTC)
 }
 
+/// Where fire times stop in `tz`, as the previews (`schedule simulate`, `schedule next`) say it
+/// (`5000-01-01T00:00:00+09:00 in Asia/Tokyo`: the start of the year 5000 there), when a search
+/// that reaches `until` goes past it; `None` when it does not. Judged in the zone, not in UTC:
+/// Tokyo gets there in 4999 (UTC), New York in 5000.
+pub fn where_fire_times_stop(tz: Tz, until: DateTime<Utc>) -> Option<String> {
+    let last = crate::schedule::last_searchable_instant(tz);
+    (until > last).then(|| {
+        format!(
+            "{} in {}",
+            crate::display::local_time(last.timestamp() + 1, tz),
+            tz.name()
+        )
+    })
+}
+
 /// The schedule named `name`, to act on: exit 3 if there is none (saying how to list them), exit
 /// 4 if its row is damaged (naming the column and the repair).
 pub fn find_definition(store: &dyn Store, name: &str) -> Result<crate::model::Definition> {

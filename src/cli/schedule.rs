@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use chrono::{DateTime, Datelike, Utc};
+use chrono::{DateTime, Utc};
 use clap::builder::{OsStringValueParser, TypedValueParser};
 use clap::ValueHint;
 use comfy_table::Table;
@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use super::steer::{cancel_before_removal, cancel_run, Cancelled};
 use super::{
-    actor, find_definition, find_definition_row, parse_whole_seconds, unknown_schedule, Ctx,
-    Offering, SCHEDULE_NAME,
+    actor, find_definition, find_definition_row, parse_whole_seconds, unknown_schedule,
+    where_fire_times_stop, Ctx, Offering, SCHEDULE_NAME,
 };
 use crate::display::{count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
@@ -22,7 +22,7 @@ use crate::model::{
     repair_flag, CatchUp, DamagedDefinition, Definition, Leftovers, Overlap, RepairFlag, Settings,
     SettingsChange,
 };
-use crate::schedule::{traps, Proposed, Timing, Trap, LAST_YEAR};
+use crate::schedule::{search_horizon, traps, Proposed, Timing, Trap};
 use crate::store::{DefinitionRow, LastResult, OpenMode, Removal, Store};
 use crate::tick::materialize::{
     restart_cursor, resume_definition, resume_if_pause_ended, settle_due,
@@ -792,11 +792,12 @@ fn next(args: NextArgs, ctx: &Ctx) -> Result<()> {
     let times = timing.upcoming(after, usize::from(args.count));
     if times.len() < usize::from(args.count) {
         // The search looks about 400 years ahead (`0 0 29 2 *` fires 97 or 98 times in them),
-        // and no later than the year 5000.
-        let horizon = if after.year() + 401 > LAST_YEAR {
-            "up to the year 5000 (where runner stops computing fire times)"
-        } else {
-            "within about 400 years ahead (as far as it looks)"
+        // and no later than the year 5000 in the zone.
+        let horizon = match where_fire_times_stop(timing.tz, search_horizon(timing.tz, after)) {
+            Some(stop) => {
+                format!("up to the year 5000 ({stop}, where runner stops computing fire times)")
+            }
+            None => "within about 400 years ahead (as far as it looks)".to_string(),
         };
         crate::complain!(
             "runner: note: only {} {horizon}, fewer than the {} asked for",

@@ -7,11 +7,11 @@ use chrono::TimeDelta;
 use comfy_table::Table;
 use serde::Serialize;
 
-use super::{emit, emit_json, find_definition, Ctx, SCHEDULE_NAME};
+use super::{emit, emit_json, find_definition, where_fire_times_stop, Ctx, SCHEDULE_NAME};
 use crate::display::{count, duration_of_secs, escape_line, local_time, UtcTime};
 use crate::exit::Failure;
 use crate::model::CatchUp;
-use crate::schedule::{last_searchable_instant, plan_catch_up, Decision, Timing};
+use crate::schedule::{plan_catch_up, Decision, Timing};
 use crate::store::OpenMode;
 use crate::tick::materialize::with_ended_pause_resumed;
 use crate::time_input::{parse_time, TimeInput};
@@ -143,15 +143,10 @@ pub fn run(args: Args, ctx: &Ctx) -> Result<()> {
             count(MAX_INSTANTS, "fire time")
         )));
     }
-    // Where the year 5000 begins in the zone's local time, not in UTC: a zone ahead of UTC gets
-    // there in 4999 (UTC), one behind it in 5000.
-    let last_computed = last_searchable_instant(timing.tz);
-    if to > last_computed {
+    if let Some(stop) = where_fire_times_stop(timing.tz, to) {
         crate::complain!(
-            "runner: note: fire times are computed up to the year 5000 ({} in {}); the window \
-             shows none after it",
-            local_time(last_computed.timestamp() + 1, timing.tz),
-            timing.tz.name()
+            "runner: note: fire times are computed up to the year 5000 ({stop}); the window \
+             shows none after it"
         );
     }
     // The first tick at --to decides the instants after the cursor; the rest it never sees.

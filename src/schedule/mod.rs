@@ -18,7 +18,8 @@ pub use catch_up::{plan_catch_up, Decision, CATCH_UP_ALL_LIMIT};
 pub use syntax::{cron_problem, CronSchedule};
 pub use warnings::{traps, Proposed, Trap, Warning};
 pub use zone::{
-    last_searchable_instant, parse_zone, resolve_local, DstRule, FireTimes, LocalTime, LAST_YEAR,
+    last_searchable_instant, parse_zone, resolve_local, search_horizon, DstRule, FireTimes,
+    LocalTime, LAST_YEAR,
 };
 
 use crate::clock::from_epoch;

@@ -26,10 +26,9 @@ impl CronSchedule {
         if limit == 0 {
             return Vec::new();
         }
-        let end = local_of(tz, after)
-            .and_then(|local| local.checked_add_signed(TimeDelta::days(HORIZON_DAYS)))
-            .unwrap_or(NaiveDateTime::MAX);
-        self.walk(tz, after, end).take(limit).collect()
+        self.walk(tz, after, horizon_end(tz, after))
+            .take(limit)
+            .collect()
     }
 
     /// The first fire instant strictly after `after` (None only if none within the search horizon).
@@ -178,6 +177,24 @@ const SHIFT_WINDOW_SECS: i64 = 3 * 3600;
 /// How far ahead `next_after`/`fire_times_after` search. Every valid
 /// expression fires at least once in any 400-year Gregorian cycle.
 const HORIZON_DAYS: i64 = 401 * 366;
+
+/// The last local time `fire_times_after` searches from `after`: `HORIZON_DAYS` ahead.
+fn horizon_end(tz: Tz, after: DateTime<Utc>) -> NaiveDateTime {
+    local_of(tz, after)
+        .and_then(|local| local.checked_add_signed(TimeDelta::days(HORIZON_DAYS)))
+        .unwrap_or(NaiveDateTime::MAX)
+}
+
+/// The last instant `fire_times_after` searches from `after` (its local time `HORIZON_DAYS`
+/// ahead): where a search that finds fewer fire times than asked for stopped, unless the year
+/// 5000 stopped it first.
+pub fn search_horizon(tz: Tz, after: DateTime<Utc>) -> DateTime<Utc> {
+    match resolve_local(tz, horizon_end(tz, after)) {
+        // The search walks local times up to the end: both passes of a repeated one.
+        LocalTime::Single(at) | LocalTime::Repeated(_, at) => at,
+        LocalTime::Skipped { after } => after.unwrap_or(DateTime::<Utc>::MAX_UTC),
+    }
+}
 
 /// The longest skipped local range we step over when moving a fixed-time job
 /// out of a spring-forward gap (whole days have been skipped, e.g. Samoa 2011).

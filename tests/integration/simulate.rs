@@ -272,7 +272,10 @@ fn previews_say_where_fire_times_stop() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("up to the year 5000 (where runner stops computing fire times)"),
+        stderr(&out).contains(
+            "up to the year 5000 (5000-01-01T00:00:00+00:00 in UTC, where runner stops computing \
+             fire times)"
+        ),
         "{}",
         stderr(&out)
     );
@@ -325,6 +328,71 @@ fn previews_say_where_fire_times_stop_in_the_schedules_zone() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stderr(&out), "", "nothing of the window was cut");
     assert_eq!(instants(&json(&stdout(&out))).len(), 4);
+}
+
+/// `schedule next` says where fire times stop as `simulate` does, in the schedule's zone (one
+/// function decides for both). Near the end of 4999 the note names the start of the year 5000
+/// there. Whether the search (about 401 years ahead) reached it is judged where the search ends
+/// in the zone: from 4598-03-02T20:00:00Z it reaches the year 5000 in Tokyo (local 4598-03-03
+/// plus 146,766 days is 5000-01-01), not in New York. It was judged by now's year in UTC (4598:
+/// "within about 400 years" for both).
+#[test]
+fn next_says_where_fire_times_stop_in_the_schedules_zone() {
+    let env = Env::new();
+    let next = |now: &str, cron: &str, tz: &str, count: &str| {
+        env.run(&[
+            "--now", now, "schedule", "next", "--cron", cron, "--tz", tz, "-n", count,
+        ])
+    };
+    let stops =
+        |at: &str| format!("up to the year 5000 ({at}, where runner stops computing fire times)");
+
+    for (now, tz, last, stop) in [
+        (
+            "4999-12-31T10:00:00Z",
+            "Asia/Tokyo",
+            "4999-12-31T23:00:00+09:00",
+            "5000-01-01T00:00:00+09:00 in Asia/Tokyo",
+        ),
+        (
+            "4999-12-31T18:00 America/New_York",
+            "America/New_York",
+            "4999-12-31T23:00:00-05:00",
+            "5000-01-01T00:00:00-05:00 in America/New_York",
+        ),
+    ] {
+        let out = next(now, "0 * * * *", tz, "24");
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stdout(&out).contains(last), "{tz}: {}", stdout(&out));
+        assert!(
+            stderr(&out).contains(&stops(stop)),
+            "{tz}: {}",
+            stderr(&out)
+        );
+    }
+
+    // 29 February: 97 times from March 4598 to the end of 4999, fewer than asked.
+    let out = next("4598-03-02T20:00:00Z", "0 0 29 2 *", "Asia/Tokyo", "200");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "runner: note: only 97 fire times {}, fewer than the 200 asked for\n",
+            stops("5000-01-01T00:00:00+09:00 in Asia/Tokyo")
+        )
+    );
+    let out = next(
+        "4598-03-02T20:00:00Z",
+        "0 0 29 2 *",
+        "America/New_York",
+        "200",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "runner: note: only 97 fire times within about 400 years ahead (as far as it looks), \
+         fewer than the 200 asked for\n"
+    );
 }
 
 /// The most fire times a simulation lists is 200,000: a window of exactly that many is shown,
