@@ -1456,6 +1456,16 @@ mod tests {
         assert!(wait_dead(escaped, Duration::from_secs(20)), "escaped");
     }
 
+    /// `procfs::kill_attempts` of one attempt, SIGKILL at once.
+    fn kill_one(marker: &Marker, recorded: Option<(u32, Option<u64>)>) -> procfs::Killed {
+        let target = procfs::KillTarget {
+            marker: marker.clone(),
+            former: None,
+            recorded,
+        };
+        procfs::kill_attempts(&[target], None).swap_remove(0)
+    }
+
     #[test]
     fn kill_attempt_checks_start_time_and_marker() {
         let dir = tempfile::tempdir().unwrap();
@@ -1470,14 +1480,14 @@ mod tests {
             entries: vec!["RUNNER_TEST_TOKEN=someone-else".to_string()],
         };
         // A reused pid (another start time) or another attempt's marker: never signalled.
-        let spared = procfs::kill_attempt(&other, Some((pid, Some(start_time))), None);
+        let spared = kill_one(&other, Some((pid, Some(start_time))));
         assert!(spared.processes.is_empty() && spared.all_gone, "{spared:?}");
         assert!(!dead(pid) && !dead(sleeper));
-        let spared = procfs::kill_attempt(&other, Some((pid, Some(start_time + 1))), None);
+        let spared = kill_one(&other, Some((pid, Some(start_time + 1))));
         assert!(spared.processes.is_empty());
         assert!(job.poll(Instant::now()).is_none());
 
-        let killed = procfs::kill_attempt(&s.marker, Some((pid, Some(start_time))), None);
+        let killed = kill_one(&s.marker, Some((pid, Some(start_time))));
         assert!(killed.all_gone, "{killed:?}");
         // The shell waiting for its `sleep`, and the sleep.
         assert_eq!(killed.processes.len(), 2, "{killed:?}");
@@ -1514,7 +1524,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let pgid = job.pid();
-        let killed = procfs::kill_attempt(&s.marker, Some((pgid, process_start_time(pgid))), None);
+        let killed = kill_one(&s.marker, Some((pgid, process_start_time(pgid))));
         // Both are dead when it returns, not merely signalled.
         assert!(killed.all_gone, "{killed:?}");
         assert!(dead(escaped) && dead(pgid));

@@ -107,37 +107,46 @@ impl Marker {
     /// Whether the process's initial environment holds every entry of the marker. Unreadable
     /// (gone, a zombie, another user's): false.
     pub fn is_carried_by(&self, pid: i32) -> bool {
-        // A process in the middle of an exec (a job's `setsid` becoming its daemon) shows an
-        // empty environment, and an empty command line, until the kernel has set up the new
-        // program's: look again, rather than take it for a stranger (a kill that missed it
-        // would close the attempt with it alive). A program started with an empty environment
-        // (`env -i`) shows its command line beside it, time after time; one such look proves
-        // nothing, as the exec may have ended between the two reads, or the next begun.
-        let deadline = Instant::now() + EXEC_WAIT;
-        let mut empty_with_command_line = 0;
-        loop {
-            let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
-                return false;
-            };
-            if !environ.is_empty() {
-                return self.entries.iter().all(|entry| {
-                    environ
-                        .split(|&b| b == 0)
-                        .any(|item| item == entry.as_bytes())
-                });
-            }
-            // Kernel threads and zombies have no environment at all.
-            if !stat(pid).is_some_and(|s| s.is_live() && s.ppid != 2) || pid == 2 {
-                return false;
-            }
-            if fs::read(format!("/proc/{pid}/cmdline")).map_or(true, |c| !c.is_empty()) {
-                empty_with_command_line += 1;
-            }
-            if empty_with_command_line == ENV_EMPTY_LOOKS || Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        initial_environment(pid).is_some_and(|environ| self.is_in(&environ))
+    }
+
+    /// Whether `environ` (`/proc/PID/environ`: entries ended by NUL) holds every entry.
+    fn is_in(&self, environ: &[u8]) -> bool {
+        self.entries.iter().all(|entry| {
+            environ
+                .split(|&b| b == 0)
+                .any(|item| item == entry.as_bytes())
+        })
+    }
+}
+
+/// A process's initial environment; `None` when unreadable (gone, a zombie, another user's, a
+/// kernel thread) or when it is empty.
+fn initial_environment(pid: i32) -> Option<Vec<u8>> {
+    // A process in the middle of an exec (a job's `setsid` becoming its daemon) shows an empty
+    // environment, and an empty command line, until the kernel has set up the new program's:
+    // look again, rather than take it for a stranger (a kill that missed it would close the
+    // attempt with it alive). A program started with an empty environment (`env -i`) shows its
+    // command line beside it, time after time; one such look proves nothing, as the exec may
+    // have ended between the two reads, or the next begun.
+    let deadline = Instant::now() + EXEC_WAIT;
+    let mut empty_with_command_line = 0;
+    loop {
+        let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+        if !environ.is_empty() {
+            return Some(environ);
         }
+        // Kernel threads and zombies have no environment at all.
+        if !stat(pid).is_some_and(|s| s.is_live() && s.ppid != 2) || pid == 2 {
+            return None;
+        }
+        if fs::read(format!("/proc/{pid}/cmdline")).map_or(true, |c| !c.is_empty()) {
+            empty_with_command_line += 1;
+        }
+        if empty_with_command_line == ENV_EMPTY_LOOKS || Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -152,14 +161,38 @@ fn all_pids() -> Vec<i32> {
         .collect()
 }
 
-/// Live processes carrying `marker`, anywhere on this host (a scan of `/proc`: for recovery and
-/// cancel, not for every job).
-pub fn processes_carrying(marker: &Marker) -> Vec<i32> {
+/// A live process of this host, as one look at `/proc` saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    pid: i32,
+    stat: Stat,
+    /// Its initial environment (`None`: unreadable).
+    environ: Option<Vec<u8>>,
+}
+
+impl Seen {
+    fn carries(&self, marker: &Marker) -> bool {
+        self.environ
+            .as_deref()
+            .is_some_and(|environ| marker.is_in(environ))
+    }
+}
+
+/// Every live process of this host but this runner, with its environment: one scan of `/proc`
+/// (for recovery and cancel, not for every job), whatever the number of attempts looked for.
+fn census() -> Vec<Seen> {
     let me = std::process::id() as i32;
     all_pids()
         .into_iter()
-        .filter(|&pid| pid != me && stat(pid).is_some_and(|s| s.is_live()))
-        .filter(|&pid| marker.is_carried_by(pid))
+        .filter(|&pid| pid != me)
+        .filter_map(|pid| {
+            let stat = stat(pid).filter(Stat::is_live)?;
+            Some(Seen {
+                pid,
+                stat,
+                environ: initial_environment(pid),
+            })
+        })
         .collect()
 }
 
@@ -245,70 +278,123 @@ pub struct Killed {
 /// How long a verified kill waits for what it killed to be gone.
 pub const KILL_WAIT: Duration = Duration::from_secs(10);
 
-/// Kill every process of one attempt on this host and wait until they are gone (SIGKILL is
-/// asynchronous: until then they may still hold files and locks, and the run's next attempt must
-/// not overlap them).
-///
-/// A process is the attempt's only if it carries `marker` (its run id, lease token and database);
-/// the recorded process group `recorded` = (pgid, start time) is signalled as a group only if its
-/// leader is still that very process (same start time) and carries the marker, so a reused pid,
-/// or a job of another database (a restored copy), is never touched.
-///
-/// `term_first`: SIGTERM, then SIGKILL after `grace`; otherwise SIGKILL at once.
-pub fn kill_attempt(
-    marker: &Marker,
-    recorded: Option<(u32, Option<u64>)>,
-    term_first: Option<Duration>,
-) -> Killed {
-    let verified_group = recorded.and_then(|(pgid, start)| {
-        let pgid = i32::try_from(pgid).ok().filter(|&p| p > 1)?;
-        let leader = stat(pgid)?;
-        (leader.is_live() && Some(leader.start_time) == start && marker.is_carried_by(pgid))
-            .then_some((pgid, leader.start_time))
-    });
-    let mut killed = Killed::default();
-    let signal_all = |signal: Signal, killed: &mut Killed| -> bool {
-        let mut found = false;
-        // Each round, the id must still be the group's: once the leader is gone and the group
-        // empties, the kernel may hand the number to another process, which is never ours.
-        let still_ours = |&(pgid, start): &(i32, u64)| {
-            stat(pgid).is_none_or(|leader| leader.start_time == start) && group_exists(pgid)
-        };
-        if let Some((pgid, _)) = verified_group.filter(still_ours) {
-            for pid in group_members(pgid) {
-                note(killed, pid);
-                found = true;
-            }
-            signal_group(pgid, signal);
-        }
-        for pid in processes_carrying(marker) {
-            note(killed, pid);
-            found = true;
-            signal_process_and_its_group(pid, signal);
-        }
-        found
+/// One attempt whose processes a verified kill stops.
+#[derive(Debug, Clone)]
+pub struct KillTarget {
+    /// What every process of it carries (its run id, lease token and database).
+    pub marker: Marker,
+    /// What they carry instead when an older runner started them (the database's former
+    /// identity): looked for when nothing carries `marker` as the kill begins.
+    pub former: Option<Marker>,
+    /// Its recorded process group: the pgid and its leader's start time.
+    pub recorded: Option<(u32, Option<u64>)>,
+}
+
+/// What a kill of one target signals, as decided from the first look at `/proc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Aim<'a> {
+    marker: &'a Marker,
+    /// The recorded group (pgid, its leader's start time), if its leader is still that very
+    /// process and carries the marker.
+    group: Option<(i32, u64)>,
+}
+
+/// Which marker and which group are `target`'s: the former marker only when no process in
+/// `seen` carries today's; the recorded group only when its leader is still the recorded
+/// process (same start time) and carries the marker, so a reused pid, or a job of another
+/// database (a restored copy), is never touched.
+fn aim<'a>(target: &'a KillTarget, seen: &[Seen]) -> Aim<'a> {
+    let marker = match &target.former {
+        Some(former) if !seen.iter().any(|s| s.carries(&target.marker)) => former,
+        _ => &target.marker,
     };
+    let group = target.recorded.and_then(|(pgid, start)| {
+        let pgid = i32::try_from(pgid).ok().filter(|&p| p > 1)?;
+        let leader = seen.iter().find(|s| s.pid == pgid)?;
+        (Some(leader.stat.start_time) == start && leader.carries(marker))
+            .then_some((pgid, leader.stat.start_time))
+    });
+    Aim { marker, group }
+}
+
+/// The processes of an attempt in `seen`: the members of its group `group` (when the group is
+/// still the verified one), and those carrying `marker`, wherever they are.
+fn belonging(marker: &Marker, group: Option<i32>, seen: &[Seen]) -> (Vec<i32>, Vec<i32>) {
+    let members = group.map_or_else(Vec::new, |pgid| {
+        seen.iter()
+            .filter(|s| s.stat.pgrp == pgid)
+            .map(|s| s.pid)
+            .collect()
+    });
+    let carriers = seen
+        .iter()
+        .filter(|s| s.carries(marker))
+        .map(|s| s.pid)
+        .collect();
+    (members, carriers)
+}
+
+/// Kill every process of each attempt of `targets` on this host and wait until they are gone
+/// (SIGKILL is asynchronous: until then they may still hold files and locks, and a run's next
+/// attempt must not overlap them). One `Killed` per target, in their order.
+///
+/// `term_first`: SIGTERM to every target's processes, then one grace for all of them (it ends
+/// as soon as all are gone), then SIGKILL to what is left; otherwise SIGKILL at once. The
+/// targets are stopped together, not one after another: N jobs that ignore SIGTERM take one
+/// grace, not N.
+pub fn kill_attempts(targets: &[KillTarget], term_first: Option<Duration>) -> Vec<Killed> {
+    if targets.is_empty() {
+        return Vec::new();
+    }
+    let mut seen = census();
+    let aims: Vec<Aim> = targets.iter().map(|target| aim(target, &seen)).collect();
+    let mut killed = vec![Killed::default(); targets.len()];
+    let grace = term_first.unwrap_or_default();
     let mut signal = if term_first.is_some() {
         Signal::SIGTERM
     } else {
         Signal::SIGKILL
     };
     let started = Instant::now();
-    let mut escalate_at = started + term_first.unwrap_or_default();
     loop {
-        if !signal_all(signal, &mut killed) {
-            killed.all_gone = true;
-            return killed;
+        for (aim, killed) in aims.iter().zip(killed.iter_mut()) {
+            if !killed.all_gone {
+                killed.all_gone = !signal_aim(aim, &seen, signal, killed);
+            }
         }
-        if started.elapsed() >= KILL_WAIT + term_first.unwrap_or_default() {
+        if killed.iter().all(|k| k.all_gone) || started.elapsed() >= KILL_WAIT + grace {
             return killed;
         }
         std::thread::sleep(Duration::from_millis(20));
-        if signal == Signal::SIGTERM && Instant::now() >= escalate_at {
+        if started.elapsed() >= grace {
             signal = Signal::SIGKILL;
-            escalate_at = Instant::now();
         }
+        seen = census();
     }
+}
+
+/// Signal what of `aim` is in `seen`, noting each process in `killed`; false when nothing of it
+/// was left.
+fn signal_aim(aim: &Aim<'_>, seen: &[Seen], signal: Signal, killed: &mut Killed) -> bool {
+    // Each round, the id must still be the group's: once the leader is gone and the group
+    // empties, the kernel may hand the number to another process, which is never ours.
+    let group = aim
+        .group
+        .filter(|&(pgid, start)| {
+            stat(pgid).is_none_or(|leader| leader.start_time == start) && group_exists(pgid)
+        })
+        .map(|(pgid, _)| pgid);
+    let (members, carriers) = belonging(aim.marker, group, seen);
+    for &pid in members.iter().chain(&carriers) {
+        note(killed, pid);
+    }
+    if let Some(pgid) = group {
+        signal_group(pgid, signal);
+    }
+    for &pid in &carriers {
+        signal_process_and_its_group(pid, signal);
+    }
+    !(members.is_empty() && carriers.is_empty())
 }
 
 fn note(killed: &mut Killed, pid: i32) {
@@ -349,6 +435,70 @@ mod tests {
             described.starts_with(&format!("{pid} ééééééé")),
             "{described:?}"
         );
+    }
+
+    /// A process as a census sees it, started at `start_time` in group `pgrp`, with `environ`.
+    fn seen(pid: i32, pgrp: i32, start_time: u64, environ: &[&str]) -> Seen {
+        let mut bytes = Vec::new();
+        for entry in environ {
+            bytes.extend_from_slice(entry.as_bytes());
+            bytes.push(0);
+        }
+        Seen {
+            pid,
+            stat: Stat {
+                state: b'S',
+                ppid: 1,
+                pgrp,
+                start_time,
+            },
+            environ: Some(bytes),
+        }
+    }
+
+    fn marker(token: &str) -> Marker {
+        Marker {
+            entries: vec!["RUNNER_RUN_ID=7".to_string(), format!("T={token}")],
+        }
+    }
+
+    /// The former marker is looked for only when nothing carries today's; the recorded group
+    /// only while its leader is that very process and carries the marker aimed at.
+    #[test]
+    fn a_kill_aims_at_todays_marker_first_and_a_verified_group_only() {
+        let target = |recorded| KillTarget {
+            marker: marker("now"),
+            former: Some(marker("old")),
+            recorded,
+        };
+        let today = [
+            seen(40, 40, 100, &["RUNNER_RUN_ID=7", "T=now"]),
+            seen(41, 40, 101, &["RUNNER_RUN_ID=7", "T=now"]),
+            seen(50, 50, 200, &["RUNNER_RUN_ID=7", "T=old"]),
+        ];
+        let recorded = target(Some((40, Some(100))));
+        let aimed = aim(&recorded, &today);
+        assert_eq!(aimed.marker, &marker("now"));
+        assert_eq!(aimed.group, Some((40, 100)));
+        assert_eq!(
+            belonging(aimed.marker, Some(40), &today),
+            (vec![40, 41], vec![40, 41])
+        );
+        // A reused pid (another start time) is no group of the attempt's.
+        let reused = target(Some((40, Some(99))));
+        assert_eq!(aim(&reused, &today).group, None);
+        // Nothing carries today's marker: the former one, and its group.
+        let older = &today[2..];
+        let former = target(Some((50, Some(200))));
+        let aimed = aim(&former, older);
+        assert_eq!(aimed.marker, &marker("old"));
+        assert_eq!(aimed.group, Some((50, 200)));
+        // A leader that carries another attempt's marker is not the attempt's.
+        let stranger = [seen(60, 60, 300, &["RUNNER_RUN_ID=7", "T=other"])];
+        let elsewhere = target(Some((60, Some(300))));
+        let aimed = aim(&elsewhere, &stranger);
+        assert_eq!(aimed.group, None);
+        assert_eq!(belonging(aimed.marker, None, &stranger), (vec![], vec![]));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! the attempt is closed only once they are gone, so a run never has two attempts alive at once
 //! here. Attempts left open under a run that moved on without them (cancelled while their
 //! runner was gone) are stopped and closed the same way, and so are those of a run cancelled
-//! while running whose runner, alive or not, did not stop its job in time.
+//! while running whose runner, alive or not, did not stop its job in time. Those two kinds are
+//! stopped together, with one kill grace for all: a tick's due runs wait for one grace, not for
+//! one per job that ignores SIGTERM.
 //!
 //! Across hosts (several hosts sharing a PostgreSQL database), a host recovers another host's
 //! expired lease too, so the run is retried; but it cannot stop processes there, so it leaves
@@ -21,9 +23,9 @@ use super::{attempt_marker, runner_error, Tick};
 use crate::clock::Clock;
 use crate::model::{
     Actor, AfterFailure, AttemptFailure, AttemptHolder, AttemptResult, ErrorCode, Fenced,
-    OrphanClose,
+    OrphanClose, OverdueStop,
 };
-use crate::process::procfs::{self, Killed};
+use crate::process::procfs::{self, KillTarget, Killed};
 use crate::store::Store;
 
 /// Recovered per tick at most; the rest wait for the next tick (keeps the tick's writes short).
@@ -51,7 +53,8 @@ pub fn recover_expired(tick: &mut Tick<'_>) -> Result<()> {
             ));
         }
         if let Some(holder) = lease.holder.as_ref().filter(|h| h.host == actor.host) {
-            let killed = kill_processes(&identity, tick.store.former_identity(), holder, None);
+            let former = tick.store.former_identity();
+            let killed = kill_processes(&identity, former, &[holder], None).swap_remove(0);
             if !killed.all_gone {
                 let error = anyhow::anyhow!(
                     "its processes would not die ({}); its attempt stays open until they do",
@@ -116,57 +119,89 @@ fn say_recovery_locked(tick: &mut Tick<'_>, error: &anyhow::Error, run_id: i64, 
     );
 }
 
-/// Attempts of this host left open under a run that no longer holds them (cancelled while their
-/// runner was gone, recovered by another host, or whose processes would not die before): stop
-/// what is left of them, then close them. One whose runner is alive is left to that runner, which learns at its next
-/// heartbeat that it lost the lease, stops the job and closes the attempt itself.
-pub fn stop_orphaned_attempts(tick: &mut Tick<'_>) -> Result<()> {
-    let actor = &tick.options.actor;
-    for holder in tick.store.orphaned_attempts(&actor.host, RECOVER_BATCH)? {
-        if runner_alive(&holder) {
-            continue;
-        }
-        if let Stopped::StillAlive(processes) =
-            stop_attempt(tick.store, tick.clock, actor, &holder)?
-        {
-            let error = anyhow::anyhow!(
-                "its processes would not die ({}); its attempt stays open until they do",
-                processes.join(", ")
-            );
-            let context = format!("run {}: stopping attempt {}", holder.run_id, holder.attempt);
-            runner_error(&mut tick.report.errors, context, &error);
-        }
-    }
-    Ok(())
+/// Why step 1 stops an attempt's processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Left {
+    /// Its run was cancelled while running, and the tick holding it did not stop its job in
+    /// time (by its lease's expiry and the kill grace: that tick died or hung).
+    OverdueStop,
+    /// Its run moved on without it (cancelled while its runner was gone, recovered by another
+    /// host, or its processes would not die before), and its runner is gone.
+    Orphaned,
 }
 
-/// Runs cancelled while running whose job the tick holding them did not stop in time (by their
-/// lease's expiry and the kill grace: that tick died or hung): the processes of their open
-/// attempts on this host (the current one, and an older one that another host's recovery left
-/// open) are stopped as `cancel` stops those of a runner that is gone, whether or not the runner
-/// is alive, and the attempts closed, so their `forbid` schedule's next run never starts beside
-/// them. Their attempts on other hosts are left to those hosts' ticks (as for an expired lease),
-/// and no longer hold the schedule back; one here whose processes would not die still does.
-pub fn stop_overdue(tick: &mut Tick<'_>) -> Result<()> {
-    let actor = &tick.options.actor;
-    for overdue in tick
-        .store
-        .overdue_stops(tick.clock.epoch(), RECOVER_BATCH)?
-    {
-        for holder in overdue.holders.iter().filter(|h| h.host == actor.host) {
-            if let Stopped::StillAlive(processes) =
-                stop_attempt(tick.store, tick.clock, actor, holder)?
-            {
-                let error = anyhow::anyhow!(
-                    "its run was cancelled, but its processes would not die ({}); its attempt \
-                     stays open until they do",
-                    processes.join(", ")
-                );
-                let context = format!("run {}: stopping attempt {}", holder.run_id, holder.attempt);
-                runner_error(&mut tick.report.errors, context, &error);
-            }
+/// The attempts of this host that step 1 stops, each once: those of `overdue` runs here,
+/// whether or not their runner is alive, then the `orphaned` ones whose runner is not
+/// (`alive`): one whose runner is alive is left to that runner, which learns at its next
+/// heartbeat that it lost the lease, stops the job and closes the attempt itself. An attempt of
+/// an overdue run is orphaned too once its runner is gone: it is stopped as overdue.
+fn left_behind(
+    host: &str,
+    overdue: &[OverdueStop],
+    orphaned: Vec<AttemptHolder>,
+    alive: impl Fn(&AttemptHolder) -> bool,
+) -> Vec<(AttemptHolder, Left)> {
+    let mut left: Vec<(AttemptHolder, Left)> = overdue
+        .iter()
+        .flat_map(|run| &run.holders)
+        .filter(|holder| holder.host == host)
+        .map(|holder| (holder.clone(), Left::OverdueStop))
+        .collect();
+    for holder in orphaned {
+        let listed = left
+            .iter()
+            .any(|(h, _)| (h.run_id, h.attempt) == (holder.run_id, holder.attempt));
+        if !listed && !alive(&holder) {
+            left.push((holder, Left::Orphaned));
         }
-        tick.store.release_stop(overdue.run_id, &actor.host)?;
+    }
+    left
+}
+
+/// Attempts of this host left behind: those of runs cancelled while running whose job the tick
+/// holding them did not stop in time (`overdue`), and those left open under a run that no
+/// longer holds them (`orphaned`). Their processes are stopped together, as `cancel` stops
+/// those of a runner that is gone (SIGTERM to all, one kill grace, SIGKILL to what is left), and
+/// each attempt is then closed, so an overdue run's `forbid` schedule's next run never starts
+/// beside its job. An overdue run's attempts on other hosts are left to those hosts' ticks (as
+/// for an expired lease), and no longer hold the schedule back; one here whose processes would
+/// not die still does.
+pub fn stop_left_behind(tick: &mut Tick<'_>, overdue: bool, orphaned: bool) -> Result<()> {
+    let actor = &tick.options.actor;
+    let overdue = if overdue {
+        tick.store
+            .overdue_stops(tick.clock.epoch(), RECOVER_BATCH)?
+    } else {
+        Vec::new()
+    };
+    let orphaned = if orphaned {
+        tick.store.orphaned_attempts(&actor.host, RECOVER_BATCH)?
+    } else {
+        Vec::new()
+    };
+    let left = left_behind(&actor.host, &overdue, orphaned, runner_alive);
+    let holders: Vec<&AttemptHolder> = left.iter().map(|(holder, _)| holder).collect();
+    let stopped = stop_attempts(tick.store, tick.clock, actor, &holders)?;
+    for ((holder, why), stopped) in left.iter().zip(stopped) {
+        let Stopped::StillAlive(processes) = stopped else {
+            continue;
+        };
+        let error = match why {
+            Left::OverdueStop => anyhow::anyhow!(
+                "its run was cancelled, but its processes would not die ({}); its attempt \
+                 stays open until they do",
+                processes.join(", ")
+            ),
+            Left::Orphaned => anyhow::anyhow!(
+                "its processes would not die ({}); its attempt stays open until they do",
+                processes.join(", ")
+            ),
+        };
+        let context = format!("run {}: stopping attempt {}", holder.run_id, holder.attempt);
+        runner_error(&mut tick.report.errors, context, &error);
+    }
+    for run in &overdue {
+        tick.store.release_stop(run.run_id, &actor.host)?;
     }
     Ok(())
 }
@@ -186,21 +221,47 @@ pub fn runner_alive(holder: &AttemptHolder) -> bool {
 }
 
 /// Stop the processes of an attempt of this host whose runner is gone, or did not stop them in
-/// time (SIGTERM, SIGKILL after the grace) and, once none is left, close the attempt: as
-/// cancelled when its run was, else as `LEASE:EXPIRED` (another host recovered the run). Used by
-/// `cancel`, by the tick's sweep of orphaned attempts and by `stop_overdue`.
+/// time, and close it: [`stop_attempts`] of one. Used by `cancel`.
 pub fn stop_attempt(
     store: &mut dyn Store,
     clock: &Clock,
     actor: &Actor,
     holder: &AttemptHolder,
 ) -> Result<Stopped> {
+    Ok(stop_attempts(store, clock, actor, &[holder])?.swap_remove(0))
+}
+
+/// Stop the processes of attempts of this host whose runner is gone, or did not stop them in
+/// time, all together (SIGTERM, SIGKILL after one grace for all) and close each one of which
+/// none is left: as cancelled when its run was, else as `LEASE:EXPIRED` (another host recovered
+/// the run). One `Stopped` per attempt, in their order.
+pub fn stop_attempts(
+    store: &mut dyn Store,
+    clock: &Clock,
+    actor: &Actor,
+    holders: &[&AttemptHolder],
+) -> Result<Vec<Stopped>> {
     let killed = kill_processes(
         &store.identity(),
         store.former_identity(),
-        holder,
+        holders,
         Some(KILL_GRACE),
     );
+    holders
+        .iter()
+        .zip(killed)
+        .map(|(holder, killed)| close_stopped(store, clock, actor, holder, killed))
+        .collect()
+}
+
+/// Close an attempt whose processes were stopped, unless some would not die.
+fn close_stopped(
+    store: &mut dyn Store,
+    clock: &Clock,
+    actor: &Actor,
+    holder: &AttemptHolder,
+    killed: Killed,
+) -> Result<Stopped> {
     if !killed.all_gone {
         return Ok(Stopped::StillAlive(killed.processes));
     }
@@ -234,23 +295,71 @@ pub fn stop_attempt(
     Ok(Stopped::Closed(killed.processes))
 }
 
-/// Kill every process of the attempt on this host (`term_grace`: SIGTERM first, then SIGKILL
-/// after it; `None`: SIGKILL at once) and wait until they are gone.
+/// Kill every process of each attempt on this host (`term_grace`: SIGTERM first, then SIGKILL
+/// after it; `None`: SIGKILL at once) and wait until they are gone. One `Killed` per holder.
 fn kill_processes(
     identity: &str,
     former: Option<String>,
-    holder: &AttemptHolder,
+    holders: &[&AttemptHolder],
     term_grace: Option<std::time::Duration>,
-) -> Killed {
-    let recorded = holder.child_pid.map(|pid| (pid, holder.child_start_time));
-    let kill = |identity: &str| {
-        let marker = attempt_marker(identity, holder.run_id, &holder.lease_token);
-        procfs::kill_attempt(&marker, recorded, term_grace)
-    };
-    let killed = kill(identity);
-    // Nothing under today's marker: a job an older runner started carries the former one.
-    match former.filter(|f| f != identity) {
-        Some(former) if killed.all_gone && killed.processes.is_empty() => kill(&former),
-        _ => killed,
+) -> Vec<Killed> {
+    // A job an older runner started carries the database's former identity.
+    let former = former.filter(|f| f != identity);
+    let targets: Vec<KillTarget> = holders
+        .iter()
+        .map(|holder| KillTarget {
+            marker: attempt_marker(identity, holder.run_id, &holder.lease_token),
+            former: former
+                .as_deref()
+                .map(|former| attempt_marker(former, holder.run_id, &holder.lease_token)),
+            recorded: holder.child_pid.map(|pid| (pid, holder.child_start_time)),
+        })
+        .collect();
+    procfs::kill_attempts(&targets, term_grace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::LeaseToken;
+
+    fn holder(run_id: i64, attempt: u32, host: &str) -> AttemptHolder {
+        AttemptHolder {
+            run_id,
+            attempt,
+            lease_token: LeaseToken::from(format!("token-{run_id}-{attempt}")),
+            host: host.to_string(),
+            runner_pid: 1,
+            runner_start_time: None,
+            child_pid: None,
+            child_start_time: None,
+            started_at: 0,
+        }
+    }
+
+    /// Overdue runs' attempts here, whatever their runner, then orphaned ones whose runner is
+    /// gone, each once: an overdue run's attempt is orphaned too once its runner is gone.
+    #[test]
+    fn left_behind_lists_each_attempt_here_once() {
+        let overdue = [OverdueStop {
+            run_id: 7,
+            stopping_by: 100,
+            holders: vec![holder(7, 1, "here"), holder(7, 2, "far")],
+        }];
+        let orphaned = vec![
+            holder(7, 1, "here"),
+            holder(8, 1, "here"),
+            holder(9, 1, "here"),
+        ];
+        let alive = |h: &AttemptHolder| h.run_id == 9;
+        let left: Vec<(i64, u32, Left)> = left_behind("here", &overdue, orphaned, alive)
+            .into_iter()
+            .map(|(h, why)| (h.run_id, h.attempt, why))
+            .collect();
+        assert_eq!(
+            left,
+            [(7, 1, Left::OverdueStop), (8, 1, Left::Orphaned)],
+            "run 7's attempt on far is that host's; run 9's runner stops its job itself"
+        );
     }
 }

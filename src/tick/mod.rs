@@ -237,11 +237,8 @@ pub fn tick(
     if pending.expired_leases {
         recover::recover_expired(&mut tick)?;
     }
-    if pending.overdue_stops {
-        recover::stop_overdue(&mut tick)?;
-    }
-    if pending.orphaned_attempts {
-        recover::stop_orphaned_attempts(&mut tick)?;
+    if pending.overdue_stops || pending.orphaned_attempts {
+        recover::stop_left_behind(&mut tick, pending.overdue_stops, pending.orphaned_attempts)?;
     }
     if pending.ended_pauses {
         materialize::resume_ended_pauses(&mut tick)?;

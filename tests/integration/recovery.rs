@@ -337,3 +337,90 @@ fn a_refused_result_is_not_recorded_on_a_new_run_that_reuses_the_id() {
         "the removed run's refusal landed on run {reused}: {kinds:?}"
     );
 }
+
+/// The jobs of several attempts left behind by a tick that died (`kill -9`), whose runs were
+/// cancelled meanwhile (two stops overdue, one orphaned), and that live through SIGTERM, are
+/// stopped together by the next tick: SIGTERM to each while all of them still live, one grace
+/// for all, then SIGKILL; each attempt is then closed as cancelled. (They were stopped one after
+/// another, a grace each: the last job's first SIGTERM came after the first job's SIGKILL.) Each
+/// job holds its lock for its whole life (fd 9, inherited by its `sleep`), and at its first
+/// SIGTERM logs how many of the three locks are held (looking with SIGTERM ignored, as the
+/// SIGTERMs go on); SIGKILL comes a whole grace (10 s) after the SIGTERMs. Its runner gone, its
+/// output goes nowhere: a write to the runner's pipe would end it by SIGPIPE.
+#[test]
+fn jobs_left_behind_by_a_dead_tick_are_stopped_together_with_one_grace() {
+    let env = Env::init();
+    let mut strays = Strays::default();
+    let (lock, pid) = (env.path("lock"), env.path("pid"));
+    let (seen, term) = (env.path("seen"), env.path("term"));
+    let command = format!(
+        "exec 9> {lock}.$RUNNER_RUN_ID >/dev/null 2>&1; flock 9; \
+         on_term() {{ [ -e {seen}.$RUNNER_RUN_ID ] && return; : > {seen}.$RUNNER_RUN_ID; \
+             held=$(trap '' TERM; for l in {lock}.*; do flock -n \"$l\" true || echo; done | wc -l); \
+             echo \"$RUNNER_RUN_ID $held\" >> {term}; }}; \
+         trap on_term TERM; echo $$ > {pid}.$RUNNER_RUN_ID; while :; do sleep 1 & wait $!; done",
+        lock = sh_quote(&lock),
+        seen = sh_quote(&seen),
+        pid = sh_quote(&pid),
+        term = sh_quote(&term),
+    );
+    let runs: Vec<i64> = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            env.add(name, &[], &command);
+            env.enqueue(name)
+        })
+        .collect();
+    let mut tick = Bg::spawn(&env, "tick", &["tick", "--concurrency", "3"]);
+    for run in &runs {
+        let pidfile = env.path(&format!("pid.{run}"));
+        strays.group(read_pid(&pidfile, Duration::from_secs(60)));
+    }
+    tick.kill9();
+    // Cancelled while their runner was gone: runs 1 and 2 with their stop overdue, run 3 left to
+    // the sweep of orphaned attempts.
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'cancelled', owner = NULL, lease_token = NULL,
+                 lease_expires_at = NULL, heartbeat_at = NULL, running_alone = NULL,
+                 finished_at = started_at, error_code = 'CANCELLED',
+                 stopping_by = CASE WHEN id = $1 THEN NULL ELSE 1 END",
+        &[&runs[2]],
+    );
+    let out = env.run(&["tick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // A SIGTERM that comes while the trap runs may run it again before it has marked itself.
+    let logged = fs::read_to_string(&term).unwrap_or_default();
+    let first: Vec<&str> = runs
+        .iter()
+        .filter_map(|run| {
+            let run = run.to_string();
+            logged
+                .lines()
+                .find(|line| line.split(' ').next() == Some(&run))
+        })
+        .collect();
+    let all_alive: Vec<String> = runs.iter().map(|run| format!("{run} 3")).collect();
+    assert_eq!(
+        first, all_alive,
+        "each job got SIGTERM while all three lived: {logged:?}"
+    );
+    let closed = env.sql.query_strings(
+        "SELECT error_code FROM job_attempts WHERE finished_at IS NOT NULL ORDER BY run_id",
+        &[],
+    );
+    assert_eq!(closed, ["CANCELLED", "CANCELLED", "CANCELLED"]);
+    for run in &runs {
+        assert!(
+            event_kinds(&env, *run)
+                .iter()
+                .any(|k| k == "ATTEMPT_CLOSED"),
+            "{:?}",
+            event_kinds(&env, *run)
+        );
+    }
+    let waiting = env.sql.query_i64(
+        "SELECT count(*) FROM job_runs WHERE stopping_by IS NOT NULL",
+        &[],
+    );
+    assert_eq!(waiting, 0, "no run waits for its job any more");
+}
