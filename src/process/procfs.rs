@@ -2,6 +2,7 @@
 //! groups, the environment marker every job process carries, and the children this runner
 //! adopted as a subreaper. Linux only, like the rest of the runner.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::Read;
 use std::time::{Duration, Instant};
@@ -334,14 +335,43 @@ fn belonging(marker: &Marker, group: Option<i32>, seen: &[Seen]) -> (Vec<i32>, V
     (members, carriers)
 }
 
+/// A process for good: its pid and its start time (a reused pid is another process).
+type Process = (i32, u64);
+
+/// The processes of an attempt in `seen` that SIGTERM is sent to this round: the members of its
+/// group `group` (when the group is still the verified one), those carrying `marker`, and the
+/// members of a group one of those leads (it escaped with `setsid`); but none in `termed`, the
+/// processes already sent one. Each process gets one SIGTERM, when first seen (one the job
+/// forks during the grace too), and its whole grace to act on it: a TERM trap is run once.
+fn to_terminate(
+    marker: &Marker,
+    group: Option<i32>,
+    seen: &[Seen],
+    termed: &HashSet<Process>,
+) -> Vec<Process> {
+    let leaders: Vec<i32> = seen
+        .iter()
+        .filter(|s| s.stat.pgrp == s.pid && s.carries(marker))
+        .map(|s| s.pid)
+        .collect();
+    seen.iter()
+        .filter(|s| {
+            Some(s.stat.pgrp) == group || s.carries(marker) || leaders.contains(&s.stat.pgrp)
+        })
+        .map(|s| (s.pid, s.stat.start_time))
+        .filter(|process| !termed.contains(process))
+        .collect()
+}
+
 /// Kill every process of each attempt of `targets` on this host and wait until they are gone
 /// (SIGKILL is asynchronous: until then they may still hold files and locks, and a run's next
 /// attempt must not overlap them). One `Killed` per target, in their order.
 ///
-/// `term_first`: SIGTERM to every target's processes, then one grace for all of them (it ends
-/// as soon as all are gone), then SIGKILL to what is left; otherwise SIGKILL at once. The
-/// targets are stopped together, not one after another: N jobs that ignore SIGTERM take one
-/// grace, not N.
+/// `term_first`: SIGTERM once to each of every target's processes (those that appear during the
+/// grace get theirs when first seen), one grace for all of them (it ends as soon as all are
+/// gone), then SIGKILL to what is left, again each round until it is gone; otherwise SIGKILL at
+/// once. The targets are stopped together, not one after another: N jobs that ignore SIGTERM
+/// take one grace, not N.
 pub fn kill_attempts(targets: &[KillTarget], term_first: Option<Duration>) -> Vec<Killed> {
     if targets.is_empty() {
         return Vec::new();
@@ -350,51 +380,68 @@ pub fn kill_attempts(targets: &[KillTarget], term_first: Option<Duration>) -> Ve
     let aims: Vec<Aim> = targets.iter().map(|target| aim(target, &seen)).collect();
     let mut killed = vec![Killed::default(); targets.len()];
     let grace = term_first.unwrap_or_default();
-    let mut signal = if term_first.is_some() {
-        Signal::SIGTERM
-    } else {
-        Signal::SIGKILL
-    };
+    let mut terminating = term_first.is_some();
+    let mut termed = HashSet::new();
     let started = Instant::now();
     loop {
         for (aim, killed) in aims.iter().zip(killed.iter_mut()) {
-            if !killed.all_gone {
-                killed.all_gone = !signal_aim(aim, &seen, signal, killed);
+            if killed.all_gone {
+                continue;
             }
+            let group = verified_group(aim);
+            let (members, carriers) = belonging(aim.marker, group, &seen);
+            for &pid in members.iter().chain(&carriers) {
+                note(killed, pid);
+            }
+            if terminating {
+                for process in to_terminate(aim.marker, group, &seen, &termed) {
+                    terminate(process);
+                    termed.insert(process);
+                }
+            } else {
+                kill_all(group, &carriers);
+            }
+            killed.all_gone = members.is_empty() && carriers.is_empty();
         }
         if killed.iter().all(|k| k.all_gone) || started.elapsed() >= KILL_WAIT + grace {
             return killed;
         }
         std::thread::sleep(Duration::from_millis(20));
         if started.elapsed() >= grace {
-            signal = Signal::SIGKILL;
+            terminating = false;
         }
         seen = census();
     }
 }
 
-/// Signal what of `aim` is in `seen`, noting each process in `killed`; false when nothing of it
-/// was left.
-fn signal_aim(aim: &Aim<'_>, seen: &[Seen], signal: Signal, killed: &mut Killed) -> bool {
-    // Each round, the id must still be the group's: once the leader is gone and the group
-    // empties, the kernel may hand the number to another process, which is never ours.
-    let group = aim
-        .group
+/// `aim`'s group, if the id is still the group's: once the leader is gone and the group
+/// empties, the kernel may hand the number to another process, which is never ours.
+fn verified_group(aim: &Aim<'_>) -> Option<i32> {
+    aim.group
         .filter(|&(pgid, start)| {
             stat(pgid).is_none_or(|leader| leader.start_time == start) && group_exists(pgid)
         })
-        .map(|(pgid, _)| pgid);
-    let (members, carriers) = belonging(aim.marker, group, seen);
-    for &pid in members.iter().chain(&carriers) {
-        note(killed, pid);
+        .map(|(pgid, _)| pgid)
+}
+
+/// SIGTERM to one process, unless its pid is another process's by now. One by one, never
+/// through the group: a group signal would reach again those already sent one, and one forked
+/// since the census, which the next round would send another.
+fn terminate((pid, start): Process) {
+    if pid > 1 && stat(pid).is_some_and(|s| s.start_time == start) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
+}
+
+/// SIGKILL to the group and to each carrier (and the group it leads): repeated each round until
+/// nothing is left, which is harmless, and reaches what was forked meanwhile.
+fn kill_all(group: Option<i32>, carriers: &[i32]) {
     if let Some(pgid) = group {
-        signal_group(pgid, signal);
+        signal_group(pgid, Signal::SIGKILL);
     }
-    for &pid in &carriers {
-        signal_process_and_its_group(pid, signal);
+    for &pid in carriers {
+        signal_process_and_its_group(pid, Signal::SIGKILL);
     }
-    !(members.is_empty() && carriers.is_empty())
 }
 
 fn note(killed: &mut Killed, pid: i32) {
@@ -499,6 +546,56 @@ mod tests {
         let aimed = aim(&elsewhere, &stranger);
         assert_eq!(aimed.group, None);
         assert_eq!(belonging(aimed.marker, None, &stranger), (vec![], vec![]));
+    }
+
+    /// SIGTERM goes once to each process of an attempt: its group's members, the processes
+    /// carrying its marker and the members of a group one of those leads, each when first seen;
+    /// a later round picks only those that appeared since (a reused pid is a new process), never
+    /// a stranger.
+    #[test]
+    fn each_process_of_an_attempt_is_sent_sigterm_once() {
+        let ours = ["RUNNER_RUN_ID=7", "T=now"];
+        let first = [
+            seen(40, 40, 100, &ours),
+            // In the group, its marker cleared (`env -i`).
+            seen(41, 40, 101, &[]),
+            // Escaped with `setsid`, and a member of its group that cleared its marker.
+            seen(50, 50, 200, &ours),
+            seen(51, 50, 201, &[]),
+            // Strangers: another attempt's, and one in a group a stranger leads.
+            seen(60, 60, 300, &["RUNNER_RUN_ID=7", "T=other"]),
+            seen(61, 60, 301, &[]),
+        ];
+        let mut termed = HashSet::new();
+        let now = to_terminate(&marker("now"), Some(40), &first, &termed);
+        assert_eq!(now, [(40, 100), (41, 101), (50, 200), (51, 201)]);
+        termed.extend(now);
+        assert_eq!(to_terminate(&marker("now"), Some(40), &first, &termed), []);
+        // Forked during the grace (by a trap), and 41's pid given to a new process of the group.
+        let later = [
+            seen(40, 40, 100, &ours),
+            seen(41, 40, 150, &ours),
+            seen(42, 40, 151, &ours),
+            seen(50, 50, 200, &ours),
+            seen(52, 50, 152, &[]),
+            seen(61, 60, 301, &[]),
+        ];
+        assert_eq!(
+            to_terminate(&marker("now"), Some(40), &later, &termed),
+            [(41, 150), (42, 151), (52, 152)]
+        );
+        // A member of the recorded group whose leader is gone is the attempt's only while the
+        // group is still the verified one.
+        let leaderless = [seen(41, 40, 101, &[]), seen(50, 50, 200, &ours)];
+        let none = HashSet::new();
+        assert_eq!(
+            to_terminate(&marker("now"), Some(40), &leaderless, &none),
+            [(41, 101), (50, 200)]
+        );
+        assert_eq!(
+            to_terminate(&marker("now"), None, &leaderless, &none),
+            [(50, 200)]
+        );
     }
 
     #[test]

@@ -424,3 +424,72 @@ fn jobs_left_behind_by_a_dead_tick_are_stopped_together_with_one_grace() {
     );
     assert_eq!(waiting, 0, "no run waits for its job any more");
 }
+
+/// A job left behind by a tick killed with `kill -9` that traps SIGTERM, writes one line to the
+/// file `term` for each, and goes on (its loop's `sleep`s, new processes all through the grace,
+/// get theirs too). Its output goes nowhere: the shell's "Terminated" for a `sleep` to the pipe
+/// of the dead tick would end it on SIGPIPE. Returns its run and its shell's pid, once the tick
+/// is dead.
+fn a_job_that_lives_through_sigterm_left_behind(env: &Env, strays: &mut Strays) -> (i64, u32) {
+    let pidfile = env.path("pid");
+    let command = format!(
+        "exec >/dev/null 2>&1; trap 'echo TERM >> {term}' TERM; echo $$ > {pid}; \
+         while :; do sleep 1 & wait $!; done",
+        term = sh_quote(&env.path("term")),
+        pid = sh_quote(&pidfile),
+    );
+    env.add("stubborn", &[], &command);
+    let run = env.enqueue("stubborn");
+    let mut tick = Bg::spawn(env, "tick", &["tick"]);
+    let shell = read_pid(&pidfile, Duration::from_secs(60));
+    strays.group(shell);
+    tick.kill9();
+    (run, shell)
+}
+
+/// What a stop of [`a_job_that_lives_through_sigterm_left_behind`] must leave: one SIGTERM to
+/// its shell however long the grace (a TERM every round of the wait ran its trap hundreds of
+/// times), the job gone (SIGKILL after the grace), its attempt closed as cancelled.
+fn stopped_with_one_sigterm(env: &Env, run: i64, shell: u32) {
+    assert_eq!(
+        fs::read_to_string(env.path("term")).unwrap_or_default(),
+        "TERM\n",
+        "one SIGTERM"
+    );
+    assert!(!process_alive(shell), "the job was stopped");
+    let closed = env.sql.query_strings(
+        "SELECT error_code FROM job_attempts WHERE run_id = $1 AND finished_at IS NOT NULL",
+        &[&run],
+    );
+    assert_eq!(closed, ["CANCELLED"]);
+}
+
+/// `cancel` of a run whose runner is gone sends its job's processes one SIGTERM each, as a tick
+/// stopping its own job does, then SIGKILL after the grace.
+#[test]
+fn cancel_of_a_job_left_behind_sends_it_one_sigterm() {
+    let env = Env::init();
+    let mut strays = Strays::default();
+    let (run, shell) = a_job_that_lives_through_sigterm_left_behind(&env, &mut strays);
+    let said = env.ok(&["cancel", &run.to_string()]);
+    assert!(said.contains("its runner"), "{said}");
+    stopped_with_one_sigterm(&env, run, shell);
+}
+
+/// A tick's recovery of an attempt orphaned by a cancel (its runner gone) sends its job's
+/// processes one SIGTERM each, then SIGKILL after the grace.
+#[test]
+fn recovery_of_a_job_left_behind_sends_it_one_sigterm() {
+    let env = Env::init();
+    let mut strays = Strays::default();
+    let (run, shell) = a_job_that_lives_through_sigterm_left_behind(&env, &mut strays);
+    env.sql.exec(
+        "UPDATE job_runs SET status = 'cancelled', owner = NULL, lease_token = NULL,
+                 lease_expires_at = NULL, heartbeat_at = NULL, running_alone = NULL,
+                 finished_at = started_at, error_code = 'CANCELLED', stopping_by = NULL",
+        &[],
+    );
+    let out = env.run(&["tick"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stopped_with_one_sigterm(&env, run, shell);
+}
