@@ -1418,6 +1418,25 @@ pub struct AttemptHolder {
     pub started_at: i64,
 }
 
+#[cfg(test)]
+impl AttemptHolder {
+    /// An attempt as unit tests need one: attempt `attempt` of run `run_id` on `host`, under a
+    /// token that names both, no process recorded.
+    pub(crate) fn fixture(run_id: i64, attempt: u32, host: &str) -> AttemptHolder {
+        AttemptHolder {
+            run_id,
+            attempt,
+            lease_token: LeaseToken::from(format!("token-{run_id}-{attempt}")),
+            host: host.to_string(),
+            runner_pid: 1,
+            runner_start_time: None,
+            child_pid: None,
+            child_start_time: None,
+            started_at: 0,
+        }
+    }
+}
+
 /// A job process's start, recorded before its command is released.
 #[derive(Debug, Clone)]
 pub struct StartRecord {
@@ -1503,29 +1522,15 @@ mod tests {
     /// attempt, and as recovered in every other case.
     #[test]
     fn a_never_started_attempt_is_finished_only_while_held_else_closed_as_the_run_says() {
-        let holder = AttemptHolder {
-            run_id: 1,
-            attempt: 2,
-            lease_token: LeaseToken::from("mine".to_string()),
-            host: "h".to_string(),
-            runner_pid: 1,
-            runner_start_time: None,
-            child_pid: None,
-            child_start_time: None,
-            started_at: 0,
-        };
+        let holder = AttemptHolder::fixture(1, 2, "h");
+        let mine = holder.lease_token.as_str();
         let closes = NeverStartedCloses::of(holder.attempt);
         let (cancelled, recovered) = (
             NeverStartedClose::Orphan(&closes.cancelled),
             NeverStartedClose::Orphan(&closes.recovered),
         );
         let cases = [
-            (
-                RunStatus::Running,
-                2,
-                Some("mine"),
-                NeverStartedClose::Finish,
-            ),
+            (RunStatus::Running, 2, Some(mine), NeverStartedClose::Finish),
             // Recovered and claimed again, by this attempt number or the next.
             (RunStatus::Running, 2, Some("theirs"), recovered),
             (RunStatus::Running, 3, Some("theirs"), recovered),

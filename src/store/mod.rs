@@ -1827,23 +1827,13 @@ mod tests {
         overdue_stops_of, BatchReader, Location, MigrationBatches, MigrationCounts, Rows, Table,
         Value, MIGRATE_BATCH,
     };
-    use crate::model::{AttemptHolder, LeaseToken};
+    use crate::model::AttemptHolder;
 
     /// An overdue run's rows, one per open attempt (or one with none), make one `OverdueStop`
     /// with every attempt, in the order read.
     #[test]
     fn overdue_stops_gather_each_runs_open_attempts() {
-        let holder = |run_id: i64, attempt: u32, host: &str| AttemptHolder {
-            run_id,
-            attempt,
-            lease_token: LeaseToken::from(format!("token-{attempt}")),
-            host: host.to_string(),
-            runner_pid: 1,
-            runner_start_time: None,
-            child_pid: None,
-            child_start_time: None,
-            started_at: 0,
-        };
+        let holder = AttemptHolder::fixture;
         let overdue = overdue_stops_of([
             (7, 100, Some(holder(7, 1, "here"))),
             (7, 100, Some(holder(7, 2, "far"))),

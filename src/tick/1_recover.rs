@@ -321,26 +321,12 @@ fn kill_processes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::LeaseToken;
-
-    fn holder(run_id: i64, attempt: u32, host: &str) -> AttemptHolder {
-        AttemptHolder {
-            run_id,
-            attempt,
-            lease_token: LeaseToken::from(format!("token-{run_id}-{attempt}")),
-            host: host.to_string(),
-            runner_pid: 1,
-            runner_start_time: None,
-            child_pid: None,
-            child_start_time: None,
-            started_at: 0,
-        }
-    }
 
     /// Overdue runs' attempts here, whatever their runner, then orphaned ones whose runner is
     /// gone, each once: an overdue run's attempt is orphaned too once its runner is gone.
     #[test]
     fn left_behind_lists_each_attempt_here_once() {
+        let holder = AttemptHolder::fixture;
         let overdue = [OverdueStop {
             run_id: 7,
             stopping_by: 100,
