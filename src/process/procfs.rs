@@ -338,25 +338,24 @@ fn belonging(marker: &Marker, group: Option<i32>, seen: &[Seen]) -> (Vec<i32>, V
 /// A process for good: its pid and its start time (a reused pid is another process).
 type Process = (i32, u64);
 
-/// The processes of an attempt in `seen` that SIGTERM is sent to this round: the members of its
-/// group `group` (when the group is still the verified one), those carrying `marker`, and the
-/// members of a group one of those leads (it escaped with `setsid`); but none in `termed`, the
-/// processes already sent one. Each process gets one SIGTERM, when first seen (one the job
-/// forks during the grace too), and its whole grace to act on it: a TERM trap is run once.
+/// The processes of an attempt in `seen` that SIGTERM is sent to this round: those that
+/// [`belonging`] found (`members` of its group, `carriers` of its marker), and the members of a
+/// group a carrier leads (it escaped with `setsid`); but none in `termed`, the processes already
+/// sent one. Each process gets one SIGTERM, when first seen (one the job forks during the grace
+/// too), and its whole grace to act on it: a TERM trap is run once.
 fn to_terminate(
-    marker: &Marker,
-    group: Option<i32>,
+    (members, carriers): (&[i32], &[i32]),
     seen: &[Seen],
     termed: &HashSet<Process>,
 ) -> Vec<Process> {
     let leaders: Vec<i32> = seen
         .iter()
-        .filter(|s| s.stat.pgrp == s.pid && s.carries(marker))
+        .filter(|s| s.stat.pgrp == s.pid && carriers.contains(&s.pid))
         .map(|s| s.pid)
         .collect();
     seen.iter()
         .filter(|s| {
-            Some(s.stat.pgrp) == group || s.carries(marker) || leaders.contains(&s.stat.pgrp)
+            members.contains(&s.pid) || carriers.contains(&s.pid) || leaders.contains(&s.stat.pgrp)
         })
         .map(|s| (s.pid, s.stat.start_time))
         .filter(|process| !termed.contains(process))
@@ -394,7 +393,7 @@ pub fn kill_attempts(targets: &[KillTarget], term_first: Option<Duration>) -> Ve
                 note(killed, pid);
             }
             if terminating {
-                for process in to_terminate(aim.marker, group, &seen, &termed) {
+                for process in to_terminate((&members, &carriers), &seen, &termed) {
                     terminate(process);
                     termed.insert(process);
                 }
@@ -566,11 +565,16 @@ mod tests {
             seen(60, 60, 300, &["RUNNER_RUN_ID=7", "T=other"]),
             seen(61, 60, 301, &[]),
         ];
+        // As a round of the kill decides it: what belongs to the attempt, then whom to send one.
+        let to_terminate = |group: Option<i32>, seen: &[Seen], termed: &HashSet<Process>| {
+            let (members, carriers) = belonging(&marker("now"), group, seen);
+            to_terminate((&members, &carriers), seen, termed)
+        };
         let mut termed = HashSet::new();
-        let now = to_terminate(&marker("now"), Some(40), &first, &termed);
+        let now = to_terminate(Some(40), &first, &termed);
         assert_eq!(now, [(40, 100), (41, 101), (50, 200), (51, 201)]);
         termed.extend(now);
-        assert_eq!(to_terminate(&marker("now"), Some(40), &first, &termed), []);
+        assert_eq!(to_terminate(Some(40), &first, &termed), []);
         // Forked during the grace (by a trap), and 41's pid given to a new process of the group.
         let later = [
             seen(40, 40, 100, &ours),
@@ -581,7 +585,7 @@ mod tests {
             seen(61, 60, 301, &[]),
         ];
         assert_eq!(
-            to_terminate(&marker("now"), Some(40), &later, &termed),
+            to_terminate(Some(40), &later, &termed),
             [(41, 150), (42, 151), (52, 152)]
         );
         // A member of the recorded group whose leader is gone is the attempt's only while the
@@ -589,13 +593,10 @@ mod tests {
         let leaderless = [seen(41, 40, 101, &[]), seen(50, 50, 200, &ours)];
         let none = HashSet::new();
         assert_eq!(
-            to_terminate(&marker("now"), Some(40), &leaderless, &none),
+            to_terminate(Some(40), &leaderless, &none),
             [(41, 101), (50, 200)]
         );
-        assert_eq!(
-            to_terminate(&marker("now"), None, &leaderless, &none),
-            [(50, 200)]
-        );
+        assert_eq!(to_terminate(None, &leaderless, &none), [(50, 200)]);
     }
 
     #[test]
